@@ -1,0 +1,17 @@
+// specdec._core: the one pybind11 module; one register_<area>() per bound area.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+void register_common(py::module_& m);
+void register_ocl(py::module_& m);
+void register_kv(py::module_& m);
+void register_blocks(py::module_& m);
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "specdec C++ core (KV cache, OpenCL runtime)";
+  register_common(m);
+  register_ocl(m);
+  register_kv(m);
+  register_blocks(m);
+}

@@ -1,0 +1,91 @@
+// OpenCL devices and contexts.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "common/errors.h"
+#include "ocl/context.h"
+#include "ocl/device.h"
+#include "ocl/kernel_sources.h"
+
+namespace py = pybind11;
+using specdec::ocl::DeviceInfo;
+
+namespace {
+
+py::dict device_dict(const DeviceInfo& d) {
+  py::dict out;
+  out["index"] = d.index;
+  out["platform_index"] = d.platform_index;
+  out["device_index"] = d.device_index;
+  out["platform"] = d.platform_name;
+  out["name"] = d.name;
+  out["vendor"] = d.vendor;
+  out["type"] = d.type;
+  out["version"] = d.version;
+  out["driver_version"] = d.driver_version;
+  out["opencl_c_version"] = d.opencl_c_version;
+  out["compute_units"] = d.compute_units;
+  out["global_mem_bytes"] = d.global_mem_bytes;
+  out["max_alloc_bytes"] = d.max_alloc_bytes;
+  out["local_mem_bytes"] = d.local_mem_bytes;
+  out["max_work_group_size"] = d.max_work_group_size;
+  out["max_clock_mhz"] = d.max_clock_mhz;
+  out["fp16"] = d.fp16;
+  out["fp64"] = d.fp64;
+  out["subgroups"] = d.subgroups;
+  return out;
+}
+
+}  // namespace
+
+void register_ocl(py::module_& m) {
+  py::class_<DeviceInfo>(m, "DeviceInfo", "An OpenCL device and its main properties.")
+      .def_readonly("index", &DeviceInfo::index)
+      .def_readonly("platform_index", &DeviceInfo::platform_index)
+      .def_readonly("device_index", &DeviceInfo::device_index)
+      .def_readonly("platform", &DeviceInfo::platform_name)
+      .def_readonly("name", &DeviceInfo::name)
+      .def_readonly("vendor", &DeviceInfo::vendor)
+      .def_readonly("type", &DeviceInfo::type)
+      .def_readonly("version", &DeviceInfo::version)
+      .def_readonly("driver_version", &DeviceInfo::driver_version)
+      .def_readonly("opencl_c_version", &DeviceInfo::opencl_c_version)
+      .def_readonly("compute_units", &DeviceInfo::compute_units)
+      .def_readonly("global_mem_bytes", &DeviceInfo::global_mem_bytes)
+      .def_readonly("max_alloc_bytes", &DeviceInfo::max_alloc_bytes)
+      .def_readonly("local_mem_bytes", &DeviceInfo::local_mem_bytes)
+      .def_readonly("max_work_group_size", &DeviceInfo::max_work_group_size)
+      .def_readonly("max_clock_mhz", &DeviceInfo::max_clock_mhz)
+      .def_readonly("fp16", &DeviceInfo::fp16)
+      .def_readonly("fp64", &DeviceInfo::fp64)
+      .def_readonly("subgroups", &DeviceInfo::subgroups)
+      .def_readonly("extensions", &DeviceInfo::extensions)
+      .def("as_dict", &device_dict)
+      .def("summary", &DeviceInfo::summary)
+      .def("__repr__", [](const DeviceInfo& d) {
+        return specdec::str_cat("DeviceInfo(index=", d.index, ", name='", d.name, "', type='", d.type,
+                                "', platform='", d.platform_name, "', version='", d.version,
+                                "', compute_units=", d.compute_units, ", global_mem_bytes=",
+                                d.global_mem_bytes, ", fp16=", d.fp16 ? "True" : "False", ")");
+      });
+
+  m.def("devices", &specdec::ocl::list_devices,
+        "Every OpenCL device of every platform (empty when no OpenCL driver is installed).");
+  m.def("select_device", &specdec::ocl::select_device, py::arg("device") = "",
+        "The device a selector picks: '' (SPECDEC_DEVICE, else auto), 'auto', an index, 'P:D', "
+        "'gpu'/'cpu'/'accelerator', or part of a name.");
+  m.def("kernel_programs", &specdec::ocl::kernel_program_names,
+        "Names of the OpenCL programs embedded at build time.");
+
+  py::class_<specdec::ocl::Context, std::shared_ptr<specdec::ocl::Context>>(
+      m, "Context", "An OpenCL context and queue on one device, with a program cache.")
+      .def(py::init([](const std::string& device) { return specdec::ocl::Context::create(device); }),
+           py::arg("device") = "")
+      .def_property_readonly("device", &specdec::ocl::Context::device)
+      .def("build", [](specdec::ocl::Context& c, const std::string& name, const std::string& source,
+                       const std::string& options) { c.build(name, source, options); },
+           py::arg("name"), py::arg("source"), py::arg("options") = "",
+           "Builds OpenCL C source (cached by name and options); OpenCLError with the build log on failure.")
+      .def_property_readonly("num_cached_programs", &specdec::ocl::Context::num_cached_programs)
+      .def("finish", &specdec::ocl::Context::finish);
+}

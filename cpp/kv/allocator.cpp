@@ -1,0 +1,77 @@
+#include "kv/allocator.h"
+
+#include "common/errors.h"
+
+namespace specdec::kv {
+
+std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const LayoutMap& layouts,
+                                          KvLayout default_attention_layout) {
+  const auto specs = config.layer_specs();
+  for (const auto& [layer, layout] : layouts) {
+    check_config(specs.count(layer) == 1, "layouts", "'" + layer + "'",
+                 "names no layer of this KV-cache plan");
+  }
+  std::vector<LayerKvView> views;
+  for (size_t t = 0; t < config.tensors.size(); ++t) {
+    const auto& tensor = config.tensors[t];
+    const size_t first = views.size();  // the owning layer's view
+    for (const auto& layer : tensor.shared_by) {
+      const KvCacheSpec& spec = specs.at(layer);
+      KvLayout layout = spec.kind == KvSpecKind::kMla ? KvLayout::kMlaLatent : default_attention_layout;
+      if (auto it = layouts.find(layer); it != layouts.end()) layout = it->second;
+      views.push_back(make_layer_view(layer, static_cast<int>(t), spec, layout, tensor.size_bytes));
+      const LayerKvView& owner = views[first];
+      if (!views.back().same_layout(owner)) {
+        throw ConfigError(
+            "layouts", str_cat(layer, ": ", layout_name(layout)),
+            str_cat("layer ", layer, " shares KV tensor ", t, " with ", owner.layer_name,
+                    " (", layout_name(owner.layout), ", ", owner.spec.to_string(), ") but would read it as ",
+                    layout_name(layout), ", ", spec.to_string(),
+                    "; layers aliasing one tensor must use identical layouts"));
+      }
+    }
+  }
+  return views;
+}
+
+KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const KvCacheConfig& config,
+                                     const LayoutMap& layouts, KvLayout default_attention_layout)
+    : ctx_(std::move(ctx)), config_(config) {
+  check_config(ctx_ != nullptr, "context", "null", "an OpenCL context is required");
+  views_ = make_layer_views(config_, layouts, default_attention_layout);
+  for (size_t i = 0; i < views_.size(); ++i) view_index_[views_[i].layer_name] = i;
+  buffers_.reserve(config_.tensors.size());
+  for (const auto& tensor : config_.tensors) {
+    buffers_.emplace_back(*ctx_, static_cast<size_t>(tensor.size_bytes));
+    buffers_.back().fill_zero(*ctx_);
+  }
+  ctx_->finish();
+}
+
+const LayerKvView& KvCacheAllocation::view(const std::string& layer_name) const {
+  auto it = view_index_.find(layer_name);
+  check_config(it != view_index_.end(), "layer_name", "'" + layer_name + "'",
+               "not a layer of this KV cache");
+  return views_[it->second];
+}
+
+ocl::Buffer& KvCacheAllocation::tensor(int index) {
+  check_config(index >= 0 && index < static_cast<int>(buffers_.size()), "tensor_index", index,
+               str_cat("must be in [0, ", buffers_.size(), ")"));
+  return buffers_[index];
+}
+
+const ocl::Buffer& KvCacheAllocation::tensor_of(const std::string& layer_name) const {
+  return buffers_[view(layer_name).tensor_index];
+}
+
+int64_t KvCacheAllocation::total_bytes() const { return config_.total_bytes(); }
+
+std::vector<uint8_t> KvCacheAllocation::read_tensor(int index) const {
+  const ocl::Buffer& b = const_cast<KvCacheAllocation*>(this)->tensor(index);
+  std::vector<uint8_t> out(b.size_bytes());
+  b.read(*ctx_, out.data(), out.size());
+  return out;
+}
+
+}  // namespace specdec::kv

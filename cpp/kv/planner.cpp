@@ -1,0 +1,236 @@
+#include "kv/planner.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "common/errors.h"
+#include "common/math.h"
+
+namespace specdec::kv {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Re-raises a spec's ConfigError with the layer name in front of the field.
+void validate_spec_of(const LayerKvSpec& layer) {
+  try {
+    layer.spec.validate();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    const auto sep = what.find(" = ");
+    throw ConfigError(layer.layer_name + "." + e.field(),
+                      sep == std::string::npos ? "?" : what.substr(sep + 3), "(see above)");
+  }
+}
+
+void validate_sharing(const std::vector<LayerKvSpec>& layers,
+                      const std::map<std::string, size_t>& index_of, size_t i) {
+  const LayerKvSpec& layer = layers[i];
+  const std::string field = layer.layer_name + ".kv_sharing_target";
+  const std::string value = "'" + layer.kv_sharing_target + "'";
+  const auto it = index_of.find(layer.kv_sharing_target);
+  if (it == index_of.end()) {
+    throw ConfigError(field, value, "no layer of that name; it must name an earlier layer");
+  }
+  const LayerKvSpec& target = layers[it->second];
+  check_config(it->second != i, field, value, "a layer cannot share its own KV cache");
+  check_config(it->second < i, field, value, "the target must come before the sharing layer");
+  check_config(target.kv_sharing_target.empty(), field, value,
+               str_cat("the target itself reads '", target.kv_sharing_target,
+                       "'; point at that layer instead"));
+  check_config(target.spec == layer.spec, field, value,
+               str_cat("the target's spec ", target.spec.to_string(),
+                       " differs from this layer's ", layer.spec.to_string(),
+                       "; a shared cache must be read with the spec that wrote it"));
+}
+
+using GroupKey = std::tuple<KvSpecKind, int, int, int>;
+
+GroupKey group_key(const KvCacheSpec& s) {
+  return {s.kind, s.block_size, s.sliding_window, s.attention_chunk_size};
+}
+
+int64_t blocks_needed_per_request(const KvCacheGroup& g) {
+  return g.max_blocks_per_request + 1;  // + the pool's null block
+}
+
+int64_t required_bytes(const std::vector<KvCacheGroup>& groups) {
+  int64_t total = 0;
+  for (const auto& g : groups) {
+    total += checked_mul(blocks_needed_per_request(g), g.bytes_per_block, "required_bytes");
+  }
+  return total;
+}
+
+std::string mib(int64_t bytes) { return str_cat(static_cast<int64_t>(bytes / kMiB * 100) / 100.0, " MiB"); }
+
+}  // namespace
+
+void validate_layers(const std::vector<LayerKvSpec>& layers, int64_t max_model_len) {
+  check_config(max_model_len >= 1, "max_model_len", max_model_len, "must be >= 1 token");
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& layer = layers[i];
+    check_config(!layer.layer_name.empty(), str_cat("layers[", i, "].layer_name"), "''",
+                 "every layer needs a name");
+    check_config(index_of.emplace(layer.layer_name, i).second, str_cat("layers[", i, "].layer_name"),
+                 "'" + layer.layer_name + "'", "layer names must be unique");
+    validate_spec_of(layer);
+    if (layer.spec.kind == KvSpecKind::kSlidingWindow) {
+      check_config(layer.spec.sliding_window <= max_model_len, layer.layer_name + ".sliding_window",
+                   layer.spec.sliding_window,
+                   str_cat("must be <= max_model_len = ", max_model_len,
+                           " (a window that wide is full attention: declare the layer "
+                           "full_attention or raise max_model_len)"));
+    }
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!layers[i].kv_sharing_target.empty()) validate_sharing(layers, index_of, i);
+  }
+}
+
+// Groups without validation (callers validate once).
+static std::vector<KvCacheGroup> build_groups(const std::vector<LayerKvSpec>& layers,
+                                       int64_t max_model_len, int64_t max_num_batched_tokens) {
+  std::vector<KvCacheGroup> groups;
+  std::map<GroupKey, size_t> group_of_key;
+  std::map<std::string, size_t> group_of_layer;
+  for (const auto& layer : layers) {
+    if (!layer.kv_sharing_target.empty()) {
+      const size_t g = group_of_layer.at(layer.kv_sharing_target);
+      groups[g].sharing_layer_names.push_back(layer.layer_name);
+      group_of_layer[layer.layer_name] = g;
+      continue;
+    }
+    auto [it, inserted] = group_of_key.emplace(group_key(layer.spec), groups.size());
+    if (inserted) {
+      KvCacheGroup group;
+      group.spec = layer.spec;
+      group.max_blocks_per_request =
+          layer.spec.max_blocks_per_request(max_model_len, max_num_batched_tokens);
+      groups.push_back(std::move(group));
+    }
+    KvCacheGroup& group = groups[it->second];
+    group.layer_names.push_back(layer.layer_name);
+    group.layer_specs.push_back(layer.spec);
+    group.bytes_per_block += layer.spec.page_size_bytes();
+    group_of_layer[layer.layer_name] = it->second;
+  }
+  return groups;
+}
+
+std::vector<KvCacheGroup> group_layers(const std::vector<LayerKvSpec>& layers,
+                                       int64_t max_model_len, int64_t max_num_batched_tokens) {
+  validate_layers(layers, max_model_len);
+  return build_groups(layers, max_model_len, max_num_batched_tokens);
+}
+
+int64_t min_budget_bytes(const std::vector<LayerKvSpec>& layers, int64_t max_model_len,
+                         const PlannerOptions& options) {
+  return required_bytes(group_layers(layers, max_model_len, options.max_num_batched_tokens));
+}
+
+int64_t max_model_len_for_budget(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
+                                 int64_t limit, const PlannerOptions& options) {
+  validate_layers(layers, std::max<int64_t>(limit, 1) + (1 << 30));  // window limits do not apply
+  auto fits = [&](int64_t len) {
+    return required_bytes(build_groups(layers, len, options.max_num_batched_tokens)) <= budget_bytes;
+  };
+  if (limit < 1 || !fits(1)) return 0;
+  int64_t lo = 1, hi = limit;  // fits(lo) holds
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
+                            int64_t max_model_len, const PlannerOptions& options) {
+  check_config(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
+  check_config(options.num_blocks_override >= 0, "num_blocks_override",
+               options.num_blocks_override, "must be >= 0 (0 = size from the budget)");
+  KvCacheConfig config;
+  config.groups = group_layers(layers, max_model_len, options.max_num_batched_tokens);
+  config.max_model_len = max_model_len;
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
+  config.budget_bytes = budget_bytes;
+  config.model_name = options.model_name;
+
+  const int64_t required = required_bytes(config.groups);
+  if (options.num_blocks_override > 0) {
+    check_config(options.num_blocks_override >= 2, "num_blocks_override",
+                 options.num_blocks_override, "must be >= 2 (block 0 is the null block)");
+    for (auto& g : config.groups) g.num_blocks = options.num_blocks_override;
+  } else if (!config.groups.empty()) {
+    if (budget_bytes < required) {
+      const int64_t fit = max_model_len_for_budget(layers, budget_bytes, max_model_len, options);
+      throw ConfigError(
+          "kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
+          str_cat("one request of max_model_len = ", max_model_len, " needs ", required,
+                  " bytes (", mib(required), ") of KV cache",
+                  options.model_name.empty() ? "" : " for " + options.model_name, "; ",
+                  fit > 0 ? str_cat("the largest max_model_len that fits is ", fit)
+                          : std::string("not even one token fits"),
+                  ". Raise kv_cache_memory_bytes or lower max_model_len."));
+    }
+    // Every group gets the same multiple of its per-request need.
+    for (auto& g : config.groups) {
+      const __int128 scaled = static_cast<__int128>(budget_bytes) * blocks_needed_per_request(g);
+      g.num_blocks = static_cast<int64_t>(scaled / required);
+    }
+  }
+  for (size_t gi = 0; gi < config.groups.size(); ++gi) {
+    const auto& g = config.groups[gi];
+    for (size_t i = 0; i < g.layer_names.size(); ++i) {
+      KvCacheTensor t;
+      t.size_bytes = checked_mul(g.num_blocks, g.layer_specs[i].page_size_bytes(), "tensor size");
+      t.shared_by.push_back(g.layer_names[i]);
+      t.group_id = static_cast<int>(gi);
+      config.tensors.push_back(std::move(t));
+    }
+  }
+  for (const auto& layer : layers) {
+    if (layer.kv_sharing_target.empty()) continue;
+    config.kv_sharing[layer.layer_name] = layer.kv_sharing_target;
+    config.tensors[config.tensor_of(layer.kv_sharing_target)].shared_by.push_back(layer.layer_name);
+  }
+  return config;
+}
+
+SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_layers,
+                                         const std::vector<LayerKvSpec>& drafter_layers,
+                                         int64_t budget_bytes, int64_t max_model_len,
+                                         double drafter_fraction,
+                                         const PlannerOptions& target_options,
+                                         const PlannerOptions& drafter_options) {
+  check_config(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
+  SpecDecodeKvPlan plan;
+  const int64_t need_t = min_budget_bytes(target_layers, max_model_len, target_options);
+  const int64_t need_d = min_budget_bytes(drafter_layers, max_model_len, drafter_options);
+  if (drafter_fraction < 0) {
+    if (budget_bytes < need_t + need_d) {
+      throw ConfigError("kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
+                        str_cat("one request of max_model_len = ", max_model_len, " needs ",
+                                need_t + need_d, " bytes (", mib(need_t + need_d), "): ", need_t,
+                                " for the target and ", need_d, " for the drafter"));
+    }
+    plan.drafter_budget_bytes = static_cast<int64_t>(
+        static_cast<__int128>(budget_bytes) * need_d / (need_t + need_d));
+    plan.split = str_cat("proportional to one max_model_len request (target ", need_t,
+                         " B : drafter ", need_d, " B), so both hold the same number of requests");
+  } else {
+    check_config(drafter_fraction > 0 && drafter_fraction < 1, "drafter_fraction",
+                 drafter_fraction, "must be in (0, 1), or < 0 for the proportional split");
+    plan.drafter_budget_bytes = static_cast<int64_t>(static_cast<double>(budget_bytes) * drafter_fraction);
+    plan.split = str_cat("fixed: drafter_fraction = ", drafter_fraction);
+  }
+  plan.target_budget_bytes = budget_bytes - plan.drafter_budget_bytes;
+  plan.target = plan_kv_cache(target_layers, plan.target_budget_bytes, max_model_len, target_options);
+  plan.drafter = plan_kv_cache(drafter_layers, plan.drafter_budget_bytes, max_model_len, drafter_options);
+  return plan;
+}
+
+}  // namespace specdec::kv

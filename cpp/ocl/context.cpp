@@ -1,0 +1,158 @@
+#include "ocl/context.h"
+
+#include <cstdlib>
+
+#include "common/errors.h"
+#include "ocl/kernel_sources.h"
+
+namespace specdec::ocl {
+namespace {
+
+std::string build_log(cl_program program, cl_device_id device) {
+  size_t n = 0;
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n) != CL_SUCCESS) {
+    return "(no build log)";
+  }
+  std::string log(n, '\0');
+  clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+}  // namespace
+
+Context::Context(const DeviceInfo& device) : device_(device) {
+  cl_int err = CL_SUCCESS;
+  const cl_context_properties props[] = {
+      CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(device.platform), 0};
+  context_ = clCreateContext(props, 1, &device.id, nullptr, nullptr, &err);
+  check(err, "clCreateContext", device.name);
+  queue_ = clCreateCommandQueue(context_, device.id, 0, &err);
+  if (err != CL_SUCCESS) {
+    clReleaseContext(context_);
+    check(err, "clCreateCommandQueue", device.name);
+  }
+}
+
+Context::~Context() {
+  for (auto& [key, program] : programs_) clReleaseProgram(program);
+  if (queue_ != nullptr) clReleaseCommandQueue(queue_);
+  if (context_ != nullptr) clReleaseContext(context_);
+}
+
+std::shared_ptr<Context> Context::create(const std::string& selector) {
+  return std::make_shared<Context>(select_device(selector));
+}
+
+void Context::finish() const { SPECDEC_CL_CHECK(clFinish(queue_)); }
+
+cl_program Context::build(const std::string& name, const std::string& source,
+                          const std::string& options) {
+  std::string full_options = "-cl-std=CL1.2 " + options;
+  if (const char* extra = std::getenv("SPECDEC_CL_BUILD_OPTIONS")) full_options += std::string(" ") + extra;
+  const auto key = std::make_pair(name, full_options);
+  if (auto it = programs_.find(key); it != programs_.end()) return it->second;
+
+  const char* text = source.c_str();
+  const size_t length = source.size();
+  cl_int err = CL_SUCCESS;
+  cl_program program = clCreateProgramWithSource(context_, 1, &text, &length, &err);
+  check(err, "clCreateProgramWithSource", "program " + name);
+  err = clBuildProgram(program, 1, &device_.id, full_options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    const std::string log = build_log(program, device_.id);
+    clReleaseProgram(program);
+    check(err, "clBuildProgram",
+          str_cat("program '", name, "' with options '", full_options, "' on ", device_.name,
+                  "; build log:\n", log));
+  }
+  programs_.emplace(key, program);
+  return program;
+}
+
+Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
+                       const std::string& options) {
+  cl_program p = build(program, kernel_source(program), options);
+  cl_int err = CL_SUCCESS;
+  cl_kernel k = clCreateKernel(p, kernel_name.c_str(), &err);
+  check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));
+  return Kernel(k, kernel_name);
+}
+
+Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags) : size_bytes_(size_bytes) {
+  if (size_bytes == 0) throw ConfigError("size_bytes", "0", "a device buffer must be > 0 bytes");
+  if (static_cast<int64_t>(size_bytes) > ctx.device().max_alloc_bytes) {
+    throw UnsupportedError(str_cat("a buffer of ", size_bytes, " bytes exceeds the device's largest "
+                                   "allocation (", ctx.device().max_alloc_bytes, " bytes on ",
+                                   ctx.device().name, "); use a smaller KV-cache budget"));
+  }
+  cl_int err = CL_SUCCESS;
+  mem_ = clCreateBuffer(ctx.get(), flags, size_bytes, nullptr, &err);
+  check(err, "clCreateBuffer", str_cat(size_bytes, " bytes"));
+}
+
+Buffer::~Buffer() {
+  if (mem_ != nullptr) clReleaseMemObject(mem_);
+}
+
+Buffer::Buffer(Buffer&& other) noexcept : mem_(other.mem_), size_bytes_(other.size_bytes_) {
+  other.mem_ = nullptr;
+  other.size_bytes_ = 0;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    if (mem_ != nullptr) clReleaseMemObject(mem_);
+    mem_ = other.mem_;
+    size_bytes_ = other.size_bytes_;
+    other.mem_ = nullptr;
+    other.size_bytes_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::check_range(size_t n, size_t offset_bytes, const char* what) const {
+  if (offset_bytes > size_bytes_ || n > size_bytes_ - offset_bytes) {
+    throw ConfigError(what, str_cat("[", offset_bytes, ", ", offset_bytes + n, ")"),
+                      str_cat("must lie inside the buffer of ", size_bytes_, " bytes"));
+  }
+}
+
+void Buffer::write(const Context& ctx, const void* src, size_t n, size_t offset_bytes) {
+  check_range(n, offset_bytes, "write range");
+  if (n == 0) return;
+  SPECDEC_CL_CHECK(clEnqueueWriteBuffer(ctx.queue(), mem_, CL_TRUE, offset_bytes, n, src, 0,
+                                        nullptr, nullptr));
+}
+
+void Buffer::read(const Context& ctx, void* dst, size_t n, size_t offset_bytes) const {
+  check_range(n, offset_bytes, "read range");
+  if (n == 0) return;
+  SPECDEC_CL_CHECK(clEnqueueReadBuffer(ctx.queue(), mem_, CL_TRUE, offset_bytes, n, dst, 0,
+                                       nullptr, nullptr));
+}
+
+void Buffer::fill_zero(const Context& ctx) {
+  const cl_uchar zero = 0;
+  SPECDEC_CL_CHECK(clEnqueueFillBuffer(ctx.queue(), mem_, &zero, 1, 0, size_bytes_, 0, nullptr,
+                                       nullptr));
+}
+
+Kernel::~Kernel() {
+  if (kernel_ != nullptr) clReleaseKernel(kernel_);
+}
+
+Kernel::Kernel(Kernel&& other) noexcept : kernel_(other.kernel_), name_(std::move(other.name_)) {
+  other.kernel_ = nullptr;
+}
+
+void Kernel::launch(const Context& ctx, cl_uint dims, const size_t* global, const size_t* local) {
+  for (cl_uint i = 0; i < dims; ++i) {
+    if (global[i] == 0) return;  // nothing to do (e.g. an empty batch or a zero-sized part)
+  }
+  check(clEnqueueNDRangeKernel(ctx.queue(), kernel_, dims, nullptr, global, local, 0, nullptr,
+                               nullptr),
+        "clEnqueueNDRangeKernel", name_);
+}
+
+}  // namespace specdec::ocl

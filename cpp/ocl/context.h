@@ -1,0 +1,101 @@
+// RAII wrappers over an OpenCL context, its in-order queue, buffers, programs and kernels.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "ocl/cl.h"
+#include "ocl/device.h"
+#include "ocl/error.h"
+
+namespace specdec::ocl {
+
+class Kernel;
+
+// A context and one in-order command queue on one device, with a cache of built programs
+// keyed by (program name, build options). Not copyable; share it through shared_ptr.
+class Context {
+ public:
+  explicit Context(const DeviceInfo& device);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // The device picked by select_device(selector) (SPECDEC_DEVICE when selector is empty).
+  static std::shared_ptr<Context> create(const std::string& selector = "");
+
+  const DeviceInfo& device() const { return device_; }
+  cl_context get() const { return context_; }
+  cl_command_queue queue() const { return queue_; }
+  void finish() const;
+
+  // Kernel `kernel_name` of the embedded program `program` built with `options`
+  // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options).
+  Kernel kernel(const std::string& program, const std::string& kernel_name,
+                const std::string& options = "");
+  // Builds `source` as program `name` (cached like embedded programs). A failed build throws
+  // OclError carrying the program name, the options and the full build log.
+  cl_program build(const std::string& name, const std::string& source, const std::string& options);
+  size_t num_cached_programs() const { return programs_.size(); }
+
+ private:
+  DeviceInfo device_;
+  cl_context context_ = nullptr;
+  cl_command_queue queue_ = nullptr;
+  std::map<std::pair<std::string, std::string>, cl_program> programs_;
+};
+
+// A device buffer. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_WRITE);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  cl_mem get() const { return mem_; }
+  size_t size_bytes() const { return size_bytes_; }
+  // Blocking transfers of [offset_bytes, offset_bytes + n) on the context's queue.
+  void write(const Context& ctx, const void* src, size_t n, size_t offset_bytes = 0);
+  void read(const Context& ctx, void* dst, size_t n, size_t offset_bytes = 0) const;
+  void fill_zero(const Context& ctx);
+
+ private:
+  void check_range(size_t n, size_t offset_bytes, const char* what) const;
+  cl_mem mem_ = nullptr;
+  size_t size_bytes_ = 0;
+};
+
+// A kernel object with typed argument setting. Move-only.
+class Kernel {
+ public:
+  Kernel(cl_kernel kernel, std::string name) : kernel_(kernel), name_(std::move(name)) {}
+  ~Kernel();
+  Kernel(Kernel&& other) noexcept;
+  Kernel& operator=(Kernel&&) = delete;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  template <typename T>
+  Kernel& arg(cl_uint index, const T& value) {
+    check(clSetKernelArg(kernel_, index, sizeof(T), &value), "clSetKernelArg",
+          name_ + " arg " + std::to_string(index));
+    return *this;
+  }
+  Kernel& arg(cl_uint index, const Buffer& buffer) { return arg(index, buffer.get()); }
+  // Enqueues over `global` work-items in up to 3 dims (local = nullptr: driver's choice).
+  void launch(const Context& ctx, cl_uint dims, const size_t* global, const size_t* local = nullptr);
+  cl_kernel get() const { return kernel_; }
+
+ private:
+  cl_kernel kernel_ = nullptr;
+  std::string name_;
+};
+
+}  // namespace specdec::ocl

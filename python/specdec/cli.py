@@ -1,0 +1,103 @@
+"""The ``specdec`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+import specdec
+from specdec import _core
+from specdec.kv import format_kv_plan, parse_bytes
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    devs = specdec.devices()
+    if args.json:
+        print(json.dumps([d.as_dict() for d in devs], indent=2))
+        return 0
+    if not devs:
+        print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
+        return 1
+    print(f"{len(devs)} OpenCL device(s):")
+    for d in devs:
+        print(f"  {d.summary()}")
+        print(f"      vendor {d.vendor}; driver {d.driver_version}; {d.opencl_c_version}; "
+              f"max alloc {d.max_alloc_bytes >> 20} MiB; local mem {d.local_mem_bytes >> 10} KiB; "
+              f"max work-group {d.max_work_group_size}; fp16 {'yes' if d.fp16 else 'no'}; "
+              f"fp64 {'yes' if d.fp64 else 'no'}")
+    chosen = specdec.select_device("")
+    print(f"default device (SPECDEC_DEVICE or auto): {chosen.index}: {chosen.name}")
+    return 0
+
+
+def _example_layers(name: str, args: argparse.Namespace) -> tuple:
+    known = {e["name"]: e for e in specdec.example_models()}
+    if name not in known:
+        raise ValueError(f"--example = {name!r}: known examples are {', '.join(known)}")
+    layers = specdec.example_model_layers(name, args.block_size, args.dtype)
+    return layers, known[name]["default_max_model_len"]
+
+
+def _cmd_kv_plan(args: argparse.Namespace) -> int:
+    if args.list_examples:
+        for e in specdec.example_models():
+            print(f"{e['name']:20s} {e['description']}")
+        return 0
+    if not args.example:
+        raise ValueError("kv-plan needs --example NAME (see --list-examples)")
+    layers, default_len = _example_layers(args.example, args)
+    max_model_len = args.max_model_len or default_len
+    budget = parse_bytes(args.budget, "--budget")
+    if args.drafter_example:
+        drafter_layers, _ = _example_layers(args.drafter_example, args)
+        plan = specdec.plan_target_and_drafter(
+            layers, drafter_layers, budget, max_model_len, args.drafter_fraction,
+            args.max_num_batched_tokens, args.example, args.drafter_example)
+    else:
+        plan = specdec.plan_kv_cache(layers, budget, max_model_len, args.max_num_batched_tokens,
+                                     model_name=args.example)
+    print(json.dumps(json.loads(plan.to_json()), indent=2) if args.json else format_kv_plan(plan))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"specdec {specdec.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("devices", help="list OpenCL devices and their main properties")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("kv-plan", help="print the KV-cache plan of a model")
+    p.add_argument("--example", help="built-in example model (see --list-examples)")
+    p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
+    p.add_argument("--budget", default="1GiB", help="KV-cache memory budget, e.g. 1GiB (default)")
+    p.add_argument("--max-model-len", type=int, default=0,
+                   help="tokens per request (default: the model's context length)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="most new tokens of one request in one step (default 2048)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
+    p.add_argument("--drafter-example", help="also plan this example as the drafter, same budget")
+    p.add_argument("--drafter-fraction", type=float, default=None,
+                   help="drafter's share of the budget (default: proportional to need)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_kv_plan)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, _core.OpenCLError) as err:
+        print(f"specdec {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
