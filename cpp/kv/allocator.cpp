@@ -17,7 +17,9 @@ std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const Lay
     const size_t first = views.size();  // the owning layer's view
     for (const auto& layer : tensor.shared_by) {
       const KvCacheSpec& spec = specs.at(layer);
+      // Default: MLA -> latent; an owning layer -> the default; a sharing layer -> its owner's.
       KvLayout layout = spec.kind == KvSpecKind::kMla ? KvLayout::kMlaLatent : default_attention_layout;
+      if (views.size() > first) layout = views[first].layout;
       if (auto it = layouts.find(layer); it != layouts.end()) layout = it->second;
       views.push_back(make_layer_view(layer, static_cast<int>(t), spec, layout, tensor.size_bytes));
       const LayerKvView& owner = views[first];

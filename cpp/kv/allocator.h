@@ -15,8 +15,8 @@
 
 namespace specdec::kv {
 
-// The layout of every layer: `layouts[layer]` when present, else the default for its spec
-// (kMlaLatent for MLA, `default_attention_layout` otherwise).
+// The layout of every layer: `layouts[layer]` when present, else for a layer sharing another's
+// KV the owner's layout, else kMlaLatent for MLA and `default_attention_layout` otherwise.
 using LayoutMap = std::map<std::string, KvLayout>;
 
 // Views of every layer of `config`, in tensor order. Throws ConfigError when layers sharing a

@@ -1,0 +1,139 @@
+// OpenCL runtime: device discovery and choice, buffers, program cache, readable errors.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "common/errors.h"
+#include "ocl/context.h"
+#include "ocl/device.h"
+#include "ocl/kernel_sources.h"
+
+using namespace specdec;
+using namespace specdec::ocl;
+
+namespace {
+
+bool have_device() { return !list_devices().empty(); }
+
+}  // namespace
+
+TEST(Ocl, ErrorNamesAreReadable) {
+  EXPECT_EQ(error_name(CL_OUT_OF_RESOURCES), "CL_OUT_OF_RESOURCES");
+  EXPECT_EQ(error_name(CL_BUILD_PROGRAM_FAILURE), "CL_BUILD_PROGRAM_FAILURE");
+  EXPECT_EQ(error_name(CL_INVALID_KERNEL_NAME), "CL_INVALID_KERNEL_NAME");
+  EXPECT_EQ(error_name(-9999), "CL_UNKNOWN_ERROR(-9999)");
+  try {
+    check(CL_INVALID_VALUE, "clFoo", "detail");
+    FAIL() << "no throw";
+  } catch (const OclError& e) {
+    EXPECT_EQ(e.code(), CL_INVALID_VALUE);
+    EXPECT_STREQ(e.what(), "clFoo failed: CL_INVALID_VALUE (-30); detail");
+  }
+}
+
+TEST(Ocl, ListsAndSelectsDevices) {
+  const auto devices = list_devices();
+  ASSERT_FALSE(devices.empty()) << "no OpenCL device: is pocl-opencl-icd installed?";
+  for (size_t i = 0; i < devices.size(); ++i) {
+    EXPECT_EQ(devices[i].index, static_cast<int>(i));
+    EXPECT_FALSE(devices[i].name.empty());
+    EXPECT_GT(devices[i].compute_units, 0);
+    EXPECT_GT(devices[i].global_mem_bytes, 0);
+  }
+  EXPECT_EQ(select_device("0").id, devices[0].id);
+  const std::string pd = std::to_string(devices[0].platform_index) + ":" + std::to_string(devices[0].device_index);
+  EXPECT_EQ(select_device(pd).id, devices[0].id);
+  EXPECT_EQ(select_device(devices[0].type).type, devices[0].type);
+  // part of the name, any case
+  std::string part = devices[0].name.substr(0, 4);
+  for (auto& ch : part) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  EXPECT_EQ(select_device(part).id, devices[0].id);
+  EXPECT_NO_THROW(select_device("auto"));
+  try {
+    select_device("no-such-device-xyz");
+    FAIL() << "no throw";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("device = 'no-such-device-xyz'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find(devices[0].name), std::string::npos);  // lists devices
+  }
+  EXPECT_THROW(select_device("99"), ConfigError);
+}
+
+TEST(Ocl, EnvironmentPicksTheDevice) {
+  if (!have_device()) GTEST_SKIP() << "no OpenCL device";
+  setenv("SPECDEC_DEVICE", "no-such-device-xyz", 1);
+  try {
+    select_device("");
+    FAIL() << "no throw";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SPECDEC_DEVICE"), std::string::npos);
+  }
+  setenv("SPECDEC_DEVICE", "0", 1);
+  EXPECT_EQ(select_device("").index, 0);
+  EXPECT_EQ(select_device("0").index, 0);  // an argument wins over the environment
+  unsetenv("SPECDEC_DEVICE");
+}
+
+TEST(Ocl, BufferRoundTripAndBounds) {
+  auto ctx = Context::create();
+  Buffer b(*ctx, 64);
+  std::vector<uint8_t> in(64), out(64);
+  for (int i = 0; i < 64; ++i) in[i] = static_cast<uint8_t>(i * 3);
+  b.write(*ctx, in.data(), 64);
+  b.read(*ctx, out.data(), 64);
+  EXPECT_EQ(in, out);
+  b.fill_zero(*ctx);
+  b.read(*ctx, out.data(), 16, 48);
+  EXPECT_EQ(out[0], 0);
+  EXPECT_THROW(b.read(*ctx, out.data(), 32, 40), ConfigError);
+  EXPECT_THROW(Buffer(*ctx, 0), ConfigError);
+  Buffer moved = std::move(b);
+  EXPECT_EQ(moved.size_bytes(), 64u);
+  EXPECT_EQ(b.get(), nullptr);
+}
+
+TEST(Ocl, ProgramCacheAndBuildLog) {
+  auto ctx = Context::create();
+  const std::string src = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= SCALE; }";
+  cl_program p1 = ctx->build("twice", src, "-DSCALE=2.0f");
+  cl_program p2 = ctx->build("twice", src, "-DSCALE=2.0f");
+  EXPECT_EQ(p1, p2);  // cached by (name, options)
+  cl_program p3 = ctx->build("twice", src, "-DSCALE=3.0f");
+  EXPECT_NE(p1, p3);
+  EXPECT_EQ(ctx->num_cached_programs(), 2u);
+  try {
+    ctx->build("broken", "__kernel void f(__global float* x) { x[0] = undefined_symbol; }", "");
+    FAIL() << "no throw";
+  } catch (const OclError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), CL_BUILD_PROGRAM_FAILURE);
+    EXPECT_NE(what.find("CL_BUILD_PROGRAM_FAILURE"), std::string::npos) << what;
+    EXPECT_NE(what.find("program 'broken'"), std::string::npos) << what;
+    EXPECT_NE(what.find("undefined_symbol"), std::string::npos) << what;  // the build log
+  }
+}
+
+TEST(Ocl, EmbeddedKernelsBuild) {
+  auto ctx = Context::create();
+  const auto names = kernel_program_names();
+  ASSERT_FALSE(names.empty());
+  for (const auto& k : embedded_kernels()) {
+    EXPECT_EQ(k.sha256.size(), 64u);
+    EXPECT_FALSE(k.source.empty());
+  }
+  for (const char* def : {"-DCACHE_F32", "-DCACHE_F16", "-DCACHE_BF16"}) {
+    EXPECT_NO_THROW(ctx->kernel("kv_cache", "kv_cache_write", def)) << def;
+  }
+  EXPECT_THROW(ctx->kernel("kv_cache", "kv_cache_write", ""), OclError);  // #error without a dtype
+  EXPECT_THROW(ctx->kernel("kv_cache", "no_such_kernel", "-DCACHE_F32"), OclError);
+  EXPECT_THROW(kernel_source("no_such_program"), ConfigError);
+}
+
+TEST(Ocl, KernelDirOverride) {
+  const std::string embedded = kernel_source("kv_cache");
+  setenv("SPECDEC_KERNEL_DIR", SPECDEC_SOURCE_DIR "/kernels", 1);
+  EXPECT_EQ(kernel_source("kv_cache"), embedded);
+  setenv("SPECDEC_KERNEL_DIR", "/nonexistent", 1);
+  EXPECT_THROW(kernel_source("kv_cache"), ConfigError);
+  unsetenv("SPECDEC_KERNEL_DIR");
+}
