@@ -1,5 +1,6 @@
 // KV-cache specs, planner, layouts and device allocation.
 #include <pybind11/numpy.h>
+#include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -92,7 +93,8 @@ void bind_specs(py::module_& m) {
       .def_readonly("layer_name", &LayerKvSpec::layer_name)
       .def_readonly("spec", &LayerKvSpec::spec)
       .def_property_readonly("kv_sharing_target", [](const LayerKvSpec& l) -> py::object {
-        return l.kv_sharing_target.empty() ? py::none() : py::str(l.kv_sharing_target);
+        if (l.kv_sharing_target.empty()) return py::none();
+        return py::str(l.kv_sharing_target);
       })
       .def("__repr__", [](const LayerKvSpec& l) {
         return str_cat("LayerKvSpec('", l.layer_name, "', ", l.spec.to_string(),

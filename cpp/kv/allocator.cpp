@@ -41,6 +41,12 @@ KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const Kv
     : ctx_(std::move(ctx)), config_(config) {
   check_config(ctx_ != nullptr, "context", "null", "an OpenCL context is required");
   views_ = make_layer_views(config_, layouts, default_attention_layout);
+  const auto& device = ctx_->device();
+  if (config_.total_bytes() > device.global_mem_bytes) {
+    throw UnsupportedError(str_cat("the KV-cache plan needs ", config_.total_bytes(), " bytes but ",
+                                   device.name, " has ", device.global_mem_bytes,
+                                   " bytes of global memory; plan with a smaller kv_cache_memory_bytes"));
+  }
   for (size_t i = 0; i < views_.size(); ++i) view_index_[views_[i].layer_name] = i;
   buffers_.reserve(config_.tensors.size());
   for (const auto& tensor : config_.tensors) {

@@ -1,0 +1,178 @@
+// KV-cache block allocation: one BlockPool per KV-cache group, one GroupBlockManager per group
+// (full / MLA keep every block; sliding window and chunked local free blocks the next query can
+// no longer see), and KvCacheManager, which keeps every request's block tables across groups.
+//
+// Block id 0 of every pool is the null block: never handed out; freed window / chunk entries of a
+// block table point at it. Entry j of a table covers token positions [j*block_size,
+// (j+1)*block_size). The engine calls allocate_slots once per request per step, truncate after
+// speculative rejection, and free when the request ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/config.h"
+#include "kv/spec.h"
+
+namespace specdec::kv {
+
+inline constexpr int32_t kNullBlockId = 0;
+
+// Fixed set of blocks [0, num_blocks) of one group. Free blocks are handed out in FIFO order.
+class BlockPool {
+ public:
+  // num_blocks includes the null block: must be in [2, 2^31 - 1] (ConfigError naming num_blocks).
+  explicit BlockPool(int64_t num_blocks);
+
+  // Appends n free block ids to out, or returns false and changes nothing (pool or out).
+  bool allocate(int64_t n, std::vector<int32_t>& out);
+  // Returns blocks to the pool; null ids are ignored. Freeing a block that is not in use (or an id
+  // out of range) is an internal invariant violation: std::logic_error naming the id, and the
+  // pool is left as it was.
+  void free(std::span<const int32_t> ids);
+  void free(const std::vector<int32_t>& ids) { free(std::span<const int32_t>(ids)); }
+
+  bool is_in_use(int32_t block_id) const;
+  int64_t num_free_blocks() const { return num_free_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t capacity() const { return num_blocks_ - 1; }  // usable blocks (null block excluded)
+  int64_t num_used_blocks() const { return capacity() - num_free_; }
+
+ private:
+  int64_t num_blocks_;
+  std::vector<int32_t> free_ring_;  // [capacity] FIFO ring of free ids
+  int64_t head_ = 0;                // index of the oldest free id in free_ring_
+  int64_t num_free_ = 0;
+  std::vector<uint8_t> in_use_;  // [num_blocks] 1 while handed out
+};
+
+// One request's blocks in one group.
+struct GroupBlocks {
+  std::vector<int32_t> block_ids;  // [num_entries] block table; leading freed entries are 0
+  int64_t num_freed_blocks = 0;    // leading entries already returned to the pool
+};
+
+// Per-group policy over one pool. The only kind-specific part is which leading tokens a query at
+// position num_computed_tokens can no longer see; everything else is shared.
+class GroupBlockManager {
+ public:
+  GroupBlockManager(const KvCacheSpec& spec, int64_t num_blocks);
+  virtual ~GroupBlockManager() = default;
+  GroupBlockManager(const GroupBlockManager&) = delete;
+  GroupBlockManager& operator=(const GroupBlockManager&) = delete;
+
+  // Leading tokens invisible to every query at position >= num_computed_tokens
+  // (full / MLA: 0; sliding window: c - window + 1; chunked local: start of c's chunk).
+  virtual int64_t num_skipped_tokens(int64_t num_computed_tokens) const = 0;
+  // Leading blocks whose every position is skipped.
+  int64_t num_skipped_blocks(int64_t num_computed_tokens) const {
+    return num_skipped_tokens(num_computed_tokens) / block_size();
+  }
+  // Blocks remove_skipped_blocks(blocks, num_computed_tokens) would return to the pool.
+  int64_t num_reclaimable_blocks(const GroupBlocks& blocks, int64_t num_computed_tokens) const;
+  // Blocks allocate(blocks, num_tokens) would take from the pool.
+  int64_t num_new_blocks(const GroupBlocks& blocks, int64_t num_tokens) const;
+
+  // Frees the skipped leading blocks and points their entries at the null block.
+  void remove_skipped_blocks(GroupBlocks& blocks, int64_t num_computed_tokens);
+  // Grows the table to cdiv(num_tokens, block_size) entries (never shrinks). The caller checks
+  // num_new_blocks against the pool first; a shortfall here is a std::logic_error.
+  void allocate(GroupBlocks& blocks, int64_t num_tokens);
+  // Keeps cdiv(num_tokens, block_size) entries and frees the rest (caller validated num_tokens).
+  void truncate(GroupBlocks& blocks, int64_t num_tokens);
+  // Returns every block of the request.
+  void free(GroupBlocks& blocks);
+
+  const KvCacheSpec& spec() const { return spec_; }
+  int block_size() const { return spec_.block_size; }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  KvCacheSpec spec_;
+  BlockPool pool_;
+};
+
+// Picks the implementation for spec.kind (MLA behaves as full attention).
+std::unique_ptr<GroupBlockManager> make_group_block_manager(const KvCacheSpec& spec,
+                                                            int64_t num_blocks);
+
+// Outcome of KvCacheManager::allocate_slots. Running out of blocks is a result for the
+// scheduler (wait or preempt), not an exception.
+struct AllocationResult {
+  bool ok = true;
+  int group_id = -1;          // first group that is short (ok == false), else -1
+  int64_t blocks_needed = 0;  // new blocks that group needed
+  int64_t blocks_free = 0;    // blocks it had: free list + this request's reclaimable blocks
+  std::string to_string() const;
+};
+
+// Block tables of all requests over all groups of one KvCacheConfig.
+class KvCacheManager {
+ public:
+  // One pool per group of group.num_blocks blocks. ConfigError for a bad spec, num_blocks < 2 or
+  // max_model_len < 1.
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  // Frees the blocks the query at num_computed_tokens can no longer see, then grows every group's
+  // table to cover num_computed_tokens + num_new_tokens tokens. All or nothing: when a group is
+  // short, nothing changes in any group and the result names the group. The first call creates
+  // the request. ConfigError for a negative count, num_computed_tokens above the tokens that have
+  // slots or below the start of the still-allocated window, or a total above max_model_len.
+  AllocationResult allocate_slots(const std::string& request_id, int64_t num_computed_tokens,
+                                  int64_t num_new_tokens);
+  // New blocks allocate_slots would take from group_id's pool (after window freeing). An unknown
+  // request counts as a new one.
+  int64_t num_blocks_needed(const std::string& request_id, int64_t num_computed_tokens,
+                            int64_t num_new_tokens, int group_id) const;
+  bool can_allocate(const std::string& request_id, int64_t num_computed_tokens,
+                    int64_t num_new_tokens) const;
+
+  // Speculative rollback: num_tokens becomes the request's length; keeps cdiv(num_tokens,
+  // block_size) entries per group and frees the rest. ConfigError when num_tokens exceeds the
+  // tokens that have slots, or when the window / chunk of a query at num_tokens was already freed.
+  void truncate(const std::string& request_id, int64_t num_tokens);
+  // Request end: returns all its blocks. ConfigError naming request_id when unknown.
+  void free(const std::string& request_id);
+
+  // [cdiv(num_slot_tokens, block_size)] block ids; leading freed entries are kNullBlockId.
+  const std::vector<int32_t>& block_table(const std::string& request_id, int group_id) const;
+  int64_t num_freed_blocks(const std::string& request_id, int group_id) const;
+  // Tokens of the request that have a slot (the most allocated since the last truncate).
+  int64_t num_slot_tokens(const std::string& request_id) const;
+
+  int64_t num_free_blocks(int group_id) const;
+  int64_t capacity(int group_id) const;
+  double usage() const;  // used / usable blocks over all groups; 0 without groups
+  size_t num_requests() const { return requests_.size(); }
+  bool has_request(const std::string& request_id) const { return requests_.contains(request_id); }
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  const GroupBlockManager& group(int group_id) const;
+
+ private:
+  struct RequestState {
+    int64_t num_slot_tokens = 0;
+    std::vector<GroupBlocks> groups;  // [num_groups]
+  };
+
+  const RequestState& state_or_empty(const std::string& request_id) const;
+  // The request's state, or ConfigError naming request_id.
+  const RequestState& find_state(const std::string& request_id) const;
+  RequestState& find_state(const std::string& request_id);
+  void check_group_id(int group_id) const;
+  void check_allocation_args(const RequestState& state, int64_t num_computed_tokens,
+                             int64_t num_new_tokens) const;
+  void check_window_intact(const RequestState& state, int64_t num_tokens, const char* field) const;
+  AllocationResult find_shortfall(const RequestState& state, int64_t num_computed_tokens,
+                                  int64_t num_tokens) const;
+
+  int64_t max_model_len_;
+  std::vector<std::unique_ptr<GroupBlockManager>> groups_;  // [num_groups]
+  std::unordered_map<std::string, RequestState> requests_;
+  RequestState empty_state_;  // stands in for a request not seen yet
+};
+
+}  // namespace specdec::kv

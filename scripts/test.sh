@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets up everything, then runs every test: the C++ suite through CTest (a normal build and an
+# ASan+UBSan build) and the Python suite through pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+JOBS="$(nproc)"
+
+echo "== C++ tests (CTest)"
+cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build build/ctest -j "$JOBS"
+ctest --test-dir build/ctest --output-on-failure -j "$JOBS"
+
+if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== C++ tests under ASan+UBSan (CTest)"
+  cmake -S . -B build/asan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_SANITIZE=ON \
+        -DCMAKE_BUILD_TYPE=Debug > /dev/null
+  cmake --build build/asan -j "$JOBS"
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+fi
+
+echo "== Python tests (pytest)"
+.venv/bin/python -m pytest -q tests/python

@@ -1,0 +1,51 @@
+import json
+import subprocess
+import sys
+
+import specdec
+from specdec.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True)
+
+
+def test_kv_plan_of_the_gemma3_example():
+    out = run("kv-plan", "--example", "gemma3-270m")
+    assert out.returncode == 0, out.stderr
+    assert "2 KV-cache groups" in out.stdout
+    assert "group 0: sliding_window (window 512)" in out.stdout
+    assert "group 1: full_attention" in out.stdout
+    assert "layers.5, 11, 17" in out.stdout
+
+
+def test_kv_plan_json_and_drafter(capsys):
+    assert main(["kv-plan", "--example", "smollm2-135m", "--budget", "256MiB", "--max-model-len", "4096",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["groups"]) == 1 and len(data["groups"][0]["layer_names"]) == 30
+    assert data["budget_bytes"] == 256 << 20
+    assert main(["kv-plan", "--example", "qwen2.5-coder-1.5b", "--drafter-example", "qwen2.5-coder-0.5b",
+                 "--budget", "4GiB"]) == 0
+    assert "[drafter]" in capsys.readouterr().out
+
+
+def test_kv_plan_errors_are_clear(capsys):
+    assert main(["kv-plan", "--example", "nope"]) == 2
+    assert "--example = 'nope'" in capsys.readouterr().err
+    assert main(["kv-plan", "--example", "gemma3-270m", "--budget", "1MiB"]) == 2
+    err = capsys.readouterr().err
+    assert "kv_cache_memory_bytes" in err and "largest max_model_len that fits" in err
+    assert main(["kv-plan", "--example", "gemma3-270m", "--dtype", "fp8"]) == 2
+    assert "dtype = 'fp8'" in capsys.readouterr().err
+    assert main(["kv-plan", "--list-examples"]) == 0
+    assert "deepseek-v2-lite" in capsys.readouterr().out
+
+
+def test_devices_command():
+    out = run("devices", "--json")
+    assert out.returncode == 0, out.stderr
+    devs = json.loads(out.stdout)
+    assert devs and devs[0]["name"] == specdec.devices()[0].name
+    out = run("devices")
+    assert "OpenCL device(s)" in out.stdout and "default device" in out.stdout
