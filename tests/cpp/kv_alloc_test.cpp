@@ -115,7 +115,10 @@ TEST_P(SharedTensorRoundTrip, Gemma3nLike) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndLayouts, SharedTensorRoundTrip,
                          ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
-                                            ::testing::Values(KvLayout::kKvMajor, KvLayout::kBlockMajor)));
+                                            ::testing::Values(KvLayout::kKvMajor, KvLayout::kBlockMajor)),
+                         [](const ::testing::TestParamInfo<AllocCase>& info) {
+                           return dtype_name(std::get<0>(info.param)) + "_" + layout_name(std::get<1>(info.param));
+                         });
 
 TEST(KvAlloc, MlaLatentRoundTripIncludingZeroSizedPart) {
   for (auto [lora, rope] : std::vector<std::pair<int, int>>{{512, 64}, {32, 0}, {0, 16}}) {

@@ -63,7 +63,12 @@ TEST_P(LayoutBijection, CoversTheTensorExactlyOnce) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, LayoutBijection,
     ::testing::Combine(::testing::Values(KvLayout::kKvMajor, KvLayout::kBlockMajor), ::testing::Values(1, 4, 16),
-                       ::testing::Values(1, 3), ::testing::Values(8, 64), ::testing::Values(8, 32)));
+                       ::testing::Values(1, 3), ::testing::Values(8, 64), ::testing::Values(8, 32)),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const auto& [layout, bs, heads, d, dv] = info.param;
+      return layout_name(layout) + "_bs" + std::to_string(bs) + "_h" + std::to_string(heads) + "_d" +
+             std::to_string(d) + "_dv" + std::to_string(dv);
+    });
 
 TEST(Layout, KvMajorMatchesTheDocumentedFormula) {
   // [2, nb, bs, H, D]: V of (block 2, slot 3, head 1, dim 5) with nb 4, bs 4, H 2, D 8
@@ -85,7 +90,9 @@ TEST(Layout, MlaLatentRowSplitsIntoKAndV) {
     EXPECT_EQ(v.v.empty(), rope == 0);
     EXPECT_EQ(v.shape, (std::vector<int64_t>{3, 4, lora + rope}));
     expect_bijection(v);
-    if (rope > 0) EXPECT_EQ(v.v.index(1, 2, 0, 0), 1 * 4 * (lora + rope) + 2 * (lora + rope) + lora);
+    if (rope > 0) {
+      EXPECT_EQ(v.v.index(1, 2, 0, 0), 1 * 4 * (lora + rope) + 2 * (lora + rope) + lora);
+    }
   }
 }
 

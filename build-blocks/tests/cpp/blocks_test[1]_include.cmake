@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-blocks/tests/cpp/blocks_test[1]_tests.cmake")
-  include("/work/main/build-blocks/tests/cpp/blocks_test[1]_tests.cmake")
-else()
-  add_test(blocks_test_NOT_BUILT blocks_test_NOT_BUILT)
-endif()

@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-blocks/tests/cpp/dtype_test[1]_tests.cmake")
-  include("/work/main/build-blocks/tests/cpp/dtype_test[1]_tests.cmake")
-else()
-  add_test(dtype_test_NOT_BUILT dtype_test_NOT_BUILT)
-endif()

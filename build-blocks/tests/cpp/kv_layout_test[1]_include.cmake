@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-blocks/tests/cpp/kv_layout_test[1]_tests.cmake")
-  include("/work/main/build-blocks/tests/cpp/kv_layout_test[1]_tests.cmake")
-else()
-  add_test(kv_layout_test_NOT_BUILT kv_layout_test_NOT_BUILT)
-endif()

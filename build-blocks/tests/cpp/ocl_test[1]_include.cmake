@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-blocks/tests/cpp/ocl_test[1]_tests.cmake")
-  include("/work/main/build-blocks/tests/cpp/ocl_test[1]_tests.cmake")
-else()
-  add_test(ocl_test_NOT_BUILT ocl_test_NOT_BUILT)
-endif()
