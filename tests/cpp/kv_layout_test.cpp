@@ -37,6 +37,12 @@ void expect_bijection(const LayerKvView& v) {
 
 using Case = std::tuple<KvLayout, int, int, int, int>;  // layout, block, heads, head, head_v
 
+std::string case_name(const Case& c) {
+  return layout_name(std::get<0>(c)) + "_bs" + std::to_string(std::get<1>(c)) + "_h" +
+         std::to_string(std::get<2>(c)) + "_d" + std::to_string(std::get<3>(c)) + "_dv" +
+         std::to_string(std::get<4>(c));
+}
+
 class LayoutBijection : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LayoutBijection, CoversTheTensorExactlyOnce) {
@@ -64,11 +70,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, LayoutBijection,
     ::testing::Combine(::testing::Values(KvLayout::kKvMajor, KvLayout::kBlockMajor), ::testing::Values(1, 4, 16),
                        ::testing::Values(1, 3), ::testing::Values(8, 64), ::testing::Values(8, 32)),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const auto& [layout, bs, heads, d, dv] = info.param;
-      return layout_name(layout) + "_bs" + std::to_string(bs) + "_h" + std::to_string(heads) + "_d" +
-             std::to_string(d) + "_dv" + std::to_string(dv);
-    });
+    [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 TEST(Layout, KvMajorMatchesTheDocumentedFormula) {
   // [2, nb, bs, H, D]: V of (block 2, slot 3, head 1, dim 5) with nb 4, bs 4, H 2, D 8
