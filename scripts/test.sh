@@ -7,7 +7,8 @@ bash scripts/setup.sh
 JOBS="$(nproc)"
 
 echo "== C++ tests (CTest)"
-cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 cmake --build build/ctest -j "$JOBS"
 ctest --test-dir build/ctest --output-on-failure -j "$JOBS"
 

@@ -35,6 +35,7 @@ Context::Context(const DeviceInfo& device) : device_(device) {
 }
 
 Context::~Context() {
+  for (auto& [key, kernel] : kernels_) clReleaseKernel(kernel);
   for (auto& [key, program] : programs_) clReleaseProgram(program);
   if (queue_ != nullptr) clReleaseCommandQueue(queue_);
   if (context_ != nullptr) clReleaseContext(context_);
@@ -72,10 +73,13 @@ cl_program Context::build(const std::string& name, const std::string& source,
 
 Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
                        const std::string& options) {
+  const auto key = std::make_tuple(program, options, kernel_name);
+  if (auto it = kernels_.find(key); it != kernels_.end()) return Kernel(it->second, kernel_name);
   cl_program p = build(program, kernel_source(program), options);
   cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(p, kernel_name.c_str(), &err);
   check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));
+  kernels_.emplace(key, k);
   return Kernel(k, kernel_name);
 }
 
@@ -136,6 +140,10 @@ void Buffer::fill_zero(const Context& ctx) {
   const cl_uchar zero = 0;
   SPECDEC_CL_CHECK(clEnqueueFillBuffer(ctx.queue(), mem_, &zero, 1, 0, size_bytes_, 0, nullptr,
                                        nullptr));
+}
+
+Kernel::Kernel(cl_kernel kernel, std::string name) : kernel_(kernel), name_(std::move(name)) {
+  SPECDEC_CL_CHECK(clRetainKernel(kernel_));
 }
 
 Kernel::~Kernel() {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ocl/cl.h"
@@ -33,7 +34,8 @@ class Context {
   void finish() const;
 
   // Kernel `kernel_name` of the embedded program `program` built with `options`
-  // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options).
+  // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options); the kernel object
+  // is created once too and shared (arguments are set before every launch, on one thread).
   Kernel kernel(const std::string& program, const std::string& kernel_name,
                 const std::string& options = "");
   // Builds `source` as program `name` (cached like embedded programs). A failed build throws
@@ -46,6 +48,7 @@ class Context {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::map<std::pair<std::string, std::string>, cl_program> programs_;
+  std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> kernels_;
 };
 
 // A device buffer. Move-only.
@@ -75,7 +78,8 @@ class Buffer {
 // A kernel object with typed argument setting. Move-only.
 class Kernel {
  public:
-  Kernel(cl_kernel kernel, std::string name) : kernel_(kernel), name_(std::move(name)) {}
+  // Takes a reference of its own to `kernel`.
+  Kernel(cl_kernel kernel, std::string name);
   ~Kernel();
   Kernel(Kernel&& other) noexcept;
   Kernel& operator=(Kernel&&) = delete;

@@ -155,3 +155,42 @@ TEST(KvAlloc, BadSlotsAndDtypes) {
 }
 
 }  // namespace
+
+namespace {
+
+// Edge values through the device conversion must give the reference's bytes exactly.
+TEST(KvAlloc, DeviceConversionMatchesReferenceOnEdgeValues) {
+  const std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 5.96e-8f,
+                                     2.9e-8f, -1.0e-7f, 6.1e-5f, 65504.0f, 65519.0f, 65520.0f, 1e9f,
+                                     INFINITY, -INFINITY, NAN, 3.3895314e38f, 1.00390625f, 1.01171875f};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int width = static_cast<int>(values.size());
+    std::vector<LayerKvSpec> layers = {{"l", KvCacheSpec::full_attention(4, 1, width, dtype), ""}};
+    const auto config = plan_kv_cache(layers, 0, 64, {2048, 3, ""});
+    KvCacheAllocation cache(context(), config);
+    auto& ctx = cache.context();
+    const std::vector<int32_t> slots = {5};
+    ocl::Buffer slot_buf(ctx, 4), src_buf(ctx, values.size() * 4);
+    slot_buf.write(ctx, slots.data(), 4);
+    src_buf.write(ctx, values.data(), values.size() * 4);
+    kv_cache_write(ctx, cache.tensor(0), cache.views()[0], KvPart::kK, src_buf, slot_buf, 1);
+    std::vector<uint8_t> expected(cache.tensor(0).size_bytes(), 0);
+    kv_cache_write_ref(expected, cache.views()[0], KvPart::kK, values, slots);
+    EXPECT_TRUE(cache.read_tensor(0) == expected) << dtype_name(dtype);
+    // and the device read converts back like the reference
+    ocl::Buffer dst(ctx, values.size() * 4);
+    kv_cache_gather(ctx, cache.tensor(0), cache.views()[0], KvPart::kK, slot_buf, dst, 1);
+    std::vector<float> got(values.size());
+    dst.read(ctx, got.data(), got.size() * 4);
+    const auto want = kv_cache_gather_ref(expected, cache.views()[0], KvPart::kK, slots);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i]));
+      } else {
+        EXPECT_EQ(got[i], want[i]) << dtype_name(dtype) << " value " << values[i];
+      }
+    }
+  }
+}
+
+}  // namespace
