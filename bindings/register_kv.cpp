@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
+#include <cstdint>
 #include <optional>
 
 #include "common/errors.h"
@@ -19,10 +21,17 @@ using namespace specdec::kv;
 
 namespace {
 
-int head_size_v_arg(std::optional<int> v) { return v.has_value() ? *v : -1; }
+// Python ints arrive as int64 and are range-checked here, so an out-of-range size is a
+// ValueError naming the field rather than a binding TypeError.
+int as_int(int64_t value, const char* field) {
+  check_config(value >= INT32_MIN && value <= INT32_MAX, field, value, "must fit in 32 bits");
+  return static_cast<int>(value);
+}
 
-void check_head_size_v(std::optional<int> v) {
-  if (v.has_value()) check_config(*v >= 1, "head_size_v", *v, "must be >= 1 (or None for head_size)");
+int head_size_v_arg(std::optional<int64_t> v) {
+  if (!v.has_value()) return -1;
+  check_config(*v >= 1, "head_size_v", *v, "must be >= 1 (or None for head_size)");
+  return as_int(*v, "head_size_v");
 }
 
 void bind_specs(py::module_& m) {
@@ -56,31 +65,34 @@ void bind_specs(py::module_& m) {
       .def("__repr__", &KvCacheSpec::to_string);
 
   m.def("FullAttentionSpec",
-        [](int block_size, int num_kv_heads, int head_size, const std::string& dtype, std::optional<int> head_size_v) {
-          check_head_size_v(head_size_v);
-          return KvCacheSpec::full_attention(block_size, num_kv_heads, head_size, parse_dtype(dtype), head_size_v_arg(head_size_v));
+        [](int64_t block_size, int64_t num_kv_heads, int64_t head_size, const std::string& dtype, std::optional<int64_t> head_size_v) {
+          return KvCacheSpec::full_attention(as_int(block_size, "block_size"), as_int(num_kv_heads, "num_kv_heads"),
+                                             as_int(head_size, "head_size"), parse_dtype(dtype), head_size_v_arg(head_size_v));
         },
         py::arg("block_size"), py::arg("num_kv_heads"), py::arg("head_size"), py::arg("dtype") = "f16",
         py::arg("head_size_v") = py::none(), "Full attention: every token of the request stays cached.");
   m.def("SlidingWindowSpec",
-        [](int block_size, int num_kv_heads, int head_size, int sliding_window, const std::string& dtype, std::optional<int> head_size_v) {
-          check_head_size_v(head_size_v);
-          return KvCacheSpec::sliding(block_size, num_kv_heads, head_size, parse_dtype(dtype), sliding_window, head_size_v_arg(head_size_v));
+        [](int64_t block_size, int64_t num_kv_heads, int64_t head_size, int64_t sliding_window, const std::string& dtype, std::optional<int64_t> head_size_v) {
+          return KvCacheSpec::sliding(as_int(block_size, "block_size"), as_int(num_kv_heads, "num_kv_heads"),
+                                      as_int(head_size, "head_size"), parse_dtype(dtype),
+                                      as_int(sliding_window, "sliding_window"), head_size_v_arg(head_size_v));
         },
         py::arg("block_size"), py::arg("num_kv_heads"), py::arg("head_size"), py::arg("sliding_window"),
         py::arg("dtype") = "f16", py::arg("head_size_v") = py::none(),
         "Sliding-window attention: blocks that left the window are freed.");
   m.def("ChunkedLocalAttentionSpec",
-        [](int block_size, int num_kv_heads, int head_size, int attention_chunk_size, const std::string& dtype, std::optional<int> head_size_v) {
-          check_head_size_v(head_size_v);
-          return KvCacheSpec::chunked_local(block_size, num_kv_heads, head_size, parse_dtype(dtype), attention_chunk_size, head_size_v_arg(head_size_v));
+        [](int64_t block_size, int64_t num_kv_heads, int64_t head_size, int64_t attention_chunk_size, const std::string& dtype, std::optional<int64_t> head_size_v) {
+          return KvCacheSpec::chunked_local(as_int(block_size, "block_size"), as_int(num_kv_heads, "num_kv_heads"),
+                                            as_int(head_size, "head_size"), parse_dtype(dtype),
+                                            as_int(attention_chunk_size, "attention_chunk_size"), head_size_v_arg(head_size_v));
         },
         py::arg("block_size"), py::arg("num_kv_heads"), py::arg("head_size"), py::arg("attention_chunk_size"),
         py::arg("dtype") = "f16", py::arg("head_size_v") = py::none(),
         "Chunked local attention: blocks of finished chunks are freed.");
   m.def("MLAAttentionSpec",
-        [](int block_size, int kv_lora_rank, int qk_rope_head_dim, const std::string& dtype) {
-          return KvCacheSpec::mla(block_size, kv_lora_rank, qk_rope_head_dim, parse_dtype(dtype));
+        [](int64_t block_size, int64_t kv_lora_rank, int64_t qk_rope_head_dim, const std::string& dtype) {
+          return KvCacheSpec::mla(as_int(block_size, "block_size"), as_int(kv_lora_rank, "kv_lora_rank"),
+                                  as_int(qk_rope_head_dim, "qk_rope_head_dim"), parse_dtype(dtype));
         },
         py::arg("block_size"), py::arg("kv_lora_rank"), py::arg("qk_rope_head_dim"), py::arg("dtype") = "f16",
         "MLA: one latent row of kv_lora_rank + qk_rope_head_dim per token.");

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+
 #include "common/errors.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
@@ -14,7 +16,23 @@ using namespace specdec::kv;
 namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// A slot mapping from any 1-D integer array, range-checked before narrowing to int32.
+std::vector<int32_t> slot_vector(const py::array& array) {
+  const char kind = array.dtype().kind();
+  check_config(kind == 'i' || kind == 'u', "slot_mapping", str_cat("array of dtype ", std::string(py::str(array.dtype()))),
+               "must be an integer array (-1 = padding)");
+  check_config(array.ndim() == 1, "slot_mapping", str_cat("array of ", array.ndim(), " dims"),
+               "must be 1-D: [num_tokens]");
+  const auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  std::vector<int32_t> out(static_cast<size_t>(wide.size()));
+  for (py::ssize_t i = 0; i < wide.size(); ++i) {
+    const int64_t s = wide.data()[i];
+    check_config(s >= -1 && s <= INT32_MAX, str_cat("slot_mapping[", i, "]"), s, "must be -1 or a slot index");
+    out[static_cast<size_t>(i)] = static_cast<int32_t>(s);
+  }
+  return out;
+}
 
 LayoutMap parse_layouts(const std::map<std::string, std::string>& layouts) {
   LayoutMap out;
@@ -50,9 +68,12 @@ void write_part(KvCacheAllocation& cache, const std::string& layer, KvPart part,
 }
 
 void write_kv(KvCacheAllocation& cache, const std::string& layer, const FloatArray& key,
-              const FloatArray& value, const IntArray& slot_mapping) {
-  const std::vector<int32_t> slots(slot_mapping.data(), slot_mapping.data() + slot_mapping.size());
-  check_slot_mapping(cache.view(layer), slots);
+              const FloatArray& value, const py::array& slot_mapping) {
+  const std::vector<int32_t> slots = slot_vector(slot_mapping);
+  const LayerKvView& view = cache.view(layer);
+  check_slot_mapping(view, slots);
+  check_rows(key, view.k, slots.size(), "key");  // both checked before anything is written
+  check_rows(value, view.v, slots.size(), "value");
   if (slots.empty()) return;
   ocl::Buffer slot_buffer(cache.context(), slots.size() * sizeof(int32_t));
   slot_buffer.write(cache.context(), slots.data(), slots.size() * sizeof(int32_t));
@@ -61,11 +82,11 @@ void write_kv(KvCacheAllocation& cache, const std::string& layer, const FloatArr
 }
 
 FloatArray gather(KvCacheAllocation& cache, const std::string& layer, const std::string& part_name,
-                  const IntArray& slot_mapping) {
+                  const py::array& slot_mapping) {
   const LayerKvView& view = cache.view(layer);
   const KvPart part = parse_part(part_name);
   const KvPartView& p = part_of(view, part);
-  const std::vector<int32_t> slots(slot_mapping.data(), slot_mapping.data() + slot_mapping.size());
+  const std::vector<int32_t> slots = slot_vector(slot_mapping);
   check_slot_mapping(view, slots);
   FloatArray out({static_cast<py::ssize_t>(slots.size()), static_cast<py::ssize_t>(p.num_heads),
                   static_cast<py::ssize_t>(p.width)});

@@ -17,7 +17,7 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
   cmake -S . -B build/asan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_SANITIZE=ON \
         -DCMAKE_BUILD_TYPE=Debug > /dev/null
   cmake --build build/asan -j "$JOBS"
-  ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$JOBS"
 fi
 

@@ -25,11 +25,20 @@ std::string str_cat(Args&&... args) {
 class ConfigError : public std::invalid_argument {
  public:
   ConfigError(const std::string& field, const std::string& value, const std::string& allowed)
-      : std::invalid_argument(str_cat(field, " = ", value, ": ", allowed)), field_(field) {}
+      : std::invalid_argument(str_cat(field, " = ", value, ": ", allowed)),
+        field_(field), value_(value), allowed_(allowed) {}
   const std::string& field() const { return field_; }
+  const std::string& value() const { return value_; }
+  const std::string& allowed() const { return allowed_; }
+  // The same error with "prefix." in front of the field (e.g. the layer name).
+  ConfigError with_prefix(const std::string& prefix) const {
+    return ConfigError(prefix + "." + field_, value_, allowed_);
+  }
 
  private:
   std::string field_;
+  std::string value_;
+  std::string allowed_;
 };
 
 // The input is valid but no implementation here supports it.

@@ -63,10 +63,14 @@ const LayerKvView& KvCacheAllocation::view(const std::string& layer_name) const 
   return views_[it->second];
 }
 
-ocl::Buffer& KvCacheAllocation::tensor(int index) {
+const ocl::Buffer& KvCacheAllocation::tensor(int index) const {
   check_config(index >= 0 && index < static_cast<int>(buffers_.size()), "tensor_index", index,
                str_cat("must be in [0, ", buffers_.size(), ")"));
   return buffers_[index];
+}
+
+ocl::Buffer& KvCacheAllocation::tensor(int index) {
+  return const_cast<ocl::Buffer&>(static_cast<const KvCacheAllocation*>(this)->tensor(index));
 }
 
 const ocl::Buffer& KvCacheAllocation::tensor_of(const std::string& layer_name) const {
@@ -76,7 +80,7 @@ const ocl::Buffer& KvCacheAllocation::tensor_of(const std::string& layer_name) c
 int64_t KvCacheAllocation::total_bytes() const { return config_.total_bytes(); }
 
 std::vector<uint8_t> KvCacheAllocation::read_tensor(int index) const {
-  const ocl::Buffer& b = const_cast<KvCacheAllocation*>(this)->tensor(index);
+  const ocl::Buffer& b = tensor(index);
   std::vector<uint8_t> out(b.size_bytes());
   b.read(*ctx_, out.data(), out.size());
   return out;

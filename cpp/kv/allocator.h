@@ -37,6 +37,7 @@ class KvCacheAllocation {
   const LayerKvView& view(const std::string& layer_name) const;
   size_t num_tensors() const { return buffers_.size(); }
   ocl::Buffer& tensor(int index);
+  const ocl::Buffer& tensor(int index) const;
   const ocl::Buffer& tensor_of(const std::string& layer_name) const;
   int64_t total_bytes() const;
   std::vector<uint8_t> read_tensor(int index) const;  // blocking copy to the host

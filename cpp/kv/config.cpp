@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/errors.h"
+#include "common/math.h"
 
 namespace specdec::kv {
 
@@ -14,7 +15,7 @@ int64_t KvCacheGroup::max_concurrent_requests() const {
 
 int64_t KvCacheConfig::total_bytes() const {
   int64_t total = 0;
-  for (const auto& t : tensors) total += t.size_bytes;
+  for (const auto& t : tensors) total = checked_add(total, t.size_bytes, "total_bytes");
   return total;
 }
 

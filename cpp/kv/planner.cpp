@@ -18,10 +18,7 @@ void validate_spec_of(const LayerKvSpec& layer) {
   try {
     layer.spec.validate();
   } catch (const ConfigError& e) {
-    const std::string what = e.what();
-    const auto sep = what.find(" = ");
-    throw ConfigError(layer.layer_name + "." + e.field(),
-                      sep == std::string::npos ? "?" : what.substr(sep + 3), "(see above)");
+    throw e.with_prefix(layer.layer_name);
   }
 }
 
@@ -59,17 +56,43 @@ int64_t blocks_needed_per_request(const KvCacheGroup& g) {
 int64_t required_bytes(const std::vector<KvCacheGroup>& groups) {
   int64_t total = 0;
   for (const auto& g : groups) {
-    total += checked_mul(blocks_needed_per_request(g), g.bytes_per_block, "required_bytes");
+    total = checked_add(total, checked_mul(blocks_needed_per_request(g), g.bytes_per_block, "required_bytes"),
+                        "required_bytes");
   }
   return total;
 }
 
+int max_sliding_window(const std::vector<LayerKvSpec>& layers) {
+  int out = 0;
+  for (const auto& l : layers) {
+    if (l.spec.kind == KvSpecKind::kSlidingWindow) out = std::max(out, l.spec.sliding_window);
+  }
+  return out;
+}
+
 std::string mib(int64_t bytes) { return str_cat(static_cast<int64_t>(bytes / kMiB * 100) / 100.0, " MiB"); }
+
+// What to do when a budget is too small: the largest max_model_len that fits, and whether the
+// model's sliding window allows it.
+std::string fit_advice(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
+                       int64_t max_model_len, const PlannerOptions& options) {
+  const int64_t fit = max_model_len_for_budget(layers, budget_bytes, max_model_len, options);
+  if (fit == 0) return "not even one token fits. Raise kv_cache_memory_bytes.";
+  const int window = max_sliding_window(layers);
+  if (fit < window) {
+    return str_cat("the largest max_model_len that fits is ", fit, ", below the sliding window of ",
+                   window, " tokens that max_model_len must reach. Raise kv_cache_memory_bytes.");
+  }
+  return str_cat("the largest max_model_len that fits is ", fit,
+                 ". Raise kv_cache_memory_bytes or lower max_model_len.");
+}
+
 
 }  // namespace
 
 void validate_layers(const std::vector<LayerKvSpec>& layers, int64_t max_model_len) {
-  check_config(max_model_len >= 1, "max_model_len", max_model_len, "must be >= 1 token");
+  check_config(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
+               str_cat("must be in [1, ", kMaxTokens, "] tokens"));
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& layer = layers[i];
@@ -115,7 +138,7 @@ static std::vector<KvCacheGroup> build_groups(const std::vector<LayerKvSpec>& la
     KvCacheGroup& group = groups[it->second];
     group.layer_names.push_back(layer.layer_name);
     group.layer_specs.push_back(layer.spec);
-    group.bytes_per_block += layer.spec.page_size_bytes();
+    group.bytes_per_block = checked_add(group.bytes_per_block, layer.spec.page_size_bytes(), "bytes_per_block");
     group_of_layer[layer.layer_name] = it->second;
   }
   return groups;
@@ -134,9 +157,14 @@ int64_t min_budget_bytes(const std::vector<LayerKvSpec>& layers, int64_t max_mod
 
 int64_t max_model_len_for_budget(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
                                  int64_t limit, const PlannerOptions& options) {
-  validate_layers(layers, std::max<int64_t>(limit, 1) + (1 << 30));  // window limits do not apply
+  validate_layers(layers, kMaxTokens);  // window limits do not apply to the byte count
+  limit = std::min(limit, kMaxTokens);
   auto fits = [&](int64_t len) {
-    return required_bytes(build_groups(layers, len, options.max_num_batched_tokens)) <= budget_bytes;
+    try {
+      return required_bytes(build_groups(layers, len, options.max_num_batched_tokens)) <= budget_bytes;
+    } catch (const ConfigError&) {  // the byte count overflows: certainly does not fit
+      return false;
+    }
   };
   if (limit < 1 || !fits(1)) return 0;
   int64_t lo = 1, hi = limit;  // fits(lo) holds
@@ -166,15 +194,11 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
     for (auto& g : config.groups) g.num_blocks = options.num_blocks_override;
   } else if (!config.groups.empty()) {
     if (budget_bytes < required) {
-      const int64_t fit = max_model_len_for_budget(layers, budget_bytes, max_model_len, options);
-      throw ConfigError(
-          "kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
-          str_cat("one request of max_model_len = ", max_model_len, " needs ", required,
-                  " bytes (", mib(required), ") of KV cache",
-                  options.model_name.empty() ? "" : " for " + options.model_name, "; ",
-                  fit > 0 ? str_cat("the largest max_model_len that fits is ", fit)
-                          : std::string("not even one token fits"),
-                  ". Raise kv_cache_memory_bytes or lower max_model_len."));
+      throw ConfigError("kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
+                        str_cat("one request of max_model_len = ", max_model_len, " needs ", required,
+                                " bytes (", mib(required), ") of KV cache",
+                                options.model_name.empty() ? "" : " for " + options.model_name, "; ",
+                                fit_advice(layers, budget_bytes, max_model_len, options)));
     }
     // Every group gets the same multiple of its per-request need.
     for (auto& g : config.groups) {
@@ -200,6 +224,41 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
   return config;
 }
 
+namespace {
+
+// Plans one side of a target + drafter pair; its errors name the side.
+KvCacheConfig plan_side(const char* side, const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
+                        int64_t max_model_len, const PlannerOptions& options) {
+  try {
+    return plan_kv_cache(layers, budget_bytes, max_model_len, options);
+  } catch (const ConfigError& e) {
+    throw e.with_prefix(side);
+  }
+}
+
+// Largest max_model_len whose request fits both models' needs in budget_bytes together.
+int64_t max_model_len_for_pair(const std::vector<LayerKvSpec>& target, const std::vector<LayerKvSpec>& drafter,
+                               int64_t budget_bytes, int64_t limit, const PlannerOptions& t_opt,
+                               const PlannerOptions& d_opt) {
+  auto fits = [&](int64_t len) {
+    try {
+      return checked_add(min_budget_bytes(target, len, t_opt), min_budget_bytes(drafter, len, d_opt),
+                         "required_bytes") <= budget_bytes;
+    } catch (const ConfigError&) {
+      return false;
+    }
+  };
+  if (limit < 1 || !fits(1)) return 0;
+  int64_t lo = 1, hi = std::min(limit, kMaxTokens);
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
 SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_layers,
                                          const std::vector<LayerKvSpec>& drafter_layers,
                                          int64_t budget_bytes, int64_t max_model_len,
@@ -207,18 +266,25 @@ SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_
                                          const PlannerOptions& target_options,
                                          const PlannerOptions& drafter_options) {
   check_config(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
+  check_config(!target_layers.empty(), "target_layers", "[]", "the target needs at least one attention layer");
+  check_config(!drafter_layers.empty(), "drafter_layers", "[]",
+               "a drafter with a KV cache needs at least one attention layer");
   SpecDecodeKvPlan plan;
   const int64_t need_t = min_budget_bytes(target_layers, max_model_len, target_options);
   const int64_t need_d = min_budget_bytes(drafter_layers, max_model_len, drafter_options);
+  const int64_t need = checked_add(need_t, need_d, "required_bytes");
+  if (budget_bytes < need) {
+    const int64_t fit = max_model_len_for_pair(target_layers, drafter_layers, budget_bytes, max_model_len,
+                                               target_options, drafter_options);
+    throw ConfigError("kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
+                      str_cat("one request of max_model_len = ", max_model_len, " needs ", need, " bytes (",
+                              mib(need), "): ", need_t, " for the target and ", need_d, " for the drafter; ",
+                              fit > 0 ? str_cat("the largest max_model_len that fits both is ", fit)
+                                      : std::string("not even one token fits"),
+                              ". Raise kv_cache_memory_bytes or lower max_model_len."));
+  }
   if (drafter_fraction < 0) {
-    if (budget_bytes < need_t + need_d) {
-      throw ConfigError("kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
-                        str_cat("one request of max_model_len = ", max_model_len, " needs ",
-                                need_t + need_d, " bytes (", mib(need_t + need_d), "): ", need_t,
-                                " for the target and ", need_d, " for the drafter"));
-    }
-    plan.drafter_budget_bytes = static_cast<int64_t>(
-        static_cast<__int128>(budget_bytes) * need_d / (need_t + need_d));
+    plan.drafter_budget_bytes = static_cast<int64_t>(static_cast<__int128>(budget_bytes) * need_d / need);
     plan.split = str_cat("proportional to one max_model_len request (target ", need_t,
                          " B : drafter ", need_d, " B), so both hold the same number of requests");
   } else {
@@ -228,8 +294,8 @@ SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_
     plan.split = str_cat("fixed: drafter_fraction = ", drafter_fraction);
   }
   plan.target_budget_bytes = budget_bytes - plan.drafter_budget_bytes;
-  plan.target = plan_kv_cache(target_layers, plan.target_budget_bytes, max_model_len, target_options);
-  plan.drafter = plan_kv_cache(drafter_layers, plan.drafter_budget_bytes, max_model_len, drafter_options);
+  plan.target = plan_side("target", target_layers, plan.target_budget_bytes, max_model_len, target_options);
+  plan.drafter = plan_side("drafter", drafter_layers, plan.drafter_budget_bytes, max_model_len, drafter_options);
   return plan;
 }
 

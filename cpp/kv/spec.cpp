@@ -120,20 +120,22 @@ int64_t KvCacheSpec::bytes_per_token() const { return page_size_bytes() / block_
 
 int64_t KvCacheSpec::max_blocks_per_request(int64_t max_model_len,
                                             int64_t max_num_batched_tokens) const {
-  check_config(max_model_len >= 1, "max_model_len", max_model_len, "must be >= 1");
-  check_config(max_num_batched_tokens >= 1, "max_num_batched_tokens", max_num_batched_tokens,
-               "must be >= 1");
+  check_config(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
+               str_cat("must be in [1, ", kMaxTokens, "]"));
+  check_config(max_num_batched_tokens >= 1 && max_num_batched_tokens <= kMaxTokens,
+               "max_num_batched_tokens", max_num_batched_tokens,
+               str_cat("must be in [1, ", kMaxTokens, "]"));
   switch (kind) {
     case KvSpecKind::kFullAttention:
     case KvSpecKind::kMla:
       return cdiv(max_model_len, block_size);
     case KvSpecKind::kSlidingWindow: {
       // The window may start mid-block: one block more than the tokens need.
-      const int64_t n = std::min<int64_t>(sliding_window - 1 + max_num_batched_tokens, max_model_len);
+      const int64_t n = std::min<int64_t>(int64_t{sliding_window} - 1 + max_num_batched_tokens, max_model_len);
       return std::min(cdiv(n, block_size) + 1, cdiv(max_model_len, block_size));
     }
     case KvSpecKind::kChunkedLocal: {
-      const int64_t n = std::min<int64_t>(attention_chunk_size + max_num_batched_tokens, max_model_len);
+      const int64_t n = std::min<int64_t>(int64_t{attention_chunk_size} + max_num_batched_tokens, max_model_len);
       return cdiv(n, block_size);
     }
   }

@@ -1,6 +1,7 @@
 #include "ocl/context.h"
 
 #include <cstdlib>
+#include <functional>
 
 #include "common/errors.h"
 #include "ocl/kernel_sources.h"
@@ -51,7 +52,7 @@ cl_program Context::build(const std::string& name, const std::string& source,
                           const std::string& options) {
   std::string full_options = "-cl-std=CL1.2 " + options;
   if (const char* extra = std::getenv("SPECDEC_CL_BUILD_OPTIONS")) full_options += std::string(" ") + extra;
-  const auto key = std::make_pair(name, full_options);
+  const auto key = std::make_tuple(name, full_options, std::hash<std::string>{}(source));
   if (auto it = programs_.find(key); it != programs_.end()) return it->second;
 
   const char* text = source.c_str();
@@ -73,9 +74,9 @@ cl_program Context::build(const std::string& name, const std::string& source,
 
 Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
                        const std::string& options) {
-  const auto key = std::make_tuple(program, options, kernel_name);
-  if (auto it = kernels_.find(key); it != kernels_.end()) return Kernel(it->second, kernel_name);
   cl_program p = build(program, kernel_source(program), options);
+  const auto key = std::make_pair(p, kernel_name);
+  if (auto it = kernels_.find(key); it != kernels_.end()) return Kernel(it->second, kernel_name);
   cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(p, kernel_name.c_str(), &err);
   check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));

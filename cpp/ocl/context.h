@@ -34,8 +34,9 @@ class Context {
   void finish() const;
 
   // Kernel `kernel_name` of the embedded program `program` built with `options`
-  // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options); the kernel object
-  // is created once too and shared (arguments are set before every launch, on one thread).
+  // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options, source); the kernel
+  // object is created once too and shared: arguments are set right before every launch, so
+  // callers must not launch from several threads at once (the bindings hold the GIL).
   Kernel kernel(const std::string& program, const std::string& kernel_name,
                 const std::string& options = "");
   // Builds `source` as program `name` (cached like embedded programs). A failed build throws
@@ -47,8 +48,9 @@ class Context {
   DeviceInfo device_;
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
-  std::map<std::pair<std::string, std::string>, cl_program> programs_;
-  std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> kernels_;
+  // (name, full options, source hash) -> program; (program, kernel name) -> kernel
+  std::map<std::tuple<std::string, std::string, size_t>, cl_program> programs_;
+  std::map<std::pair<cl_program, std::string>, cl_kernel> kernels_;
 };
 
 // A device buffer. Move-only.

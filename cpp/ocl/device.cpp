@@ -102,6 +102,7 @@ const DeviceInfo* match(const std::vector<DeviceInfo>& devices, const std::strin
   }
   const auto colon = sel.find(':');
   if (colon != std::string::npos && colon > 0 && colon + 1 < sel.size() && colon < 6 &&
+      sel.find(':', colon + 1) == std::string::npos &&
       sel.size() - colon < 7 &&
       std::all_of(sel.begin(), sel.end(), [](unsigned char c) { return std::isdigit(c) || c == ':'; })) {
     const int p = std::stoi(sel.substr(0, colon));

@@ -31,11 +31,16 @@ from specdec._core import (
     make_layer_views,
     max_model_len_for_budget,
     min_kv_cache_bytes,
-    plan_target_and_drafter,
     select_device,
 )
 from specdec._core import KvCacheManager, AllocationResult
-from specdec.kv import format_kv_plan, parse_bytes, plan_kv_cache, allocate_kv_cache
+from specdec.kv import (
+    allocate_kv_cache,
+    format_kv_plan,
+    parse_bytes,
+    plan_kv_cache,
+    plan_target_and_drafter,
+)
 
 __version__ = "0.1.0"
 

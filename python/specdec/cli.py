@@ -62,6 +62,22 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_in(lo: int, hi: int):
+    """An argparse type: an int in [lo, hi], else a clear error naming the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside [{lo}, {hi}]")
+        return value
+    return parse
+
+
+MAX_TOKENS = 1 << 40
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     parser.add_argument("--version", action="version", version=f"specdec {specdec.__version__}")
@@ -75,11 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help="built-in example model (see --list-examples)")
     p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
     p.add_argument("--budget", default="1GiB", help="KV-cache memory budget, e.g. 1GiB (default)")
-    p.add_argument("--max-model-len", type=int, default=0,
+    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,
                    help="tokens per request (default: the model's context length)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+    p.add_argument("--max-num-batched-tokens", type=_int_in(1, MAX_TOKENS), default=2048,
                    help="most new tokens of one request in one step (default 2048)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
+    p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16,
+                   help="tokens per block (default 16)")
     p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
     p.add_argument("--drafter-example", help="also plan this example as the drafter, same budget")
     p.add_argument("--drafter-fraction", type=float, default=None,

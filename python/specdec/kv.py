@@ -7,6 +7,8 @@ from typing import Mapping, Sequence, Union
 
 from specdec import _core
 
+MAX_BYTES = 1 << 62
+
 LayersArg = Union[Sequence["_core.LayerKvSpec"], Mapping[str, "_core.KvCacheSpec"]]
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
@@ -19,15 +21,18 @@ def parse_bytes(value: Union[int, str], field: str = "kv_cache_memory_bytes") ->
     if isinstance(value, bool):
         raise ValueError(f"{field} = {value!r}: must be a byte count such as 1073741824 or '1GiB'")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{field} = {value}: must be >= 0")
+        if not 0 <= value < MAX_BYTES:
+            raise ValueError(f"{field} = {value}: must be in [0, {MAX_BYTES})")
         return value
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(
             f"{field} = {value!r}: must be a byte count such as 1073741824, '512MiB' or '1.5GB' "
             f"(units: {', '.join(u for u in _UNITS if u)})")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    amount = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not amount < MAX_BYTES:
+        raise ValueError(f"{field} = {value!r}: must be below {MAX_BYTES} bytes")
+    return int(amount)
 
 
 def _layer_list(layers: LayersArg) -> list:
@@ -51,11 +56,31 @@ def plan_kv_cache(layers: LayersArg, kv_cache_memory_bytes: Union[int, str], max
                                model_name)
 
 
+def plan_target_and_drafter(target_layers: LayersArg, drafter_layers: LayersArg,
+                            kv_cache_memory_bytes: Union[int, str], max_model_len: int,
+                            drafter_fraction: float | None = None,
+                            max_num_batched_tokens: int = 2048, target_name: str = "target",
+                            drafter_name: str = "drafter") -> "_core.SpecDecodeKvPlan":
+    """Plans a target and its drafter from one budget.
+
+    By default the budget is split in proportion to what one ``max_model_len`` request needs in
+    each model, so both hold the same number of requests; ``drafter_fraction`` fixes the
+    drafter's share instead. ``plan.split`` states the rule used.
+    """
+    return _core.plan_target_and_drafter(_layer_list(target_layers), _layer_list(drafter_layers),
+                                         parse_bytes(kv_cache_memory_bytes), max_model_len,
+                                         drafter_fraction, max_num_batched_tokens, target_name,
+                                         drafter_name)
+
+
 def allocate_kv_cache(config: "_core.KvCacheConfig", layouts: Mapping[str, str] | None = None,
                       default_layout: str = "kv_major",
                       device: Union[str, "_core.Context", None] = None) -> "_core.KvCache":
     """Allocates a plan on an OpenCL device; ``layouts`` maps layer names to layout names."""
-    ctx = device if isinstance(device, _core.Context) else _core.Context(device or "")
+    if isinstance(device, _core.Context):
+        ctx = device
+    else:
+        ctx = _core.Context("" if device is None else str(device))
     return _core.KvCache(config, dict(layouts or {}), default_layout, ctx)
 
 

@@ -140,6 +140,11 @@ TEST(KvAlloc, HybridGroupsDoNotOverlap) {
   std::mt19937 rng(3);
   round_trip(cache, "layers.0", "layers.0", 100, rng);
   round_trip(cache, "layers.5", "layers.5", 100, rng);
+  for (size_t t = 0; t < cache.num_tensors(); ++t) {  // every other layer's tensor is untouched
+    if (static_cast<int>(t) == config.tensor_of("layers.0") || static_cast<int>(t) == config.tensor_of("layers.5")) continue;
+    const auto raw = cache.read_tensor(static_cast<int>(t));
+    EXPECT_TRUE(std::all_of(raw.begin(), raw.end(), [](uint8_t b) { return b == 0; })) << "tensor " << t;
+  }
 }
 
 TEST(KvAlloc, BadSlotsAndDtypes) {

@@ -208,3 +208,43 @@ TEST(Planner, BadLayersNameTheField) {
   EXPECT_NE(error_of([&] { plan_kv_cache({{"x", broken, ""}}, kGiB, 2048); }).find("x.num_kv_heads = 0"),
             std::string::npos);
 }
+
+TEST(Planner, TooSmallForTheWindowSaysSo) {
+  const auto layers = example_model_layers("gemma3-270m");
+  const std::string err = error_of([&] { plan_kv_cache(layers, 8 << 20, 32768); });
+  EXPECT_NE(err.find("below the sliding window of 512 tokens"), std::string::npos) << err;
+  // a suggested length that is not below the window really plans
+  const auto smol = example_model_layers("smollm2-135m");
+  const int64_t fit = max_model_len_for_budget(smol, 64 << 20, 32768);
+  EXPECT_GT(fit, 0);
+  EXPECT_NO_THROW(plan_kv_cache(smol, 64 << 20, fit));
+  EXPECT_THROW(plan_kv_cache(smol, 64 << 20, fit + 1), ConfigError);
+}
+
+TEST(Planner, ExtremeValuesAreErrorsNotOverflows) {
+  const auto smol = example_model_layers("smollm2-135m");
+  EXPECT_NE(error_of([&] { plan_kv_cache(smol, kGiB, int64_t{1} << 62); }).find("max_model_len"), std::string::npos);
+  EXPECT_NE(error_of([&] { smol[0].spec.max_blocks_per_request(INT64_MAX, 1); }).find("max_model_len"), std::string::npos);
+  EXPECT_NE(error_of([&] { smol[0].spec.max_blocks_per_request(100, INT64_MAX); }).find("max_num_batched_tokens"),
+            std::string::npos);
+  // the largest length for a budget, asked with a huge limit, is still answered
+  EXPECT_EQ(max_model_len_for_budget(smol, 100 * 368640, INT64_MAX), 1584);
+  // sums of huge layers overflow into an error, never into a negative byte count
+  std::vector<LayerKvSpec> huge;
+  for (int i = 0; i < 4; ++i) {
+    huge.push_back({"l" + std::to_string(i), KvCacheSpec::full_attention(65536, 4096, 65536, DType::kF32), ""});
+  }
+  EXPECT_THROW(min_budget_bytes(huge, int64_t{1} << 40), ConfigError);
+}
+
+TEST(Planner, TargetAndDrafterErrors) {
+  const auto target = example_model_layers("qwen2.5-coder-1.5b");
+  const auto drafter = example_model_layers("qwen2.5-coder-0.5b");
+  EXPECT_NE(error_of([&] { plan_target_and_drafter({}, drafter, kGiB, 1024); }).find("target_layers"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan_target_and_drafter(target, {}, kGiB, 1024); }).find("drafter_layers"), std::string::npos);
+  const std::string err = error_of([&] { plan_target_and_drafter(target, drafter, kGiB, 32768); });
+  EXPECT_NE(err.find("largest max_model_len that fits both is"), std::string::npos) << err;
+  // a fixed split that starves one side names that side
+  const std::string side = error_of([&] { plan_target_and_drafter(target, drafter, kGiB, 1024, 1e-9); });
+  EXPECT_NE(side.find("drafter.kv_cache_memory_bytes"), std::string::npos) << side;
+}

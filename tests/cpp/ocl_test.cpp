@@ -57,6 +57,7 @@ TEST(Ocl, ListsAndSelectsDevices) {
     EXPECT_NE(std::string(e.what()).find(devices[0].name), std::string::npos);  // lists devices
   }
   EXPECT_THROW(select_device("99"), ConfigError);
+  EXPECT_THROW(select_device(pd + ":0"), ConfigError);  // P:D:X is not P:D
 }
 
 TEST(Ocl, EnvironmentPicksTheDevice) {
@@ -68,9 +69,9 @@ TEST(Ocl, EnvironmentPicksTheDevice) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("SPECDEC_DEVICE"), std::string::npos);
   }
+  EXPECT_EQ(select_device("0").index, 0);  // an argument wins over the environment
   setenv("SPECDEC_DEVICE", "0", 1);
   EXPECT_EQ(select_device("").index, 0);
-  EXPECT_EQ(select_device("0").index, 0);  // an argument wins over the environment
   unsetenv("SPECDEC_DEVICE");
 }
 
@@ -101,6 +102,9 @@ TEST(Ocl, ProgramCacheAndBuildLog) {
   cl_program p3 = ctx->build("twice", src, "-DSCALE=3.0f");
   EXPECT_NE(p1, p3);
   EXPECT_EQ(ctx->num_cached_programs(), 2u);
+  // same name and options, other source: a new program, not the cached one
+  cl_program p4 = ctx->build("twice", src + "\n// edited", "-DSCALE=2.0f");
+  EXPECT_NE(p1, p4);
   try {
     ctx->build("broken", "__kernel void f(__global float* x) { x[0] = undefined_symbol; }", "");
     FAIL() << "no throw";

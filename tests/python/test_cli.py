@@ -38,6 +38,10 @@ def test_kv_plan_errors_are_clear(capsys):
     assert "kv_cache_memory_bytes" in err and "largest max_model_len that fits" in err
     assert main(["kv-plan", "--example", "gemma3-270m", "--dtype", "fp8"]) == 2
     assert "dtype = 'fp8'" in capsys.readouterr().err
+    assert main(["kv-plan", "--example", "gemma3-270m", "--budget", "1e30"]) == 2
+    assert "--budget = '1e30'" in capsys.readouterr().err
+    out = run("kv-plan", "--example", "gemma3-270m", "--max-model-len", "99999999999999999999")
+    assert out.returncode == 2 and "outside [0, 1099511627776]" in out.stderr and "Traceback" not in out.stderr
     assert main(["kv-plan", "--list-examples"]) == 0
     assert "deepseek-v2-lite" in capsys.readouterr().out
 

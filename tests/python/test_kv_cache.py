@@ -93,3 +93,25 @@ def test_bad_writes_name_the_field(context):
         cache.write_kv("layers.0", np.zeros((2, 3, 32), np.float32), k, np.array([0, 1], np.int32))
     with pytest.raises(ValueError, match="layer_name = 'layers.99'"):
         cache.view("layers.99")
+
+
+def test_slot_mappings_are_checked_before_narrowing(context):
+    cfg = plan("smollm2-135m", blocks=4)
+    cache = specdec.allocate_kv_cache(cfg, device=context)
+    k = np.ones((1, 3, 64), np.float32)
+    for bad, match in ((np.array([6.9]), "integer array"), (np.array([[1]], np.int32), "1-D"),
+                       (np.array([2**32 + 5], np.int64), r"slot_mapping\[0\] = 4294967301"),
+                       (np.array([-2], np.int64), r"slot_mapping\[0\] = -2")):
+        with pytest.raises(ValueError, match=match):
+            cache.write_kv("layers.0", k, k, bad)
+    # a wrong value shape is found before the key is written: nothing changes
+    with pytest.raises(ValueError, match="value"):
+        cache.write_kv("layers.0", k, np.ones((1, 3, 32), np.float32), np.array([5], np.int64))
+    assert not cache.read_tensor(0).any()
+    cache.write_kv("layers.0", k, k, np.array([5], np.uint16))
+    assert cache.read_tensor(0).any()
+
+
+def test_device_by_index():
+    cfg = plan("smollm2-135m", blocks=2)
+    assert specdec.allocate_kv_cache(cfg, device=0).num_tensors == 30

@@ -50,6 +50,10 @@ def test_spec_sizes_and_errors_name_the_field():
         specdec.SlidingWindowSpec(16, 1, 64, sliding_window=-3)
     with pytest.raises(ValueError, match="head_size_v = 0"):
         specdec.FullAttentionSpec(16, 1, 64, head_size_v=0)
+    with pytest.raises(ValueError, match="num_kv_heads = 1099511627776"):
+        specdec.FullAttentionSpec(16, 2**40, 64)
+    with pytest.raises(ValueError, match="qk_rope_head_dim = -1"):
+        specdec.MLAAttentionSpec(16, 512, -1)
 
 
 def test_bad_plans_name_the_field():
@@ -88,6 +92,8 @@ def test_target_and_drafter_from_one_budget():
     assert "proportional" in plan.split
     text = specdec.format_kv_plan(plan)
     assert "[target]" in text and "[drafter]" in text
+    as_text = specdec.plan_target_and_drafter(target, drafter, "4GiB", 32768)
+    assert as_text.drafter_budget_bytes == plan.drafter_budget_bytes
     fixed = specdec.plan_target_and_drafter(target, drafter, 4 * GIB, 32768, drafter_fraction=0.25)
     assert fixed.drafter_budget_bytes == GIB
     with pytest.raises(ValueError, match="drafter_fraction"):
@@ -99,6 +105,6 @@ def test_parse_bytes():
     assert specdec.parse_bytes("1.5 MiB") == 3 << 19
     assert specdec.parse_bytes("2e9") == 2_000_000_000
     assert specdec.parse_bytes(123) == 123
-    for bad in ("-1", "12 parsecs", "", True, -5):
+    for bad in ("-1", "12 parsecs", "", True, -5, "1e400", 2**70):
         with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
             specdec.parse_bytes(bad)
