@@ -1,0 +1,105 @@
+// Attention backends: the interface every implementation offers, what it declares it can do,
+// and what a layer requires. The selector (selector.h) matches the two and explains every
+// rejection; the allocator views each layer's cache in the layout its backend declares.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention/metadata.h"
+#include "common/dtype.h"
+#include "kv/layout.h"
+#include "kv/spec.h"
+#include "ocl/context.h"
+
+namespace specdec::attn {
+
+// What one attention layer needs from a backend.
+struct AttentionRequirements {
+  int head_size = 0;     // q/k head size (MLA: kv_lora_rank + qk_rope_head_dim)
+  int head_size_v = 0;   // v / output head size (MLA: kv_lora_rank)
+  int num_q_heads = 0;
+  int num_kv_heads = 0;  // 1 for MLA
+  DType kv_cache_dtype = DType::kF16;
+  int block_size = 16;
+  bool use_mla = false;
+  bool use_non_causal = false;     // bidirectional (DFlash drafters)
+  bool use_sliding_window = false;
+  bool use_chunked_local = false;
+  bool use_softcap = false;        // logit soft-capping
+  bool use_sinks = false;          // learned per-head attention sinks
+  // Set for a layer that reads another layer's cache: the backend must use that layout.
+  std::optional<kv::KvLayout> required_layout;
+
+  // From a layer's KV spec; num_q_heads must be a multiple of the spec's num_kv_heads
+  // (ConfigError naming num_q_heads otherwise). MLA: head_size_v = kv_lora_rank.
+  static AttentionRequirements from_spec(const kv::KvCacheSpec& spec, int num_q_heads,
+                                         bool use_non_causal = false, bool use_softcap = false,
+                                         bool use_sinks = false);
+  std::string to_string() const;
+};
+
+// What a backend declares it implements (and tests).
+struct BackendCapabilities {
+  std::string name;                    // e.g. "OCL_PAGED"; matched case-insensitively
+  std::string description;
+  std::vector<DType> kv_cache_dtypes;
+  std::vector<int> head_sizes;         // empty: any head size in [1, max_head_size]
+  int max_head_size = 0;
+  int block_size_multiple_of = 1;      // block_size % this == 0
+  bool is_mla = false;                 // MLA latent caches (and only those)
+  bool causal = true;
+  bool non_causal = false;
+  bool sliding_window = false;
+  bool chunked_local = false;
+  bool logit_softcap = false;
+  bool sinks = false;
+  bool separate_head_size_v = false;   // head_size_v != head_size (attention, not MLA)
+  bool on_device = true;               // false: runs on the host (REFERENCE)
+  kv::KvLayout kv_layout = kv::KvLayout::kKvMajor;
+};
+
+// Per-layer parameters of one attention call.
+struct AttentionLayerParams {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_size = 0;           // q/k (MLA: lora + rope)
+  int head_size_v = 0;         // v / output (MLA: lora)
+  float scale = 1.0f;          // applied to q.k
+  float logit_softcap = 0.0f;  // 0: none; else s = softcap * tanh(s / softcap)
+  int sliding_window = 0;      // 0: none; else a query at position p sees keys >= p - window + 1
+  int attention_chunk_size = 0;  // 0: none; else a query at p sees keys >= floor(p / C) * C
+  // [num_q_heads] f32 sink logits (an extra softmax term with no value), or null for none.
+  const ocl::Buffer* sinks = nullptr;
+
+  static AttentionLayerParams from_requirements(const AttentionRequirements& r, float scale);
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual const BackendCapabilities& capabilities() const = 0;
+  const std::string& name() const { return capabilities().name; }
+  kv::KvLayout kv_layout() const { return capabilities().kv_layout; }
+
+  // Every reason this backend cannot serve `r`, in a fixed order; empty when it can.
+  std::vector<std::string> validate(const AttentionRequirements& r) const;
+
+  // The builder that turns common metadata into what this backend's kernel reads (default:
+  // chunked-local specs get local virtual batches; everything else is uploaded as is).
+  virtual std::unique_ptr<AttentionMetadataBuilder> make_builder(const kv::KvCacheSpec& spec) const;
+
+  // One layer's attention for a ragged batch (prefill chunks and decodes together).
+  //   md:     built by this backend's builder for the layer's KV-cache group
+  //   view:   the layer's view of its cache tensor (in this backend's layout), cache: the tensor
+  //   query:  [num_tokens, num_q_heads, head_size] f32
+  //   output: [num_tokens, num_q_heads, head_size_v] f32
+  // K/V of the new tokens must already be in the cache (kv_cache_write). Enqueued on ctx's queue.
+  virtual void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+                       const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+                       ocl::Buffer& output) const = 0;
+};
+
+}  // namespace specdec::attn
