@@ -7,11 +7,13 @@ void register_common(py::module_& m);
 void register_ocl(py::module_& m);
 void register_kv(py::module_& m);
 void register_blocks(py::module_& m);
+void register_attention(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "specdec C++ core (KV cache, OpenCL runtime)";
+  m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
   register_common(m);
   register_ocl(m);
   register_kv(m);
   register_blocks(m);
+  register_attention(m);
 }

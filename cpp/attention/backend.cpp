@@ -75,15 +75,16 @@ std::vector<std::string> AttentionBackend::validate(const AttentionRequirements&
     reasons.push_back(str_cat("block_size ", r.block_size, " not supported (must be a multiple of ",
                               c.block_size_multiple_of, ")"));
   }
-  if (r.use_mla != c.is_mla) reasons.push_back(r.use_mla ? "MLA not supported" : "non-MLA not supported");
+  if (!c.any_mla && r.use_mla != c.is_mla) reasons.push_back(r.use_mla ? "MLA not supported" : "non-MLA not supported");
   if (!r.use_non_causal && !c.causal) reasons.push_back("causal attention not supported");
   if (r.use_non_causal && !c.non_causal) reasons.push_back("non-causal attention not supported");
   if (r.use_sliding_window && !c.sliding_window) reasons.push_back("sliding window not supported");
   if (r.use_chunked_local && !c.chunked_local) reasons.push_back("chunked local attention not supported");
   if (r.use_softcap && !c.logit_softcap) reasons.push_back("logit softcap not supported");
   if (r.use_sinks && !c.sinks) reasons.push_back("attention sinks not supported");
-  if (r.required_layout && *r.required_layout != c.kv_layout) {
-    reasons.push_back("KV layout " + kv::layout_name(c.kv_layout) + " differs from the required " +
+  const kv::KvLayout layout = r.use_mla ? kv::KvLayout::kMlaLatent : c.kv_layout;
+  if (r.required_layout && *r.required_layout != layout) {
+    reasons.push_back("KV layout " + kv::layout_name(layout) + " differs from the required " +
                       kv::layout_name(*r.required_layout) + " (the layer reads another layer's cache)");
   }
   return reasons;

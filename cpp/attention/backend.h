@@ -50,6 +50,7 @@ struct BackendCapabilities {
   int max_head_size = 0;
   int block_size_multiple_of = 1;      // block_size % this == 0
   bool is_mla = false;                 // MLA latent caches (and only those)
+  bool any_mla = false;                // serves MLA and non-MLA layers alike (REFERENCE)
   bool causal = true;
   bool non_causal = false;
   bool sliding_window = false;
@@ -83,6 +84,10 @@ class AttentionBackend {
   virtual const BackendCapabilities& capabilities() const = 0;
   const std::string& name() const { return capabilities().name; }
   kv::KvLayout kv_layout() const { return capabilities().kv_layout; }
+  // The layout of a layer with `spec` on this backend: MLA caches always use kMlaLatent.
+  kv::KvLayout kv_layout_for(const kv::KvCacheSpec& spec) const {
+    return spec.kind == kv::KvSpecKind::kMla ? kv::KvLayout::kMlaLatent : kv_layout();
+  }
 
   // Every reason this backend cannot serve `r`, in a fixed order; empty when it can.
   std::vector<std::string> validate(const AttentionRequirements& r) const;

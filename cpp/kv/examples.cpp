@@ -70,16 +70,16 @@ struct Entry {
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
-      {{"gemma3-270m", "Gemma 3 270M: 18 layers, 15 sliding (window 512) + 3 global (5, 11, 17), 1 KV head x 256", 32768}, gemma3_270m},
-      {{"smollm2-135m", "SmolLM2-135M: 30 full-attention layers, 3 KV heads x 64", 8192},
+      {{"gemma3-270m", "Gemma 3 270M: 18 layers, 15 sliding (window 512) + 3 global (5, 11, 17), 1 KV head x 256", 32768, 4}, gemma3_270m},
+      {{"smollm2-135m", "SmolLM2-135M: 30 full-attention layers, 3 KV heads x 64", 8192, 9},
        [](int bs, DType dt) { return uniform_full(30, 3, 64, bs, dt); }},
-      {{"qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B: 28 full-attention layers, 2 KV heads x 128", 32768},
+      {{"qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B: 28 full-attention layers, 2 KV heads x 128", 32768, 12},
        [](int bs, DType dt) { return uniform_full(28, 2, 128, bs, dt); }},
-      {{"qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B: 24 full-attention layers, 2 KV heads x 64 (drafter of the 1.5B)", 32768},
+      {{"qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B: 24 full-attention layers, 2 KV heads x 64 (drafter of the 1.5B)", 32768, 14},
        [](int bs, DType dt) { return uniform_full(24, 2, 64, bs, dt); }},
-      {{"deepseek-v2-lite", "DeepSeek-V2-Lite-like: 27 MLA layers, latent 512 + rope 64", 32768}, deepseek_v2_lite},
-      {{"llama4-like", "Llama-4-Scout-like: 48 layers, chunked local (8192) with every 4th layer global, 8 KV heads x 128", 65536}, llama4_like},
-      {{"gemma3n-like", "Gemma-3n-E2B-like: 30 layers (4 sliding 512 : 1 global), last 10 share KV with layers 18/19, 2 KV heads x 256", 32768}, gemma3n_like},
+      {{"deepseek-v2-lite", "DeepSeek-V2-Lite-like: 27 MLA layers, latent 512 + rope 64", 32768, 16}, deepseek_v2_lite},
+      {{"llama4-like", "Llama-4-Scout-like: 48 layers, chunked local (8192) with every 4th layer global, 8 KV heads x 128", 65536, 40}, llama4_like},
+      {{"gemma3n-like", "Gemma-3n-E2B-like: 30 layers (4 sliding 512 : 1 global), last 10 share KV with layers 18/19, 2 KV heads x 256", 32768, 8}, gemma3n_like},
   };
   return entries;
 }

@@ -13,6 +13,7 @@ struct ExampleModel {
   std::string name;
   std::string description;
   int default_max_model_len = 0;
+  int num_q_heads = 0;  // query heads per attention layer (what attention backends need)
 };
 
 std::vector<ExampleModel> example_models();

@@ -6,7 +6,11 @@ A thin Python layer over the C++ core ``specdec._core``.
 from __future__ import annotations
 
 from specdec._core import (
+    AttentionGroup,
+    AttentionRequirements,
+    AttentionSetup,
     ChunkedLocalAttentionSpec,
+    CommonAttentionMetadata,
     Context,
     DeviceInfo,
     FormatError,
@@ -16,6 +20,7 @@ from specdec._core import (
     KvCacheGroup,
     KvCacheSpec,
     KvCacheTensor,
+    LayerAttentionInfo,
     LayerKvSpec,
     LayerKvView,
     MLAAttentionSpec,
@@ -23,17 +28,23 @@ from specdec._core import (
     SlidingWindowSpec,
     SpecDecodeKvPlan,
     UnsupportedError,
+    attention_backends,
+    attention_priority,
+    build_common_metadata,
     devices,
     example_model_layers,
     example_models,
     kernel_programs,
     layouts,
     make_layer_views,
+    make_local_attention_virtual_batches,
     max_model_len_for_budget,
     min_kv_cache_bytes,
     select_device,
+    validate_backend,
 )
 from specdec._core import KvCacheManager, AllocationResult
+from specdec.attention import initialize_attention, layer_infos, select_backend
 from specdec.kv import (
     allocate_kv_cache,
     format_kv_plan,
@@ -46,6 +57,19 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AllocationResult",
+    "AttentionGroup",
+    "AttentionRequirements",
+    "AttentionSetup",
+    "CommonAttentionMetadata",
+    "LayerAttentionInfo",
+    "attention_backends",
+    "attention_priority",
+    "build_common_metadata",
+    "initialize_attention",
+    "layer_infos",
+    "make_local_attention_virtual_batches",
+    "select_backend",
+    "validate_backend",
     "ChunkedLocalAttentionSpec",
     "Context",
     "DeviceInfo",

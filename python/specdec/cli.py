@@ -62,6 +62,50 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _print_backends(device_type: str) -> None:
+    order = specdec.attention_priority(device_type)
+    print(f"Attention backends (auto-selection order on a {device_type} device: {', '.join(order)})")
+    for b in specdec.attention_backends():
+        heads = (", ".join(map(str, b["head_sizes"])) if b["head_sizes"]
+                 else f"1..{b['max_head_size']}")
+        print(f"  {b['name']:10s} {b['description']}")
+        print(f"             layout {b['kv_layout']}; dtypes {', '.join(b['kv_cache_dtypes'])}; head sizes "
+              f"{heads}; block size multiple of {b['block_size_multiple_of']}; MLA {b['mla']}; "
+              f"causal {_yes(b['causal'])}; non-causal {_yes(b['non_causal'])}; sliding window "
+              f"{_yes(b['sliding_window'])}; chunked local {_yes(b['chunked_local'])}; softcap "
+              f"{_yes(b['logit_softcap'])}; sinks {_yes(b['sinks'])}; head_size_v != head_size "
+              f"{_yes(b['separate_head_size_v'])}; {'device' if b['on_device'] else 'host'}")
+
+
+def _explain_model(title: str, example: str, args: argparse.Namespace, backend: Optional[str],
+                   non_causal: bool, device_type: str) -> None:
+    layers, _ = _example_layers(example, args)
+    info = {e["name"]: e for e in specdec.example_models()}[example]
+    config = specdec.plan_kv_cache(layers, 0, 1 << 20,
+                                   num_blocks_override=2, model_name=example)
+    setup = specdec.initialize_attention(config, info["num_q_heads"], backend, non_causal, device_type)
+    print(f"\n[{title}] {example}: {len(config.groups)} KV-cache group(s), "
+          f"{len(setup.attention_groups)} attention group(s), {'non-causal' if non_causal else 'causal'}, "
+          f"attention_backend={backend or 'auto'}")
+    for line in setup.explain().rstrip().splitlines():
+        print("  " + line)
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    device_type = args.device_type or specdec.attention.default_device_type()
+    _print_backends(device_type)
+    if args.example:
+        _explain_model("target", args.example, args, args.attention_backend, args.non_causal, device_type)
+    if args.drafter_example:
+        _explain_model("drafter", args.drafter_example, args, args.drafter_attention_backend,
+                       args.drafter_non_causal, device_type)
+    return 0
+
+
 def _int_in(lo: int, hi: int):
     """An argparse type: an int in [lo, hi], else a clear error naming the range."""
     def parse(text: str) -> int:
@@ -86,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list OpenCL devices and their main properties")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("backends", help="attention backends, and which one each layer of a model gets")
+    p.add_argument("--example", help="explain the choice for this built-in example model")
+    p.add_argument("--attention-backend", help="request a backend for the model (default: auto)")
+    p.add_argument("--non-causal", action="store_true", help="the model needs non-causal attention")
+    p.add_argument("--drafter-example", help="explain the choice for a drafter too (chosen independently)")
+    p.add_argument("--drafter-attention-backend", help="request a backend for the drafter (default: auto)")
+    p.add_argument("--drafter-non-causal", action="store_true",
+                   help="the drafter needs non-causal attention (DFlash)")
+    p.add_argument("--device-type", help="cpu, gpu, ... (default: the type of the selected device)")
+    p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16, help="tokens per block (default 16)")
+    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16")
+    p.set_defaults(func=_cmd_backends)
 
     p = sub.add_parser("kv-plan", help="print the KV-cache plan of a model")
     p.add_argument("--example", help="built-in example model (see --list-examples)")

@@ -1,0 +1,242 @@
+// OCL_MLA: MLA latent attention (absorbed form) on the mla_latent layout, kernels in
+// kernels/attention_mla.cl. Each token's keys are cut into splits of kSplitKeys keys (a fixed
+// size: the splits depend on the token's own context length only); one work-group computes one
+// split for up to 16 q heads at once, reading each latent row once for all of them, and a
+// second kernel merges a token's splits in split order. Outputs are therefore bitwise the same
+// whatever the rest of the batch. Partial sums live in a scratch buffer kept per context; big
+// batches run in several launches so that it stays under kScratchBytes.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "attention/backends/backends.h"
+#include "common/errors.h"
+
+namespace specdec::attn {
+namespace {
+
+constexpr int kSplitKeys = 256;              // keys per split (part of the reduction order)
+constexpr int kMaxHeadsPerGroup = 16;        // q heads served by one work-group
+constexpr int64_t kScratchBytes = 32 << 20;  // partial sums of one launch, at most (>= 1 token)
+
+BackendCapabilities mla_capabilities() {
+  BackendCapabilities c;
+  c.name = "OCL_MLA";
+  c.description = "MLA latent attention";
+  c.kv_cache_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.max_head_size = 1024;
+  c.block_size_multiple_of = 1;
+  c.is_mla = true;
+  c.causal = true;
+  c.non_causal = true;
+  c.logit_softcap = true;
+  c.sinks = true;
+  c.on_device = true;
+  c.kv_layout = kv::KvLayout::kMlaLatent;
+  return c;
+}
+
+// The largest divisor of num_q_heads that is at most kMaxHeadsPerGroup.
+int heads_per_group(int num_q_heads) {
+  for (int g = std::min(num_q_heads, kMaxHeadsPerGroup); g > 1; --g) {
+    if (num_q_heads % g == 0) return g;
+  }
+  return 1;
+}
+
+std::string build_options(DType dtype, int lora, int rope, int hpg) {
+  std::string cache;
+  switch (dtype) {
+    case DType::kF32:
+      cache = "-DCACHE_F32";
+      break;
+    case DType::kF16:
+      cache = "-DCACHE_F16";
+      break;
+    case DType::kBF16:
+      cache = "-DCACHE_BF16";
+      break;
+    case DType::kI8:
+      throw UnsupportedError("OCL_MLA: kv_cache_dtype " + dtype_name(dtype) +
+                             " not supported; use f32, f16 or bf16");
+  }
+  return str_cat(cache, " -DLORA=", lora, " -DROPE=", rope, " -DHPG=", hpg,
+                 " -DSPLIT=", kSplitKeys);
+}
+
+// Keys visible to each token (the kernel's visible_keys on the host).
+std::vector<int> visible_keys(const CommonAttentionMetadata& md) {
+  std::vector<int> keys(static_cast<size_t>(md.num_actual_tokens), 0);
+  for (int r = 0; r < md.num_reqs; ++r) {
+    for (int t = md.query_start_loc[r]; t < md.query_start_loc[r + 1]; ++t) {
+      const int pos = md.seq_lens[r] - md.query_len(r) + (t - md.query_start_loc[r]);
+      keys[t] = md.causal ? pos + 1 : md.seq_lens[r];
+    }
+  }
+  return keys;
+}
+
+int num_splits(int num_keys) { return num_keys > 0 ? (num_keys + kSplitKeys - 1) / kSplitKeys : 0; }
+
+// Tokens [begin, end) of one launch and the most splits any of them has.
+struct Launch {
+  int begin = 0, end = 0, max_splits = 0;
+};
+
+// Consecutive token ranges whose partial sums (tokens * max_splits * split_bytes) fit the scratch.
+std::vector<Launch> plan_launches(const std::vector<int>& keys, int64_t split_bytes) {
+  std::vector<Launch> out;
+  Launch cur;
+  for (int t = 0; t < static_cast<int>(keys.size()); ++t) {
+    const int ms = std::max(cur.max_splits, std::max(1, num_splits(keys[t])));
+    if (cur.end > cur.begin &&
+        int64_t{cur.end - cur.begin + 1} * ms * split_bytes > kScratchBytes) {
+      out.push_back(cur);
+      cur = Launch{t, t, 0};
+    }
+    cur.max_splits = std::max(cur.max_splits, std::max(1, num_splits(keys[t])));
+    cur.end = t + 1;
+  }
+  if (cur.end > cur.begin) out.push_back(cur);
+  return out;
+}
+
+void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
+                  const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+                  const ocl::Buffer& output) {
+  const kv::KvCacheSpec& s = view.spec;
+  if (s.kind != kv::KvSpecKind::kMla || view.layout != kv::KvLayout::kMlaLatent) {
+    throw UnsupportedError("OCL_MLA: layer " + view.layer_name + " is " + kv::kind_name(s.kind) +
+                           " in layout " + kv::layout_name(view.layout) +
+                           "; OCL_MLA serves only MLA caches in mla_latent");
+  }
+  check_config(p.num_kv_heads == 1, "num_kv_heads", p.num_kv_heads, "must be 1 for MLA");
+  check_config(p.num_q_heads >= 1, "num_q_heads", p.num_q_heads, "must be at least 1");
+  check_config(p.head_size == s.kv_lora_rank + s.qk_rope_head_dim && p.head_size <= 1024,
+               "head_size", p.head_size,
+               str_cat("must equal kv_lora_rank + qk_rope_head_dim = ",
+                       s.kv_lora_rank + s.qk_rope_head_dim, " (at most 1024)"));
+  check_config(p.head_size_v == s.kv_lora_rank, "head_size_v", p.head_size_v,
+               str_cat("must equal kv_lora_rank = ", s.kv_lora_rank));
+  if (p.sliding_window != 0 || p.attention_chunk_size != 0) {
+    throw UnsupportedError("OCL_MLA: sliding window and chunked local attention not supported");
+  }
+  check_config(md.host.block_size == s.block_size, "block_size", md.host.block_size,
+               str_cat("must equal the layer's block_size = ", s.block_size));
+  const size_t n_tokens = static_cast<size_t>(md.host.num_actual_tokens);
+  const size_t n_q = n_tokens * p.num_q_heads * p.head_size,
+               n_out = n_tokens * p.num_q_heads * p.head_size_v;
+  check_config(query.size_bytes() >= n_q * sizeof(float), "query",
+               str_cat(query.size_bytes(), " bytes"),
+               str_cat("must hold num_tokens * num_q_heads * head_size = ", n_q, " floats"));
+  check_config(output.size_bytes() >= n_out * sizeof(float), "output",
+               str_cat(output.size_bytes(), " bytes"),
+               str_cat("must hold num_tokens * num_q_heads * head_size_v = ", n_out, " floats"));
+  check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
+               str_cat(cache.size_bytes(), " bytes"),
+               str_cat("must hold the view's ", view.size_bytes(), " bytes"));
+  if (p.sinks != nullptr) {
+    check_config(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float),
+                 "sinks", str_cat(p.sinks->size_bytes(), " bytes"),
+                 str_cat("must hold num_q_heads = ", p.num_q_heads, " floats"));
+  }
+}
+
+class OclMlaBackend final : public AttentionBackend {
+ public:
+  const BackendCapabilities& capabilities() const override { return caps_; }
+
+  void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+               const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+               ocl::Buffer& output) const override {
+    check_inputs(md, params, view, cache, query, output);
+    const kv::KvCacheSpec& s = view.spec;
+    const int lora = s.kv_lora_rank, heads = params.num_q_heads, hpg = heads_per_group(heads);
+    if (md.host.num_actual_tokens == 0 || lora == 0) return;  // nothing to output
+    const std::string options = build_options(s.dtype, lora, s.qk_rope_head_dim, hpg);
+    ocl::Kernel split = ctx.kernel("attention_mla", "mla_attention_split", options);
+    ocl::Kernel merge = ctx.kernel("attention_mla", "mla_attention_merge", options);
+
+    const std::vector<int> keys = visible_keys(md.host);
+    const int64_t split_bytes =
+        int64_t{heads} * (lora + 2) * 4;  // partial acc + (m, l) of one split
+    const std::vector<Launch> launches = plan_launches(keys, split_bytes);
+    int64_t scratch_floats = 0;
+    for (const Launch& l : launches)
+      scratch_floats = std::max(scratch_floats, int64_t{l.end - l.begin} * l.max_splits * heads);
+    std::lock_guard<std::mutex> lock(mutex_);
+    Scratch& scratch = scratch_for(ctx, scratch_floats * lora, scratch_floats * 2);
+
+    const cl_int causal = md.host.causal ? 1 : 0;
+    split.arg(0, query)
+        .arg(1, cache)
+        .arg(2, md.block_table)
+        .arg(3, md.query_start_loc)
+        .arg(4, md.seq_lens)
+        .arg(5, md.token_request_buf)
+        .arg(6, scratch.acc)
+        .arg(7, scratch.ml)
+        .arg(10, cl_int{heads})
+        .arg(11, cl_int{md.host.max_blocks_per_req})
+        .arg(12, cl_int{s.block_size})
+        .arg(13, cl_long{view.k.offset})
+        .arg(14, cl_long{view.k.stride_block})
+        .arg(15, cl_long{view.k.stride_slot})
+        .arg(16, cl_float{params.scale})
+        .arg(17, cl_float{params.logit_softcap})
+        .arg(18, causal);
+    merge.arg(0, scratch.acc)
+        .arg(1, scratch.ml)
+        .arg(2, md.query_start_loc)
+        .arg(3, md.seq_lens)
+        .arg(4, md.token_request_buf)
+        .arg(5, params.sinks != nullptr ? *params.sinks : query)
+        .arg(6, output)
+        .arg(9, cl_int{heads})
+        .arg(10, causal)
+        .arg(11, cl_int{params.sinks != nullptr ? 1 : 0});
+    for (const Launch& l : launches) {
+      split.arg(8, cl_int{l.begin}).arg(9, cl_int{l.max_splits});
+      const size_t global[3] = {static_cast<size_t>(l.max_splits), static_cast<size_t>(heads / hpg),
+                                static_cast<size_t>(l.end - l.begin)};
+      const size_t local[3] = {1, 1, 1};
+      split.launch(ctx, 3, global, local);
+      merge.arg(7, cl_int{l.begin}).arg(8, cl_int{l.max_splits});
+      const size_t merge_global[2] = {static_cast<size_t>(heads),
+                                      static_cast<size_t>(l.end - l.begin)};
+      const size_t merge_local[2] = {1, 1};
+      merge.launch(ctx, 2, merge_global, merge_local);
+    }
+  }
+
+ private:
+  struct Scratch {
+    ocl::Buffer acc;  // [tokens, max_splits, num_q_heads, kv_lora_rank] f32
+    ocl::Buffer ml;   // [tokens, max_splits, num_q_heads, 2] f32
+  };
+
+  // The context's scratch, grown to hold acc_floats and ml_floats. Keyed by the cl_context:
+  // the buffers keep it alive, so the handle cannot be reused by another context meanwhile.
+  Scratch& scratch_for(ocl::Context& ctx, int64_t acc_floats, int64_t ml_floats) const {
+    Scratch& s = scratch_[ctx.get()];
+    if (s.acc.size_bytes() < static_cast<size_t>(acc_floats) * 4)
+      s.acc = ocl::Buffer(ctx, acc_floats * 4);
+    if (s.ml.size_bytes() < static_cast<size_t>(ml_floats) * 4)
+      s.ml = ocl::Buffer(ctx, ml_floats * 4);
+    return s;
+  }
+
+  BackendCapabilities caps_ = mla_capabilities();
+  mutable std::mutex mutex_;
+  mutable std::map<cl_context, Scratch> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_ocl_mla_backend() {
+  return std::make_unique<OclMlaBackend>();
+}
+
+}  // namespace specdec::attn

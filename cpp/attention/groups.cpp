@@ -1,0 +1,108 @@
+#include "attention/groups.h"
+
+#include <tuple>
+
+#include "common/errors.h"
+#include "kv/blocks.h"
+
+namespace specdec::attn {
+namespace {
+
+using GroupKey = std::tuple<int, std::string, std::string, int, bool>;  // kv group, backend, spec, q heads, causal
+
+std::map<std::string, const LayerAttentionInfo*> index_layers(const kv::KvCacheConfig& config,
+                                                              const std::vector<LayerAttentionInfo>& layers) {
+  std::map<std::string, const LayerAttentionInfo*> out;
+  for (const auto& l : layers) out[l.layer_name] = &l;
+  for (const auto& [name, spec] : config.layer_specs()) {
+    check_config(out.count(name) == 1, "layers", "'" + name + "'",
+                 "every layer of the KV-cache plan needs its attention info (num_q_heads, ...)");
+  }
+  return out;
+}
+
+}  // namespace
+
+AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::vector<LayerAttentionInfo>& layers,
+                                    const std::string& requested_backend, const std::string& device_type) {
+  const auto info = index_layers(config, layers);
+  AttentionSetup setup;
+  std::map<GroupKey, int> group_index;
+  auto place = [&](int kv_group, const std::string& layer, const kv::KvCacheSpec& spec,
+                   std::optional<kv::KvLayout> required_layout) {
+    const LayerAttentionInfo& li = *info.at(layer);
+    AttentionRequirements r;
+    try {
+      r = AttentionRequirements::from_spec(spec, li.num_q_heads, li.use_non_causal, li.use_softcap, li.use_sinks);
+    } catch (const ConfigError& e) {
+      throw e.with_prefix(layer);
+    }
+    r.required_layout = required_layout;
+    BackendChoice choice = select_backend(r, requested_backend, device_type);
+    const AttentionBackend* b = choice.backend;
+    const GroupKey key{kv_group, b->name(), spec.to_string(), li.num_q_heads, !li.use_non_causal};
+    auto [it, inserted] = group_index.emplace(key, static_cast<int>(setup.attention_groups.size()));
+    if (inserted) {
+      setup.attention_groups.push_back({b, b->make_builder(spec), {}, spec, kv_group, li.num_q_heads, !li.use_non_causal});
+    }
+    setup.attention_groups[it->second].layer_names.push_back(layer);
+    setup.layer_to_attention_group[layer] = it->second;
+    setup.layer_to_kv_cache_group[layer] = kv_group;
+    setup.layouts[layer] = b->kv_layout_for(spec);
+    setup.choices.emplace(layer, std::move(choice));
+  };
+  for (size_t g = 0; g < config.groups.size(); ++g) {
+    const auto& group = config.groups[g];
+    for (size_t i = 0; i < group.layer_names.size(); ++i) {
+      place(static_cast<int>(g), group.layer_names[i], group.layer_specs[i], std::nullopt);
+    }
+  }
+  const auto specs = config.layer_specs();
+  for (const auto& [layer, target] : config.kv_sharing) {
+    place(config.group_of(target), layer, specs.at(layer), setup.layouts.at(target));
+  }
+  return setup;
+}
+
+std::string AttentionSetup::explain() const {
+  std::string out;
+  for (size_t i = 0; i < attention_groups.size(); ++i) {
+    const auto& g = attention_groups[i];
+    out += str_cat("attention group ", i, " (KV-cache group ", g.kv_cache_group_id, "): ", g.backend->name(),
+                   ", layout ", kv::layout_name(g.backend->kv_layout_for(g.spec)), ", ", g.layer_names.size(),
+                   " layer(s), ", g.num_q_heads, " q heads, ", g.causal ? "causal" : "non-causal", "\n");
+    out += "  spec   " + g.spec.to_string() + "\n";
+    std::string names;
+    for (const auto& n : g.layer_names) names += (names.empty() ? "" : ", ") + n;
+    out += "  layers " + names + "\n";
+    const BackendChoice& c = choices.at(g.layer_names.front());
+    std::string why = c.explain();
+    std::string indented;
+    for (size_t start = 0; start < why.size();) {
+      const size_t end = why.find('\n', start);
+      indented += "    " + why.substr(start, end - start) + "\n";
+      start = end == std::string::npos ? why.size() : end + 1;
+    }
+    out += "  selection\n" + indented;
+  }
+  return out;
+}
+
+std::vector<AttentionMetadata> build_step_metadata(ocl::Context& ctx, const AttentionSetup& setup,
+                                                   const kv::KvCacheManager& manager,
+                                                   const std::vector<ScheduledRequest>& requests) {
+  std::map<std::pair<int, bool>, CommonAttentionMetadata> common;  // (kv group, causal) -> metadata
+  std::vector<AttentionMetadata> out;
+  out.reserve(setup.attention_groups.size());
+  for (const auto& g : setup.attention_groups) {
+    const auto key = std::make_pair(g.kv_cache_group_id, g.causal);
+    auto it = common.find(key);
+    if (it == common.end()) {
+      it = common.emplace(key, build_common_metadata(manager, g.kv_cache_group_id, requests, g.causal)).first;
+    }
+    out.push_back(g.builder->build(ctx, it->second));
+  }
+  return out;
+}
+
+}  // namespace specdec::attn

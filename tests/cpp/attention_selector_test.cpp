@@ -1,0 +1,190 @@
+// Backend selection in the spirit of vLLM's test_attention_selector, attention groups of hybrid
+// and KV-sharing models, and a target + drafter pair whose drafter needs non-causal attention.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "attention/groups.h"
+#include "attention/registry.h"
+#include "attention/selector.h"
+#include "common/errors.h"
+#include "kv/allocator.h"
+#include "kv/blocks.h"
+#include "kv/examples.h"
+#include "kv/planner.h"
+
+using namespace specdec;
+using namespace specdec::attn;
+
+namespace {
+
+AttentionRequirements attention(int head_size = 128, int q = 8, int kv = 2) {
+  return AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(16, kv, head_size, DType::kF16), q);
+}
+
+std::string unsupported_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UnsupportedError& e) {
+    return e.what();
+  }
+  return "(no UnsupportedError)";
+}
+
+std::vector<LayerAttentionInfo> infos(const kv::KvCacheConfig& c, int q_heads, bool non_causal = false) {
+  std::vector<LayerAttentionInfo> out;
+  for (const auto& [name, spec] : c.layer_specs()) out.push_back({name, q_heads, non_causal, false, false});
+  return out;
+}
+
+}  // namespace
+
+TEST(Selector, AutoPicksTheFirstThatFits) {
+  EXPECT_EQ(select_backend(attention()).backend->name(), "OCL_FLASH");
+  // head size 80 is not one of OCL_FLASH's: the general kernel takes it
+  const auto c = select_backend(attention(80));
+  EXPECT_EQ(c.backend->name(), "OCL_PAGED");
+  ASSERT_FALSE(c.verdicts.empty());
+  EXPECT_EQ(c.verdicts[0].backend->name(), "OCL_FLASH");
+  EXPECT_NE(c.verdicts[0].reasons[0].find("head_size 80 not supported"), std::string::npos);
+  EXPECT_NE(c.explain().find("OCL_FLASH: rejected: head_size 80"), std::string::npos) << c.explain();
+}
+
+TEST(Selector, NonCausalGetsABackendThatSupportsIt) {
+  auto r = attention();
+  r.use_non_causal = true;
+  const auto c = select_backend(r);
+  EXPECT_TRUE(c.backend->capabilities().non_causal);
+  EXPECT_EQ(c.backend->name(), "OCL_PAGED");
+  EXPECT_EQ(c.verdicts[0].reasons, std::vector<std::string>{"non-causal attention not supported"});
+}
+
+TEST(Selector, AutoWithMlaPicksOclMla) {
+  const auto r = AttentionRequirements::from_spec(kv::KvCacheSpec::mla(16, 512, 64, DType::kF16), 16);
+  EXPECT_EQ(r.head_size, 576);
+  EXPECT_EQ(r.head_size_v, 512);
+  EXPECT_EQ(select_backend(r).backend->name(), "OCL_MLA");
+  EXPECT_EQ(select_backend(r, "reference").backend->name(), "REFERENCE");  // REFERENCE serves MLA too
+  const std::string err = unsupported_of([&] { select_backend(r, "OCL_PAGED"); });
+  EXPECT_NE(err.find("OCL_PAGED cannot serve"), std::string::npos) << err;
+  EXPECT_NE(err.find("MLA not supported"), std::string::npos) << err;
+  // and a non-MLA layer never lands on OCL_MLA
+  EXPECT_NE(unsupported_of([&] { select_backend(attention(), "ocl_mla"); }).find("non-MLA not supported"),
+            std::string::npos);
+}
+
+TEST(Selector, ForcedBackendListsEveryReason) {
+  auto r = attention(80);
+  r.use_non_causal = true;
+  r.block_size = 8;
+  const std::string err = unsupported_of([&] { select_backend(r, "OCL_FLASH"); });
+  for (const char* reason : {"head_size 80 not supported", "block_size 8 not supported",
+                             "non-causal attention not supported"}) {
+    EXPECT_NE(err.find(reason), std::string::npos) << err;
+  }
+}
+
+TEST(Selector, NamesInAnyCaseAndAuto) {
+  for (const char* name : {"ocl_paged", "OCL_PAGED", "Ocl_Paged"}) {
+    const auto c = select_backend(attention(), name);
+    EXPECT_EQ(c.backend->name(), "OCL_PAGED");
+    EXPECT_TRUE(c.requested);
+  }
+  for (const char* name : {"", "auto", "AUTO", "Auto"}) {
+    EXPECT_EQ(select_backend(attention(), name).backend->name(), "OCL_FLASH") << name;
+  }
+  try {
+    select_backend(attention(), "FLASH_ATTN");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "attention_backend");
+    EXPECT_NE(std::string(e.what()).find("valid options are auto, REFERENCE, OCL_PAGED, OCL_FLASH, OCL_MLA"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(Selector, NothingFitsListsEveryBackend) {
+  auto r = attention();
+  r.head_size = r.head_size_v = 4096;  // beyond every backend, REFERENCE included
+  const std::string err = unsupported_of([&] { select_backend(r); });
+  EXPECT_NE(err.find("no attention backend fits"), std::string::npos) << err;
+  for (const auto& name : backend_names()) EXPECT_NE(err.find(name + ":"), std::string::npos) << name;
+}
+
+TEST(AttentionGroups, Gemma3HybridGetsTwoGroupsWithTheirOwnMetadata) {
+  const auto config = kv::plan_kv_cache(kv::example_model_layers("gemma3-270m"), 0, 4096, {2048, 64, ""});
+  const auto setup = initialize_attention(config, infos(config, 4));
+  ASSERT_EQ(setup.attention_groups.size(), 2u);
+  EXPECT_EQ(setup.attention_groups[0].kv_cache_group_id, 0);
+  EXPECT_EQ(setup.attention_groups[0].layer_names.size(), 15u);
+  EXPECT_EQ(setup.attention_groups[1].layer_names, (std::vector<std::string>{"layers.5", "layers.11", "layers.17"}));
+  EXPECT_EQ(setup.layer_to_kv_cache_group.at("layers.11"), 1);
+  EXPECT_EQ(setup.layouts.at("layers.0"), setup.attention_groups[0].backend->kv_layout());
+  EXPECT_NE(setup.explain().find("attention group 1 (KV-cache group 1)"), std::string::npos);
+  // one step: each attention group's metadata comes from its own KV-cache group's block tables
+  kv::KvCacheManager m(config);
+  ASSERT_TRUE(m.allocate_slots("r", 0, 600).ok);
+  ASSERT_TRUE(m.allocate_slots("r", 600, 5).ok);
+  const auto md = build_step_metadata(*ocl::Context::create(), setup, m, {{"r", 600, 5}});
+  ASSERT_EQ(md.size(), 2u);
+  EXPECT_EQ(md[0].host.block_table, std::vector<int32_t>(m.block_table("r", 0).begin(), m.block_table("r", 0).end()));
+  EXPECT_EQ(md[1].host.block_table, std::vector<int32_t>(m.block_table("r", 1).begin(), m.block_table("r", 1).end()));
+  EXPECT_EQ(md[0].host.seq_lens, std::vector<int32_t>{605});
+}
+
+TEST(AttentionGroups, KvSharingLayersUseTheirTargetsGroupAndLayout) {
+  const auto config = kv::plan_kv_cache(kv::example_model_layers("gemma3n-like"), 0, 4096, {2048, 8, ""});
+  const auto setup = initialize_attention(config, infos(config, 8));
+  for (const auto& [layer, target] : config.kv_sharing) {
+    EXPECT_EQ(setup.layer_to_kv_cache_group.at(layer), setup.layer_to_kv_cache_group.at(target)) << layer;
+    EXPECT_EQ(setup.layouts.at(layer), setup.layouts.at(target)) << layer;
+    EXPECT_EQ(setup.layer_to_attention_group.at(layer), setup.layer_to_attention_group.at(target)) << layer;
+  }
+  EXPECT_NO_THROW(kv::make_layer_views(config, setup.layouts));
+  // a sharing layer that must keep its target's layout rejects a backend with another one
+  auto r = AttentionRequirements::from_spec(config.layer_specs().at("layers.20"), 8);
+  r.required_layout = kv::KvLayout::kKvMajor;
+  const auto verdicts = evaluate_backends(r);
+  EXPECT_NE(verdicts[0].reasons.back().find("required kv_major"), std::string::npos);
+}
+
+TEST(AttentionGroups, NonCausalDrafterGetsItsOwnBackendAndLayout) {
+  const auto plan = kv::plan_target_and_drafter(kv::example_model_layers("qwen2.5-coder-1.5b"),
+                                                kv::example_model_layers("qwen2.5-coder-0.5b"), int64_t{1} << 30, 4096);
+  const auto target = initialize_attention(plan.target, infos(plan.target, 12));
+  const auto drafter = initialize_attention(plan.drafter, infos(plan.drafter, 14, /*non_causal=*/true));
+  ASSERT_EQ(target.attention_groups.size(), 1u);
+  ASSERT_EQ(drafter.attention_groups.size(), 1u);
+  const auto* tb = target.attention_groups[0].backend;
+  const auto* db = drafter.attention_groups[0].backend;
+  EXPECT_NE(tb, db);
+  EXPECT_TRUE(db->capabilities().non_causal);
+  EXPECT_NE(target.layouts.at("layers.0"), drafter.layouts.at("layers.0"));
+  EXPECT_FALSE(drafter.attention_groups[0].causal);
+  // the drafter's backend is never inherited: requesting one for the target changes nothing for it
+  const auto target_paged = initialize_attention(plan.target, infos(plan.target, 12), "OCL_PAGED");
+  EXPECT_EQ(target_paged.attention_groups[0].backend->name(), "OCL_PAGED");
+  // allocated side by side, nothing aliases across them
+  auto ctx = ocl::Context::create();
+  kv::KvCacheAllocation t(ctx, plan.target, target.layouts), d(ctx, plan.drafter, drafter.layouts);
+  std::set<cl_mem> buffers;
+  for (size_t i = 0; i < t.num_tensors(); ++i) buffers.insert(t.tensor(static_cast<int>(i)).get());
+  for (size_t i = 0; i < d.num_tensors(); ++i) buffers.insert(d.tensor(static_cast<int>(i)).get());
+  EXPECT_EQ(buffers.size(), t.num_tensors() + d.num_tensors());
+  EXPECT_EQ(t.view("layers.0").layout, tb->kv_layout());
+  EXPECT_EQ(d.view("layers.0").layout, db->kv_layout());
+}
+
+TEST(AttentionGroups, MissingLayerInfoIsAnError) {
+  const auto config = kv::plan_kv_cache(kv::example_model_layers("smollm2-135m"), 0, 4096, {2048, 8, ""});
+  auto layers = infos(config, 9);
+  layers.pop_back();
+  EXPECT_THROW(initialize_attention(config, layers), ConfigError);
+  layers = infos(config, 10);  // not a multiple of 3 KV heads
+  try {
+    initialize_attention(config, layers);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(".num_q_heads = 10"), std::string::npos) << e.what();
+  }
+}
