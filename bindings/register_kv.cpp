@@ -194,6 +194,7 @@ void bind_planner(py::module_& m) {
       d["name"] = e.name;
       d["description"] = e.description;
       d["default_max_model_len"] = e.default_max_model_len;
+      d["num_q_heads"] = e.num_q_heads;
       out.append(d);
     }
     return out;

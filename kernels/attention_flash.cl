@@ -34,10 +34,14 @@ inline float16 load16(__global const cache_t* p) { return vload16(0, p); }
 #elif defined(CACHE_F16)
 // vload_half16 is exact (subnormals, inf, NaN) and compiles to vcvtph2ps on PoCL's CPU device.
 typedef ushort cache_t;
-inline float16 load16(__global const cache_t* p) { return vload_half16(0, (__global const half*)p); }
+inline float16 load16(__global const cache_t* p) {
+  return vload_half16(0, (__global const half*)p);
+}
 #elif defined(CACHE_BF16)
 typedef ushort cache_t;
-inline float16 load16(__global const cache_t* p) { return as_float16(convert_uint16(vload16(0, p)) << 16); }
+inline float16 load16(__global const cache_t* p) {
+  return as_float16(convert_uint16(vload16(0, p)) << 16);
+}
 #else
 #error "define one of CACHE_F32, CACHE_F16, CACHE_BF16"
 #endif
@@ -49,7 +53,7 @@ inline float16 load16(__global const cache_t* p) { return as_float16(convert_uin
 #error "HEAD and BLOCK must be multiples of 16, SPLIT_KEYS a multiple of BLOCK"
 #endif
 
-#define NC (HEAD / 16)  // float16 chunks per K/V row
+#define NC (HEAD / 16)       // float16 chunks per K/V row
 #define ROWS (TILE * GROUP)  // q rows of a work-group: row = token * GROUP + q head in group
 
 // Value chunks per pass: GROUP * VCHUNKS independent accumulators hide the FMA latency.
@@ -101,7 +105,8 @@ inline float16 sum16x16(__local const float16* x) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float16 u = b[2 * i], v = b[2 * i + 1];
-    c[i] = (float16)(u.s0123, u.s89ab, v.s0123, v.s89ab) + (float16)(u.s4567, u.scdef, v.s4567, v.scdef);
+    c[i] = (float16)(u.s0123, u.s89ab, v.s0123, v.s89ab) +
+           (float16)(u.s4567, u.scdef, v.s4567, v.scdef);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -116,8 +121,9 @@ inline float16 sum16x16(__local const float16* x) {
 // tokens [t_lo, t_hi]: each K row is read and converted once for all of them.
 //   q: [ROWS * NC] pre-scaled queries, part: [ROWS * 16] partial dot products,
 //   s: [ROWS * SPLIT_KEYS] the split's scores, this block's at offset `at`
-inline void block_scores(__global const cache_t* kb, int jc_lo, int jc_hi, int t_lo, int t_hi, int at,
-                         __local const float16* q, __local float16* part, __local float* s) {
+inline void block_scores(__global const cache_t* kb, int jc_lo, int jc_hi, int t_lo, int t_hi,
+                         int at, __local const float16* q, __local float16* part,
+                         __local float* s) {
   for (int jc = jc_lo; jc <= jc_hi; ++jc) {
     for (int jj = 0; jj < 16; ++jj) {
       __global const cache_t* krow = kb + (jc * 16 + jj) * HEAD;
@@ -173,8 +179,8 @@ inline float2 row_softmax(__local float* s, int klo, int khi, float softcap) {
 // GROUP rows of one token, VCHUNKS 16-wide chunks of the head at a time. V rows come from the
 // cache (from_buf = 0) or from vbuf, the block's V rows already converted (from_buf = 1): the
 // same arithmetic either way.
-inline void block_values(__global const cache_t* vb, __local const float16* vbuf, int from_buf, int jlo,
-                         int jhi, __local const float* p, __local float16* acc) {
+inline void block_values(__global const cache_t* vb, __local const float16* vbuf, int from_buf,
+                         int jlo, int jhi, __local const float* p, __local float16* acc) {
   for (int c0 = 0; c0 < NC; c0 += VCHUNKS) {
     float16 a[GROUP][VCHUNKS];
 #pragma unroll
@@ -207,7 +213,7 @@ inline void block_values(__global const cache_t* vb, __local const float16* vbuf
 #define PF_DIST 0  // blocks ahead to prefetch (0: none; the host sets 1 on CPU devices)
 #endif
 #ifndef PF_LOC
-#define PF_LOC 3   // __builtin_prefetch locality (3: all cache levels)
+#define PF_LOC 3  // __builtin_prefetch locality (3: all cache levels)
 #endif
 
 // Hints the cache to fetch one block's rows of one head (a clang builtin: PoCL emits prefetcht0;
@@ -215,7 +221,8 @@ inline void block_values(__global const cache_t* vb, __local const float16* vbuf
 inline void prefetch_rows(__global const cache_t* rows) {
 #if PF_DIST > 0
   __global const char* x = (__global const char*)rows;
-  for (int i = 0; i < BLOCK * HEAD * (int)sizeof(cache_t); i += 64) __builtin_prefetch(x + i, 0, PF_LOC);
+  for (int i = 0; i < BLOCK * HEAD * (int)sizeof(cache_t); i += 64)
+    __builtin_prefetch(x + i, 0, PF_LOC);
 #endif
 }
 
@@ -225,7 +232,8 @@ typedef struct {
   int t_lo, t_hi, jmin, jmax;
 } BlockUse;
 
-inline BlockUse block_use(int b, int p0, int nt, int split_lo, int split_hi, int window, int chunk) {
+inline BlockUse block_use(int b, int p0, int nt, int split_lo, int split_hi, int window,
+                          int chunk) {
   BlockUse u = {nt, -1, BLOCK, -1};
   const int b_lo = b * BLOCK;
   for (int t = 0; t < nt; ++t) {
@@ -292,7 +300,8 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_split(
   // pass 1: scores of every token that sees keys of each block
   for (int b = b_first; b <= b_last; ++b) {
     __global const cache_t* kb = cache + k_offset + table[b] * stride_block + head_at;
-    if (b + PF_DIST <= b_last) prefetch_rows(cache + k_offset + table[b + PF_DIST] * stride_block + head_at);
+    if (b + PF_DIST <= b_last)
+      prefetch_rows(cache + k_offset + table[b + PF_DIST] * stride_block + head_at);
     const BlockUse u = block_use(b, p0, nt, split_lo, split_hi, window, chunk);
     if (u.t_hi < u.t_lo) continue;
     block_scores(kb, u.jmin / 16, u.jmax / 16, u.t_lo, u.t_hi, b * BLOCK - split_lo, q, part, s);
@@ -308,14 +317,16 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_split(
     const int khi = min(p0 + t, split_hi) - split_lo;
     for (int g = 0; g < GROUP; ++g) {
       const int row = t * GROUP + g;
-      ml[row] = klo <= khi ? row_softmax(s + row * SPLIT_KEYS, klo, khi, softcap) : (float2)(-INFINITY, 0.0f);
+      ml[row] = klo <= khi ? row_softmax(s + row * SPLIT_KEYS, klo, khi, softcap)
+                           : (float2)(-INFINITY, 0.0f);
     }
   }
 
   // pass 2: values
   for (int b = b_first; b <= b_last; ++b) {
     __global const cache_t* vb = cache + v_offset + table[b] * stride_block + head_at;
-    if (b + PF_DIST <= b_last) prefetch_rows(cache + v_offset + table[b + PF_DIST] * stride_block + head_at);
+    if (b + PF_DIST <= b_last)
+      prefetch_rows(cache + v_offset + table[b + PF_DIST] * stride_block + head_at);
     const BlockUse u = block_use(b, p0, nt, split_lo, split_hi, window, chunk);
     if (u.t_hi < u.t_lo) continue;
     const int from_buf = u.t_hi > u.t_lo;  // several tokens: convert the V rows once

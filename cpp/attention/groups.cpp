@@ -1,5 +1,6 @@
 #include "attention/groups.h"
 
+#include <cctype>
 #include <tuple>
 
 #include "common/errors.h"
@@ -18,6 +19,40 @@ std::map<std::string, const LayerAttentionInfo*> index_layers(const kv::KvCacheC
     check_config(out.count(name) == 1, "layers", "'" + name + "'",
                  "every layer of the KV-cache plan needs its attention info (num_q_heads, ...)");
   }
+  return out;
+}
+
+// "layers.0, layers.1, layers.2, layers.4" -> "layers.0-2, 4".
+std::string compress_names(const std::vector<std::string>& names) {
+  std::string out;
+  std::string prefix = "\x01";  // prefix of the last numbered name written
+  int first = -1, last = -1;     // the open run of consecutive numbers
+  auto close_run = [&] {
+    if (first >= 0) out += first == last ? std::to_string(first) : str_cat(first, "-", last);
+    first = -1;
+  };
+  for (const auto& name : names) {
+    size_t d = name.size();
+    while (d > 0 && std::isdigit(static_cast<unsigned char>(name[d - 1]))) --d;
+    const bool numbered = d < name.size() && name.size() - d <= 9;
+    const std::string p = name.substr(0, d);
+    const int i = numbered ? std::stoi(name.substr(d)) : 0;
+    if (numbered && first >= 0 && p == prefix && i == last + 1) {
+      last = i;
+      continue;
+    }
+    close_run();
+    if (!out.empty()) out += ", ";
+    if (!numbered) {
+      out += name;
+      prefix = "\x01";
+      continue;
+    }
+    if (p != prefix) out += p;
+    prefix = p;
+    first = last = i;
+  }
+  close_run();
   return out;
 }
 
@@ -72,9 +107,7 @@ std::string AttentionSetup::explain() const {
                    ", layout ", kv::layout_name(g.backend->kv_layout_for(g.spec)), ", ", g.layer_names.size(),
                    " layer(s), ", g.num_q_heads, " q heads, ", g.causal ? "causal" : "non-causal", "\n");
     out += "  spec   " + g.spec.to_string() + "\n";
-    std::string names;
-    for (const auto& n : g.layer_names) names += (names.empty() ? "" : ", ") + n;
-    out += "  layers " + names + "\n";
+    out += "  layers " + compress_names(g.layer_names) + "\n";
     const BackendChoice& c = choices.at(g.layer_names.front());
     std::string why = c.explain();
     std::string indented;

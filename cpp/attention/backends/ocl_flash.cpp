@@ -45,11 +45,13 @@ int64_t local_bytes(int tile, int group, int head, int block, int split_keys) {
 // device's local memory is small. A fixed value per (device, shape): results never depend on it.
 int tile_tokens_for(const ocl::DeviceInfo& device, int group, int head, int block, int split_keys) {
   int tile = std::clamp(32 / group, 1, 8);
-  while (tile > 1 && local_bytes(tile, group, head, block, split_keys) > device.local_mem_bytes) --tile;
+  while (tile > 1 && local_bytes(tile, group, head, block, split_keys) > device.local_mem_bytes)
+    --tile;
   if (local_bytes(tile, group, head, block, split_keys) > device.local_mem_bytes) {
-    throw UnsupportedError(str_cat("OCL_FLASH: a work-group needs ", local_bytes(tile, group, head, block, split_keys),
-                                   " bytes of local memory, device ", device.name, " has ", device.local_mem_bytes,
-                                   "; use OCL_PAGED"));
+    throw UnsupportedError(str_cat("OCL_FLASH: a work-group needs ",
+                                   local_bytes(tile, group, head, block, split_keys),
+                                   " bytes of local memory, device ", device.name, " has ",
+                                   device.local_mem_bytes, "; use OCL_PAGED"));
   }
   return tile;
 }
@@ -57,7 +59,8 @@ int tile_tokens_for(const ocl::DeviceInfo& device, int group, int head, int bloc
 // Bytes of partials one launch may use; SPECDEC_FLASH_SCRATCH_BYTES overrides (the tests use a
 // small value to cut batches into several launches). A tile that needs more gets its own launch.
 int64_t scratch_bytes() {
-  if (const char* env = std::getenv("SPECDEC_FLASH_SCRATCH_BYTES")) return std::max<int64_t>(1, std::atoll(env));
+  if (const char* env = std::getenv("SPECDEC_FLASH_SCRATCH_BYTES"))
+    return std::max<int64_t>(1, std::atoll(env));
   return kScratchBytes;
 }
 
@@ -83,11 +86,11 @@ struct FlashPlan {
   std::vector<int32_t> items;       // [num_items, 4]
   std::vector<int32_t> token_part;  // [num_tokens, 2]
   std::vector<Launch> launches;
-  int64_t max_partials = 0;         // most partials of one launch
+  int64_t max_partials = 0;  // most partials of one launch
 };
 
-FlashPlan make_plan(const CommonAttentionMetadata& md, int window, int chunk, int split_keys, int tile,
-                    int64_t partials_per_launch) {
+FlashPlan make_plan(const CommonAttentionMetadata& md, int window, int chunk, int split_keys,
+                    int tile, int64_t partials_per_launch) {
   FlashPlan plan;
   plan.token_part.assign(static_cast<size_t>(md.num_actual_tokens) * 2, 0);
   FlashPlan::Launch cur;
@@ -109,12 +112,14 @@ FlashPlan make_plan(const CommonAttentionMetadata& md, int window, int chunk, in
       }
       for (int t = 0; t < nt; ++t) {
         const int n = num_splits(p0 + t, window, chunk, split_keys);
-        plan.token_part[2 * static_cast<size_t>(t0 + t)] = static_cast<int32_t>(n > 1 ? partials : 0);
+        plan.token_part[2 * static_cast<size_t>(t0 + t)] =
+            static_cast<int32_t>(n > 1 ? partials : 0);
         plan.token_part[2 * static_cast<size_t>(t0 + t) + 1] = n;
         partials += n > 1 ? n : 0;
         cur.merge = cur.merge || n > 1;
       }
-      for (int s = first_key(p0, window, chunk) / split_keys; s <= (p0 + nt - 1) / split_keys; ++s) {
+      for (int s = first_key(p0, window, chunk) / split_keys; s <= (p0 + nt - 1) / split_keys;
+           ++s) {
         plan.items.insert(plan.items.end(), {t0, nt, s, 0});
       }
       cur.item_end = static_cast<int>(plan.items.size() / 4);
@@ -128,17 +133,23 @@ FlashPlan make_plan(const CommonAttentionMetadata& md, int window, int chunk, in
 
 std::string dtype_define(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "-DCACHE_F32";
-    case DType::kF16: return "-DCACHE_F16";
-    case DType::kBF16: return "-DCACHE_BF16";
-    case DType::kI8: break;
+    case DType::kF32:
+      return "-DCACHE_F32";
+    case DType::kF16:
+      return "-DCACHE_F16";
+    case DType::kBF16:
+      return "-DCACHE_BF16";
+    case DType::kI8:
+      break;
   }
-  throw UnsupportedError("OCL_FLASH: kv_cache_dtype " + dtype_name(dtype) + " not supported (f32, f16, bf16)");
+  throw UnsupportedError("OCL_FLASH: kv_cache_dtype " + dtype_name(dtype) +
+                         " not supported (f32, f16, bf16)");
 }
 
 // A released buffer that enqueued kernels still use lives until they finish (OpenCL rules).
 void ensure_size(ocl::Context& ctx, ocl::Buffer& buf, size_t bytes) {
-  if (buf.get() == nullptr || buf.size_bytes() < bytes) buf = ocl::Buffer(ctx, std::max<size_t>(bytes, 64));
+  if (buf.get() == nullptr || buf.size_bytes() < bytes)
+    buf = ocl::Buffer(ctx, std::max<size_t>(bytes, 64));
 }
 
 class OclFlashBackend : public AttentionBackend {
@@ -156,10 +167,12 @@ class OclFlashBackend : public AttentionBackend {
     ocl::Buffer items, token_part;  // device copies
     uint64_t last_use = 0;
   };
-  void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params, const kv::LayerKvView& view,
-                    const ocl::Buffer& query, const ocl::Buffer& output) const;
-  const CachedPlan& plan_for(ocl::Context& ctx, const CommonAttentionMetadata& md, int window, int chunk,
-                             int split_keys, int tile, int64_t partials_per_launch) const;
+  void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params,
+                    const kv::LayerKvView& view, const ocl::Buffer& query,
+                    const ocl::Buffer& output) const;
+  const CachedPlan& plan_for(ocl::Context& ctx, const CommonAttentionMetadata& md, int window,
+                             int chunk, int split_keys, int tile,
+                             int64_t partials_per_launch) const;
 
   BackendCapabilities caps_;
   // Single-threaded use (like the context's kernel objects): recent plans with their device
@@ -194,33 +207,43 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
   const int d = p.head_size;
   if (!md.host.causal) throw UnsupportedError("OCL_FLASH: non-causal attention not supported");
   if (p.sinks != nullptr) throw UnsupportedError("OCL_FLASH: attention sinks not supported");
-  check_config(view.layout == kv::KvLayout::kBlockMajor, "view.layout", kv::layout_name(view.layout),
-               "OCL_FLASH reads block_major caches");
-  check_config(std::find(caps_.head_sizes.begin(), caps_.head_sizes.end(), d) != caps_.head_sizes.end(),
-               "head_size", d, "OCL_FLASH supports 64, 128, 256");
-  check_config(p.head_size_v == d, "head_size_v", p.head_size_v, str_cat("must equal head_size = ", d));
-  check_config(p.num_kv_heads >= 1 && p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, "num_q_heads",
-               p.num_q_heads, str_cat("must be a positive multiple of num_kv_heads = ", p.num_kv_heads));
+  check_config(view.layout == kv::KvLayout::kBlockMajor, "view.layout",
+               kv::layout_name(view.layout), "OCL_FLASH reads block_major caches");
+  check_config(
+      std::find(caps_.head_sizes.begin(), caps_.head_sizes.end(), d) != caps_.head_sizes.end(),
+      "head_size", d, "OCL_FLASH supports 64, 128, 256");
+  check_config(p.head_size_v == d, "head_size_v", p.head_size_v,
+               str_cat("must equal head_size = ", d));
+  check_config(p.num_kv_heads >= 1 && p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0,
+               "num_q_heads", p.num_q_heads,
+               str_cat("must be a positive multiple of num_kv_heads = ", p.num_kv_heads));
   check_config(view.k.num_heads == p.num_kv_heads && view.k.width == d && view.v.width == d, "view",
                str_cat(view.k.num_heads, " kv heads of ", view.k.width, "/", view.v.width),
                str_cat("must match num_kv_heads = ", p.num_kv_heads, " and head_size = ", d));
-  check_config(view.spec.block_size % 16 == 0, "block_size", view.spec.block_size, "must be a multiple of 16");
-  check_config(md.host.block_size == view.spec.block_size, "metadata.block_size", md.host.block_size,
+  check_config(view.spec.block_size % 16 == 0, "block_size", view.spec.block_size,
+               "must be a multiple of 16");
+  check_config(md.host.block_size == view.spec.block_size, "metadata.block_size",
+               md.host.block_size,
                str_cat("must equal the cache's block_size = ", view.spec.block_size));
-  check_config(view.k.stride_slot == d && view.v.stride_slot == d && view.k.stride_block == view.v.stride_block &&
+  check_config(view.k.stride_slot == d && view.v.stride_slot == d &&
+                   view.k.stride_block == view.v.stride_block &&
                    view.k.stride_head == view.v.stride_head,
                "view", view.layer_name, "strides are not those of a block_major cache");
   check_config(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
-  check_config(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size, "must be >= 0");
-  const size_t rows = static_cast<size_t>(md.host.num_actual_tokens) * p.num_q_heads * d * sizeof(float);
+  check_config(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
+               "must be >= 0");
+  const size_t rows =
+      static_cast<size_t>(md.host.num_actual_tokens) * p.num_q_heads * d * sizeof(float);
   check_config(query.size_bytes() >= rows, "query", str_cat(query.size_bytes(), " bytes"),
                str_cat("must hold num_tokens * num_q_heads * head_size floats (", rows, " bytes)"));
   check_config(output.size_bytes() >= rows, "output", str_cat(output.size_bytes(), " bytes"),
                str_cat("must hold num_tokens * num_q_heads * head_size floats (", rows, " bytes)"));
 }
 
-const OclFlashBackend::CachedPlan& OclFlashBackend::plan_for(ocl::Context& ctx, const CommonAttentionMetadata& md,
-                                                             int window, int chunk, int split_keys, int tile,
+const OclFlashBackend::CachedPlan& OclFlashBackend::plan_for(ocl::Context& ctx,
+                                                             const CommonAttentionMetadata& md,
+                                                             int window, int chunk, int split_keys,
+                                                             int tile,
                                                              int64_t partials_per_launch) const {
   if (ctx.get() != ctx_) {
     plans_.clear();
@@ -238,22 +261,25 @@ const OclFlashBackend::CachedPlan& OclFlashBackend::plan_for(ocl::Context& ctx, 
     }
   }
   if (plans_.size() >= kMaxCachedPlans) {  // replace the least recently used
-    plans_.erase(std::min_element(plans_.begin(), plans_.end(),
-                                  [](const CachedPlan& a, const CachedPlan& b) { return a.last_use < b.last_use; }));
+    plans_.erase(std::min_element(
+        plans_.begin(), plans_.end(),
+        [](const CachedPlan& a, const CachedPlan& b) { return a.last_use < b.last_use; }));
   }
   CachedPlan& c = plans_.emplace_back();
   c.key = std::move(key);
   c.plan = make_plan(md, window, chunk, split_keys, tile, partials_per_launch);
   c.items = ocl::Buffer(ctx, std::max<size_t>(c.plan.items.size(), 1) * sizeof(int32_t));
   c.token_part = ocl::Buffer(ctx, std::max<size_t>(c.plan.token_part.size(), 1) * sizeof(int32_t));
-  if (!c.plan.items.empty()) c.items.write(ctx, c.plan.items.data(), c.plan.items.size() * sizeof(int32_t));
+  if (!c.plan.items.empty())
+    c.items.write(ctx, c.plan.items.data(), c.plan.items.size() * sizeof(int32_t));
   c.token_part.write(ctx, c.plan.token_part.data(), c.plan.token_part.size() * sizeof(int32_t));
   c.last_use = ++uses_;
   return c;
 }
 
-void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& p,
-                              const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
+                              const AttentionLayerParams& p, const kv::LayerKvView& view,
+                              const ocl::Buffer& cache, const ocl::Buffer& query,
                               ocl::Buffer& output) const {
   check_inputs(md, p, view, query, output);
   if (md.host.num_actual_tokens == 0) return;
@@ -261,15 +287,16 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md, co
   const int bs = view.spec.block_size, split_keys = split_keys_for(bs);
   const int tile = tile_tokens_for(ctx.device(), group, d, bs, split_keys);
   const int64_t row_bytes = int64_t{hq} * (d + 2) * static_cast<int64_t>(sizeof(float));
-  const CachedPlan& c = plan_for(ctx, md.host, p.sliding_window, p.attention_chunk_size, split_keys, tile,
-                                 std::max<int64_t>(1, scratch_bytes() / row_bytes));
+  const CachedPlan& c = plan_for(ctx, md.host, p.sliding_window, p.attention_chunk_size, split_keys,
+                                 tile, std::max<int64_t>(1, scratch_bytes() / row_bytes));
   ensure_size(ctx, part_acc_, static_cast<size_t>(c.plan.max_partials) * hq * d * sizeof(float));
   ensure_size(ctx, part_ml_, static_cast<size_t>(c.plan.max_partials) * hq * 2 * sizeof(float));
 
   // software prefetch of the next block: CPU devices only (-DPF_DIST=0 compiles it out)
   const std::string options =
-      str_cat(dtype_define(view.spec.dtype), " -DHEAD=", d, " -DGROUP=", group, " -DBLOCK=", bs, " -DTILE=", tile,
-              " -DSPLIT_KEYS=", split_keys, " -DPF_DIST=", ctx.device().type == "cpu" ? 1 : 0);
+      str_cat(dtype_define(view.spec.dtype), " -DHEAD=", d, " -DGROUP=", group, " -DBLOCK=", bs,
+              " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
+              " -DPF_DIST=", ctx.device().type == "cpu" ? 1 : 0);
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;
@@ -279,23 +306,45 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md, co
   ocl::Kernel merge = ctx.kernel("attention_flash", "flash_attn_merge", options);
   const size_t local[2] = {1, 1};
   for (const FlashPlan::Launch& l : c.plan.launches) {
-    split.arg(0, query).arg(1, cache).arg(2, md.block_table).arg(3, md.query_start_loc).arg(4, md.seq_lens);
-    split.arg(5, md.token_request_buf).arg(6, c.items).arg(7, c.token_part).arg(8, output);
-    split.arg(9, part_acc_).arg(10, part_ml_).arg(11, cl_int{l.item_begin});
-    split.arg(12, cl_int{md.host.max_blocks_per_req}).arg(13, cl_long{view.k.offset}).arg(14, cl_long{view.v.offset});
-    split.arg(15, cl_long{view.k.stride_block}).arg(16, cl_long{view.k.stride_head}).arg(17, q_scale);
-    split.arg(18, softcap_log2).arg(19, cl_int{p.sliding_window}).arg(20, cl_int{p.attention_chunk_size});
-    const size_t global[2] = {static_cast<size_t>(l.item_end - l.item_begin), static_cast<size_t>(hkv)};
+    cl_uint i = 0;
+    auto arg = [&split, &i](const auto& value) { split.arg(i++, value); };
+    arg(query);
+    arg(cache);
+    arg(md.block_table);
+    arg(md.query_start_loc);
+    arg(md.seq_lens);
+    arg(md.token_request_buf);
+    arg(c.items);
+    arg(c.token_part);
+    arg(output);
+    arg(part_acc_);
+    arg(part_ml_);
+    arg(cl_int{l.item_begin});
+    arg(cl_int{md.host.max_blocks_per_req});
+    arg(cl_long{view.k.offset});
+    arg(cl_long{view.v.offset});
+    arg(cl_long{view.k.stride_block});
+    arg(cl_long{view.k.stride_head});
+    arg(q_scale);
+    arg(softcap_log2);
+    arg(cl_int{p.sliding_window});
+    arg(cl_int{p.attention_chunk_size});
+    const size_t global[2] = {static_cast<size_t>(l.item_end - l.item_begin),
+                              static_cast<size_t>(hkv)};
     split.launch(ctx, 2, global, local);
     if (!l.merge) continue;
-    merge.arg(0, c.token_part).arg(1, part_acc_).arg(2, part_ml_).arg(3, output).arg(4, cl_int{l.token_begin});
-    const size_t merge_global[2] = {static_cast<size_t>(hq), static_cast<size_t>(l.token_end - l.token_begin)};
+    merge.arg(0, c.token_part).arg(1, part_acc_).arg(2, part_ml_).arg(3, output);
+    merge.arg(4, cl_int{l.token_begin});
+    const size_t merge_global[2] = {static_cast<size_t>(hq),
+                                    static_cast<size_t>(l.token_end - l.token_begin)};
     merge.launch(ctx, 2, merge_global, local);
   }
 }
 
 }  // namespace
 
-std::unique_ptr<AttentionBackend> make_ocl_flash_backend() { return std::make_unique<OclFlashBackend>(); }
+std::unique_ptr<AttentionBackend> make_ocl_flash_backend() {
+  return std::make_unique<OclFlashBackend>();
+}
 
 }  // namespace specdec::attn
