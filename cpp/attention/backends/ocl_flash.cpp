@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -161,11 +162,23 @@ class OclFlashBackend : public AttentionBackend {
                ocl::Buffer& output) const override;
 
  private:
+  // A plan with its device copies, uploaded without blocking the host: the host vectors must
+  // outlive the transfer, so destruction waits for its event.
   struct CachedPlan {
     std::vector<int64_t> key;
     FlashPlan plan;
-    ocl::Buffer items, token_part;  // device copies
+    ocl::Buffer items, token_part;
+    cl_event uploaded = nullptr;
     uint64_t last_use = 0;
+    CachedPlan() = default;
+    CachedPlan(const CachedPlan&) = delete;
+    CachedPlan& operator=(const CachedPlan&) = delete;
+    ~CachedPlan() {
+      if (uploaded != nullptr) {
+        clWaitForEvents(1, &uploaded);
+        clReleaseEvent(uploaded);
+      }
+    }
   };
   void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params,
                     const kv::LayerKvView& view, const ocl::Buffer& query,
@@ -178,7 +191,7 @@ class OclFlashBackend : public AttentionBackend {
   // Single-threaded use (like the context's kernel objects): recent plans with their device
   // copies and grow-only scratch for the partials, all tied to the context ctx_.
   mutable cl_context ctx_ = nullptr;
-  mutable std::vector<CachedPlan> plans_;
+  mutable std::vector<std::unique_ptr<CachedPlan>> plans_;
   mutable uint64_t uses_ = 0;
   mutable ocl::Buffer part_acc_, part_ml_;
 };
@@ -254,25 +267,32 @@ const OclFlashBackend::CachedPlan& OclFlashBackend::plan_for(ocl::Context& ctx,
   std::vector<int64_t> key = {window, chunk, split_keys, tile, partials_per_launch, md.num_reqs};
   key.insert(key.end(), md.query_start_loc.begin(), md.query_start_loc.end());
   key.insert(key.end(), md.seq_lens.begin(), md.seq_lens.end());
-  for (CachedPlan& c : plans_) {
-    if (c.key == key) {
-      c.last_use = ++uses_;
-      return c;
+  for (auto& c : plans_) {
+    if (c->key == key) {
+      c->last_use = ++uses_;
+      return *c;
     }
   }
   if (plans_.size() >= kMaxCachedPlans) {  // replace the least recently used
-    plans_.erase(std::min_element(
-        plans_.begin(), plans_.end(),
-        [](const CachedPlan& a, const CachedPlan& b) { return a.last_use < b.last_use; }));
+    plans_.erase(std::min_element(plans_.begin(), plans_.end(), [](const auto& a, const auto& b) {
+      return a->last_use < b->last_use;
+    }));
   }
-  CachedPlan& c = plans_.emplace_back();
+  CachedPlan& c = *plans_.emplace_back(std::make_unique<CachedPlan>());
   c.key = std::move(key);
   c.plan = make_plan(md, window, chunk, split_keys, tile, partials_per_launch);
-  c.items = ocl::Buffer(ctx, std::max<size_t>(c.plan.items.size(), 1) * sizeof(int32_t));
-  c.token_part = ocl::Buffer(ctx, std::max<size_t>(c.plan.token_part.size(), 1) * sizeof(int32_t));
-  if (!c.plan.items.empty())
-    c.items.write(ctx, c.plan.items.data(), c.plan.items.size() * sizeof(int32_t));
-  c.token_part.write(ctx, c.plan.token_part.data(), c.plan.token_part.size() * sizeof(int32_t));
+  const size_t items_bytes = c.plan.items.size() * sizeof(int32_t);
+  const size_t parts_bytes = c.plan.token_part.size() * sizeof(int32_t);
+  c.items = ocl::Buffer(ctx, items_bytes);
+  c.token_part = ocl::Buffer(ctx, parts_bytes);
+  // in-order queue: the kernels that read them run after both writes; the event of the second
+  // one marks both done (forward() returns early for an empty batch: neither is empty here)
+  ocl::check(clEnqueueWriteBuffer(ctx.queue(), c.items.get(), CL_FALSE, 0, items_bytes,
+                                  c.plan.items.data(), 0, nullptr, nullptr),
+             "clEnqueueWriteBuffer", "OCL_FLASH work items");
+  ocl::check(clEnqueueWriteBuffer(ctx.queue(), c.token_part.get(), CL_FALSE, 0, parts_bytes,
+                                  c.plan.token_part.data(), 0, nullptr, &c.uploaded),
+             "clEnqueueWriteBuffer", "OCL_FLASH token splits");
   c.last_use = ++uses_;
   return c;
 }
@@ -292,11 +312,11 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   ensure_size(ctx, part_acc_, static_cast<size_t>(c.plan.max_partials) * hq * d * sizeof(float));
   ensure_size(ctx, part_ml_, static_cast<size_t>(c.plan.max_partials) * hq * 2 * sizeof(float));
 
-  // software prefetch of the next block: CPU devices only (-DPF_DIST=0 compiles it out)
+  // software prefetch two blocks ahead: CPU devices only (-DPF_DIST=0 compiles it out)
   const std::string options =
       str_cat(dtype_define(view.spec.dtype), " -DHEAD=", d, " -DGROUP=", group, " -DBLOCK=", bs,
               " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
-              " -DPF_DIST=", ctx.device().type == "cpu" ? 1 : 0);
+              " -DPF_DIST=", ctx.device().type == "cpu" ? 2 : 0);
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;

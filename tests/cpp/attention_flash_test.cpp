@@ -1,0 +1,306 @@
+// OCL_FLASH against the C++ reference: ragged batches of decodes (several splits), prefill
+// chunks, verify steps, head sizes 64/128/256, GQA / MQA / MHA, block sizes 16/32/48, sliding
+// window (also with the blocks that left it freed), chunked local (through the default builder's
+// virtual batches), softcap, f32/f16/bf16.
+// Then batch invariance (bit for bit: alone, among verify tokens, in a ragged batch, across
+// launches) and the capability checks.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/backends/backends.h"
+#include "attention_test_util.h"
+#include "common/errors.h"
+#include "kv/blocks.h"
+
+using namespace specdec;
+using namespace specdec::attn;
+using namespace specdec::attn::testing;
+
+namespace {
+
+const std::vector<Req> kDecode = {{0, 1},   {1, 1},   {15, 1},  {16, 1},   {17, 1},
+                                  {255, 1}, {256, 1}, {300, 1}, {1023, 1}, {1999, 1}};
+const std::vector<Req> kPrefill = {{0, 150}, {0, 37}, {300, 64}, {240, 30}};
+// prefill chunk + decodes + 1+4-token verify steps (one across a split boundary) + a fresh prompt
+const std::vector<Req> kMixed = {{0, 1},  {700, 60}, {1000, 1}, {1500, 5},
+                                 {33, 1}, {254, 5},  {0, 20}};
+
+struct Case {
+  std::string name;
+  DType dtype;
+  int head, hq, hkv, bs;
+  const std::vector<Req>* batch;
+  int window = 0;
+  int chunk = 0;
+  float softcap = 0.0f;
+  float scale_mul = 1.0f;  // scale = scale_mul / sqrt(head)
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Measured errors are at most 1.9e-6 over this matrix (f32 accumulation against a double
+// reference that reads the same stored elements, whatever the cache dtype); 1e-5 leaves 5x room.
+constexpr float kTolerance = 1e-5f;
+
+kv::KvCacheSpec spec_of(const Case& c) {
+  if (c.window > 0) return kv::KvCacheSpec::sliding(c.bs, c.hkv, c.head, c.dtype, c.window);
+  if (c.chunk > 0) return kv::KvCacheSpec::chunked_local(c.bs, c.hkv, c.head, c.dtype, c.chunk);
+  return kv::KvCacheSpec::full_attention(c.bs, c.hkv, c.head, c.dtype);
+}
+
+AttentionLayerParams params_of(const Case& c) {
+  AttentionLayerParams p;
+  p.num_q_heads = c.hq;
+  p.num_kv_heads = c.hkv;
+  p.head_size = p.head_size_v = c.head;
+  p.scale = c.scale_mul / std::sqrt(static_cast<float>(c.head));
+  p.logit_softcap = c.softcap;
+  p.sliding_window = c.window;
+  p.attention_chunk_size = c.chunk;
+  return p;
+}
+
+int64_t blocks_needed(const std::vector<Req>& reqs, int bs) {
+  int64_t n = 2;
+  for (const Req& r : reqs) n += (r.num_computed + r.num_new + bs - 1) / bs;
+  return n;
+}
+
+class FlashVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashVsReference, MatchesReference) {
+  const Case& c = GetParam();
+  std::mt19937 rng(1234);
+  const auto backend = make_ocl_flash_backend();
+  const kv::KvCacheSpec spec = spec_of(c);
+  const int64_t num_blocks = blocks_needed(*c.batch, c.bs);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
+  const CommonAttentionMetadata md = random_metadata(*c.batch, c.bs, num_blocks, true, rng);
+  const float err = max_error_vs_reference(*backend, spec, md, params_of(c), cache, {}, rng);
+  RecordProperty("max_error", std::to_string(err));
+  std::printf("[ %s ] max error %.3g\n", c.name.c_str(), err);
+  EXPECT_LE(err, kTolerance);
+}
+
+// Distinct (dtype, head, group, block size) combinations are few: each is one program build.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FlashVsReference,
+    ::testing::Values(
+        Case{"decode_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kDecode},
+        Case{"prefill_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kPrefill},
+        Case{"mixed_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kMixed},
+        Case{"mixed_softcap_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kMixed, 0, 0, 5.0f,
+             4.0f},
+        Case{"decode_window_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kDecode, 300},
+        Case{"mixed_window_bf16_d128_gqa4_bs16", DType::kBF16, 128, 8, 2, 16, &kMixed, 100},
+        Case{"mixed_f32_d64_mha_bs16", DType::kF32, 64, 4, 4, 16, &kMixed, 0, 0, 0.0f, 2.0f},
+        Case{"decode_f32_d64_mha_bs16", DType::kF32, 64, 4, 4, 16, &kDecode},
+        Case{"decode_f16_d64_mqa8_bs32", DType::kF16, 64, 8, 1, 32, &kDecode},
+        Case{"mixed_bf16_d256_mqa8_bs32", DType::kBF16, 256, 8, 1, 32, &kMixed},
+        Case{"prefill_bf16_d256_mqa8_bs32", DType::kBF16, 256, 8, 1, 32, &kPrefill},
+        Case{"mixed_chunked_f32_d128_gqa2_bs32", DType::kF32, 128, 4, 2, 32, &kMixed, 0, 256},
+        Case{"prefill_chunked_f32_d128_gqa2_bs32", DType::kF32, 128, 4, 2, 32, &kPrefill, 0, 64},
+        Case{"mixed_window_softcap_f16_d256_mha_bs16", DType::kF16, 256, 2, 2, 16, &kMixed, 500, 0,
+             30.0f, 3.0f},
+        Case{"mixed_f16_d128_gqa4_bs48", DType::kF16, 128, 8, 2, 48, &kMixed}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// Blocks that left every token's window are freed in a real run: their table entries point to
+// the null block. Filled with NaN here, they must never be read.
+TEST(FlashWindow, FreedBlocksAreNeverRead) {
+  std::mt19937 rng(7);
+  const auto backend = make_ocl_flash_backend();
+  const Case c{"freed", DType::kF16, 128, 8, 2, 16, &kMixed, 300};
+  const kv::KvCacheSpec spec = spec_of(c);
+  const std::vector<Req> reqs = {{1999, 1}, {1500, 5}, {700, 60}, {100, 1}};
+  const int64_t num_blocks = blocks_needed(reqs, c.bs);
+  RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
+  const int64_t page_elems = spec.page_size_bytes() / 2;
+  for (int64_t i = 0; i < page_elems; ++i)
+    kv::store_element(cache.raw, spec.dtype, i, NAN);  // null block
+  cache.alloc->tensor(0).write(*context(), cache.raw.data(), cache.raw.size());
+  CommonAttentionMetadata md = random_metadata(reqs, c.bs, num_blocks, true, rng);
+  int freed = 0;
+  for (int r = 0; r < md.num_reqs; ++r) {
+    const int lowest =
+        std::max(0, md.num_computed_tokens[r] - c.window + 1);  // first token's first key
+    for (int b = 0; (b + 1) * c.bs <= lowest; ++b, ++freed)
+      md.block_table[r * md.max_blocks_per_req + b] = kv::kNullBlockId;
+  }
+  ASSERT_GT(freed, 100);
+  const float err = max_error_vs_reference(*backend, spec, md, params_of(c), cache, {}, rng);
+  EXPECT_LE(err, kTolerance);
+}
+
+// --- batch invariance -------------------------------------------------------------------------
+
+struct FlashRun {
+  CommonAttentionMetadata md;
+  std::vector<float> query;  // [num_tokens, hq, head]
+};
+
+std::vector<float> run_flash(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
+                             const FlashRun& run, const AttentionLayerParams& p,
+                             const RandomCache& cache) {
+  auto& ctx = *context();
+  const size_t n = run.query.size();
+  ocl::Buffer q(ctx, n * 4), out(ctx, n * 4);
+  q.write(ctx, run.query.data(), n * 4);
+  const AttentionMetadata md = backend.make_builder(spec)->build(ctx, run.md);
+  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+  std::vector<float> got(n);
+  out.read(ctx, got.data(), n * 4);
+  return got;
+}
+
+// Request r of `batch` alone, with its tokens [first, first + count) as the query; keys past the
+// last of them are not part of the request (as in a decode that came before a verify step).
+FlashRun extract(const FlashRun& batch, int r, int first, int count, int row) {
+  const CommonAttentionMetadata& b = batch.md;
+  FlashRun one;
+  CommonAttentionMetadata& md = one.md;
+  md.num_reqs = 1;
+  md.block_size = b.block_size;
+  md.max_blocks_per_req = b.max_blocks_per_req;
+  md.block_table.assign(b.block_table.begin() + static_cast<int64_t>(r) * b.max_blocks_per_req,
+                        b.block_table.begin() + static_cast<int64_t>(r + 1) * b.max_blocks_per_req);
+  const int qs = b.query_start_loc[r];
+  md.query_start_loc = {0, count};
+  md.seq_lens = {b.num_computed_tokens[r] + first + count};
+  md.num_computed_tokens = {b.num_computed_tokens[r] + first};
+  md.slot_mapping.assign(b.slot_mapping.begin() + qs + first,
+                         b.slot_mapping.begin() + qs + first + count);
+  md.num_actual_tokens = md.max_query_len = count;
+  md.max_seq_len = md.seq_lens[0];
+  one.query.assign(batch.query.begin() + static_cast<int64_t>(qs + first) * row,
+                   batch.query.begin() + static_cast<int64_t>(qs + first + count) * row);
+  return one;
+}
+
+void expect_bitwise(const std::vector<float>& whole, int whole_token,
+                    const std::vector<float>& part, int part_token, int row,
+                    const std::string& what) {
+  EXPECT_EQ(0,
+            std::memcmp(whole.data() + static_cast<size_t>(whole_token) * row,
+                        part.data() + static_cast<size_t>(part_token) * row, row * sizeof(float)))
+      << what;
+}
+
+TEST(FlashBatchInvariance, AloneVerifyAndBatchAreBitwiseEqual) {
+  std::mt19937 rng(99);
+  const auto backend = make_ocl_flash_backend();
+  const Case c{"inv", DType::kF16, 128, 8, 2, 16, &kMixed};
+  const kv::KvCacheSpec spec = spec_of(c);
+  const AttentionLayerParams p = params_of(c);
+  const int row = c.hq * c.head;
+  // decode at 1500 (6 splits), a verify step at 510..514 (across a split boundary), a prefill
+  // chunk, short decodes
+  const std::vector<Req> reqs = {{40, 1}, {1500, 1}, {700, 60}, {510, 5}, {3, 1}};
+  const int64_t num_blocks = blocks_needed(reqs, c.bs);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
+  FlashRun batch{random_metadata(reqs, c.bs, num_blocks, true, rng), {}};
+  batch.query = random_floats(static_cast<size_t>(batch.md.num_actual_tokens) * row, rng);
+  const auto whole = run_flash(*backend, spec, batch, p, cache);
+
+  for (int r : {0, 1, 4}) {  // decodes alone
+    const auto one = run_flash(*backend, spec, extract(batch, r, 0, 1, row), p, cache);
+    expect_bitwise(whole, batch.md.query_start_loc[r], one, 0, row,
+                   "decode of request " + std::to_string(r));
+  }
+  const int v0 = batch.md.query_start_loc[3];
+  const auto verify = run_flash(*backend, spec, extract(batch, 3, 0, 5, row), p, cache);
+  for (int t = 0; t < 5; ++t) {  // the verify step alone, and each of its tokens as a decode
+    expect_bitwise(whole, v0 + t, verify, t, row, "verify token " + std::to_string(t) + " alone");
+    const auto one = run_flash(*backend, spec, extract(batch, 3, t, 1, row), p, cache);
+    expect_bitwise(whole, v0 + t, one, 0, row,
+                   "verify token " + std::to_string(t) + " as a decode");
+  }
+  const int c0 = batch.md.query_start_loc[2];
+  const auto chunk = run_flash(*backend, spec, extract(batch, 2, 0, 60, row), p, cache);
+  for (int t = 0; t < 60; ++t)
+    expect_bitwise(whole, c0 + t, chunk, t, row, "prefill token " + std::to_string(t));
+
+  // a scratch buffer small enough to cut the batch into several launches changes nothing
+  ::setenv("SPECDEC_FLASH_SCRATCH_BYTES", "40000", 1);
+  const auto cut = run_flash(*backend, spec, batch, p, cache);
+  ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
+  EXPECT_EQ(0, std::memcmp(whole.data(), cut.data(), whole.size() * sizeof(float)))
+      << "several launches";
+}
+
+// --- capabilities -------------------------------------------------------------------------------
+
+AttentionRequirements good_requirements() {
+  return AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(16, 2, 128, DType::kF16),
+                                          8);
+}
+
+bool has_reason(const std::vector<std::string>& reasons, const std::string& text) {
+  for (const auto& r : reasons) {
+    if (r.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(FlashCapabilities, DeclaresWhatItImplements) {
+  const auto backend = make_ocl_flash_backend();
+  const BackendCapabilities& c = backend->capabilities();
+  EXPECT_EQ(c.name, "OCL_FLASH");
+  EXPECT_EQ(c.kv_layout, kv::KvLayout::kBlockMajor);
+  EXPECT_FALSE(c.non_causal);
+  EXPECT_FALSE(c.sinks);
+  EXPECT_FALSE(c.is_mla);
+  EXPECT_TRUE(c.sliding_window && c.chunked_local && c.logit_softcap && c.on_device);
+  EXPECT_TRUE(backend->validate(good_requirements()).empty());
+  auto sliding = AttentionRequirements::from_spec(
+      kv::KvCacheSpec::sliding(32, 1, 256, DType::kBF16, 512), 8, false, true);
+  EXPECT_TRUE(backend->validate(sliding).empty());
+}
+
+TEST(FlashCapabilities, RejectsWithReasons) {
+  const auto backend = make_ocl_flash_backend();
+  auto r = good_requirements();
+  r.use_non_causal = true;
+  EXPECT_TRUE(has_reason(backend->validate(r), "non-causal attention not supported"));
+  r = AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(16, 2, 80, DType::kF16), 8);
+  EXPECT_TRUE(has_reason(backend->validate(r), "head_size 80 not supported (one of 64, 128, 256)"));
+  r = AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(8, 2, 128, DType::kF16), 8);
+  EXPECT_TRUE(
+      has_reason(backend->validate(r), "block_size 8 not supported (must be a multiple of 16)"));
+  r = good_requirements();
+  r.use_sinks = true;
+  EXPECT_TRUE(has_reason(backend->validate(r), "attention sinks not supported"));
+  r = AttentionRequirements::from_spec(kv::KvCacheSpec::mla(16, 512, 64, DType::kF16), 16);
+  EXPECT_FALSE(backend->validate(r).empty());
+}
+
+TEST(FlashCapabilities, ForwardRefusesWhatItDoesNotImplement) {
+  std::mt19937 rng(5);
+  const auto backend = make_ocl_flash_backend();
+  const Case c{"refuse", DType::kF16, 128, 8, 2, 16, &kMixed};
+  const kv::KvCacheSpec spec = spec_of(c);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, 8, rng);
+  auto& ctx = *context();
+  ocl::Buffer q(ctx, 8 * 128 * 4), out(ctx, 8 * 128 * 4), sinks(ctx, 8 * 4);
+  CommonAttentionMetadata common = random_metadata({{3, 1}}, 16, 8, false, rng);
+  const AttentionMetadata non_causal = backend->make_builder(spec)->build(ctx, common);
+  EXPECT_THROW(
+      backend->forward(ctx, non_causal, params_of(c), cache.view(), cache.buffer(), q, out),
+      UnsupportedError);
+  common.causal = true;
+  const AttentionMetadata md = backend->make_builder(spec)->build(ctx, common);
+  AttentionLayerParams p = params_of(c);
+  p.sinks = &sinks;
+  EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out),
+               UnsupportedError);
+  p = params_of(c);
+  p.head_size = p.head_size_v = 64;
+  EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out), ConfigError);
+}
+
+}  // namespace
