@@ -71,6 +71,9 @@ std::vector<std::string> AttentionBackend::validate(const AttentionRequirements&
   if (std::find(c.kv_cache_dtypes.begin(), c.kv_cache_dtypes.end(), r.kv_cache_dtype) == c.kv_cache_dtypes.end()) {
     reasons.push_back("kv_cache_dtype " + dtype_name(r.kv_cache_dtype) + " not supported");
   }
+  if (c.max_block_size > 0 && r.block_size > c.max_block_size) {
+    reasons.push_back(str_cat("block_size ", r.block_size, " not supported (at most ", c.max_block_size, ")"));
+  }
   if (r.block_size % c.block_size_multiple_of != 0) {
     reasons.push_back(str_cat("block_size ", r.block_size, " not supported (must be a multiple of ",
                               c.block_size_multiple_of, ")"));
@@ -90,7 +93,8 @@ std::vector<std::string> AttentionBackend::validate(const AttentionRequirements&
   return reasons;
 }
 
-std::unique_ptr<AttentionMetadataBuilder> AttentionBackend::make_builder(const kv::KvCacheSpec& spec) const {
+std::unique_ptr<AttentionMetadataBuilder> AttentionBackend::make_builder(const kv::KvCacheSpec& spec,
+                                                                       int /*num_q_heads*/) const {
   if (spec.kind == kv::KvSpecKind::kChunkedLocal) {
     return std::make_unique<LocalAttentionMetadataBuilder>(spec.attention_chunk_size);
   }

@@ -49,6 +49,7 @@ struct BackendCapabilities {
   std::vector<int> head_sizes;         // empty: any head size in [1, max_head_size]
   int max_head_size = 0;
   int block_size_multiple_of = 1;      // block_size % this == 0
+  int max_block_size = 0;              // 0: any
   bool is_mla = false;                 // MLA latent caches (and only those)
   bool any_mla = false;                // serves MLA and non-MLA layers alike (REFERENCE)
   bool causal = true;
@@ -92,9 +93,12 @@ class AttentionBackend {
   // Every reason this backend cannot serve `r`, in a fixed order; empty when it can.
   std::vector<std::string> validate(const AttentionRequirements& r) const;
 
-  // The builder that turns common metadata into what this backend's kernel reads (default:
-  // chunked-local specs get local virtual batches; everything else is uploaded as is).
-  virtual std::unique_ptr<AttentionMetadataBuilder> make_builder(const kv::KvCacheSpec& spec) const;
+  // The builder that turns common metadata into what this backend's kernel reads, once per step
+  // for every layer of an attention group with this spec and num_q_heads (0: not known; the
+  // backend then derives what it needs in forward()). Default: chunked-local specs get local
+  // virtual batches; everything else is uploaded as is.
+  virtual std::unique_ptr<AttentionMetadataBuilder> make_builder(const kv::KvCacheSpec& spec,
+                                                                 int num_q_heads = 0) const;
 
   // One layer's attention for a ragged batch (prefill chunks and decodes together).
   //   md:     built by this backend's builder for the layer's KV-cache group

@@ -78,7 +78,7 @@ AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::
     const GroupKey key{kv_group, b->name(), spec.to_string(), li.num_q_heads, !li.use_non_causal};
     auto [it, inserted] = group_index.emplace(key, static_cast<int>(setup.attention_groups.size()));
     if (inserted) {
-      setup.attention_groups.push_back({b, b->make_builder(spec), {}, spec, kv_group, li.num_q_heads, !li.use_non_causal});
+      setup.attention_groups.push_back({b, b->make_builder(spec, li.num_q_heads), {}, spec, kv_group, li.num_q_heads, !li.use_non_causal});
     }
     setup.attention_groups[it->second].layer_names.push_back(layer);
     setup.layer_to_attention_group[layer] = it->second;

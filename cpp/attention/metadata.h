@@ -59,6 +59,12 @@ CommonAttentionMetadata build_common_metadata(const kv::KvCacheManager& manager,
 CommonAttentionMetadata make_local_attention_virtual_batches(int attention_chunk_size,
                                                              const CommonAttentionMetadata& common);
 
+// Per-step data that a backend's own builder derives once for every layer of an attention
+// group (launch plans, split tables, scratch); backends downcast to their own type.
+struct BackendMetadata {
+  virtual ~BackendMetadata() = default;
+};
+
 // What a backend's kernel reads: device copies of the (possibly transformed) metadata.
 struct AttentionMetadata {
   CommonAttentionMetadata host;        // what was uploaded
@@ -68,6 +74,7 @@ struct AttentionMetadata {
   ocl::Buffer block_table;             // [num_reqs, max_blocks_per_req] int32
   ocl::Buffer token_request_buf;       // [num_actual_tokens] int32
   ocl::Buffer slot_mapping;            // [num_actual_tokens] int32
+  std::shared_ptr<const BackendMetadata> backend_data;  // set by a backend's own builder, or null
 };
 
 // Uploads `common` (after validate()) and derives token_request.
