@@ -43,14 +43,63 @@ std::string AttentionRequirements::to_string() const {
   return out;
 }
 
-AttentionLayerParams AttentionLayerParams::from_requirements(const AttentionRequirements& r, float scale) {
+void AttentionRequirements::validate() const {
+  check_config(head_size >= 1, "head_size", head_size, "must be >= 1");
+  check_config(head_size_v >= 1, "head_size_v", head_size_v, "must be >= 1");
+  check_config(num_kv_heads >= 1, "num_kv_heads", num_kv_heads, "must be >= 1");
+  check_config(num_q_heads >= 1 && num_q_heads % num_kv_heads == 0, "num_q_heads", num_q_heads,
+               str_cat("must be a positive multiple of num_kv_heads = ", num_kv_heads));
+  check_config(block_size >= 1, "block_size", block_size, "must be >= 1");
+  check_config(!(use_sliding_window && use_chunked_local), "use_chunked_local", "true",
+               "a layer has a sliding window or a chunk, not both");
+}
+
+AttentionLayerParams AttentionLayerParams::from_spec(const kv::KvCacheSpec& spec, int num_q_heads, float scale) {
+  const AttentionRequirements r = AttentionRequirements::from_spec(spec, num_q_heads);
   AttentionLayerParams p;
   p.num_q_heads = r.num_q_heads;
   p.num_kv_heads = r.num_kv_heads;
   p.head_size = r.head_size;
   p.head_size_v = r.head_size_v;
   p.scale = scale;
+  if (spec.kind == kv::KvSpecKind::kSlidingWindow) p.sliding_window = spec.sliding_window;
+  if (spec.kind == kv::KvSpecKind::kChunkedLocal) p.attention_chunk_size = spec.attention_chunk_size;
   return p;
+}
+
+void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerParams& p, const kv::LayerKvView& view) {
+  const kv::KvCacheSpec& s = view.spec;
+  const bool mla = s.kind == kv::KvSpecKind::kMla;
+  check_config(p.num_kv_heads == s.num_kv_heads, "num_kv_heads", p.num_kv_heads,
+               str_cat("must equal the cache's ", s.num_kv_heads));
+  check_config(p.num_q_heads >= 1 && p.num_q_heads % s.num_kv_heads == 0, "num_q_heads", p.num_q_heads,
+               str_cat("must be a positive multiple of num_kv_heads = ", s.num_kv_heads));
+  check_config(p.head_size == s.head_size, "head_size", p.head_size, str_cat("must equal the cache's ", s.head_size));
+  const int head_size_v = mla ? s.kv_lora_rank : s.head_size_v;
+  check_config(p.head_size_v == head_size_v, "head_size_v", p.head_size_v,
+               str_cat("must equal the cache's ", head_size_v));
+  check_config(md.block_size == s.block_size, "block_size", md.block_size,
+               str_cat("metadata built for another block size; the cache's is ", s.block_size));
+  const int window = s.kind == kv::KvSpecKind::kSlidingWindow ? s.sliding_window : 0;
+  check_config(p.sliding_window == window, "sliding_window", p.sliding_window,
+               str_cat("must be the layer's window ", window,
+                       window > 0 ? " (blocks that left it are freed: a wider window reads freed blocks)" : ""));
+  const int chunk = s.kind == kv::KvSpecKind::kChunkedLocal ? s.attention_chunk_size : 0;
+  check_config(p.attention_chunk_size == 0 || p.attention_chunk_size == chunk, "attention_chunk_size",
+               p.attention_chunk_size, str_cat("must be 0 or the layer's chunk ", chunk));
+  check_config(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
+}
+
+bool AttentionBackend::can_read(kv::KvLayout layout) const {
+  const BackendCapabilities& c = capabilities();
+  if (layout == kv::KvLayout::kMlaLatent) return c.is_mla || c.any_mla;
+  return layout == c.kv_layout || std::find(c.also_reads.begin(), c.also_reads.end(), layout) != c.also_reads.end();
+}
+
+kv::KvLayout AttentionBackend::kv_layout_for(const kv::KvCacheSpec& spec, std::optional<kv::KvLayout> required) const {
+  if (spec.kind == kv::KvSpecKind::kMla) return kv::KvLayout::kMlaLatent;
+  if (required && can_read(*required)) return *required;
+  return kv_layout();
 }
 
 std::vector<std::string> AttentionBackend::validate(const AttentionRequirements& r) const {
@@ -59,11 +108,15 @@ std::vector<std::string> AttentionBackend::validate(const AttentionRequirements&
   const bool head_ok = c.head_sizes.empty()
                            ? (r.head_size >= 1 && (c.max_head_size == 0 || r.head_size <= c.max_head_size))
                            : std::find(c.head_sizes.begin(), c.head_sizes.end(), r.head_size) != c.head_sizes.end();
+  const bool head_v_ok = r.use_mla || c.max_head_size == 0 || r.head_size_v <= c.max_head_size;
   if (!head_ok) {
     std::string allowed;
     for (int h : c.head_sizes) allowed += (allowed.empty() ? "" : ", ") + std::to_string(h);
     reasons.push_back(str_cat("head_size ", r.head_size, " not supported (",
                               c.head_sizes.empty() ? str_cat("at most ", c.max_head_size) : "one of " + allowed, ")"));
+  }
+  if (!head_v_ok) {
+    reasons.push_back(str_cat("head_size_v ", r.head_size_v, " not supported (at most ", c.max_head_size, ")"));
   }
   if (!r.use_mla && r.head_size_v != r.head_size && !c.separate_head_size_v) {
     reasons.push_back(str_cat("head_size_v ", r.head_size_v, " != head_size ", r.head_size, " not supported"));
@@ -85,10 +138,12 @@ std::vector<std::string> AttentionBackend::validate(const AttentionRequirements&
   if (r.use_chunked_local && !c.chunked_local) reasons.push_back("chunked local attention not supported");
   if (r.use_softcap && !c.logit_softcap) reasons.push_back("logit softcap not supported");
   if (r.use_sinks && !c.sinks) reasons.push_back("attention sinks not supported");
-  const kv::KvLayout layout = r.use_mla ? kv::KvLayout::kMlaLatent : c.kv_layout;
-  if (r.required_layout && *r.required_layout != layout) {
-    reasons.push_back("KV layout " + kv::layout_name(layout) + " differs from the required " +
-                      kv::layout_name(*r.required_layout) + " (the layer reads another layer's cache)");
+  if (r.use_non_causal && r.use_chunked_local) {
+    reasons.push_back("non-causal chunked local attention not supported (virtual batches are causal)");
+  }
+  if (r.required_layout && !can_read(*r.required_layout)) {
+    reasons.push_back("cannot read the KV layout " + kv::layout_name(*r.required_layout) +
+                      " of the cache this layer shares");
   }
   return reasons;
 }

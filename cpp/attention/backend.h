@@ -30,8 +30,12 @@ struct AttentionRequirements {
   bool use_chunked_local = false;
   bool use_softcap = false;        // logit soft-capping
   bool use_sinks = false;          // learned per-head attention sinks
-  // Set for a layer that reads another layer's cache: the backend must use that layout.
+  // Set for a layer that reads another layer's cache: the backend must read that layout.
   std::optional<kv::KvLayout> required_layout;
+
+  // ConfigError naming the first field out of range (sizes must be positive, num_q_heads a
+  // multiple of num_kv_heads); the selector calls it before asking any backend.
+  void validate() const;
 
   // From a layer's KV spec; num_q_heads must be a multiple of the spec's num_kv_heads
   // (ConfigError naming num_q_heads otherwise). MLA: head_size_v = kv_lora_rank.
@@ -60,7 +64,10 @@ struct BackendCapabilities {
   bool sinks = false;
   bool separate_head_size_v = false;   // head_size_v != head_size (attention, not MLA)
   bool on_device = true;               // false: runs on the host (REFERENCE)
-  kv::KvLayout kv_layout = kv::KvLayout::kKvMajor;
+  kv::KvLayout kv_layout = kv::KvLayout::kKvMajor;  // the layout it allocates its caches in
+  // Other attention layouts it can read (through the view's strides), e.g. a KV-sharing layer
+  // reading a cache written by another backend.
+  std::vector<kv::KvLayout> also_reads;
 };
 
 // Per-layer parameters of one attention call.
@@ -76,8 +83,15 @@ struct AttentionLayerParams {
   // [num_q_heads] f32 sink logits (an extra softmax term with no value), or null for none.
   const ocl::Buffer* sinks = nullptr;
 
-  static AttentionLayerParams from_requirements(const AttentionRequirements& r, float scale);
+  // Parameters of a layer with `spec`: heads and head sizes, and the window or chunk of its kind.
+  static AttentionLayerParams from_spec(const kv::KvCacheSpec& spec, int num_q_heads, float scale);
 };
+
+// Checks that a call's parameters and metadata agree with the layer's cache view (heads, head
+// sizes, block size, and the window or chunk its spec declares); ConfigError naming the field.
+// Every backend's forward() runs it first.
+void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerParams& params,
+                      const kv::LayerKvView& view);
 
 class AttentionBackend {
  public:
@@ -85,10 +99,11 @@ class AttentionBackend {
   virtual const BackendCapabilities& capabilities() const = 0;
   const std::string& name() const { return capabilities().name; }
   kv::KvLayout kv_layout() const { return capabilities().kv_layout; }
-  // The layout of a layer with `spec` on this backend: MLA caches always use kMlaLatent.
-  kv::KvLayout kv_layout_for(const kv::KvCacheSpec& spec) const {
-    return spec.kind == kv::KvSpecKind::kMla ? kv::KvLayout::kMlaLatent : kv_layout();
-  }
+  // The layout of a layer with `spec` on this backend: MLA caches always use kMlaLatent; a layer
+  // that must read `required` gets it when this backend can read it.
+  kv::KvLayout kv_layout_for(const kv::KvCacheSpec& spec,
+                             std::optional<kv::KvLayout> required = std::nullopt) const;
+  bool can_read(kv::KvLayout layout) const;
 
   // Every reason this backend cannot serve `r`, in a fixed order; empty when it can.
   std::vector<std::string> validate(const AttentionRequirements& r) const;

@@ -73,7 +73,14 @@ AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::
       throw e.with_prefix(layer);
     }
     r.required_layout = required_layout;
-    BackendChoice choice = select_backend(r, requested_backend, device_type);
+    BackendChoice choice;
+    try {
+      choice = select_backend(r, requested_backend, device_type);
+    } catch (const UnsupportedError& e) {
+      throw UnsupportedError("layer " + layer + ": " + e.what());
+    } catch (const ConfigError& e) {
+      throw e.with_prefix(layer);
+    }
     const AttentionBackend* b = choice.backend;
     const GroupKey key{kv_group, b->name(), spec.to_string(), li.num_q_heads, !li.use_non_causal};
     auto [it, inserted] = group_index.emplace(key, static_cast<int>(setup.attention_groups.size()));
@@ -83,7 +90,7 @@ AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::
     setup.attention_groups[it->second].layer_names.push_back(layer);
     setup.layer_to_attention_group[layer] = it->second;
     setup.layer_to_kv_cache_group[layer] = kv_group;
-    setup.layouts[layer] = b->kv_layout_for(spec);
+    setup.layouts[layer] = b->kv_layout_for(spec, required_layout);
     setup.choices.emplace(layer, std::move(choice));
   };
   for (size_t g = 0; g < config.groups.size(); ++g) {
@@ -104,7 +111,7 @@ std::string AttentionSetup::explain() const {
   for (size_t i = 0; i < attention_groups.size(); ++i) {
     const auto& g = attention_groups[i];
     out += str_cat("attention group ", i, " (KV-cache group ", g.kv_cache_group_id, "): ", g.backend->name(),
-                   ", layout ", kv::layout_name(g.backend->kv_layout_for(g.spec)), ", ", g.layer_names.size(),
+                   ", layout ", kv::layout_name(layouts.at(g.layer_names.front())), ", ", g.layer_names.size(),
                    " layer(s), ", g.num_q_heads, " q heads, ", g.causal ? "causal" : "non-causal", "\n");
     out += "  spec   " + g.spec.to_string() + "\n";
     out += "  layers " + compress_names(g.layer_names) + "\n";

@@ -1,6 +1,7 @@
 #include "attention/metadata.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "common/errors.h"
 #include "common/math.h"
@@ -65,7 +66,9 @@ CommonAttentionMetadata build_common_metadata(const kv::KvCacheManager& manager,
       const int32_t block = table[pos / md.block_size];
       check_config(block != kv::kNullBlockId, str_cat("requests[", r, "]"), req.request_id,
                    str_cat("position ", pos, " lies in a freed block"));
-      md.slot_mapping.push_back(static_cast<int32_t>(block * md.block_size + pos % md.block_size));
+      const int64_t slot = int64_t{block} * md.block_size + pos % md.block_size;
+      check_config(slot <= INT32_MAX, "slot_mapping", slot, "slots are int32: the planner caps num_blocks * block_size");
+      md.slot_mapping.push_back(static_cast<int32_t>(slot));
     }
     md.query_start_loc.push_back(static_cast<int32_t>(md.slot_mapping.size()));
     md.seq_lens.push_back(static_cast<int32_t>(end));
@@ -93,6 +96,13 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const Co
   const int ncols = common.max_blocks_per_req;
   for (int r = 0; r < common.num_reqs; ++r) {
     const int q = common.query_len(r), s = common.seq_lens[r];
+    if (s == 0) {  // no keys and no queries: one empty virtual request
+      out.block_table.insert(out.block_table.end(), pages, 0);
+      out.query_start_loc.push_back(out.query_start_loc.back());
+      out.seq_lens.push_back(0);
+      out.num_computed_tokens.push_back(0);
+      continue;
+    }
     const int q_first = std::min(chunk - (s - q) % chunk, q);
     const int last = s % chunk == 0 ? chunk : s % chunk;  // keys in the request's last chunk
     const int nblk = 1 + static_cast<int>(cdiv(q - q_first, chunk));
@@ -102,7 +112,7 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const Co
       const int k_start = s - ((nblk - a - 1) * chunk + last);
       const int block_start = k_start / bs;
       for (int i = 0; i < pages; ++i) {
-        const int col = std::min(block_start + i, ncols - 1);
+        const int col = std::clamp(block_start + i, 0, ncols - 1);  // ncols >= 1 since s > 0
         out.block_table.push_back(common.block_table[static_cast<size_t>(r) * ncols + col]);
       }
       out.query_start_loc.push_back(out.query_start_loc.back() + q_local);

@@ -47,6 +47,7 @@ std::string BackendChoice::explain() const {
 
 BackendChoice select_backend(const AttentionRequirements& r, const std::string& requested,
                              const std::string& device_type) {
+  r.validate();
   BackendChoice choice;
   if (!is_auto(requested)) {
     const AttentionBackend& b = get_backend(requested);

@@ -1,6 +1,7 @@
 #include "kv/planner.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -191,7 +192,12 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
   if (options.num_blocks_override > 0) {
     check_config(options.num_blocks_override >= 2, "num_blocks_override",
                  options.num_blocks_override, "must be >= 2 (block 0 is the null block)");
-    for (auto& g : config.groups) g.num_blocks = options.num_blocks_override;
+    for (auto& g : config.groups) {
+      check_config(options.num_blocks_override <= INT32_MAX / g.spec.block_size, "num_blocks_override",
+                   options.num_blocks_override,
+                   str_cat("must be <= ", INT32_MAX / g.spec.block_size, " (slots are int32)"));
+      g.num_blocks = options.num_blocks_override;
+    }
   } else if (!config.groups.empty()) {
     if (budget_bytes < required) {
       throw ConfigError("kv_cache_memory_bytes", str_cat(budget_bytes, " (", mib(budget_bytes), ")"),
@@ -200,10 +206,13 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
                                 options.model_name.empty() ? "" : " for " + options.model_name, "; ",
                                 fit_advice(layers, budget_bytes, max_model_len, options)));
     }
-    // Every group gets the same multiple of its per-request need.
+    // Every group gets the same multiple of its per-request need, capped so that every slot
+    // (block_id * block_size + offset) fits the int32 slot mappings.
     for (auto& g : config.groups) {
       const __int128 scaled = static_cast<__int128>(budget_bytes) * blocks_needed_per_request(g);
-      g.num_blocks = static_cast<int64_t>(scaled / required);
+      g.num_blocks = std::min<int64_t>(static_cast<int64_t>(scaled / required), INT32_MAX / g.spec.block_size);
+      check_config(g.num_blocks >= blocks_needed_per_request(g), "max_model_len", max_model_len,
+                   "one request needs more blocks than int32 slot mappings can address; lower max_model_len");
     }
   }
   for (size_t gi = 0; gi < config.groups.size(); ++gi) {

@@ -34,13 +34,14 @@ def layer_infos(config: "_core.KvCacheConfig", num_q_heads: LayersInfo,
 def initialize_attention(config: "_core.KvCacheConfig", num_q_heads: LayersInfo,
                          attention_backend: Optional[str] = None,
                          use_non_causal: bool = False,
-                         device_type: Optional[str] = None) -> "_core.AttentionSetup":
+                         device_type: Optional[str] = None, use_softcap: bool = False,
+                         use_sinks: bool = False) -> "_core.AttentionSetup":
     """Chooses a backend for every layer (None / 'auto' = by the device's priority list) and
     groups the layers into attention groups inside their KV-cache groups.
 
     ``setup.layouts`` gives each layer's KV layout for :func:`specdec.allocate_kv_cache`.
     """
-    infos = layer_infos(config, num_q_heads, use_non_causal)
+    infos = layer_infos(config, num_q_heads, use_non_causal, use_softcap, use_sinks)
     return _core.initialize_attention(config, infos, attention_backend or "",
                                       device_type or default_device_type())
 

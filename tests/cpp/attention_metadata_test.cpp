@@ -162,3 +162,18 @@ TEST(CommonMetadata, ValidateNamesTheField) {
     EXPECT_EQ(e.field(), "seq_lens[0]");
   }
 }
+
+TEST(LocalVirtualBatches, RequestsWithoutKeysOrQueries) {
+  // request 0 has no tokens at all, request 1 no new tokens, request 2 is a decode
+  auto md = arange_metadata({0, 0, 1}, {0, 5, 9}, 2, 5);
+  const auto v = make_local_attention_virtual_batches(4, md);
+  EXPECT_NO_THROW(v.validate());
+  EXPECT_EQ(v.seq_lens.front(), 0);
+  EXPECT_EQ(v.num_actual_tokens, 1);
+  for (int32_t b : v.block_table) {
+    EXPECT_GE(b, 0);
+    EXPECT_LT(b, 15);
+  }
+  // the decode at position 8 sees its own chunk [8, 9): one key
+  EXPECT_EQ(v.seq_lens.back(), 1);
+}

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "attention/groups.h"
+#include "attention_test_util.h"
 #include "attention/registry.h"
 #include "attention/selector.h"
 #include "common/errors.h"
@@ -141,11 +142,38 @@ TEST(AttentionGroups, KvSharingLayersUseTheirTargetsGroupAndLayout) {
     EXPECT_EQ(setup.layer_to_attention_group.at(layer), setup.layer_to_attention_group.at(target)) << layer;
   }
   EXPECT_NO_THROW(kv::make_layer_views(config, setup.layouts));
-  // a sharing layer that must keep its target's layout rejects a backend with another one
+  // a sharing layer that must read its target's layout rejects a backend that cannot
   auto r = AttentionRequirements::from_spec(config.layer_specs().at("layers.20"), 8);
   r.required_layout = kv::KvLayout::kKvMajor;
   const auto verdicts = evaluate_backends(r);
-  EXPECT_NE(verdicts[0].reasons.back().find("required kv_major"), std::string::npos);
+  ASSERT_EQ(verdicts[0].backend->name(), "OCL_FLASH");
+  EXPECT_EQ(verdicts[0].reasons.back(), "cannot read the KV layout kv_major of the cache this layer shares");
+  EXPECT_TRUE(verdicts[1].reasons.empty());  // OCL_PAGED reads it
+}
+
+TEST(AttentionGroups, SeveralAttentionGroupsInOneKvCacheGroup) {
+  // layers.20 shares layers.18's cache (written by OCL_FLASH in block_major) but needs sinks:
+  // it gets OCL_PAGED, which reads block_major, in a second attention group of KV group 0
+  const auto config = kv::plan_kv_cache(kv::example_model_layers("gemma3n-like"), 0, 4096, {2048, 8, ""});
+  auto layers = infos(config, 8);
+  for (auto& l : layers) l.use_sinks = l.layer_name == "layers.20";
+  const auto setup = initialize_attention(config, layers);
+  const int g18 = setup.layer_to_attention_group.at("layers.18");
+  const int g20 = setup.layer_to_attention_group.at("layers.20");
+  EXPECT_NE(g18, g20);
+  EXPECT_EQ(setup.attention_groups[g18].backend->name(), "OCL_FLASH");
+  EXPECT_EQ(setup.attention_groups[g20].backend->name(), "OCL_PAGED");
+  EXPECT_EQ(setup.attention_groups[g18].kv_cache_group_id, setup.attention_groups[g20].kv_cache_group_id);
+  EXPECT_EQ(setup.layouts.at("layers.20"), kv::KvLayout::kBlockMajor);  // reads its target's layout
+  EXPECT_NO_THROW(kv::make_layer_views(config, setup.layouts));
+  // with a backend that cannot read it and cannot do sinks forced, the error names the layer
+  try {
+    initialize_attention(config, layers, "OCL_FLASH");
+    FAIL();
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer layers.20: attention backend OCL_FLASH cannot serve"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(AttentionGroups, NonCausalDrafterGetsItsOwnBackendAndLayout) {
@@ -161,9 +189,12 @@ TEST(AttentionGroups, NonCausalDrafterGetsItsOwnBackendAndLayout) {
   EXPECT_TRUE(db->capabilities().non_causal);
   EXPECT_NE(target.layouts.at("layers.0"), drafter.layouts.at("layers.0"));
   EXPECT_FALSE(drafter.attention_groups[0].causal);
-  // the drafter's backend is never inherited: requesting one for the target changes nothing for it
+  // the drafter's backend is never inherited: with OCL_PAGED requested for the target, a causal
+  // drafter still selects on its own (and gets OCL_FLASH first on this CPU)
   const auto target_paged = initialize_attention(plan.target, infos(plan.target, 12), "OCL_PAGED");
   EXPECT_EQ(target_paged.attention_groups[0].backend->name(), "OCL_PAGED");
+  const auto causal_drafter = initialize_attention(plan.drafter, infos(plan.drafter, 14));
+  EXPECT_EQ(causal_drafter.attention_groups[0].backend->name(), "OCL_FLASH");
   // allocated side by side, nothing aliases across them
   auto ctx = ocl::Context::create();
   kv::KvCacheAllocation t(ctx, plan.target, target.layouts), d(ctx, plan.drafter, drafter.layouts);
@@ -186,5 +217,78 @@ TEST(AttentionGroups, MissingLayerInfoIsAnError) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(".num_q_heads = 10"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Selector, PriorityDependsOnTheDeviceType) {
+  EXPECT_EQ(priority_list("cpu").front()->name(), "OCL_FLASH");
+  EXPECT_EQ(priority_list("gpu").front()->name(), "OCL_PAGED");
+  EXPECT_EQ(priority_list("gpu").back()->name(), "REFERENCE");
+  EXPECT_EQ(select_backend(attention(), "", "gpu").backend->name(), "OCL_PAGED");
+}
+
+TEST(Selector, BadRequirementsAreConfigErrors) {
+  auto r = attention();
+  r.num_q_heads = 0;
+  EXPECT_THROW(select_backend(r), ConfigError);
+  r = attention();
+  r.num_q_heads = 3;  // not a multiple of 2 KV heads
+  EXPECT_THROW(select_backend(r), ConfigError);
+  r = attention();
+  r.block_size = 0;
+  EXPECT_THROW(select_backend(r), ConfigError);
+  r = attention();
+  r.head_size_v = 1024;  // beyond OCL_PAGED's 512: not selected, REFERENCE takes it
+  const auto c = select_backend(r);
+  EXPECT_EQ(c.backend->name(), "REFERENCE");
+  EXPECT_NE(c.explain().find("OCL_PAGED: rejected: head_size_v 1024 not supported (at most 512)"), std::string::npos)
+      << c.explain();
+  r = AttentionRequirements::from_spec(kv::KvCacheSpec::chunked_local(16, 2, 128, DType::kF16, 64), 8, true);
+  EXPECT_NE(unsupported_of([&] { select_backend(r, "OCL_PAGED"); }).find("non-causal chunked local"),
+            std::string::npos);
+}
+
+TEST(Selector, WhatIsSelectedRunsAtTheEdges) {
+  namespace t = specdec::attn::testing;
+  std::mt19937 rng(5);
+  struct Case {
+    kv::KvCacheSpec spec;
+    std::vector<t::Req> reqs;
+  };
+  const std::vector<Case> cases = {
+      {kv::KvCacheSpec::full_attention(16, 2, 128, DType::kF16, 512), {{30, 1}, {0, 7}}},  // head_size_v 512
+      {kv::KvCacheSpec::full_attention(16, 2, 128, DType::kF16), {}},                      // empty batch
+      {kv::KvCacheSpec::full_attention(16, 2, 128, DType::kF16), {{20, 0}, {40, 1}}},      // no new tokens
+      {kv::KvCacheSpec::sliding(16, 2, 64, DType::kBF16, 24), {{100, 5}, {0, 3}}},
+  };
+  for (const auto& c : cases) {
+    const auto r = AttentionRequirements::from_spec(c.spec, 8);
+    for (const std::string requested : {"", "OCL_PAGED", "REFERENCE"}) {
+      const AttentionBackend* b = select_backend(r, requested).backend;
+      const auto cache = t::random_cache(c.spec, b->kv_layout_for(c.spec), 32, rng);
+      const auto md = t::random_metadata(c.reqs, c.spec.block_size, 32, true, rng);
+      const auto params = AttentionLayerParams::from_spec(c.spec, 8, 0.1f);
+      EXPECT_LT(t::max_error_vs_reference(*b, c.spec, md, params, cache, {}, rng), 2e-5)
+          << b->name() << " " << c.spec.to_string() << " reqs " << c.reqs.size();
+    }
+  }
+}
+
+TEST(Selector, ParamsMustMatchTheLayer) {
+  namespace t = specdec::attn::testing;
+  std::mt19937 rng(6);
+  const auto spec = kv::KvCacheSpec::sliding(16, 2, 64, DType::kF16, 32);
+  const auto cache = t::random_cache(spec, kv::KvLayout::kKvMajor, 16, rng);
+  const auto md = t::random_metadata({{50, 1}}, 16, 16, true, rng);
+  auto params = AttentionLayerParams::from_spec(spec, 4, 0.1f);
+  EXPECT_EQ(params.sliding_window, 32);
+  params.sliding_window = 0;  // would read blocks that left the window
+  for (const char* name : {"OCL_PAGED", "REFERENCE"}) {
+    try {
+      t::max_error_vs_reference(get_backend(name), spec, md, params, cache, {}, rng);
+      FAIL() << name;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.field(), "sliding_window") << name;
+    }
   }
 }

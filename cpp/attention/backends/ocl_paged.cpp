@@ -82,7 +82,8 @@ BackendCapabilities paged_capabilities() {
   c.sinks = true;
   c.separate_head_size_v = true;
   c.on_device = true;
-  c.kv_layout = kv::KvLayout::kKvMajor;  // reads any attention layout through the view's strides
+  c.kv_layout = kv::KvLayout::kKvMajor;
+  c.also_reads = {kv::KvLayout::kBlockMajor};  // reads any attention layout through the view's strides
   return c;
 }
 
@@ -136,6 +137,7 @@ class OclPagedBackend final : public AttentionBackend {
   void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& p,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override {
+    check_layer_call(md.host, p, view);
     check_call(md, p, view, cache, query, output);
     if (md.host.num_actual_tokens == 0) return;
     const Shape shape = work_group_shape(ctx, p.head_size_v);

@@ -29,6 +29,7 @@ BackendCapabilities reference_capabilities() {
   c.separate_head_size_v = true;
   c.on_device = false;
   c.kv_layout = kv::KvLayout::kKvMajor;
+  c.also_reads = {kv::KvLayout::kBlockMajor};  // attention_ref reads through the view's strides
   return c;
 }
 
@@ -40,6 +41,7 @@ class ReferenceBackend final : public AttentionBackend {
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override {
     const CommonAttentionMetadata& host = md.host;
+    check_layer_call(host, params, view);
     const size_t num_tokens = static_cast<size_t>(host.num_actual_tokens);
     const size_t n_q = num_tokens * params.num_q_heads * params.head_size;
     const size_t n_out = num_tokens * params.num_q_heads * params.head_size_v;
