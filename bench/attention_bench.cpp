@@ -1,7 +1,8 @@
 // Attention benchmark, JSON on stdout: every backend that applies, for decode (1 token) and a
 // speculative verify step (1 + 4 tokens) at contexts 1k/4k/16k, and a 512-token prefill, on a
 // Qwen2.5-1.5B-like layer (12 q heads / 2 KV heads / head 128, f16 cache, block 16). GB/s counts
-// the K/V bytes the step must read once; the machine's bandwidth is measured in the same run
+// the K/V bytes the step must read once (latent rows for the MLA case: 16 q heads, 512 + 64);
+// the machine's bandwidth is measured in the same run
 // (host streaming read, and a device buffer copy).
 // Usage: attention_bench [--quick]
 #include <algorithm>
@@ -73,17 +74,13 @@ CommonAttentionMetadata one_request(int context, int num_new, int64_t num_blocks
 }
 
 nlohmann::json run_case(ocl::Context& ctx, const AttentionBackend& b, const kv::KvCacheAllocation& cache,
-                        const kv::KvCacheSpec& spec, const char* what, int context, int num_new, int reps,
-                        std::mt19937& rng) {
+                        const kv::KvCacheSpec& spec, int num_q_heads, const char* what, int context, int num_new,
+                        int reps, std::mt19937& rng) {
   const auto common = one_request(context, num_new, cache.views()[0].num_blocks, rng);
-  const AttentionMetadata md = b.make_builder(spec)->build(ctx, common);
-  AttentionLayerParams p;
-  p.num_q_heads = kQHeads;
-  p.num_kv_heads = kKvHeads;
-  p.head_size = p.head_size_v = kHead;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(kHead));
-  std::vector<float> q(static_cast<size_t>(num_new) * kQHeads * kHead, 0.01f);
-  ocl::Buffer qb(ctx, q.size() * 4), out(ctx, q.size() * 4);
+  const AttentionMetadata md = b.make_builder(spec, num_q_heads)->build(ctx, common);
+  const auto p = AttentionLayerParams::from_spec(spec, num_q_heads, 1.0f / std::sqrt(static_cast<float>(spec.head_size)));
+  std::vector<float> q(static_cast<size_t>(num_new) * num_q_heads * p.head_size, 0.01f);
+  ocl::Buffer qb(ctx, q.size() * 4), out(ctx, static_cast<size_t>(num_new) * num_q_heads * p.head_size_v * 4);
   qb.write(ctx, q.data(), q.size() * 4);
   b.forward(ctx, md, p, cache.views()[0], cache.tensor(0), qb, out);  // warm-up (and compile)
   ctx.finish();
@@ -96,8 +93,9 @@ nlohmann::json run_case(ocl::Context& ctx, const AttentionBackend& b, const kv::
   }
   std::sort(times.begin(), times.end());
   const double t = times[times.size() / 2];
-  const double kv_bytes = static_cast<double>(context + num_new) * kKvHeads * 2 * kHead * 2;  // f16 K and V
+  const double kv_bytes = static_cast<double>(context + num_new) * spec.bytes_per_token();  // K and V (or latent)
   return {{"backend", b.name()}, {"case", what}, {"context", context}, {"num_new_tokens", num_new},
+          {"num_q_heads", num_q_heads}, {"spec", spec.to_string()},
           {"median_us", t * 1e6}, {"kv_GBps", kv_bytes / t / 1e9}};
 }
 
@@ -124,10 +122,21 @@ int main(int argc, char** argv) {
     const auto config = kv::plan_kv_cache({{"l", spec, ""}}, 0, 1 << 20, {2048, blocks, ""});
     kv::KvCacheAllocation cache(ctx, config, {{"l", b->kv_layout()}});
     for (int c : contexts) {
-      results.push_back(run_case(*ctx, *b, cache, spec, "decode", c, 1, reps, rng));
-      results.push_back(run_case(*ctx, *b, cache, spec, "verify_1+4", c, 5, reps, rng));
+      results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "decode", c, 1, reps, rng));
+      results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "verify_1+4", c, 5, reps, rng));
     }
-    results.push_back(run_case(*ctx, *b, cache, spec, "prefill", 0, quick ? 64 : 512, quick ? 1 : 5, rng));
+    results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "prefill", 0, quick ? 64 : 512, quick ? 1 : 5, rng));
+  }
+  // MLA: a DeepSeek-V2-Lite-like layer (16 q heads, latent 512 + rope 64, f16)
+  const auto mla = kv::KvCacheSpec::mla(kBlock, 512, 64, DType::kF16);
+  for (const AttentionBackend* b : priority_list(ctx->device().type)) {
+    if (!b->validate(AttentionRequirements::from_spec(mla, 16)).empty() || !b->capabilities().on_device) continue;
+    const auto config = kv::plan_kv_cache({{"m", mla, ""}}, 0, 1 << 20, {2048, (contexts.back() + 512) / kBlock + 8, ""});
+    kv::KvCacheAllocation cache(ctx, config);
+    for (int c : contexts) {
+      results.push_back(run_case(*ctx, *b, cache, mla, 16, "decode", c, 1, reps, rng));
+      results.push_back(run_case(*ctx, *b, cache, mla, 16, "verify_1+4", c, 5, reps, rng));
+    }
   }
   out["results"] = results;
   std::printf("%s\n", out.dump(2).c_str());

@@ -6,9 +6,10 @@ import sys
 data = json.load(open(sys.argv[1]))
 print(f"device: {data['device']}; host streaming read {data['host_read_GBps']:.1f} GB/s; "
       f"device copy {data['device_copy_GBps']:.1f} GB/s")
-print(f"{'backend':10s} {'case':11s} {'context':>8s} {'median us':>10s} {'KV GB/s':>8s}")
+print(f"{'backend':10s} {'case':11s} {'context':>8s} {'median us':>10s} {'KV GB/s':>8s}  layer")
 for r in data["results"]:
-    print(f"{r['backend']:10s} {r['case']:11s} {r['context']:8d} {r['median_us']:10.1f} {r['kv_GBps']:8.2f}")
+    print(f"{r['backend']:10s} {r['case']:11s} {r['context']:8d} {r['median_us']:10.1f} {r['kv_GBps']:8.2f}  "
+          f"{r.get('num_q_heads', '')} q heads, {r.get('spec', '')}")
 try:
     import matplotlib
     matplotlib.use("Agg")
