@@ -71,6 +71,10 @@ py::dict capabilities_dict(const AttentionBackend& b) {
   d["head_sizes"] = c.head_sizes;
   d["max_head_size"] = c.max_head_size;
   d["block_size_multiple_of"] = c.block_size_multiple_of;
+  d["max_block_size"] = c.max_block_size;
+  std::vector<std::string> reads = {kv::layout_name(c.kv_layout)};
+  for (kv::KvLayout l : c.also_reads) reads.push_back(kv::layout_name(l));
+  d["reads_layouts"] = reads;
   d["mla"] = c.any_mla ? std::string("both") : (c.is_mla ? std::string("only") : std::string("no"));
   d["causal"] = c.causal;
   d["non_causal"] = c.non_causal;

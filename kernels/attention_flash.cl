@@ -134,7 +134,8 @@ inline void prefetch_row(__global const cache_t* rows, int j) {
 
 // Scores of the keys [16 * jc_lo, 16 * jc_hi + 16) of one block (block-relative) for the q rows of
 // tokens [t_lo, t_hi]: each K row is read and converted once for all of them.
-//   q: [ROWS * NC] pre-scaled queries, part: [ROWS * 16] partial dot products,
+//   q: [ROWS * NC] pre-scaled queries, part: [ROWS * 16] float16 partial dot products (lane-wise,
+//   one vector per key of the chunk),
 //   s: [ROWS * SPLIT_KEYS] the split's scores, this block's at offset `at`
 inline void block_scores(__global const cache_t* kb, __global const cache_t* next, int jc_lo,
                          int jc_hi, int t_lo, int t_hi, int at, __local const float16* q,
@@ -274,11 +275,13 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_split(
   const int p0 = seq_lens[r] - (query_start_loc[r + 1] - qs) + (t0 - qs);
   const int split_lo = split * SPLIT_KEYS, split_hi = split_lo + SPLIT_KEYS - 1;
 
-  __local float16 q[ROWS * NC];
-  __local float16 acc[ROWS * NC];
+  // Local memory: ROWS * (8 * HEAD + 4 * SPLIT_KEYS + 1024) + 4 * BLOCK * HEAD bytes. The host
+  // sizes tiles by this (flash_local_mem_estimate in ocl_flash.cpp): keep the two in step.
+  __local float16 q[ROWS * NC];     // ROWS * HEAD floats
+  __local float16 acc[ROWS * NC];   // ROWS * HEAD floats
   __local float s[ROWS * SPLIT_KEYS];
-  __local float16 part[ROWS * 16];
-  __local float16 vbuf[BLOCK * NC];
+  __local float16 part[ROWS * 16];  // 16 vectors (1 KiB) a row
+  __local float16 vbuf[BLOCK * NC];  // BLOCK * HEAD floats
 
   for (int row = 0; row < nt * GROUP; ++row) {
     const int t = row / GROUP, h = kvh * GROUP + row % GROUP;

@@ -73,8 +73,9 @@ def _print_backends(device_type: str) -> None:
         heads = (", ".join(map(str, b["head_sizes"])) if b["head_sizes"]
                  else f"1..{b['max_head_size']}")
         print(f"  {b['name']:10s} {b['description']}")
-        print(f"             layout {b['kv_layout']}; dtypes {', '.join(b['kv_cache_dtypes'])}; head sizes "
-              f"{heads}; block size multiple of {b['block_size_multiple_of']}; MLA {b['mla']}; "
+        print(f"             layout {b['kv_layout']} (reads {', '.join(b['reads_layouts'])}); dtypes {', '.join(b['kv_cache_dtypes'])}; head sizes "
+              f"{heads}; block size multiple of {b['block_size_multiple_of']}"
+              f"{' up to ' + str(b['max_block_size']) if b['max_block_size'] else ''}; MLA {b['mla']}; "
               f"causal {_yes(b['causal'])}; non-causal {_yes(b['non_causal'])}; sliding window "
               f"{_yes(b['sliding_window'])}; chunked local {_yes(b['chunked_local'])}; softcap "
               f"{_yes(b['logit_softcap'])}; sinks {_yes(b['sinks'])}; head_size_v != head_size "

@@ -1,9 +1,15 @@
 // OCL_FLASH against the C++ reference: ragged batches of decodes (several splits), prefill
-// chunks, verify steps, head sizes 64/128/256, GQA / MQA / MHA, block sizes 16/32/48, sliding
-// window (also with the blocks that left it freed), chunked local (through the default builder's
-// virtual batches), softcap, f32/f16/bf16.
+// chunks, verify steps, head sizes 64/128/256, GQA (also groups of 3 and 6, and 64 q heads on one
+// kv head, where a tile is one token) / MQA / MHA, block sizes 16/32/48, sliding window (also with
+// the blocks that left it freed), chunked local (through the builder's virtual batches), softcap,
+// f32/f16/bf16, requests with no new tokens and empty batches. The metadata comes from the
+// builder that knows num_q_heads (the engine's path: the step's launch plan in backend_data).
 // Then batch invariance (bit for bit: alone, among verify tokens, in a ragged batch, across
-// launches) and the capability checks.
+// launches, with the step's plan or one made per call), the host's local-memory estimate against
+// the built kernel, and the capability checks.
+//
+// Sizes are kept small for the sanitizer build (the double-precision reference dominates): the
+// prefill chunks are short but still cross a split boundary (256 keys).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,9 +19,18 @@
 #include <vector>
 
 #include "attention/backends/backends.h"
+#include "attention/reference.h"
 #include "attention_test_util.h"
 #include "common/errors.h"
 #include "kv/blocks.h"
+
+namespace specdec::attn {
+// Defined in cpp/attention/backends/ocl_flash.cpp: the host's local-memory estimate of one
+// work-group and what the built kernel reports (CL_KERNEL_LOCAL_MEM_SIZE).
+int64_t flash_local_mem_estimate(int tile, int group, int head, int block, int split_keys);
+int64_t flash_kernel_local_mem(ocl::Context& ctx, DType dtype, int tile, int group, int head,
+                               int block, int split_keys);
+}  // namespace specdec::attn
 
 using namespace specdec;
 using namespace specdec::attn;
@@ -25,10 +40,16 @@ namespace {
 
 const std::vector<Req> kDecode = {{0, 1},   {1, 1},   {15, 1},  {16, 1},   {17, 1},
                                   {255, 1}, {256, 1}, {300, 1}, {1023, 1}, {1999, 1}};
-const std::vector<Req> kPrefill = {{0, 150}, {0, 37}, {300, 64}, {240, 30}};
-// prefill chunk + decodes + 1+4-token verify steps (one across a split boundary) + a fresh prompt
-const std::vector<Req> kMixed = {{0, 1},  {700, 60}, {1000, 1}, {1500, 5},
-                                 {33, 1}, {254, 5},  {0, 20}};
+// a fresh prompt of several tiles, one shorter than a tile, a chunk across the first split
+// boundary, a chunk in mid-context
+const std::vector<Req> kPrefill = {{0, 24}, {0, 9}, {250, 10}, {100, 12}};
+// a prefill chunk across a split boundary + decodes (one of 4 splits) + 1+4-token verify steps
+// (one within a split, one across a split boundary) + a fresh prompt
+const std::vector<Req> kMixed = {{0, 1}, {250, 8}, {800, 1}, {40, 5}, {33, 1}, {254, 5}, {0, 16}};
+// for 64 q heads: a decode of 2 splits, a verify step across a split boundary, a short prompt
+const std::vector<Req> kSmall = {{0, 1}, {300, 1}, {254, 5}, {0, 9}};
+// requests with no new tokens (one without any key) among others
+const std::vector<Req> kZeroNew = {{100, 0}, {300, 1}, {0, 0}, {40, 5}, {256, 0}, {0, 3}};
 
 struct Case {
   std::string name;
@@ -71,6 +92,39 @@ int64_t blocks_needed(const std::vector<Req>& reqs, int bs) {
   return n;
 }
 
+// The backend's output on `common` for `query`, with metadata from make_builder(spec,
+// builder_q_heads) (0: a builder that does not know the head count).
+std::vector<float> run_flash(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
+                             const CommonAttentionMetadata& common, const std::vector<float>& query,
+                             const AttentionLayerParams& p, const RandomCache& cache,
+                             int builder_q_heads) {
+  auto& ctx = *context();
+  const size_t n = query.size();
+  ocl::Buffer q(ctx, std::max<size_t>(n, 1) * 4), out(ctx, std::max<size_t>(n, 1) * 4);
+  if (n > 0) q.write(ctx, query.data(), n * 4);
+  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(ctx, common);
+  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+  std::vector<float> got(n);
+  if (n > 0) out.read(ctx, got.data(), n * 4);
+  return got;
+}
+
+// Largest |got - want| / max(1, |want|) against attention_ref, on the engine's path.
+float max_error(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
+                const CommonAttentionMetadata& common, const AttentionLayerParams& p,
+                const RandomCache& cache, std::mt19937& rng) {
+  const auto query = random_floats(
+      static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size, rng);
+  const auto got = run_flash(backend, spec, common, query, p, cache, p.num_q_heads);
+  const auto want = attention_ref(common, p, {}, cache.view(), cache.raw, query);
+  float err = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err = std::max(err, std::fabs(got[i] - want[i]) / std::max(1.0f, std::fabs(want[i])));
+  }
+  return err;
+}
+
 class FlashVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashVsReference, MatchesReference) {
@@ -81,7 +135,7 @@ TEST_P(FlashVsReference, MatchesReference) {
   const int64_t num_blocks = blocks_needed(*c.batch, c.bs);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
   const CommonAttentionMetadata md = random_metadata(*c.batch, c.bs, num_blocks, true, rng);
-  const float err = max_error_vs_reference(*backend, spec, md, params_of(c), cache, {}, rng);
+  const float err = max_error(*backend, spec, md, params_of(c), cache, rng);
   RecordProperty("max_error", std::to_string(err));
   std::printf("[ %s ] max error %.3g\n", c.name.c_str(), err);
   EXPECT_LE(err, kTolerance);
@@ -107,8 +161,42 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"prefill_chunked_f32_d128_gqa2_bs32", DType::kF32, 128, 4, 2, 32, &kPrefill, 0, 64},
         Case{"mixed_window_softcap_f16_d256_mha_bs16", DType::kF16, 256, 2, 2, 16, &kMixed, 500, 0,
              30.0f, 3.0f},
-        Case{"mixed_f16_d128_gqa4_bs48", DType::kF16, 128, 8, 2, 48, &kMixed}),
+        Case{"mixed_f16_d128_gqa4_bs48", DType::kF16, 128, 8, 2, 48, &kMixed},
+        // groups that are not powers of two (tiles of 8 and 5 tokens)
+        Case{"mixed_f16_d128_gqa3_bs16", DType::kF16, 128, 6, 2, 16, &kMixed},
+        Case{"mixed_window_bf16_d64_gqa6_bs32", DType::kBF16, 64, 12, 2, 32, &kMixed, 100},
+        // a group of more than 32 q heads: one token a tile
+        Case{"small_f16_d64_gqa64_bs16", DType::kF16, 64, 64, 1, 16, &kSmall},
+        Case{"zero_new_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kZeroNew},
+        Case{"zero_new_window_f16_d128_gqa4_bs16", DType::kF16, 128, 8, 2, 16, &kZeroNew, 100},
+        Case{"zero_new_chunked_f32_d128_gqa2_bs32", DType::kF32, 128, 4, 2, 32, &kZeroNew, 0, 64}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// A batch without tokens (no requests, or only requests without new tokens) writes nothing.
+TEST(FlashEdgeCases, EmptyBatchWritesNothing) {
+  std::mt19937 rng(3);
+  const auto backend = make_ocl_flash_backend();
+  const Case c{"empty", DType::kF16, 128, 8, 2, 16, &kDecode};
+  const kv::KvCacheSpec spec = spec_of(c);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, 8, rng);
+  auto& ctx = *context();
+  const std::vector<float> sentinel(64, 7.0f);
+  for (const std::vector<Req>& reqs : {std::vector<Req>{}, std::vector<Req>{{0, 0}, {20, 0}}}) {
+    const CommonAttentionMetadata common = random_metadata(reqs, c.bs, 8, true, rng);
+    ASSERT_EQ(common.num_actual_tokens, 0);
+    for (int builder_q_heads : {c.hq, 0}) {
+      const AttentionMetadata md = backend->make_builder(spec, builder_q_heads)->build(ctx, common);
+      EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
+      ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
+      out.write(ctx, sentinel.data(), 64 * 4);
+      EXPECT_NO_THROW(
+          backend->forward(ctx, md, params_of(c), cache.view(), cache.buffer(), q, out));
+      std::vector<float> got(64);
+      out.read(ctx, got.data(), 64 * 4);
+      EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
+    }
+  }
+}
 
 // Blocks that left every token's window are freed in a real run: their table entries point to
 // the null block. Filled with NaN here, they must never be read.
@@ -117,7 +205,7 @@ TEST(FlashWindow, FreedBlocksAreNeverRead) {
   const auto backend = make_ocl_flash_backend();
   const Case c{"freed", DType::kF16, 128, 8, 2, 16, &kMixed, 300};
   const kv::KvCacheSpec spec = spec_of(c);
-  const std::vector<Req> reqs = {{1999, 1}, {1500, 5}, {700, 60}, {100, 1}};
+  const std::vector<Req> reqs = {{1999, 1}, {1500, 5}, {700, 16}, {100, 1}};
   const int64_t num_blocks = blocks_needed(reqs, c.bs);
   RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
   const int64_t page_elems = spec.page_size_bytes() / 2;
@@ -133,7 +221,7 @@ TEST(FlashWindow, FreedBlocksAreNeverRead) {
       md.block_table[r * md.max_blocks_per_req + b] = kv::kNullBlockId;
   }
   ASSERT_GT(freed, 100);
-  const float err = max_error_vs_reference(*backend, spec, md, params_of(c), cache, {}, rng);
+  const float err = max_error(*backend, spec, md, params_of(c), cache, rng);
   EXPECT_LE(err, kTolerance);
 }
 
@@ -147,15 +235,7 @@ struct FlashRun {
 std::vector<float> run_flash(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
                              const FlashRun& run, const AttentionLayerParams& p,
                              const RandomCache& cache) {
-  auto& ctx = *context();
-  const size_t n = run.query.size();
-  ocl::Buffer q(ctx, n * 4), out(ctx, n * 4);
-  q.write(ctx, run.query.data(), n * 4);
-  const AttentionMetadata md = backend.make_builder(spec)->build(ctx, run.md);
-  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
-  std::vector<float> got(n);
-  out.read(ctx, got.data(), n * 4);
-  return got;
+  return run_flash(backend, spec, run.md, run.query, p, cache, p.num_q_heads);
 }
 
 // Request r of `batch` alone, with its tokens [first, first + count) as the query; keys past the
@@ -233,6 +313,77 @@ TEST(FlashBatchInvariance, AloneVerifyAndBatchAreBitwiseEqual) {
       << "several launches";
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The step's plan (backend_data from the builder that knows num_q_heads) serves every layer; a
+// builder that does not know the head count, metadata built for another head count, or a scratch
+// size changed since the step's plan was made get a plan for the call: the same bits.
+TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
+  std::mt19937 rng(11);
+  const auto backend = make_ocl_flash_backend();
+  const Case c{"plan", DType::kF16, 128, 8, 2, 16, &kMixed};
+  const kv::KvCacheSpec spec = spec_of(c);
+  const AttentionLayerParams p = params_of(c);
+  const int64_t num_blocks = blocks_needed(kMixed, c.bs);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
+  const CommonAttentionMetadata common = random_metadata(kMixed, c.bs, num_blocks, true, rng);
+  auto& ctx = *context();
+  const size_t n = static_cast<size_t>(common.num_actual_tokens) * c.hq * c.head;
+  const std::vector<float> query = random_floats(n, rng);
+  ocl::Buffer q(ctx, n * 4);
+  q.write(ctx, query.data(), n * 4);
+  auto forward = [&](const AttentionMetadata& md) {
+    ocl::Buffer out(ctx, n * 4);
+    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+    std::vector<float> got(n);
+    out.read(ctx, got.data(), n * 4);
+    return got;
+  };
+  const AttentionMetadata step = backend->make_builder(spec, c.hq)->build(ctx, common);
+  ASSERT_TRUE(step.backend_data != nullptr);
+  const auto first = forward(step);
+  EXPECT_TRUE(same_bits(first, forward(step))) << "second layer on the step's plan";
+  for (int heads : {0, 6}) {  // 6: the program of the gqa3 case above, no extra build
+    const AttentionMetadata other = backend->make_builder(spec, heads)->build(ctx, common);
+    EXPECT_EQ(other.backend_data != nullptr, heads != 0);
+    EXPECT_TRUE(same_bits(first, forward(other))) << "metadata built for " << heads << " q heads";
+  }
+  ::setenv("SPECDEC_FLASH_SCRATCH_BYTES", "40000", 1);
+  const auto cut = forward(step);  // the step's plan no longer fits: several launches per call
+  ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
+  EXPECT_TRUE(same_bits(first, cut)) << "scratch changed after the step's plan";
+}
+
+// --- local memory -------------------------------------------------------------------------------
+
+// The host sizes tiles by its estimate before it builds the kernel: it must not undercount what
+// the kernel declares. Tiles as the backend picks them for the shapes above (same programs).
+TEST(FlashLocalMemory, HostEstimateCoversTheKernel) {
+  struct Shape {
+    DType dtype;
+    int tile, group, head, block, split_keys;
+  };
+  auto& ctx = *context();
+  for (const Shape& s :
+       {Shape{DType::kF32, 8, 1, 64, 16, 256}, Shape{DType::kF16, 8, 4, 128, 16, 256},
+        Shape{DType::kBF16, 4, 8, 256, 32, 256}, Shape{DType::kF16, 8, 3, 128, 16, 256},
+        Shape{DType::kBF16, 5, 6, 64, 32, 256}, Shape{DType::kF16, 1, 64, 64, 16, 256},
+        Shape{DType::kF16, 8, 4, 128, 48, 288}}) {
+    const int64_t estimate =
+        flash_local_mem_estimate(s.tile, s.group, s.head, s.block, s.split_keys);
+    const int64_t actual =
+        flash_kernel_local_mem(ctx, s.dtype, s.tile, s.group, s.head, s.block, s.split_keys);
+    const std::string what =
+        str_cat("tile ", s.tile, ", group ", s.group, ", head ", s.head, ", block ", s.block,
+                ": estimate ", estimate, ", kernel ", actual);
+    std::printf("[ local memory ] %s\n", what.c_str());
+    EXPECT_GE(estimate, actual) << what;
+    EXPECT_GT(actual, 0) << what;
+  }
+}
+
 // --- capabilities -------------------------------------------------------------------------------
 
 AttentionRequirements good_requirements() {
@@ -258,8 +409,13 @@ TEST(FlashCapabilities, DeclaresWhatItImplements) {
   EXPECT_TRUE(c.sliding_window && c.chunked_local && c.logit_softcap && c.on_device);
   EXPECT_TRUE(backend->validate(good_requirements()).empty());
   auto sliding = AttentionRequirements::from_spec(
-      kv::KvCacheSpec::sliding(32, 1, 256, DType::kBF16, 512), 8, false, true);
+      kv::KvCacheSpec::sliding(16, 1, 256, DType::kBF16, 512), 8, false, true);
   EXPECT_TRUE(backend->validate(sliding).empty());
+  // max_block_size: the smallest work-group (one token, one q head) at head size 256 fits in
+  // 32 KiB of local memory, the next block size would not
+  EXPECT_EQ(c.max_block_size, 16);
+  EXPECT_LE(flash_local_mem_estimate(1, 1, 256, c.max_block_size, 256), 32 * 1024);
+  EXPECT_GT(flash_local_mem_estimate(1, 1, 256, c.max_block_size + 16, 256), 32 * 1024);
 }
 
 TEST(FlashCapabilities, RejectsWithReasons) {
@@ -272,6 +428,8 @@ TEST(FlashCapabilities, RejectsWithReasons) {
   r = AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(8, 2, 128, DType::kF16), 8);
   EXPECT_TRUE(
       has_reason(backend->validate(r), "block_size 8 not supported (must be a multiple of 16)"));
+  r = AttentionRequirements::from_spec(kv::KvCacheSpec::full_attention(32, 2, 128, DType::kF16), 8);
+  EXPECT_TRUE(has_reason(backend->validate(r), "block_size 32 not supported (at most 16)"));
   r = good_requirements();
   r.use_sinks = true;
   EXPECT_TRUE(has_reason(backend->validate(r), "attention sinks not supported"));

@@ -1,12 +1,19 @@
 // OCL_MLA against attention_ref (the C++ oracle) on random ragged batches with shuffled block
 // tables: decodes (with contexts spanning several key splits), prefills, chunked prefills and
-// mixed batches with 1+4-token verify steps, over latent sizes, q heads, block sizes, dtypes,
-// causal and non-causal, softcap and sinks. Plus batch invariance (a token's output is bitwise
-// the same alone and inside a batch) and the capabilities that validate() checks.
+// mixed batches with 1+4-token verify steps, requests with no new tokens and empty batches, over
+// latent sizes, q heads, block sizes, dtypes, causal and non-causal, softcap and sinks. The
+// metadata comes from the builder that knows num_q_heads (the engine's path: the step's launch
+// plan and scratch in backend_data). Plus batch invariance (a token's output is bitwise the same
+// alone and inside a batch, with the step's plan or one made per call) and the capabilities that
+// validate() checks.
 //
 // Error bound: the kernel accumulates in f32 (the oracle in f64, reading the same cache
 // values), so the error does not depend on the cache dtype. Observed max |got - want| /
 // max(1, |want|) over every case below: 9e-7; the bound leaves 10x for other devices' exp.
+//
+// Sizes are kept small for the sanitizer build, where the oracle dominates (its cost grows with
+// keys * heads * latent size): 3-split decodes and a chunk across a split boundary for the
+// 512 + 64 latent, fewer keys for its 128-head cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +24,7 @@
 #include <vector>
 
 #include "attention/backends/backends.h"
+#include "attention/reference.h"
 #include "attention_test_util.h"
 #include "common/errors.h"
 
@@ -28,20 +36,23 @@ namespace {
 
 constexpr float kTolerance = 1e-5f;
 
-enum class Batch { kDecode, kPrefill, kMixed, kSmall };
+enum class Batch { kDecode, kPrefill, kMixed, kSmall, kZeroNew };
 
-// Decodes span 1..4 key splits (256 keys each); the prefill has a chunk that crosses a split
-// boundary; the mixed and small batches have a 1+4-token verify step, decodes and prefill chunks.
+// Decodes span 1..3 key splits (256 keys each); the prefill has a chunk that crosses a split
+// boundary; the mixed and small batches have a 1+4-token verify step, decodes and prefill chunks;
+// kZeroNew has requests without new tokens (one without any key) among others.
 std::vector<Req> batch_reqs(Batch b) {
   switch (b) {
     case Batch::kDecode:
-      return {{700, 1}, {0, 1}, {255, 1}, {256, 1}, {1023, 1}};
+      return {{512, 1}, {0, 1}, {255, 1}};
     case Batch::kPrefill:
-      return {{0, 37}, {250, 12}, {0, 1}, {5, 9}};
+      return {{0, 17}, {255, 2}, {0, 1}, {5, 4}};
     case Batch::kMixed:
-      return {{0, 20}, {513, 1}, {100, 5}, {30, 1}, {250, 12}, {0, 3}};
+      return {{0, 10}, {257, 1}, {60, 5}, {30, 1}, {0, 3}};
     case Batch::kSmall:
-      return {{300, 1}, {0, 2}, {40, 5}};  // mixed, cheap for the oracle
+      return {{30, 1}, {0, 2}, {10, 5}};  // mixed, cheap for the oracle with 128 heads
+    case Batch::kZeroNew:
+      return {{100, 0}, {300, 1}, {0, 0}, {40, 5}, {256, 0}};
   }
   return {};
 }
@@ -56,6 +67,8 @@ std::string batch_name(Batch b) {
       return "mixed";
     case Batch::kSmall:
       return "small";
+    case Batch::kZeroNew:
+      return "zero_new";
   }
   return "";
 }
@@ -94,6 +107,48 @@ AttentionLayerParams layer_params(const MlaCase& c) {
   return p;
 }
 
+// The backend's output on `common` for `query`, with metadata from make_builder(spec,
+// builder_q_heads) (0: a builder that does not know the head count).
+std::vector<float> run(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
+                       const RandomCache& cache, const CommonAttentionMetadata& common,
+                       const AttentionLayerParams& params, const std::vector<float>& query,
+                       const std::vector<float>& sinks, int builder_q_heads) {
+  auto& ctx = *context();
+  const size_t n_out =
+      static_cast<size_t>(common.num_actual_tokens) * params.num_q_heads * params.head_size_v;
+  ocl::Buffer q_buf(ctx, std::max<size_t>(query.size(), 1) * 4);
+  ocl::Buffer out_buf(ctx, std::max<size_t>(n_out, 1) * 4);
+  if (!query.empty()) q_buf.write(ctx, query.data(), query.size() * 4);
+  AttentionLayerParams p = params;
+  std::unique_ptr<ocl::Buffer> sink_buf;
+  if (!sinks.empty()) {
+    sink_buf = std::make_unique<ocl::Buffer>(ctx, sinks.size() * 4);
+    sink_buf->write(ctx, sinks.data(), sinks.size() * 4);
+    p.sinks = sink_buf.get();
+  }
+  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(ctx, common);
+  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
+  std::vector<float> out(n_out);
+  if (n_out > 0) out_buf.read(ctx, out.data(), n_out * 4);
+  return out;
+}
+
+// Largest |got - want| / max(1, |want|) against attention_ref, on the engine's path.
+float max_error(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
+                const RandomCache& cache, const CommonAttentionMetadata& common,
+                const AttentionLayerParams& p, const std::vector<float>& sinks, std::mt19937& rng) {
+  const auto query = random_floats(
+      static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size, rng);
+  const auto got = run(backend, spec, cache, common, p, query, sinks, p.num_q_heads);
+  const auto want = attention_ref(common, p, sinks, cache.view(), cache.raw, query);
+  float err = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err = std::max(err, std::fabs(got[i] - want[i]) / std::max(1.0f, std::fabs(want[i])));
+  }
+  return err;
+}
+
 class MlaVsReference : public ::testing::TestWithParam<MlaCase> {};
 
 TEST_P(MlaVsReference, MatchesReference) {
@@ -107,7 +162,7 @@ TEST_P(MlaVsReference, MatchesReference) {
   const CommonAttentionMetadata md = random_metadata(reqs, c.block_size, num_blocks, c.causal, rng);
   const std::vector<float> sinks =
       c.sinks ? random_floats(static_cast<size_t>(c.heads), rng, 2.0f) : std::vector<float>{};
-  const float err = max_error_vs_reference(*backend, spec, md, layer_params(c), cache, sinks, rng);
+  const float err = max_error(*backend, spec, cache, md, layer_params(c), sinks, rng);
   EXPECT_LE(err, kTolerance) << case_name(c);
   std::printf("[ max error ] %-40s %.3g\n", case_name(c).c_str(), err);
 }
@@ -145,6 +200,9 @@ std::vector<MlaCase> cases() {
   out.push_back({32, 16, 16, 16, DType::kF16, Batch::kMixed, true, 5.0f, false});
   out.push_back({512, 64, 16, 16, DType::kBF16, Batch::kMixed, true, 0.0f, true});
   out.push_back({32, 16, 16, 1, DType::kF32, Batch::kDecode, false, 3.0f, true});
+  // Requests without new tokens.
+  out.push_back({512, 64, 16, 16, DType::kF16, Batch::kZeroNew});
+  out.push_back({32, 16, 16, 1, DType::kBF16, Batch::kZeroNew, false});
   return out;
 }
 
@@ -152,22 +210,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaVsReference, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<MlaCase>& info) {
                            return case_name(info.param);
                          });
-
-// Runs the backend on `common` with `query` and returns the output.
-std::vector<float> run(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
-                       const RandomCache& cache, const CommonAttentionMetadata& common,
-                       const AttentionLayerParams& p, const std::vector<float>& query) {
-  auto& ctx = *context();
-  const size_t n_out =
-      static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size_v;
-  ocl::Buffer q_buf(ctx, query.size() * 4), out_buf(ctx, n_out * 4);
-  q_buf.write(ctx, query.data(), query.size() * 4);
-  const AttentionMetadata md = backend.make_builder(spec)->build(ctx, common);
-  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
-  std::vector<float> out(n_out);
-  out_buf.read(ctx, out.data(), n_out * 4);
-  return out;
-}
 
 // Request r's token t (a batch index) as a one-token batch over the same blocks.
 CommonAttentionMetadata single_token(const CommonAttentionMetadata& md, int r, int t) {
@@ -202,11 +244,12 @@ void expect_batch_invariant(const MlaCase& c, const std::vector<Req>& reqs) {
   const size_t q_row = static_cast<size_t>(p.num_q_heads) * p.head_size,
                o_row = size_t{1} * p.num_q_heads * p.head_size_v;
   const std::vector<float> query = random_floats(md.num_actual_tokens * q_row, rng);
-  const std::vector<float> batch = run(*backend, spec, cache, md, p, query);
+  const std::vector<float> batch = run(*backend, spec, cache, md, p, query, {}, p.num_q_heads);
   for (int r = 0; r < md.num_reqs; ++r) {
     for (int t = md.query_start_loc[r]; t < md.query_start_loc[r + 1]; ++t) {
       const std::vector<float> q(query.begin() + t * q_row, query.begin() + (t + 1) * q_row);
-      const std::vector<float> alone = run(*backend, spec, cache, single_token(md, r, t), p, q);
+      const std::vector<float> alone =
+          run(*backend, spec, cache, single_token(md, r, t), p, q, {}, p.num_q_heads);
       EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * o_row, o_row * 4))
           << case_name(c) << ": token " << t << " of request " << r << " differs alone";
     }
@@ -224,10 +267,79 @@ TEST(OclMla, BatchInvariantSmallBf16) {
 TEST(OclMla, BatchInvariantNonCausal) {
   expect_batch_invariant({32, 16, 16, 64, DType::kF32, Batch::kMixed, false}, kInvariantReqs);
 }
-// 161 tokens * 128 heads * 514 floats of partial sums exceed the 32 MiB scratch: the batch
-// runs in several launches, each token still bitwise equal to its run alone.
+// A launch reserves its most splits for each of its tokens: after the 3-split decode, 42 tokens
+// * 3 splits * 128 heads * 514 floats of partial sums fill the 32 MiB scratch, so the batch runs
+// in two launches (3 splits, then 1), each token still bitwise equal to its run alone.
 TEST(OclMla, BatchInvariantAcrossLaunches) {
-  expect_batch_invariant({512, 64, 128, 16, DType::kBF16}, {{0, 160}, {600, 1}});
+  expect_batch_invariant({512, 64, 128, 16, DType::kBF16}, {{600, 1}, {0, 60}});
+}
+
+// The step's plan (backend_data from the builder that knows num_q_heads) serves every layer;
+// a builder that does not know the head count, or metadata built for another head count, get a
+// plan and scratch for the call: the same bits.
+TEST(OclMla, StepPlanAndPerCallPlansAgree) {
+  std::mt19937 rng(11);
+  const auto backend = make_ocl_mla_backend();
+  const MlaCase c{512, 64, 16, 16, DType::kF16};
+  const kv::KvCacheSpec spec = kv::KvCacheSpec::mla(c.block_size, c.lora, c.rope, c.dtype);
+  const auto reqs = batch_reqs(Batch::kMixed);
+  const int64_t num_blocks = blocks_needed(reqs, c.block_size);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kMlaLatent, num_blocks, rng);
+  const CommonAttentionMetadata common = random_metadata(reqs, c.block_size, num_blocks, true, rng);
+  const AttentionLayerParams p = layer_params(c);
+  auto& ctx = *context();
+  const size_t n_q = static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size;
+  const size_t n_out =
+      static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size_v;
+  const std::vector<float> query = random_floats(n_q, rng);
+  ocl::Buffer q(ctx, n_q * 4);
+  q.write(ctx, query.data(), n_q * 4);
+  auto forward = [&](const AttentionMetadata& md) {
+    ocl::Buffer out(ctx, n_out * 4);
+    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+    std::vector<float> got(n_out);
+    out.read(ctx, got.data(), n_out * 4);
+    return got;
+  };
+  const AttentionMetadata step = backend->make_builder(spec, c.heads)->build(ctx, common);
+  ASSERT_TRUE(step.backend_data != nullptr);
+  const auto first = forward(step);
+  EXPECT_EQ(0, std::memcmp(first.data(), forward(step).data(), n_out * 4)) << "second layer";
+  for (int heads : {0, 2 * c.heads}) {
+    const AttentionMetadata other = backend->make_builder(spec, heads)->build(ctx, common);
+    EXPECT_EQ(other.backend_data != nullptr, heads != 0);
+    EXPECT_EQ(0, std::memcmp(first.data(), forward(other).data(), n_out * 4))
+        << "metadata built for " << heads << " q heads";
+  }
+}
+
+// A batch without tokens (no requests, or only requests without new tokens) writes nothing.
+TEST(OclMla, EmptyBatchWritesNothing) {
+  std::mt19937 rng(3);
+  const auto backend = make_ocl_mla_backend();
+  const MlaCase c{32, 16, 16, 16, DType::kF16};
+  const kv::KvCacheSpec spec = kv::KvCacheSpec::mla(c.block_size, c.lora, c.rope, c.dtype);
+  const RandomCache cache = random_cache(spec, kv::KvLayout::kMlaLatent, 8, rng);
+  auto& ctx = *context();
+  const std::vector<float> sentinel(64, 7.0f);
+  for (const std::vector<Req>& reqs : {std::vector<Req>{}, std::vector<Req>{{0, 0}, {20, 0}}}) {
+    for (bool causal : {true, false}) {
+      const CommonAttentionMetadata common = random_metadata(reqs, c.block_size, 8, causal, rng);
+      ASSERT_EQ(common.num_actual_tokens, 0);
+      for (int builder_q_heads : {c.heads, 0}) {
+        const AttentionMetadata md =
+            backend->make_builder(spec, builder_q_heads)->build(ctx, common);
+        EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
+        ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
+        out.write(ctx, sentinel.data(), 64 * 4);
+        EXPECT_NO_THROW(
+            backend->forward(ctx, md, layer_params(c), cache.view(), cache.buffer(), q, out));
+        std::vector<float> got(64);
+        out.read(ctx, got.data(), 64 * 4);
+        EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
+      }
+    }
+  }
 }
 
 TEST(OclMla, Capabilities) {
@@ -288,7 +400,7 @@ TEST(OclMla, DISABLED_DecodeTiming) {
   const auto query = random_floats(16 * 576, rng);
   ocl::Buffer q_buf(ctx, query.size() * 4), out_buf(ctx, 16 * 512 * 4);
   q_buf.write(ctx, query.data(), query.size() * 4);
-  const AttentionMetadata md = backend->make_builder(spec)->build(ctx, common);
+  const AttentionMetadata md = backend->make_builder(spec, 16)->build(ctx, common);  // as a step
   for (int i = 0; i < 3; ++i)
     backend->forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   ctx.finish();

@@ -1,13 +1,15 @@
 // OCL_FLASH: split-KV ("flash decoding") attention over a block_major cache, with tiles of query
 // tokens for verify steps and prefill chunks (kernels/attention_flash.cl).
 //
-// The host plans each batch once per (metadata, window, chunk, shape) and caches the plan with its
-// device copy, so every layer of a step reuses it: work items of up to `tile` consecutive query
-// tokens of one request times the splits of their key ranges, and for each token its number of
-// splits and where its partials go. Splits sit at absolute key positions (multiples of
-// split_keys), so a token's splits, and hence its result bit for bit, depend only on its own
-// position (and window), never on the batch. Big batches are cut into several launches so that
-// the partials fit a bounded scratch buffer; tokens are independent, so cutting changes nothing.
+// The launch plan of a batch is built once per step by FlashMetadataBuilder and rides along as
+// the metadata's backend_data, so every layer of the attention group reuses it: work items of up
+// to `tile` consecutive query tokens of one request times the splits of their key ranges, and for
+// each token its number of splits and where its partials go, with their device copies and the
+// scratch for the partials. Splits sit at absolute key positions (multiples of split_keys), so a
+// token's splits, and hence its result bit for bit, depend only on its own position (and window),
+// never on the batch. Big batches are cut into several launches so that the partials fit a
+// bounded scratch buffer; tokens are independent, so cutting changes nothing. Metadata from
+// another builder (or one that did not know num_q_heads) gets a plan for that call only.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -24,7 +26,6 @@ namespace {
 
 constexpr int kSplitKeys = 256;                       // keys per split, rounded up to whole blocks
 constexpr int64_t kScratchBytes = int64_t{64} << 20;  // partials of one launch (at least one tile)
-constexpr size_t kMaxCachedPlans = 8;                 // e.g. several KV-cache groups in one step
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Keys per split: kSplitKeys rounded up to whole blocks; SPECDEC_FLASH_SPLIT_KEYS overrides (a
@@ -35,34 +36,82 @@ int split_keys_for(int block_size) {
   return static_cast<int>(cdiv(keys, block_size)) * block_size;
 }
 
-// Local memory of one work-group (see the kernel's __local arrays): q and acc rows, the split's
-// scores, partial dot products, one block of converted V rows.
-int64_t local_bytes(int tile, int group, int head, int block, int split_keys) {
-  const int64_t rows = int64_t{tile} * group;
-  return rows * head * 4 * 2 + rows * split_keys * 4 + rows * 16 * 4 + int64_t{block} * head * 4;
-}
-
-// Query tokens per work item: at most 32 q rows (tile * group) per work-group, fewer where the
-// device's local memory is small. A fixed value per (device, shape): results never depend on it.
-int tile_tokens_for(const ocl::DeviceInfo& device, int group, int head, int block, int split_keys) {
-  int tile = std::clamp(32 / group, 1, 8);
-  while (tile > 1 && local_bytes(tile, group, head, block, split_keys) > device.local_mem_bytes)
-    --tile;
-  if (local_bytes(tile, group, head, block, split_keys) > device.local_mem_bytes) {
-    throw UnsupportedError(str_cat("OCL_FLASH: a work-group needs ",
-                                   local_bytes(tile, group, head, block, split_keys),
-                                   " bytes of local memory, device ", device.name, " has ",
-                                   device.local_mem_bytes, "; use OCL_PAGED"));
-  }
-  return tile;
-}
-
 // Bytes of partials one launch may use; SPECDEC_FLASH_SCRATCH_BYTES overrides (the tests use a
 // small value to cut batches into several launches). A tile that needs more gets its own launch.
 int64_t scratch_bytes() {
   if (const char* env = std::getenv("SPECDEC_FLASH_SCRATCH_BYTES"))
     return std::max<int64_t>(1, std::atoll(env));
   return kScratchBytes;
+}
+
+std::string dtype_define(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "-DCACHE_F32";
+    case DType::kF16:
+      return "-DCACHE_F16";
+    case DType::kBF16:
+      return "-DCACHE_BF16";
+    case DType::kI8:
+      break;
+  }
+  throw UnsupportedError("OCL_FLASH: kv_cache_dtype " + dtype_name(dtype) +
+                         " not supported (f32, f16, bf16)");
+}
+
+// Software prefetch two blocks ahead: CPU devices only (-DPF_DIST=0 compiles it out).
+std::string build_options(const ocl::DeviceInfo& device, DType dtype, int tile, int group, int head,
+                          int block, int split_keys) {
+  return str_cat(dtype_define(dtype), " -DHEAD=", head, " -DGROUP=", group, " -DBLOCK=", block,
+                 " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
+                 " -DPF_DIST=", device.type == "cpu" ? 2 : 0);
+}
+
+}  // namespace
+
+// Declared by tests/cpp/attention_flash_test.cpp, which checks the estimate against the kernel.
+// Local memory of one flash_attn_split work-group, from the kernel's __local arrays with
+// rows = tile * group q rows: q and acc (rows * head floats each), the split's scores s
+// (rows * split_keys floats), the partial dot products part (rows * 16 float16, 1 KiB a row) and
+// one block of converted V rows vbuf (block * head floats).
+int64_t flash_local_mem_estimate(int tile, int group, int head, int block, int split_keys) {
+  const int64_t rows = int64_t{tile} * group;
+  return rows * (int64_t{head} * 4 * 2 + int64_t{split_keys} * 4 + 16 * 16 * 4) +
+         int64_t{block} * head * 4;
+}
+
+// What the built flash_attn_split kernel uses on ctx's device (CL_KERNEL_LOCAL_MEM_SIZE).
+int64_t flash_kernel_local_mem(ocl::Context& ctx, DType dtype, int tile, int group, int head,
+                               int block, int split_keys) {
+  const ocl::Kernel k =
+      ctx.kernel("attention_flash", "flash_attn_split",
+                 build_options(ctx.device(), dtype, tile, group, head, block, split_keys));
+  cl_ulong bytes = 0;
+  ocl::check(clGetKernelWorkGroupInfo(k.get(), ctx.device().id, CL_KERNEL_LOCAL_MEM_SIZE,
+                                      sizeof(bytes), &bytes, nullptr),
+             "clGetKernelWorkGroupInfo", "CL_KERNEL_LOCAL_MEM_SIZE of flash_attn_split");
+  return static_cast<int64_t>(bytes);
+}
+
+namespace {
+
+// Query tokens per work item: at most 32 q rows (tile * group) and 8 tokens per work-group, fewer
+// until the kernel fits the device's local memory, by the host's estimate and then by what the
+// built kernel reports. A fixed value per (device, shape): results never depend on it.
+int tile_tokens_for(ocl::Context& ctx, DType dtype, int group, int head, int block,
+                    int split_keys) {
+  const int64_t limit = ctx.device().local_mem_bytes;
+  int64_t need = 0;
+  for (int tile = std::clamp(32 / group, 1, 8); tile >= 1; --tile) {
+    need = flash_local_mem_estimate(tile, group, head, block, split_keys);
+    if (need > limit) continue;
+    need = flash_kernel_local_mem(ctx, dtype, tile, group, head, block, split_keys);
+    if (need <= limit) return tile;
+  }
+  throw UnsupportedError(str_cat(
+      "OCL_FLASH: head_size ", head, " with ", group, " q heads per kv head and block_size ", block,
+      " needs ", need, " bytes of local memory for a single query token per work-group; device ",
+      ctx.device().name, " has ", limit, ". Use attention backend OCL_PAGED for this model"));
 }
 
 // Lowest visible key of the query at position pos (as first_key in the kernel).
@@ -132,69 +181,131 @@ FlashPlan make_plan(const CommonAttentionMetadata& md, int window, int chunk, in
   return plan;
 }
 
-std::string dtype_define(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "-DCACHE_F32";
-    case DType::kF16:
-      return "-DCACHE_F16";
-    case DType::kBF16:
-      return "-DCACHE_BF16";
-    case DType::kI8:
-      break;
-  }
-  throw UnsupportedError("OCL_FLASH: kv_cache_dtype " + dtype_name(dtype) +
-                         " not supported (f32, f16, bf16)");
+// Everything a plan depends on besides the batch (the tile follows from these and the device).
+// forward() takes the step's plan only for a call of the same shape: a layer called with another
+// head count, window, chunk or scratch size gets a plan of its own. The context handle cannot be
+// reused while a plan holds it: the plan's buffers keep their context alive.
+struct FlashShape {
+  cl_context context = nullptr;
+  DType dtype = DType::kF16;
+  int num_q_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
+  int window = 0, chunk = 0, split_keys = 0;
+  int64_t partials_per_launch = 0;
+  bool operator==(const FlashShape&) const = default;
+};
+
+FlashShape shape_of(const ocl::Context& ctx, DType dtype, int num_q_heads, int num_kv_heads,
+                    int head_size, int block_size, int window, int chunk) {
+  FlashShape s;
+  s.context = ctx.get();
+  s.dtype = dtype;
+  s.num_q_heads = num_q_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_size = head_size;
+  s.block_size = block_size;
+  s.window = window;
+  s.chunk = chunk;
+  s.split_keys = split_keys_for(block_size);
+  const int64_t row_bytes = int64_t{num_q_heads} * (head_size + 2) * int64_t{sizeof(float)};
+  s.partials_per_launch = std::max<int64_t>(1, scratch_bytes() / row_bytes);
+  return s;
 }
 
-// A released buffer that enqueued kernels still use lives until they finish (OpenCL rules).
-void ensure_size(ocl::Context& ctx, ocl::Buffer& buf, size_t bytes) {
-  if (buf.get() == nullptr || buf.size_bytes() < bytes)
-    buf = ocl::Buffer(ctx, std::max<size_t>(bytes, 64));
+// A batch's plan for one shape, with its device copies and the scratch for its partials. Owns
+// its buffers: kernels enqueued with them keep them alive until they finish (OpenCL rules).
+struct FlashMetadata : BackendMetadata {
+  FlashShape shape;
+  int tile = 0;
+  FlashPlan plan;
+  ocl::Buffer items;       // [num_items, 4] int32
+  ocl::Buffer token_part;  // [num_tokens, 2] int32
+  ocl::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
+  ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
+};
+
+ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {
+  ocl::Buffer b(ctx, std::max<size_t>(values.size(), 1) * sizeof(int32_t));
+  if (!values.empty()) b.write(ctx, values.data(), values.size() * sizeof(int32_t));
+  return b;
 }
+
+// The plan of `md` (at least one token) for shape `s`.
+std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, const FlashShape& s,
+                                                         const CommonAttentionMetadata& md) {
+  auto fm = std::make_shared<FlashMetadata>();
+  fm->shape = s;
+  fm->tile = tile_tokens_for(ctx, s.dtype, s.num_q_heads / s.num_kv_heads, s.head_size,
+                             s.block_size, s.split_keys);
+  fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
+  fm->items = upload(ctx, fm->plan.items);
+  fm->token_part = upload(ctx, fm->plan.token_part);
+  const size_t partial_rows = static_cast<size_t>(std::max<int64_t>(fm->plan.max_partials, 1)) *
+                              static_cast<size_t>(s.num_q_heads);
+  fm->part_acc = ocl::Buffer(ctx, partial_rows * s.head_size * sizeof(float));
+  fm->part_ml = ocl::Buffer(ctx, partial_rows * 2 * sizeof(float));
+  return fm;
+}
+
+// Local virtual batches for chunked-local specs (the default builder), then the launch plan for
+// the layers of an attention group with num_q_heads q heads (none when that is unknown).
+class FlashMetadataBuilder : public AttentionMetadataBuilder {
+ public:
+  FlashMetadataBuilder(std::unique_ptr<AttentionMetadataBuilder> base, const kv::KvCacheSpec& spec,
+                       int num_q_heads)
+      : base_(std::move(base)), spec_(spec), num_q_heads_(num_q_heads) {}
+
+  AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const override {
+    AttentionMetadata md = base_->build(ctx, common);
+    if (!plannable() || md.host.num_actual_tokens == 0) return md;
+    const int window = spec_.kind == kv::KvSpecKind::kSlidingWindow ? spec_.sliding_window : 0;
+    const int chunk = spec_.kind == kv::KvSpecKind::kChunkedLocal ? spec_.attention_chunk_size : 0;
+    const FlashShape shape = shape_of(ctx, spec_.dtype, num_q_heads_, spec_.num_kv_heads,
+                                      spec_.head_size, spec_.block_size, window, chunk);
+    md.backend_data = make_flash_metadata(ctx, shape, md.host);
+    return md;
+  }
+
+ private:
+  // Shapes that forward() serves; for the others it explains what is wrong.
+  bool plannable() const {
+    const int d = spec_.head_size;
+    return num_q_heads_ > 0 && spec_.kind != kv::KvSpecKind::kMla && spec_.num_kv_heads >= 1 &&
+           num_q_heads_ % spec_.num_kv_heads == 0 && (d == 64 || d == 128 || d == 256) &&
+           spec_.head_size_v == d && spec_.block_size % 16 == 0 && spec_.dtype != DType::kI8;
+  }
+
+  std::unique_ptr<AttentionMetadataBuilder> base_;
+  kv::KvCacheSpec spec_;
+  int num_q_heads_;
+};
 
 class OclFlashBackend : public AttentionBackend {
  public:
   OclFlashBackend();
   const BackendCapabilities& capabilities() const override { return caps_; }
+  std::unique_ptr<AttentionMetadataBuilder> make_builder(const kv::KvCacheSpec& spec,
+                                                         int num_q_heads) const override {
+    return std::make_unique<FlashMetadataBuilder>(AttentionBackend::make_builder(spec, num_q_heads),
+                                                  spec, num_q_heads);
+  }
   void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override;
 
  private:
-  // A plan with its device copies, uploaded without blocking the host: the host vectors must
-  // outlive the transfer, so destruction waits for its event.
-  struct CachedPlan {
-    std::vector<int64_t> key;
-    FlashPlan plan;
-    ocl::Buffer items, token_part;
-    cl_event uploaded = nullptr;
-    uint64_t last_use = 0;
-    CachedPlan() = default;
-    CachedPlan(const CachedPlan&) = delete;
-    CachedPlan& operator=(const CachedPlan&) = delete;
-    ~CachedPlan() {
-      if (uploaded != nullptr) {
-        clWaitForEvents(1, &uploaded);
-        clReleaseEvent(uploaded);
-      }
-    }
-  };
   void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params,
                     const kv::LayerKvView& view, const ocl::Buffer& query,
                     const ocl::Buffer& output) const;
-  const CachedPlan& plan_for(ocl::Context& ctx, const CommonAttentionMetadata& md, int window,
-                             int chunk, int split_keys, int tile,
-                             int64_t partials_per_launch) const;
 
-  BackendCapabilities caps_;
-  // Single-threaded use (like the context's kernel objects): recent plans with their device
-  // copies and grow-only scratch for the partials, all tied to the context ctx_.
-  mutable cl_context ctx_ = nullptr;
-  mutable std::vector<std::unique_ptr<CachedPlan>> plans_;
-  mutable uint64_t uses_ = 0;
-  mutable ocl::Buffer part_acc_, part_ml_;
+  BackendCapabilities caps_;  // no other state: per-step data lives in the metadata
 };
+
+// The smallest work-group (tile 1, one q head per kv head) at head_size 256 needs
+// flash_local_mem_estimate(1, 1, 256, B, 256) = 4096 + 1024 * B bytes of local memory for
+// block_size B <= 256 (split_keys = 256). Within the 32 KiB that many GPUs offer: B <= 28, so 16,
+// the largest multiple of 16. forward() itself checks the device, not this limit: larger blocks
+// run where the local memory allows (the tests use 32 and 48 on the CPU device).
+constexpr int kMaxBlockSize = 16;
 
 OclFlashBackend::OclFlashBackend() {
   caps_.name = "OCL_FLASH";
@@ -203,6 +314,7 @@ OclFlashBackend::OclFlashBackend() {
   caps_.head_sizes = {64, 128, 256};
   caps_.max_head_size = 256;
   caps_.block_size_multiple_of = 16;
+  caps_.max_block_size = kMaxBlockSize;
   caps_.causal = true;
   caps_.non_causal = false;  // the selector relies on this: non-causal drafters go elsewhere
   caps_.sliding_window = true;
@@ -253,70 +365,23 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
                str_cat("must hold num_tokens * num_q_heads * head_size floats (", rows, " bytes)"));
 }
 
-const OclFlashBackend::CachedPlan& OclFlashBackend::plan_for(ocl::Context& ctx,
-                                                             const CommonAttentionMetadata& md,
-                                                             int window, int chunk, int split_keys,
-                                                             int tile,
-                                                             int64_t partials_per_launch) const {
-  if (ctx.get() != ctx_) {
-    plans_.clear();
-    part_acc_ = ocl::Buffer();
-    part_ml_ = ocl::Buffer();
-    ctx_ = ctx.get();
-  }
-  std::vector<int64_t> key = {window, chunk, split_keys, tile, partials_per_launch, md.num_reqs};
-  key.insert(key.end(), md.query_start_loc.begin(), md.query_start_loc.end());
-  key.insert(key.end(), md.seq_lens.begin(), md.seq_lens.end());
-  for (auto& c : plans_) {
-    if (c->key == key) {
-      c->last_use = ++uses_;
-      return *c;
-    }
-  }
-  if (plans_.size() >= kMaxCachedPlans) {  // replace the least recently used
-    plans_.erase(std::min_element(plans_.begin(), plans_.end(), [](const auto& a, const auto& b) {
-      return a->last_use < b->last_use;
-    }));
-  }
-  CachedPlan& c = *plans_.emplace_back(std::make_unique<CachedPlan>());
-  c.key = std::move(key);
-  c.plan = make_plan(md, window, chunk, split_keys, tile, partials_per_launch);
-  const size_t items_bytes = c.plan.items.size() * sizeof(int32_t);
-  const size_t parts_bytes = c.plan.token_part.size() * sizeof(int32_t);
-  c.items = ocl::Buffer(ctx, items_bytes);
-  c.token_part = ocl::Buffer(ctx, parts_bytes);
-  // in-order queue: the kernels that read them run after both writes; the event of the second
-  // one marks both done (forward() returns early for an empty batch: neither is empty here)
-  ocl::check(clEnqueueWriteBuffer(ctx.queue(), c.items.get(), CL_FALSE, 0, items_bytes,
-                                  c.plan.items.data(), 0, nullptr, nullptr),
-             "clEnqueueWriteBuffer", "OCL_FLASH work items");
-  ocl::check(clEnqueueWriteBuffer(ctx.queue(), c.token_part.get(), CL_FALSE, 0, parts_bytes,
-                                  c.plan.token_part.data(), 0, nullptr, &c.uploaded),
-             "clEnqueueWriteBuffer", "OCL_FLASH token splits");
-  c.last_use = ++uses_;
-  return c;
-}
-
 void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
                               const AttentionLayerParams& p, const kv::LayerKvView& view,
                               const ocl::Buffer& cache, const ocl::Buffer& query,
                               ocl::Buffer& output) const {
-  check_inputs(md, p, view, query, output);
+  check_inputs(md, p, view, query, output);  // first: what OCL_FLASH cannot do at all
+  check_layer_call(md.host, p, view);
   if (md.host.num_actual_tokens == 0) return;
-  const int d = p.head_size, hq = p.num_q_heads, hkv = p.num_kv_heads, group = hq / hkv;
-  const int bs = view.spec.block_size, split_keys = split_keys_for(bs);
-  const int tile = tile_tokens_for(ctx.device(), group, d, bs, split_keys);
-  const int64_t row_bytes = int64_t{hq} * (d + 2) * static_cast<int64_t>(sizeof(float));
-  const CachedPlan& c = plan_for(ctx, md.host, p.sliding_window, p.attention_chunk_size, split_keys,
-                                 tile, std::max<int64_t>(1, scratch_bytes() / row_bytes));
-  ensure_size(ctx, part_acc_, static_cast<size_t>(c.plan.max_partials) * hq * d * sizeof(float));
-  ensure_size(ctx, part_ml_, static_cast<size_t>(c.plan.max_partials) * hq * 2 * sizeof(float));
+  const int d = p.head_size, hq = p.num_q_heads, hkv = p.num_kv_heads, bs = view.spec.block_size;
+  const FlashShape shape =
+      shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window, p.attention_chunk_size);
+  // the step's plan when it was built for this shape, else one for this call
+  std::shared_ptr<const FlashMetadata> fm =
+      std::dynamic_pointer_cast<const FlashMetadata>(md.backend_data);
+  if (fm == nullptr || !(fm->shape == shape)) fm = make_flash_metadata(ctx, shape, md.host);
 
-  // software prefetch two blocks ahead: CPU devices only (-DPF_DIST=0 compiles it out)
   const std::string options =
-      str_cat(dtype_define(view.spec.dtype), " -DHEAD=", d, " -DGROUP=", group, " -DBLOCK=", bs,
-              " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
-              " -DPF_DIST=", ctx.device().type == "cpu" ? 2 : 0);
+      build_options(ctx.device(), view.spec.dtype, fm->tile, hq / hkv, d, bs, shape.split_keys);
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;
@@ -324,36 +389,37 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   const float softcap_log2 = softcap > 0 ? softcap * kLog2e : 0.0f;
   ocl::Kernel split = ctx.kernel("attention_flash", "flash_attn_split", options);
   ocl::Kernel merge = ctx.kernel("attention_flash", "flash_attn_merge", options);
+  cl_uint i = 0;
+  auto arg = [&split, &i](const auto& value) { split.arg(i++, value); };
+  arg(query);
+  arg(cache);
+  arg(md.block_table);
+  arg(md.query_start_loc);
+  arg(md.seq_lens);
+  arg(md.token_request_buf);
+  arg(fm->items);
+  arg(fm->token_part);
+  arg(output);
+  arg(fm->part_acc);
+  arg(fm->part_ml);
+  const cl_uint item_offset_arg = i++;  // set per launch (values are captured at each enqueue)
+  arg(cl_int{md.host.max_blocks_per_req});
+  arg(cl_long{view.k.offset});
+  arg(cl_long{view.v.offset});
+  arg(cl_long{view.k.stride_block});
+  arg(cl_long{view.k.stride_head});
+  arg(q_scale);
+  arg(softcap_log2);
+  arg(cl_int{p.sliding_window});
+  arg(cl_int{p.attention_chunk_size});
+  merge.arg(0, fm->token_part).arg(1, fm->part_acc).arg(2, fm->part_ml).arg(3, output);
   const size_t local[2] = {1, 1};
-  for (const FlashPlan::Launch& l : c.plan.launches) {
-    cl_uint i = 0;
-    auto arg = [&split, &i](const auto& value) { split.arg(i++, value); };
-    arg(query);
-    arg(cache);
-    arg(md.block_table);
-    arg(md.query_start_loc);
-    arg(md.seq_lens);
-    arg(md.token_request_buf);
-    arg(c.items);
-    arg(c.token_part);
-    arg(output);
-    arg(part_acc_);
-    arg(part_ml_);
-    arg(cl_int{l.item_begin});
-    arg(cl_int{md.host.max_blocks_per_req});
-    arg(cl_long{view.k.offset});
-    arg(cl_long{view.v.offset});
-    arg(cl_long{view.k.stride_block});
-    arg(cl_long{view.k.stride_head});
-    arg(q_scale);
-    arg(softcap_log2);
-    arg(cl_int{p.sliding_window});
-    arg(cl_int{p.attention_chunk_size});
+  for (const FlashPlan::Launch& l : fm->plan.launches) {
+    split.arg(item_offset_arg, cl_int{l.item_begin});
     const size_t global[2] = {static_cast<size_t>(l.item_end - l.item_begin),
                               static_cast<size_t>(hkv)};
     split.launch(ctx, 2, global, local);
     if (!l.merge) continue;
-    merge.arg(0, c.token_part).arg(1, part_acc_).arg(2, part_ml_).arg(3, output);
     merge.arg(4, cl_int{l.token_begin});
     const size_t merge_global[2] = {static_cast<size_t>(hq),
                                     static_cast<size_t>(l.token_end - l.token_begin)};

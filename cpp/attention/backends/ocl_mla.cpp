@@ -3,12 +3,13 @@
 // size: the splits depend on the token's own context length only); one work-group computes one
 // split for up to 16 q heads at once, reading each latent row once for all of them, and a
 // second kernel merges a token's splits in split order. Outputs are therefore bitwise the same
-// whatever the rest of the batch. Partial sums live in a scratch buffer kept per context; big
-// batches run in several launches so that it stays under kScratchBytes.
+// whatever the rest of the batch. Big batches run in several launches so that the partial sums
+// of one launch stay under kScratchBytes. MlaMetadataBuilder plans the launches and allocates
+// the scratch once per step (the metadata's backend_data, reused by every layer of the attention
+// group); metadata from another builder gets a plan and scratch for that call only.
 #include <algorithm>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <vector>
 
 #include "attention/backends/backends.h"
@@ -144,94 +145,138 @@ void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
   }
 }
 
+// Launches of one batch for one head count and latent size, with the scratch they share (in
+// order on the queue). Kernels enqueued with the scratch keep it alive until they finish, and
+// the scratch keeps its context alive (so the handle cannot name another context meanwhile).
+struct MlaMetadata : BackendMetadata {
+  cl_context context = nullptr;
+  int num_q_heads = 0, kv_lora_rank = 0;
+  std::vector<Launch> launches;
+  ocl::Buffer acc;  // [tokens, max_splits, num_q_heads, kv_lora_rank] f32 (the largest launch)
+  ocl::Buffer ml;   // [tokens, max_splits, num_q_heads, 2] f32
+
+  bool serves(const ocl::Context& ctx, int heads, int lora) const {
+    return context == ctx.get() && num_q_heads == heads && kv_lora_rank == lora;
+  }
+};
+
+// The plan of `md` (at least one token, lora >= 1).
+std::shared_ptr<const MlaMetadata> make_mla_metadata(ocl::Context& ctx,
+                                                     const CommonAttentionMetadata& md, int heads,
+                                                     int lora) {
+  auto mm = std::make_shared<MlaMetadata>();
+  mm->context = ctx.get();
+  mm->num_q_heads = heads;
+  mm->kv_lora_rank = lora;
+  const int64_t split_bytes = int64_t{heads} * (lora + 2) * 4;  // partial acc + (m, l) of one split
+  mm->launches = plan_launches(visible_keys(md), split_bytes);
+  int64_t partials = 1;  // [tokens, max_splits, heads] of the largest launch
+  for (const Launch& l : mm->launches)
+    partials = std::max(partials, int64_t{l.end - l.begin} * l.max_splits * heads);
+  mm->acc = ocl::Buffer(ctx, static_cast<size_t>(partials) * lora * sizeof(float));
+  mm->ml = ocl::Buffer(ctx, static_cast<size_t>(partials) * 2 * sizeof(float));
+  return mm;
+}
+
+// The default upload, then the launch plan for the layers of an attention group with
+// num_q_heads q heads (none when that is unknown).
+class MlaMetadataBuilder : public AttentionMetadataBuilder {
+ public:
+  MlaMetadataBuilder(std::unique_ptr<AttentionMetadataBuilder> base, const kv::KvCacheSpec& spec,
+                     int num_q_heads)
+      : base_(std::move(base)), spec_(spec), num_q_heads_(num_q_heads) {}
+
+  AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const override {
+    AttentionMetadata md = base_->build(ctx, common);
+    if (num_q_heads_ >= 1 && spec_.kind == kv::KvSpecKind::kMla && spec_.kv_lora_rank >= 1 &&
+        md.host.num_actual_tokens > 0) {
+      md.backend_data = make_mla_metadata(ctx, md.host, num_q_heads_, spec_.kv_lora_rank);
+    }
+    return md;
+  }
+
+ private:
+  std::unique_ptr<AttentionMetadataBuilder> base_;
+  kv::KvCacheSpec spec_;
+  int num_q_heads_;
+};
+
 class OclMlaBackend final : public AttentionBackend {
  public:
   const BackendCapabilities& capabilities() const override { return caps_; }
 
+  std::unique_ptr<AttentionMetadataBuilder> make_builder(const kv::KvCacheSpec& spec,
+                                                         int num_q_heads) const override {
+    return std::make_unique<MlaMetadataBuilder>(AttentionBackend::make_builder(spec, num_q_heads),
+                                                spec, num_q_heads);
+  }
+
   void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-               ocl::Buffer& output) const override {
-    check_inputs(md, params, view, cache, query, output);
-    const kv::KvCacheSpec& s = view.spec;
-    const int lora = s.kv_lora_rank, heads = params.num_q_heads, hpg = heads_per_group(heads);
-    if (md.host.num_actual_tokens == 0 || lora == 0) return;  // nothing to output
-    const std::string options = build_options(s.dtype, lora, s.qk_rope_head_dim, hpg);
-    ocl::Kernel split = ctx.kernel("attention_mla", "mla_attention_split", options);
-    ocl::Kernel merge = ctx.kernel("attention_mla", "mla_attention_merge", options);
-
-    const std::vector<int> keys = visible_keys(md.host);
-    const int64_t split_bytes =
-        int64_t{heads} * (lora + 2) * 4;  // partial acc + (m, l) of one split
-    const std::vector<Launch> launches = plan_launches(keys, split_bytes);
-    int64_t scratch_floats = 0;
-    for (const Launch& l : launches)
-      scratch_floats = std::max(scratch_floats, int64_t{l.end - l.begin} * l.max_splits * heads);
-    std::lock_guard<std::mutex> lock(mutex_);
-    Scratch& scratch = scratch_for(ctx, scratch_floats * lora, scratch_floats * 2);
-
-    const cl_int causal = md.host.causal ? 1 : 0;
-    split.arg(0, query)
-        .arg(1, cache)
-        .arg(2, md.block_table)
-        .arg(3, md.query_start_loc)
-        .arg(4, md.seq_lens)
-        .arg(5, md.token_request_buf)
-        .arg(6, scratch.acc)
-        .arg(7, scratch.ml)
-        .arg(10, cl_int{heads})
-        .arg(11, cl_int{md.host.max_blocks_per_req})
-        .arg(12, cl_int{s.block_size})
-        .arg(13, cl_long{view.k.offset})
-        .arg(14, cl_long{view.k.stride_block})
-        .arg(15, cl_long{view.k.stride_slot})
-        .arg(16, cl_float{params.scale})
-        .arg(17, cl_float{params.logit_softcap})
-        .arg(18, causal);
-    merge.arg(0, scratch.acc)
-        .arg(1, scratch.ml)
-        .arg(2, md.query_start_loc)
-        .arg(3, md.seq_lens)
-        .arg(4, md.token_request_buf)
-        .arg(5, params.sinks != nullptr ? *params.sinks : query)
-        .arg(6, output)
-        .arg(9, cl_int{heads})
-        .arg(10, causal)
-        .arg(11, cl_int{params.sinks != nullptr ? 1 : 0});
-    for (const Launch& l : launches) {
-      split.arg(8, cl_int{l.begin}).arg(9, cl_int{l.max_splits});
-      const size_t global[3] = {static_cast<size_t>(l.max_splits), static_cast<size_t>(heads / hpg),
-                                static_cast<size_t>(l.end - l.begin)};
-      const size_t local[3] = {1, 1, 1};
-      split.launch(ctx, 3, global, local);
-      merge.arg(7, cl_int{l.begin}).arg(8, cl_int{l.max_splits});
-      const size_t merge_global[2] = {static_cast<size_t>(heads),
-                                      static_cast<size_t>(l.end - l.begin)};
-      const size_t merge_local[2] = {1, 1};
-      merge.launch(ctx, 2, merge_global, merge_local);
-    }
-  }
+               ocl::Buffer& output) const override;
 
  private:
-  struct Scratch {
-    ocl::Buffer acc;  // [tokens, max_splits, num_q_heads, kv_lora_rank] f32
-    ocl::Buffer ml;   // [tokens, max_splits, num_q_heads, 2] f32
-  };
-
-  // The context's scratch, grown to hold acc_floats and ml_floats. Keyed by the cl_context:
-  // the buffers keep it alive, so the handle cannot be reused by another context meanwhile.
-  Scratch& scratch_for(ocl::Context& ctx, int64_t acc_floats, int64_t ml_floats) const {
-    Scratch& s = scratch_[ctx.get()];
-    if (s.acc.size_bytes() < static_cast<size_t>(acc_floats) * 4)
-      s.acc = ocl::Buffer(ctx, acc_floats * 4);
-    if (s.ml.size_bytes() < static_cast<size_t>(ml_floats) * 4)
-      s.ml = ocl::Buffer(ctx, ml_floats * 4);
-    return s;
-  }
-
-  BackendCapabilities caps_ = mla_capabilities();
-  mutable std::mutex mutex_;
-  mutable std::map<cl_context, Scratch> scratch_;
+  BackendCapabilities caps_ = mla_capabilities();  // no other state: per-step data is in md
 };
+
+void OclMlaBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
+                            const AttentionLayerParams& params, const kv::LayerKvView& view,
+                            const ocl::Buffer& cache, const ocl::Buffer& query,
+                            ocl::Buffer& output) const {
+  check_inputs(md, params, view, cache, query, output);  // first: what OCL_MLA cannot do at all
+  check_layer_call(md.host, params, view);
+  const kv::KvCacheSpec& s = view.spec;
+  const int lora = s.kv_lora_rank, heads = params.num_q_heads, hpg = heads_per_group(heads);
+  if (md.host.num_actual_tokens == 0 || lora == 0) return;  // nothing to output
+  // the step's plan when it was built for these heads, else one for this call
+  auto mm = std::dynamic_pointer_cast<const MlaMetadata>(md.backend_data);
+  if (mm == nullptr || !mm->serves(ctx, heads, lora))
+    mm = make_mla_metadata(ctx, md.host, heads, lora);
+
+  const std::string options = build_options(s.dtype, lora, s.qk_rope_head_dim, hpg);
+  ocl::Kernel split = ctx.kernel("attention_mla", "mla_attention_split", options);
+  ocl::Kernel merge = ctx.kernel("attention_mla", "mla_attention_merge", options);
+  const cl_int causal = md.host.causal ? 1 : 0;
+  split.arg(0, query)
+      .arg(1, cache)
+      .arg(2, md.block_table)
+      .arg(3, md.query_start_loc)
+      .arg(4, md.seq_lens)
+      .arg(5, md.token_request_buf)
+      .arg(6, mm->acc)
+      .arg(7, mm->ml)
+      .arg(10, cl_int{heads})
+      .arg(11, cl_int{md.host.max_blocks_per_req})
+      .arg(12, cl_int{s.block_size})
+      .arg(13, cl_long{view.k.offset})
+      .arg(14, cl_long{view.k.stride_block})
+      .arg(15, cl_long{view.k.stride_slot})
+      .arg(16, cl_float{params.scale})
+      .arg(17, cl_float{params.logit_softcap})
+      .arg(18, causal);
+  merge.arg(0, mm->acc)
+      .arg(1, mm->ml)
+      .arg(2, md.query_start_loc)
+      .arg(3, md.seq_lens)
+      .arg(4, md.token_request_buf)
+      .arg(5, params.sinks != nullptr ? *params.sinks : query)
+      .arg(6, output)
+      .arg(9, cl_int{heads})
+      .arg(10, causal)
+      .arg(11, cl_int{params.sinks != nullptr ? 1 : 0});
+  for (const Launch& l : mm->launches) {
+    split.arg(8, cl_int{l.begin}).arg(9, cl_int{l.max_splits});
+    const size_t global[3] = {static_cast<size_t>(l.max_splits), static_cast<size_t>(heads / hpg),
+                              static_cast<size_t>(l.end - l.begin)};
+    const size_t local[3] = {1, 1, 1};
+    split.launch(ctx, 3, global, local);
+    merge.arg(7, cl_int{l.begin}).arg(8, cl_int{l.max_splits});
+    const size_t merge_global[2] = {static_cast<size_t>(heads),
+                                    static_cast<size_t>(l.end - l.begin)};
+    const size_t merge_local[2] = {1, 1};
+    merge.launch(ctx, 2, merge_global, merge_local);
+  }
+}
 
 }  // namespace
 
