@@ -1,7 +1,8 @@
 # Embeds every kernels/*.cl file into a generated C++ source at build time (no Python needed).
-# Each file becomes one program named after its stem; kernel_source("name") returns its text.
+# Each .cl file becomes one program named after its stem, with the .clh headers it includes
+# spliced in; kernel_source("name") returns its text.
 function(specdec_embed_kernels out_var kernel_dir)
-  file(GLOB kernel_files CONFIGURE_DEPENDS "${kernel_dir}/*.cl")
+  file(GLOB kernel_files CONFIGURE_DEPENDS "${kernel_dir}/*.cl" "${kernel_dir}/*.clh")
   set(out "${CMAKE_CURRENT_BINARY_DIR}/generated/specdec_kernels.cpp")
   add_custom_command(
     OUTPUT "${out}"

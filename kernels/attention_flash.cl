@@ -28,23 +28,7 @@
 // its output directly; otherwise it writes a partial (acc, m, l) per split and flash_attn_merge
 // combines them in split order.
 
-#if defined(CACHE_F32)
-typedef float cache_t;
-inline float16 load16(__global const cache_t* p) { return vload16(0, p); }
-#elif defined(CACHE_F16)
-// vload_half16 is exact (subnormals, inf, NaN) and compiles to vcvtph2ps on PoCL's CPU device.
-typedef ushort cache_t;
-inline float16 load16(__global const cache_t* p) {
-  return vload_half16(0, (__global const half*)p);
-}
-#elif defined(CACHE_BF16)
-typedef ushort cache_t;
-inline float16 load16(__global const cache_t* p) {
-  return as_float16(convert_uint16(vload16(0, p)) << 16);
-}
-#else
-#error "define one of CACHE_F32, CACHE_F16, CACHE_BF16"
-#endif
+#include "cache_dtype.clh"
 
 #if !defined(HEAD) || !defined(GROUP) || !defined(BLOCK) || !defined(TILE) || !defined(SPLIT_KEYS)
 #error "define HEAD, GROUP, BLOCK, TILE and SPLIT_KEYS"

@@ -19,43 +19,7 @@
 
 #pragma OPENCL FP_CONTRACT OFF
 
-#if defined(CACHE_F32)
-typedef float cache_t;
-inline float load_elem(__global const cache_t* p, int i) { return p[i]; }
-inline float16 load16(__global const cache_t* p) { return vload16(0, p); }
-#elif defined(CACHE_F16)
-// f16 stored as ushort bits, converted with integer arithmetic (exact, incl. subnormals, inf
-// and NaN); on PoCL's CPU device this vectorises, where vload_half does not.
-typedef ushort cache_t;
-inline float load_elem(__global const cache_t* p, int i) {
-  const uint h = p[i];
-  const uint sign = (h & 0x8000u) << 16;
-  const uint e = (h >> 10) & 0x1fu;
-  const uint m = h & 0x3ffu;
-  if (e == 0) return as_float(sign | as_uint((float)m * 5.9604645e-08f));  // m * 2^-24
-  if (e == 31) return as_float(sign | 0x7f800000u | (m << 13));
-  return as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-inline float16 load16(__global const cache_t* p) {
-  const uint16 h = convert_uint16(vload16(0, p));
-  const uint16 sign = (h & 0x8000u) << 16;
-  const uint16 em = h & 0x7fffu;
-  const uint16 normal = (em << 13) + (112u << 23);
-  const uint16 sub = as_uint16(convert_float16(em) * 5.9604645e-08f);  // e == 0: m * 2^-24
-  const uint16 special = (em << 13) | 0x7f800000u;                     // e == 31: inf, NaN
-  uint16 bits = select(normal, sub, em < (uint16)0x400u);
-  bits = select(bits, special, em >= (uint16)0x7c00u);
-  return as_float16(bits | sign);
-}
-#elif defined(CACHE_BF16)
-typedef ushort cache_t;
-inline float load_elem(__global const cache_t* p, int i) { return as_float(((uint)p[i]) << 16); }
-inline float16 load16(__global const cache_t* p) {
-  return as_float16(convert_uint16(vload16(0, p)) << 16);
-}
-#else
-#error "define one of CACHE_F32, CACHE_F16, CACHE_BF16"
-#endif
+#include "cache_dtype.clh"
 
 #if !defined(LORA) || !defined(ROPE) || !defined(HPG) || !defined(SPLIT)
 #error "define LORA, ROPE, HPG and SPLIT"

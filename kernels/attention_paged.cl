@@ -21,28 +21,7 @@
 // Every sum runs in an order fixed by the token's own [lo, hi] (and the -D shape), so a token's
 // output is bitwise the same whatever else is in the batch.
 
-#if defined(CACHE_F32)
-typedef float cache_t;
-inline float load_elem(__global const cache_t* p, long i) { return p[i]; }
-#elif defined(CACHE_F16)
-// f16 stored as ushort bits; single elements are converted with integer arithmetic (as in
-// kv_cache.cl), vectors with vload_halfN (load_vec).
-typedef ushort cache_t;
-inline float load_elem(__global const cache_t* p, long i) {
-  const uint h = p[i];
-  const uint sign = (h & 0x8000u) << 16;
-  const uint e = (h >> 10) & 0x1fu;
-  const uint m = h & 0x3ffu;
-  if (e == 0) return as_float(sign | as_uint((float)m * 5.9604645e-08f));  // m * 2^-24
-  if (e == 31) return as_float(sign | 0x7f800000u | (m << 13));
-  return as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-#elif defined(CACHE_BF16)
-typedef ushort cache_t;
-inline float load_elem(__global const cache_t* p, long i) { return as_float(((uint)p[i]) << 16); }
-#else
-#error "define one of CACHE_F32, CACHE_F16, CACHE_BF16"
-#endif
+#include "cache_dtype.clh"
 
 #ifndef LOCAL
 #define LOCAL 64
@@ -63,36 +42,22 @@ inline float load_elem(__global const cache_t* p, long i) { return as_float(((ui
 
 #if VEC == 4
 typedef float4 floatv;
-typedef uint4 uintv;
 #define VLOAD vload4
 #define VSTORE vstore4
-#define CONVERT_UINTV convert_uint4
-#define AS_FLOATV as_float4
 #elif VEC == 8
 typedef float8 floatv;
-typedef uint8 uintv;
 #define VLOAD vload8
 #define VSTORE vstore8
-#define CONVERT_UINTV convert_uint8
-#define AS_FLOATV as_float8
 #else
 #error "VEC must be 4 or 8"
 #endif
 
 // VEC consecutive cache elements starting at element i, as floats.
 inline floatv load_vec(__global const cache_t* p, long i) {
-#if defined(CACHE_F32)
-  return VLOAD(0, p + i);
-#elif defined(CACHE_F16)
-  // vload_halfN: measured faster on PoCL's CPU device than the integer conversion for
-  // explicit vectors (the kv_cache.cl finding is about implicitly vectorised scalar code).
 #if VEC == 8
-  return vload_half8(0, (__global const half*)(p + i));
+  return load8(p + i);
 #else
-  return vload_half4(0, (__global const half*)(p + i));
-#endif
-#else
-  return AS_FLOATV(CONVERT_UINTV(VLOAD(0, p + i)) << 16);
+  return load4(p + i);
 #endif
 }
 

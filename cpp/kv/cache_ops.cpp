@@ -17,15 +17,7 @@ int lanes(const ocl::Context& ctx) {
 }
 
 std::string cache_define(DType dtype, int lanes) {
-  const std::string lanes_define = " -DLANES=" + std::to_string(lanes);
-  switch (dtype) {
-    case DType::kF32: return "-DCACHE_F32" + lanes_define;
-    case DType::kF16: return "-DCACHE_F16" + lanes_define;
-    case DType::kBF16: return "-DCACHE_BF16" + lanes_define;
-    case DType::kI8: break;
-  }
-  throw UnsupportedError("kv_cache_write: dtype " + dtype_name(dtype) +
-                         " has no cache kernel yet; use f32, f16 or bf16");
+  return cache_dtype_define(dtype, "kv_cache_write") + " -DLANES=" + std::to_string(lanes);
 }
 
 void set_part_args(ocl::Kernel& k, cl_uint first, const LayerKvView& view, const KvPartView& p) {
@@ -39,6 +31,17 @@ void set_part_args(ocl::Kernel& k, cl_uint first, const LayerKvView& view, const
 }
 
 }  // namespace
+
+std::string cache_dtype_define(DType dtype, const std::string& who) {
+  switch (dtype) {
+    case DType::kF32: return "-DCACHE_F32";
+    case DType::kF16: return "-DCACHE_F16";
+    case DType::kBF16: return "-DCACHE_BF16";
+    case DType::kI8: break;
+  }
+  throw UnsupportedError(who + ": kv_cache_dtype " + dtype_name(dtype) +
+                         " has no device kernel yet; use f32, f16 or bf16");
+}
 
 const KvPartView& part_of(const LayerKvView& view, KvPart part) {
   return part == KvPart::kK ? view.k : view.v;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kv/layout.h"
@@ -34,6 +35,10 @@ void kv_cache_write_ref(std::vector<uint8_t>& raw, const LayerKvView& view, KvPa
 // Host reference of kv_cache_gather.
 std::vector<float> kv_cache_gather_ref(const std::vector<uint8_t>& raw, const LayerKvView& view,
                                        KvPart part, const std::vector<int32_t>& slot_mapping);
+
+// The -D define that specialises kernels/cache_dtype.clh for `dtype` ("-DCACHE_F16", ...);
+// UnsupportedError naming `who` for a dtype without a device kernel (int8).
+std::string cache_dtype_define(DType dtype, const std::string& who);
 
 // Host element access in the layer's dtype (converted to / from float).
 float load_element(const std::vector<uint8_t>& raw, DType dtype, int64_t index);

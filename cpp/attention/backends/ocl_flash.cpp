@@ -19,6 +19,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "kv/cache_ops.h"
 #include "common/math.h"
 
 namespace specdec::attn {
@@ -44,25 +45,11 @@ int64_t scratch_bytes() {
   return kScratchBytes;
 }
 
-std::string dtype_define(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "-DCACHE_F32";
-    case DType::kF16:
-      return "-DCACHE_F16";
-    case DType::kBF16:
-      return "-DCACHE_BF16";
-    case DType::kI8:
-      break;
-  }
-  throw UnsupportedError("OCL_FLASH: kv_cache_dtype " + dtype_name(dtype) +
-                         " not supported (f32, f16, bf16)");
-}
 
 // Software prefetch two blocks ahead: CPU devices only (-DPF_DIST=0 compiles it out).
 std::string build_options(const ocl::DeviceInfo& device, DType dtype, int tile, int group, int head,
                           int block, int split_keys) {
-  return str_cat(dtype_define(dtype), " -DHEAD=", head, " -DGROUP=", group, " -DBLOCK=", block,
+  return str_cat(kv::cache_dtype_define(dtype, "OCL_FLASH"), " -DHEAD=", head, " -DGROUP=", group, " -DBLOCK=", block,
                  " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
                  " -DPF_DIST=", device.type == "cpu" ? 2 : 0);
 }

@@ -14,6 +14,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "kv/cache_ops.h"
 
 namespace specdec::attn {
 namespace {
@@ -48,21 +49,7 @@ int heads_per_group(int num_q_heads) {
 }
 
 std::string build_options(DType dtype, int lora, int rope, int hpg) {
-  std::string cache;
-  switch (dtype) {
-    case DType::kF32:
-      cache = "-DCACHE_F32";
-      break;
-    case DType::kF16:
-      cache = "-DCACHE_F16";
-      break;
-    case DType::kBF16:
-      cache = "-DCACHE_BF16";
-      break;
-    case DType::kI8:
-      throw UnsupportedError("OCL_MLA: kv_cache_dtype " + dtype_name(dtype) +
-                             " not supported; use f32, f16 or bf16");
-  }
+  const std::string cache = kv::cache_dtype_define(dtype, "OCL_MLA");
   return str_cat(cache, " -DLORA=", lora, " -DROPE=", rope, " -DHPG=", hpg,
                  " -DSPLIT=", kSplitKeys);
 }

@@ -8,6 +8,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "kv/cache_ops.h"
 #include "common/math.h"
 
 namespace specdec::attn {
@@ -51,20 +52,6 @@ Shape work_group_shape(const ocl::Context& ctx, int head_size_v) {
   return s;
 }
 
-std::string cache_define(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "-DCACHE_F32";
-    case DType::kF16:
-      return "-DCACHE_F16";
-    case DType::kBF16:
-      return "-DCACHE_BF16";
-    case DType::kI8:
-      break;
-  }
-  throw UnsupportedError("OCL_PAGED: kv_cache_dtype " + dtype_name(dtype) +
-                         " is not supported; use f32, f16 or bf16");
-}
 
 BackendCapabilities paged_capabilities() {
   BackendCapabilities c;
@@ -142,7 +129,7 @@ class OclPagedBackend final : public AttentionBackend {
     if (md.host.num_actual_tokens == 0) return;
     const Shape shape = work_group_shape(ctx, p.head_size_v);
     const std::string options =
-        str_cat(cache_define(view.spec.dtype), " -DLOCAL=", shape.local, " -DKPW=", shape.kpw,
+        str_cat(kv::cache_dtype_define(view.spec.dtype, "OCL_PAGED"), " -DLOCAL=", shape.local, " -DKPW=", shape.kpw,
                 " -DVEC=", shape.vec, " -DACC=", shape.acc, " -DHEAD_MAX=", kMaxHeadSize);
     ocl::Kernel k = ctx.kernel("attention_paged", "paged_attention", options);
     k.arg(0, query).arg(1, output).arg(2, cache);
