@@ -90,6 +90,23 @@ void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerPar
   check_config(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
 }
 
+void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLayerParams& p,
+                           const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+                           const ocl::Buffer& output) {
+  const size_t rows = static_cast<size_t>(md.num_actual_tokens) * static_cast<size_t>(p.num_q_heads);
+  const size_t n_q = rows * static_cast<size_t>(p.head_size), n_out = rows * static_cast<size_t>(p.head_size_v);
+  check_config(query.size_bytes() >= n_q * sizeof(float), "query", str_cat(query.size_bytes(), " bytes"),
+               str_cat("must hold num_tokens * num_q_heads * head_size = ", n_q, " floats"));
+  check_config(output.size_bytes() >= n_out * sizeof(float), "output", str_cat(output.size_bytes(), " bytes"),
+               str_cat("must hold num_tokens * num_q_heads * head_size_v = ", n_out, " floats"));
+  check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
+               str_cat(cache.size_bytes(), " bytes"), str_cat("must hold the view's ", view.size_bytes(), " bytes"));
+  if (p.sinks != nullptr) {
+    check_config(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float), "sinks",
+                 str_cat(p.sinks->size_bytes(), " bytes"), str_cat("must hold num_q_heads = ", p.num_q_heads, " floats"));
+  }
+}
+
 bool AttentionBackend::can_read(kv::KvLayout layout) const {
   const BackendCapabilities& c = capabilities();
   if (layout == kv::KvLayout::kMlaLatent) return c.is_mla || c.any_mla;

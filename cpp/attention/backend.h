@@ -92,6 +92,12 @@ struct AttentionLayerParams {
 // Every backend's forward() runs it first.
 void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerParams& params,
                       const kv::LayerKvView& view);
+// Checks that the buffers of a call are large enough: query [num_tokens, num_q_heads,
+// head_size], output [num_tokens, num_q_heads, head_size_v] (f32), the cache tensor for the
+// view, and the sinks when given; ConfigError naming the buffer.
+void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLayerParams& params,
+                           const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
+                           const ocl::Buffer& output);
 
 class AttentionBackend {
  public:

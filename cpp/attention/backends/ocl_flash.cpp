@@ -281,8 +281,7 @@ class OclFlashBackend : public AttentionBackend {
 
  private:
   void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params,
-                    const kv::LayerKvView& view, const ocl::Buffer& query,
-                    const ocl::Buffer& output) const;
+                    const kv::LayerKvView& view) const;
 
   BackendCapabilities caps_;  // no other state: per-step data lives in the metadata
 };
@@ -314,8 +313,7 @@ OclFlashBackend::OclFlashBackend() {
 }
 
 void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
-                                   const kv::LayerKvView& view, const ocl::Buffer& query,
-                                   const ocl::Buffer& output) const {
+                                   const kv::LayerKvView& view) const {
   const int d = p.head_size;
   if (!md.host.causal) throw UnsupportedError("OCL_FLASH: non-causal attention not supported");
   if (p.sinks != nullptr) throw UnsupportedError("OCL_FLASH: attention sinks not supported");
@@ -344,20 +342,15 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
   check_config(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
   check_config(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
                "must be >= 0");
-  const size_t rows =
-      static_cast<size_t>(md.host.num_actual_tokens) * p.num_q_heads * d * sizeof(float);
-  check_config(query.size_bytes() >= rows, "query", str_cat(query.size_bytes(), " bytes"),
-               str_cat("must hold num_tokens * num_q_heads * head_size floats (", rows, " bytes)"));
-  check_config(output.size_bytes() >= rows, "output", str_cat(output.size_bytes(), " bytes"),
-               str_cat("must hold num_tokens * num_q_heads * head_size floats (", rows, " bytes)"));
 }
 
 void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
                               const AttentionLayerParams& p, const kv::LayerKvView& view,
                               const ocl::Buffer& cache, const ocl::Buffer& query,
                               ocl::Buffer& output) const {
-  check_inputs(md, p, view, query, output);  // first: what OCL_FLASH cannot do at all
+  check_inputs(md, p, view);  // first: what OCL_FLASH cannot do at all
   check_layer_call(md.host, p, view);
+  check_forward_buffers(md.host, p, view, cache, query, output);
   if (md.host.num_actual_tokens == 0) return;
   const int d = p.head_size, hq = p.num_q_heads, hkv = p.num_kv_heads, bs = view.spec.block_size;
   const FlashShape shape =

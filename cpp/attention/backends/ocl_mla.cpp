@@ -113,23 +113,7 @@ void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
   }
   check_config(md.host.block_size == s.block_size, "block_size", md.host.block_size,
                str_cat("must equal the layer's block_size = ", s.block_size));
-  const size_t n_tokens = static_cast<size_t>(md.host.num_actual_tokens);
-  const size_t n_q = n_tokens * p.num_q_heads * p.head_size,
-               n_out = n_tokens * p.num_q_heads * p.head_size_v;
-  check_config(query.size_bytes() >= n_q * sizeof(float), "query",
-               str_cat(query.size_bytes(), " bytes"),
-               str_cat("must hold num_tokens * num_q_heads * head_size = ", n_q, " floats"));
-  check_config(output.size_bytes() >= n_out * sizeof(float), "output",
-               str_cat(output.size_bytes(), " bytes"),
-               str_cat("must hold num_tokens * num_q_heads * head_size_v = ", n_out, " floats"));
-  check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
-               str_cat(cache.size_bytes(), " bytes"),
-               str_cat("must hold the view's ", view.size_bytes(), " bytes"));
-  if (p.sinks != nullptr) {
-    check_config(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float),
-                 "sinks", str_cat(p.sinks->size_bytes(), " bytes"),
-                 str_cat("must hold num_q_heads = ", p.num_q_heads, " floats"));
-  }
+  check_forward_buffers(md.host, p, view, cache, query, output);
 }
 
 // Launches of one batch for one head count and latent size, with the scratch they share (in

@@ -100,21 +100,7 @@ void check_call(const AttentionMetadata& md, const AttentionLayerParams& p,
                "must be >= 0");
   check_config(md.host.block_size == view.spec.block_size, "block_size", md.host.block_size,
                str_cat("must equal the cache's ", view.spec.block_size));
-  const size_t tokens = static_cast<size_t>(md.host.num_actual_tokens);
-  check_config(query.size_bytes() >= tokens * p.num_q_heads * p.head_size * sizeof(float), "query",
-               str_cat(query.size_bytes(), " bytes"),
-               "must hold num_tokens * num_q_heads * head_size floats");
-  check_config(output.size_bytes() >= tokens * p.num_q_heads * p.head_size_v * sizeof(float),
-               "output", str_cat(output.size_bytes(), " bytes"),
-               "must hold num_tokens * num_q_heads * head_size_v floats");
-  check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
-               str_cat(cache.size_bytes(), " bytes"),
-               str_cat("must hold the view's ", view.size_bytes(), " bytes"));
-  if (p.sinks != nullptr) {
-    check_config(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float),
-                 "sinks", str_cat(p.sinks->size_bytes(), " bytes"),
-                 str_cat("must hold num_q_heads = ", p.num_q_heads, " floats"));
-  }
+  check_forward_buffers(md.host, p, view, cache, query, output);
 }
 
 class OclPagedBackend final : public AttentionBackend {

@@ -45,15 +45,7 @@ class ReferenceBackend final : public AttentionBackend {
     const size_t num_tokens = static_cast<size_t>(host.num_actual_tokens);
     const size_t n_q = num_tokens * params.num_q_heads * params.head_size;
     const size_t n_out = num_tokens * params.num_q_heads * params.head_size_v;
-    check_config(query.size_bytes() >= n_q * sizeof(float), "query",
-                 str_cat(query.size_bytes(), " bytes"),
-                 str_cat("must hold num_tokens * num_q_heads * head_size = ", n_q, " floats"));
-    check_config(output.size_bytes() >= n_out * sizeof(float), "output",
-                 str_cat(output.size_bytes(), " bytes"),
-                 str_cat("must hold num_tokens * num_q_heads * head_size_v = ", n_out, " floats"));
-    check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
-                 str_cat(cache.size_bytes(), " bytes"),
-                 str_cat("must hold the view's ", view.size_bytes(), " bytes"));
+    check_forward_buffers(host, params, view, cache, query, output);
     if (n_out == 0) return;
     std::vector<uint8_t> raw(cache.size_bytes());
     cache.read(ctx, raw.data(), raw.size());
