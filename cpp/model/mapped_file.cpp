@@ -1,0 +1,93 @@
+#include "model/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/errors.h"
+
+namespace specdec::model {
+namespace {
+
+// Closes a file descriptor on scope exit.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+[[noreturn]] void throw_path_error(const std::string& path, const std::string& what) {
+  throw ConfigError("path", path, what);
+}
+
+}  // namespace
+
+MappedFile MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw_path_error(path, str_cat("cannot open model file: ", std::strerror(errno)));
+  }
+  FdCloser closer(fd);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    throw_path_error(path, str_cat("cannot stat model file: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(info.st_mode)) throw_path_error(path, "expected a regular file");
+  MappedFile file;
+  file.source_ = path;
+  file.size_ = static_cast<size_t>(info.st_size);
+  if (file.size_ == 0) return file;  // mmap rejects zero-length maps
+  void* addr = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (addr == MAP_FAILED) {
+    throw_path_error(path, str_cat("cannot map model file: ", std::strerror(errno)));
+  }
+  file.data_ = static_cast<const uint8_t*>(addr);
+  file.is_mapped_ = true;
+  return file;
+}
+
+MappedFile MappedFile::from_bytes(std::vector<uint8_t> bytes) {
+  MappedFile file;
+  file.owned_ = std::move(bytes);
+  file.data_ = file.owned_.data();
+  file.size_ = file.owned_.size();
+  file.source_ = "<memory>";
+  return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  // Moving a vector keeps its buffer, so data_ stays valid for owned bytes too.
+  owned_ = std::move(other.owned_);
+  source_ = std::move(other.source_);
+  data_ = std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  is_mapped_ = std::exchange(other.is_mapped_, false);
+  other.owned_.clear();
+  return *this;
+}
+
+MappedFile::~MappedFile() { release(); }
+
+void MappedFile::release() noexcept {
+  if (is_mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+  is_mapped_ = false;
+  owned_.clear();
+}
+
+}  // namespace specdec::model
