@@ -40,6 +40,8 @@ from specdec._core import (
     make_local_attention_virtual_batches,
     max_model_len_for_budget,
     min_kv_cache_bytes,
+    read_gguf,
+    read_safetensors,
     select_device,
     validate_backend,
 )
@@ -68,6 +70,8 @@ __all__ = [
     "initialize_attention",
     "layer_infos",
     "make_local_attention_virtual_batches",
+    "read_gguf",
+    "read_safetensors",
     "select_backend",
     "validate_backend",
     "ChunkedLocalAttentionSpec",

@@ -1,0 +1,82 @@
+// Model files: hardened GGUF and safetensors readers (metadata and tensor tables).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "model/gguf.h"
+#include "model/safetensors.h"
+
+namespace py = pybind11;
+using namespace specdec::model;
+
+namespace {
+
+py::object to_python(const GgufValue& value) {
+  return std::visit(
+      [](const auto& v) -> py::object {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, GgufArray>) {
+          py::list out;
+          for (const auto& e : v.values) out.append(to_python(e));
+          return out;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return py::str(v);
+        } else {
+          return py::cast(v);
+        }
+      },
+      value.variant());
+}
+
+py::dict read_gguf(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  py::dict metadata;
+  for (const auto& [key, value] : f.metadata()) metadata[py::str(key)] = to_python(value);
+  py::list tensors;
+  for (const auto& t : f.tensors()) {
+    py::dict d;
+    d["name"] = t.name;
+    const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t.type));
+    d["type"] = info != nullptr ? info->name : "unknown";
+    d["dims"] = t.dims;
+    d["offset"] = t.offset;
+    d["size_bytes"] = t.size_bytes;
+    tensors.append(d);
+  }
+  py::dict out;
+  out["version"] = f.version();
+  out["alignment"] = f.alignment();
+  out["data_offset"] = f.data_offset();
+  out["file_size"] = f.file_size();
+  out["metadata"] = metadata;
+  out["tensors"] = tensors;
+  return out;
+}
+
+py::dict read_safetensors(const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  py::list tensors;
+  for (const auto& t : f.tensors()) {
+    py::dict d;
+    d["name"] = t.name;
+    d["dtype"] = safetensors_dtype_name(t.dtype);
+    d["shape"] = t.shape;
+    d["data_offsets"] = std::vector<uint64_t>{t.data_offsets[0], t.data_offsets[1]};
+    d["size_bytes"] = t.size_bytes;
+    tensors.append(d);
+  }
+  py::dict out;
+  out["file_size"] = f.file_size();
+  out["metadata"] = f.metadata();
+  out["tensors"] = tensors;
+  return out;
+}
+
+}  // namespace
+
+void register_model(py::module_& m) {
+  m.def("read_gguf", &read_gguf, py::arg("path"),
+        "Metadata and tensor table of a GGUF file (v2/v3), validated: a malformed file raises "
+        "FormatError naming the key or tensor, the value and the byte offset.");
+  m.def("read_safetensors", &read_safetensors, py::arg("path"),
+        "Metadata and tensor table of a safetensors file, validated like read_gguf.");
+}
