@@ -1,0 +1,110 @@
+// ModelConfig: one description of a decoder-only transformer, built from a GGUF file's metadata
+// and tensor table or from a Hugging Face config.json — architecture, sizes, RoPE, norms, biases,
+// output head, per-layer attention kinds, and the per-layer KV-cache specs the planner consumes.
+//
+// Supported architectures: llama (incl. SmolLM2, stories260K), qwen2, qwen3, gemma3
+// (gemma3_text), deepseek2 (DeepSeek-V2 MLA). Anything else is an UnsupportedError naming the
+// architecture and the supported list; a missing or out-of-range field is a FormatError (GGUF) or
+// a ConfigError (config.json) naming the key and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/dtype.h"
+#include "kv/spec.h"
+
+namespace specdec::model {
+
+class GgufFile;
+
+enum class RopeType { kNone, kNorm, kNeox };      // NORM: adjacent pairs; NEOX: halves
+enum class Activation { kSilu, kGeluTanh };       // gate activation of the gated MLP
+enum class LayerAttention { kFull, kSliding, kChunked, kMla };
+
+const char* rope_type_name(RopeType type);              // "none", "norm", "neox"
+const char* activation_name(Activation act);            // "silu", "gelu_tanh"
+const char* layer_attention_name(LayerAttention kind);  // "full", "sliding", "chunked", "mla"
+
+struct LayerConfig {
+  LayerAttention attention = LayerAttention::kFull;
+  int sliding_window = 0;        // tokens; kSliding only
+  int attention_chunk_size = 0;  // tokens; kChunked only
+  double rope_base = 0;          // this layer's RoPE base (Gemma 3: local layers differ)
+  bool use_rope = true;          // false for NoPE layers
+  int kv_sharing_target = -1;    // >= 0: reads that earlier layer's KV cache, writes none
+};
+
+// DeepSeek-V2-style multi-head latent attention sizes.
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0: queries are projected directly (V2-Lite)
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama", "qwen2", "qwen3", "gemma3", "deepseek2"
+  std::string name;          // general.name or the directory name
+  std::string source_format; // "gguf" or "hf"
+
+  int num_layers = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_size = 0;     // per-head size of Q and K
+  int head_size_v = 0;   // per-head size of V
+  int vocab_size = 0;
+  int64_t context_length = 0;
+
+  // Normalisation: RMSNorm with weight (w + norm_weight_offset): Gemma's HF checkpoints store
+  // w - 1 (offset 1); its GGUF files store the final weight (offset 0).
+  double norm_eps = 1e-5;
+  double norm_weight_offset = 0;
+  bool qk_norm = false;     // RMSNorm over each Q and K head (Qwen 3, Gemma 3)
+  bool post_norms = false;  // norms after attention and after the MLP as well (Gemma 3)
+
+  RopeType rope_type = RopeType::kNorm;
+  int rope_dim = 0;         // leading dims of each head that rotate (= head_size unless partial)
+  double rope_base = 10000;        // global layers
+  double rope_base_local = 0;      // sliding layers (0: same as rope_base)
+  std::string rope_scaling_type;   // "", "linear", "yarn"
+  double rope_scaling_factor = 1;
+  int64_t rope_original_context_length = 0;
+
+  bool qkv_bias = false;
+  bool output_bias = false;
+  bool tied_embeddings = false;  // the output head reuses the token embedding
+  Activation activation = Activation::kSilu;
+  double embedding_scale = 1;       // Gemma: sqrt(hidden_size)
+  double attention_scale = 0;       // softmax scale; 0: 1/sqrt(head_size)
+  double attn_logit_softcap = 0;    // 0: none
+  double final_logit_softcap = 0;   // 0: none
+  int num_experts = 0;              // MoE routed experts (0: dense); not run yet
+  MlaConfig mla;
+
+  std::vector<LayerConfig> layers;
+
+  // The KV-cache spec of every layer, named "layers.<i>", in the form the planner takes.
+  std::vector<kv::LayerKvSpec> layer_kv_specs(int block_size = 16, DType dtype = DType::kF16) const;
+  int num_sliding_layers() const;
+  // Throws ConfigError naming the first inconsistent field.
+  void validate() const;
+  nlohmann::json to_json() const;
+};
+
+// From a parsed GGUF file (metadata keys "<arch>.*", and the tensor table for biases and heads).
+ModelConfig config_from_gguf(const GgufFile& file);
+// From a Hugging Face config.json (already parsed); `source` names it in errors.
+ModelConfig config_from_hf_json(const nlohmann::json& config, const std::string& source);
+// A GGUF file, a config.json, or a directory holding config.json.
+ModelConfig load_model_config(const std::string& path);
+
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace specdec::model

