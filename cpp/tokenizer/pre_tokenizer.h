@@ -1,0 +1,35 @@
+// Pre-tokenizers of byte-level BPE vocabularies (`tokenizer.ggml.pre`): the regex splits that cut
+// text into words before BPE merges run inside each word.
+//
+// Each pre-tokenizer is a sequence of regexes applied one after another, each one splitting the
+// pieces made by the previous one; both matches and the gaps between matches become pieces (as in
+// llama.cpp's unicode_regex_split). The regexes are hand-written matchers over code points with the
+// same leftmost-first backtracking semantics as the original patterns (no std::regex).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specdec::tokenizer {
+
+enum class PreTokenizer {
+  kDefault,        // llama.cpp's fallback: punctuation runs, GPT-2, \p{N}+, [0-9]{3}
+  kGpt2,           // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+  kStarcoder,      // \p{N} (each digit alone), then GPT-2  (also `smollm`)
+  kQwen2,          // (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kDeepseekCoder,  // [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N}
+};
+
+// The pre-tokenizer named by `tokenizer.ggml.pre`; throws UnsupportedError naming the value and
+// the supported names.
+PreTokenizer pre_tokenizer_from_name(const std::string& name);
+// Every accepted `tokenizer.ggml.pre` value, comma separated (for messages and docs).
+std::string supported_pre_tokenizer_names();
+
+// Splits `cps` into pieces; returns the length of each piece in code points (they sum to
+// cps.size(), none is zero).
+std::vector<size_t> pre_tokenize(PreTokenizer pre, const std::vector<uint32_t>& cps);
+
+}  // namespace specdec::tokenizer

@@ -1,0 +1,100 @@
+#include "tokenizer/special_split.h"
+
+#include <algorithm>
+
+namespace specdec::tokenizer {
+namespace {
+
+bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// Splits the text fragment `f` at every occurrence of special token `id` (llama.cpp semantics,
+// including its lstrip/rstrip of adjacent white space).
+void split_fragment(const Vocab& v, std::string_view text, const Fragment& f, int32_t id,
+                    std::vector<Fragment>& out) {
+  const std::string& token = v.tokens[id].text;
+  const uint32_t attr = v.tokens[id].attr;
+  const size_t end = f.offset + f.length;
+  size_t cursor = f.offset;
+  while (true) {
+    const size_t match = text.substr(0, end).find(token, cursor);
+    if (match == std::string_view::npos) {
+      if (cursor < end) out.push_back(Fragment{kNoToken, cursor, end - cursor});
+      return;
+    }
+    size_t left_end = match;
+    if (attr & kAttrLstrip) {
+      while (left_end > cursor && is_ascii_space(text[left_end - 1])) --left_end;
+    }
+    if (left_end > cursor) out.push_back(Fragment{kNoToken, cursor, left_end - cursor});
+    out.push_back(Fragment{id, 0, 0});
+    cursor = match + token.size();
+    if (attr & kAttrRstrip) {
+      while (cursor < end && is_ascii_space(text[cursor])) ++cursor;
+    }
+  }
+}
+
+}  // namespace
+
+SpecialSplitter::SpecialSplitter(const Vocab& vocab) : vocab_(&vocab), node_rank_(1, -1) {
+  const std::vector<int32_t>& order = vocab.special_token_order;
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const std::string& text = vocab.tokens[order[rank]].text;
+    first_byte_[uint8_t(text[0])] = true;
+    int32_t node = 0;
+    for (char c : text) {
+      const uint64_t key = (uint64_t(uint32_t(node)) << 8) | uint8_t(c);
+      const auto [it, inserted] = children_.emplace(key, static_cast<int32_t>(node_rank_.size()));
+      if (inserted) node_rank_.push_back(-1);
+      node = it->second;
+    }
+    node_rank_[node] = static_cast<int32_t>(rank);  // texts are unique
+  }
+}
+
+bool SpecialSplitter::eligible(int32_t id, bool parse_special) const {
+  return parse_special || !(vocab_->tokens[id].attr & (kAttrControl | kAttrUnknown));
+}
+
+std::vector<int32_t> SpecialSplitter::occurring(std::string_view text, bool parse_special) const {
+  const std::vector<int32_t>& order = vocab_->special_token_order;
+  std::vector<int32_t> ranks;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!first_byte_[uint8_t(text[i])]) continue;
+    int32_t node = 0;
+    for (size_t j = i; j < text.size(); ++j) {
+      const auto it = children_.find((uint64_t(uint32_t(node)) << 8) | uint8_t(text[j]));
+      if (it == children_.end()) break;
+      node = it->second;
+      const int32_t rank = node_rank_[node];
+      if (rank >= 0 && eligible(order[rank], parse_special)) ranks.push_back(rank);
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::vector<int32_t> ids;
+  ids.reserve(ranks.size());
+  for (int32_t rank : ranks) ids.push_back(order[rank]);
+  return ids;
+}
+
+std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special) const {
+  std::vector<Fragment> fragments;
+  if (text.empty()) return fragments;
+  fragments.push_back(Fragment{kNoToken, 0, text.size()});
+  for (int32_t id : occurring(text, parse_special)) {
+    std::vector<Fragment> next;
+    next.reserve(fragments.size() + 2);
+    for (const Fragment& f : fragments) {
+      if (f.token != kNoToken) {
+        next.push_back(f);
+      } else {
+        split_fragment(*vocab_, text, f, id, next);
+      }
+    }
+    fragments = std::move(next);
+  }
+  return fragments;
+}
+
+}  // namespace specdec::tokenizer
