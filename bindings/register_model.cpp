@@ -73,7 +73,10 @@ py::dict read_safetensors(const std::string& path) {
 
 }  // namespace
 
+void register_model_config(py::module_& m);
+
 void register_model(py::module_& m) {
+  register_model_config(m);
   m.def("read_gguf", &read_gguf, py::arg("path"),
         "Metadata and tensor table of a GGUF file (v2/v3), validated: a malformed file raises "
         "FormatError naming the key or tensor, the value and the byte offset.");

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libeigen3-dev nlohmann-json3-dev libgtest-dev
+          clang libclang-rt-dev
           python3 python3-dev python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -28,6 +29,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "== installing Python build and test tools"
 .venv/bin/python -m pip install -q --disable-pip-version-check \
-  "scikit-build-core>=0.10" "pybind11>=2.10" "numpy>=1.22" "pytest>=7"
+  "scikit-build-core>=0.10" "pybind11>=2.10" "numpy>=1.22" "pytest>=7" "safetensors>=0.4"
 echo "== building and installing specdec (pip install .)"
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation .

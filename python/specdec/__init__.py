@@ -47,6 +47,15 @@ from specdec._core import (
 )
 from specdec._core import KvCacheManager, AllocationResult
 from specdec.attention import initialize_attention, layer_infos, select_backend
+from specdec.hub import (
+    FetchError,
+    cache_dir,
+    fetch,
+    list_models,
+    load_catalog,
+    resolve_model,
+)
+from specdec.model import ModelConfig, format_inspect, inspect_model, load_model_config
 from specdec.kv import (
     allocate_kv_cache,
     format_kv_plan,
@@ -58,6 +67,16 @@ from specdec.kv import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "FetchError",
+    "ModelConfig",
+    "cache_dir",
+    "fetch",
+    "format_inspect",
+    "inspect_model",
+    "list_models",
+    "load_catalog",
+    "load_model_config",
+    "resolve_model",
     "AllocationResult",
     "AttentionGroup",
     "AttentionRequirements",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -32,6 +33,44 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_layers(name: str, args: argparse.Namespace) -> tuple:
+    config = specdec.load_model_config(name)
+    return config.layer_kv_specs(args.block_size, args.dtype), config.context_length
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    models = specdec.list_models(deep=args.verify)
+    if args.json:
+        print(json.dumps(models, indent=2))
+        return 0
+    print(f"Models known to specdec (cache: {specdec.cache_dir()}; fetch with `specdec fetch NAME`)")
+    for m in models:
+        print(f"  {m['name']:38s} {m['architecture']:8s} {m['gguf_bytes'] / 2**20:7.1f} MiB  "
+              f"{m['status']:8s} {m['description']}")
+    return 0
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    names = [m["name"] for m in specdec.list_models()] if args.all else args.names
+    if not names:
+        raise ValueError("fetch needs NAME ... or --all (see `specdec models`)")
+    for name in names:
+        path = specdec.fetch(name, force=args.force, progress=not args.quiet)
+        print(path)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    info = specdec.inspect_model(args.model, args.budget, args.max_model_len, args.block_size,
+                                 args.dtype, progress=not args.json)
+    if args.json:
+        info.pop("_plan")
+        print(json.dumps(info, indent=2))
+    else:
+        print(specdec.format_inspect(info))
+    return 0
+
+
 def _example_layers(name: str, args: argparse.Namespace) -> tuple:
     known = {e["name"]: e for e in specdec.example_models()}
     if name not in known:
@@ -45,19 +84,23 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
         for e in specdec.example_models():
             print(f"{e['name']:20s} {e['description']}")
         return 0
-    if not args.example:
-        raise ValueError("kv-plan needs --example NAME (see --list-examples)")
-    layers, default_len = _example_layers(args.example, args)
+    if bool(args.example) == bool(args.model):
+        raise ValueError("kv-plan needs one of --model PATH_OR_NAME or --example NAME "
+                         "(see --list-examples)")
+    layers, default_len = (_example_layers(args.example, args) if args.example
+                           else _model_layers(args.model, args))
     max_model_len = args.max_model_len or default_len
     budget = parse_bytes(args.budget, "--budget")
-    if args.drafter_example:
-        drafter_layers, _ = _example_layers(args.drafter_example, args)
+    if args.drafter_example or args.drafter_model:
+        drafter = args.drafter_example or args.drafter_model
+        drafter_layers, _ = (_example_layers(drafter, args) if args.drafter_example
+                             else _model_layers(drafter, args))
         plan = specdec.plan_target_and_drafter(
             layers, drafter_layers, budget, max_model_len, args.drafter_fraction,
-            args.max_num_batched_tokens, args.example, args.drafter_example)
+            args.max_num_batched_tokens, args.example or args.model, drafter)
     else:
         plan = specdec.plan_kv_cache(layers, budget, max_model_len, args.max_num_batched_tokens,
-                                     model_name=args.example)
+                                     model_name=args.example or args.model)
     print(json.dumps(json.loads(plan.to_json()), indent=2) if args.json else format_kv_plan(plan))
     return 0
 
@@ -147,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("kv-plan", help="print the KV-cache plan of a model")
     p.add_argument("--example", help="built-in example model (see --list-examples)")
+    p.add_argument("--model", help="a GGUF file, Hugging Face directory or catalog name")
+    p.add_argument("--drafter-model", help="also plan this model as the drafter, same budget")
     p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
     p.add_argument("--budget", default="1GiB", help="KV-cache memory budget, e.g. 1GiB (default)")
     p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,
@@ -161,6 +206,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drafter's share of the budget (default: proportional to need)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_kv_plan)
+
+    p = sub.add_parser("models", help="the real models specdec can fetch, and what is cached")
+    p.add_argument("--verify", action="store_true", help="hash the cached files again")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_models)
+
+    p = sub.add_parser("fetch", help="download models into the cache (pinned hashes checked)")
+    p.add_argument("names", nargs="*", metavar="NAME", help="catalog names (see `specdec models`)")
+    p.add_argument("--all", action="store_true", help="every model in the catalog")
+    p.add_argument("--force", action="store_true", help="download again even when cached")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_fetch)
+
+    p = sub.add_parser("inspect", help="architecture, tensors, tokenizer and KV plan of a model")
+    p.add_argument("model", metavar="PATH_OR_NAME",
+                   help="a GGUF file, Hugging Face directory or catalog name")
+    p.add_argument("--budget", default="1GiB", help="KV-cache budget for the plan (default 1GiB)")
+    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,
+                   help="tokens per request (default: context length, or what fits)")
+    p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16, help="tokens per block")
+    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_inspect)
     return parser
 
 
@@ -169,7 +237,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, _core.OpenCLError) as err:
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except (ValueError, _core.OpenCLError, specdec.FetchError) as err:
         print(f"specdec {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,165 @@
+"""Model configuration and inspection of model files (GGUF, Hugging Face directories).
+
+Wherever a model path is taken, a catalog name (``specdec models``) is accepted too and is
+fetched into the cache on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+from specdec import _core
+from specdec.hub import resolve_model
+from specdec.kv import _size, format_kv_plan, parse_bytes, plan_kv_cache
+
+ModelConfig = _core.ModelConfig
+
+
+def _resolve(path_or_name: Union[str, os.PathLike], progress: bool = True) -> str:
+    p = Path(os.fspath(path_or_name)).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"model = {str(p)!r}: a directory must hold config.json "
+                             "(a Hugging Face model directory)")
+        return str(p)
+    return resolve_model(os.fspath(path_or_name), progress=progress)
+
+
+def load_model_config(path_or_name: Union[str, os.PathLike], progress: bool = True) -> ModelConfig:
+    """The ModelConfig of a GGUF file, a config.json, a Hugging Face directory or a catalog name."""
+    return _core.load_model_config(_resolve(path_or_name, progress))
+
+
+def _gguf_tokenizer(meta: Dict[str, Any]) -> Dict[str, Any]:
+    tokens = meta.get("tokenizer.ggml.tokens") or []
+    info: Dict[str, Any] = {"kind": meta.get("tokenizer.ggml.model"),
+                            "pre": meta.get("tokenizer.ggml.pre"), "vocab_size": len(tokens)}
+    special = {}
+    for key in ("bos", "eos", "eot", "eom", "unknown", "padding", "seperator"):
+        tid = meta.get(f"tokenizer.ggml.{key}_token_id")
+        if isinstance(tid, int) and 0 <= tid < len(tokens):
+            special[key] = {"id": tid, "text": tokens[tid]}
+    info["special_tokens"] = special
+    for key in ("add_bos_token", "add_eos_token", "add_space_prefix"):
+        if f"tokenizer.ggml.{key}" in meta:
+            info[key] = meta[f"tokenizer.ggml.{key}"]
+    types = meta.get("tokenizer.ggml.token_type") or []
+    info["num_control_tokens"] = sum(1 for t in types if t == 3)
+    template = meta.get("tokenizer.chat_template")
+    if isinstance(template, str):
+        info["chat_template"] = ("chatml" if "<|im_start|>" in template else
+                                 "gemma" if "<start_of_turn>" in template else "other")
+    else:
+        info["chat_template"] = None
+    return info
+
+
+def _tensor_summary(tensors: List[dict], type_key: str) -> Dict[str, Dict[str, int]]:
+    by_type: Dict[str, Dict[str, int]] = {}
+    for t in tensors:
+        entry = by_type.setdefault(t[type_key], {"count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += t["size_bytes"]
+    return dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
+
+
+def _read_files(path: str) -> Dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        tensors: List[dict] = []
+        for f in files:
+            tensors += _core.read_safetensors(str(f))["tensors"]
+        return {"format": "hf", "files": [f.name for f in files],
+                "file_bytes": sum(f.stat().st_size for f in files),
+                "tensors": _tensor_summary(tensors, "dtype"), "num_tensors": len(tensors),
+                "tokenizer": None}
+    g = _core.read_gguf(path)
+    return {"format": f"gguf v{g['version']}", "files": [p.name], "file_bytes": g["file_size"],
+            "tensors": _tensor_summary(g["tensors"], "type"), "num_tensors": len(g["tensors"]),
+            "tokenizer": _gguf_tokenizer(g["metadata"])}
+
+
+def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: Union[int, str] = "1GiB",
+                  max_model_len: int = 0, block_size: int = 16, dtype: str = "f16",
+                  progress: bool = True) -> Dict[str, Any]:
+    """Everything ``specdec inspect`` shows, as a dict (JSON-ready).
+
+    The KV-cache plan uses ``kv_cache_memory_bytes`` and ``max_model_len`` (default: the model's
+    context length, or the longest that fits the budget when it does not).
+    """
+    path = _resolve(path_or_name, progress)
+    config = _core.load_model_config(path)
+    files = _read_files(path)
+    budget = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+    layers = config.layer_kv_specs(block_size, dtype)
+    fits = _core.max_model_len_for_budget(layers, budget, config.context_length)
+    length = max_model_len or min(config.context_length, fits)
+    plan = plan_kv_cache(layers, budget, length, model_name=config.name or Path(path).name)
+    return {"path": path, "config": json.loads(config.to_json()), "files": files,
+            "kv_cache": {"budget_bytes": budget, "block_size": block_size, "dtype": dtype,
+                         "max_model_len": length, "max_model_len_that_fits": fits,
+                         "plan": json.loads(plan.to_json())},
+            "_plan": plan}
+
+
+def _layer_pattern(layers: List[dict]) -> str:
+    kinds: Dict[str, List[int]] = {}
+    for i, l in enumerate(layers):
+        key = l["attention"] + (f" {l['sliding_window']}" if l["attention"] == "sliding" else "") \
+            + (f" {l['attention_chunk_size']}" if l["attention"] == "chunked" else "")
+        kinds.setdefault(key, []).append(i)
+    from specdec.kv import compress_names
+    return "; ".join(f"{k}: {compress_names([f'layers.{i}' for i in v])}" for k, v in kinds.items())
+
+
+def format_inspect(info: Dict[str, Any]) -> str:
+    """The dict of :func:`inspect_model` as text for a person."""
+    c, f, kv = info["config"], info["files"], info["kv_cache"]
+    lines = [f"{info['path']}",
+             f"  format        {f['format']}, {_size(f['file_bytes'])} in {len(f['files'])} file(s)",
+             f"  architecture  {c['architecture']} ({c['name'] or 'unnamed'})",
+             f"  sizes         {c['num_layers']} layers, hidden {c['hidden_size']}, MLP "
+             f"{c['intermediate_size']}, heads {c['num_q_heads']} q / {c['num_kv_heads']} kv x "
+             f"{c['head_size']}" + (f" (v {c['head_size_v']})" if c['head_size_v'] != c['head_size'] else "")
+             + f", vocab {c['vocab_size']}, context {c['context_length']}",
+             f"  attention     {_layer_pattern(c['layers'])}",
+             f"  rope          {c['rope_type']}, dim {c['rope_dim']}, base {c['rope_base']:g}"
+             + (f", local base {c['rope_base_local']:g}" if c['rope_base_local'] else "")
+             + (f", scaling {c['rope_scaling_type']} x{c['rope_scaling_factor']:g}" if c['rope_scaling_type'] else ""),
+             f"  norms         RMSNorm eps {c['norm_eps']:g}"
+             + (", QK norm" if c['qk_norm'] else "") + (", post norms" if c['post_norms'] else "")
+             + (f", weight offset {c['norm_weight_offset']:g}" if c['norm_weight_offset'] else ""),
+             f"  layers        {c['activation']} gated MLP; QKV bias {'yes' if c['qkv_bias'] else 'no'}; "
+             f"output head {'tied to the embedding' if c['tied_embeddings'] else 'separate'}"
+             + (f"; embedding scale {c['embedding_scale']:.4g}" if c['embedding_scale'] != 1 else "")
+             + (f"; final softcap {c['final_logit_softcap']:g}" if c['final_logit_softcap'] else "")
+             + (f"; {c['num_experts']} experts" if c['num_experts'] else "")]
+    if "mla" in c:
+        m = c["mla"]
+        lines.append(f"  MLA           kv_lora_rank {m['kv_lora_rank']}, q_lora_rank {m['q_lora_rank']}, "
+                     f"qk nope/rope {m['qk_nope_head_dim']}/{m['qk_rope_head_dim']}, v {m['v_head_dim']}")
+    lines.append(f"  tensors       {f['num_tensors']}")
+    for t, e in f["tensors"].items():
+        lines.append(f"    {t:8s} {e['count']:5d} tensors  {_size(e['bytes']):>10s}")
+    tok = f["tokenizer"]
+    if tok:
+        lines.append(f"  tokenizer     {tok['kind']} (pre {tok['pre'] or '-'}), vocabulary {tok['vocab_size']}, "
+                     f"{tok['num_control_tokens']} control tokens, chat template "
+                     f"{tok['chat_template'] or 'none'}")
+        specials = ", ".join(f"{k} {v['id']} {v['text']!r}" for k, v in tok["special_tokens"].items())
+        lines.append(f"    special     {specials}")
+        flags = ", ".join(f"{k} {tok[k]}" for k in ("add_bos_token", "add_eos_token", "add_space_prefix") if k in tok)
+        if flags:
+            lines.append(f"    flags       {flags}")
+    lines.append(f"  KV cache      budget {_size(kv['budget_bytes'])}, {kv['dtype']}, block {kv['block_size']}: "
+                 f"longest request that fits {kv['max_model_len_that_fits']} tokens "
+                 f"(context {c['context_length']}); plan for {kv['max_model_len']}")
+    lines += ["    " + l for l in format_kv_plan(info["_plan"]).splitlines()]
+    return "\n".join(lines)
+
+
+__all__ = ["ModelConfig", "format_inspect", "inspect_model", "load_model_config"]
