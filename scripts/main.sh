@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Sets up everything, then runs the main job: list the OpenCL devices and print the KV-cache
-# plan of the built-in Gemma 3 270M example.
+# Sets up everything, then runs the main job: list the OpenCL devices, fetch the real
+# Qwen2.5-Coder-1.5B target (pinned hashes, cached in ${SPECDEC_CACHE:-~/.cache/specdec}) and
+# print its architecture, tensors, tokenizer and KV-cache plan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/specdec devices
 echo
-.venv/bin/specdec kv-plan --example gemma3-270m
+.venv/bin/specdec fetch qwen2.5-coder-1.5b-instruct-q4_k_m
+.venv/bin/specdec inspect qwen2.5-coder-1.5b-instruct-q4_k_m
