@@ -55,19 +55,18 @@ bool python_space(uint32_t cp) { return is_white_space(cp) || (cp >= 0x1C && cp 
 
 // Jinja's `trim` filter.
 std::string trim(std::string_view text) {
+  uint32_t cp = 0;
   size_t begin = 0;
   while (begin < text.size()) {
-    const size_t len = std::min(utf8_sequence_length(uint8_t(text[begin])), text.size() - begin);
-    const std::vector<uint32_t> cp = decode_utf8(text.substr(begin, len));
-    if (cp.size() != 1 || !python_space(cp[0])) break;
+    const size_t len = decode_utf8_at(text, begin, cp);
+    if (len == 0 || !python_space(cp)) break;
     begin += len;
   }
   size_t end = text.size();
   while (end > begin) {
     size_t start = end - 1;
     while (start > begin && end - start < 4 && (uint8_t(text[start]) & 0xC0) == 0x80) --start;
-    const std::vector<uint32_t> cp = decode_utf8(text.substr(start, end - start));
-    if (cp.size() != 1 || !python_space(cp[0])) break;
+    if (decode_utf8_at(text.substr(0, end), start, cp) != end - start || !python_space(cp)) break;
     end = start;
   }
   return std::string(text.substr(begin, end - begin));

@@ -1,4 +1,5 @@
 // SentencePiece-style BPE by score, as llama.cpp's llm_tokenizer_spm_session.
+#include <algorithm>
 #include <queue>
 
 #include "tokenizer/encoders.h"
@@ -36,7 +37,10 @@ class SpmSession {
     for (size_t offset = 0; offset < text_.size();) {
       Symbol s;
       s.start = offset;
-      s.size = std::min(utf8_sequence_length(uint8_t(text_[offset])), text_.size() - offset);
+      // One character; an invalid byte is a symbol of its own (llama.cpp would let it swallow up
+      // to 3 following bytes; valid text splits identically).
+      uint32_t cp = 0;
+      s.size = std::max<size_t>(decode_utf8_at(text_, offset, cp), 1);
       offset += s.size;
       s.prev = static_cast<int32_t>(symbols_.size()) - 1;
       s.next = offset == text_.size() ? -1 : static_cast<int32_t>(symbols_.size()) + 1;

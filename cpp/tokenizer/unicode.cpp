@@ -79,42 +79,43 @@ uint8_t code_point_flags(uint32_t cp) {
   return cp > kMaxCodePoint ? 0 : flags_of_class(class_by_search(cp));
 }
 
-size_t utf8_sequence_length(uint8_t lead) {
-  static constexpr uint8_t kLengths[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLengths[lead >> 4];
+size_t decode_utf8_at(std::string_view text, size_t offset, uint32_t& cp) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  const uint8_t b = s[offset];
+  size_t len = 0;
+  uint32_t value = 0;
+  if (b < 0x80) {
+    cp = b;
+    return 1;
+  } else if ((b & 0xE0) == 0xC0) {
+    len = 2, value = b & 0x1F;
+  } else if ((b & 0xF0) == 0xE0) {
+    len = 3, value = b & 0x0F;
+  } else if ((b & 0xF8) == 0xF0) {
+    len = 4, value = b & 0x07;
+  }
+  bool ok = len > 0 && offset + len <= n;
+  for (size_t k = 1; ok && k < len; ++k) {
+    ok = is_continuation(s[offset + k]);
+    value = (value << 6) | (s[offset + k] & 0x3F);
+  }
+  if (!ok || value > kMaxCodePoint) {
+    cp = kReplacementChar;
+    return 0;
+  }
+  cp = value;
+  return len;
 }
 
 std::vector<uint32_t> decode_utf8(std::string_view text) {
   std::vector<uint32_t> out;
   out.reserve(text.size());
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t b = s[i];
-    size_t len = 0;
+  for (size_t i = 0; i < text.size();) {
     uint32_t cp = 0;
-    if (b < 0x80) {
-      len = 1, cp = b;
-    } else if ((b & 0xE0) == 0xC0) {
-      len = 2, cp = b & 0x1F;
-    } else if ((b & 0xF0) == 0xE0) {
-      len = 3, cp = b & 0x0F;
-    } else if ((b & 0xF8) == 0xF0) {
-      len = 4, cp = b & 0x07;
-    }
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) {
-      ok = is_continuation(s[i + k]);
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if (ok && cp <= kMaxCodePoint) {
-      out.push_back(cp);
-      i += len;
-    } else {
-      out.push_back(kReplacementChar);
-      i += 1;
-    }
+    const size_t len = decode_utf8_at(text, i, cp);
+    out.push_back(cp);
+    i += len == 0 ? 1 : len;
   }
   return out;
 }

@@ -43,10 +43,9 @@ bool is_white_space(uint32_t cp);
 // CodePointFlag bits of `cp`; 0 for code points above U+10FFFF.
 uint8_t code_point_flags(uint32_t cp);
 
-// Bytes that a UTF-8 sequence starting with `lead` claims (1 for continuation and invalid bytes):
-// llama.cpp's unicode_len_utf8, used to split SPM input into characters.
-size_t utf8_sequence_length(uint8_t lead);
-
+// Decodes the character at `offset` (< text.size()) into `cp` and returns its length in bytes, or
+// returns 0 (and U+FFFD) when the byte there does not start a complete valid sequence.
+size_t decode_utf8_at(std::string_view text, size_t offset, uint32_t& cp);
 // Decodes `text` into code points (invalid bytes become U+FFFD, see above).
 std::vector<uint32_t> decode_utf8(std::string_view text);
 // Appends the UTF-8 form of `cp` (U+FFFD for values above U+10FFFF).
