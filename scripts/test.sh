@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything, then runs every test: the C++ suite through CTest (a normal build and an
-# ASan+UBSan build) and the Python suite through pytest.
+# ASan+UBSan build), the libFuzzer targets for a bounded time (SPECDEC_FUZZ_SECONDS per target,
+# default 45; SPECDEC_SKIP_FUZZ=1 skips them) and the Python suite through pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,6 +20,11 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
   cmake --build build/asan -j "$JOBS"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+fi
+
+if [ "${SPECDEC_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== libFuzzer targets of the model-file readers (ASan+UBSan)"
+  bash scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-45}"
 fi
 
 echo "== Python tests (pytest)"

@@ -378,12 +378,14 @@ template <typename T>
 const T& GgufFile::typed(const std::string& key, GgufType type) const {
   const GgufValue* value = find(key);
   if (value == nullptr) {
-    throw FormatError(str_cat("GGUF metadata key '", key, "' is missing (file ", source(), ")"));
+    throw FormatError(
+        str_cat("GGUF metadata key ", quoted(key), " is missing (file ", source(), ")"));
   }
   const T* typed_value = value->get_if<T>();
   if (typed_value == nullptr) {
-    throw FormatError(str_cat("GGUF metadata key '", key, "': expected ", gguf_type_name(type),
-                              ", found ", gguf_type_name(value->type()), " (file ", source(), ")"));
+    throw FormatError(str_cat("GGUF metadata key ", quoted(key), ": expected ",
+                              gguf_type_name(type), ", found ", gguf_type_name(value->type()),
+                              " (file ", source(), ")"));
   }
   return *typed_value;
 }
@@ -435,8 +437,9 @@ int64_t GgufFile::get_int(const std::string& key) const {
 std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
   const GgufArray& array = get_array(key);
   if (array.type != GgufType::kString) {
-    throw FormatError(str_cat("GGUF metadata key '", key, "': expected an array of string, found ",
-                              "an array of ", gguf_type_name(array.type), " (file ", source(), ")"));
+    throw FormatError(str_cat("GGUF metadata key ", quoted(key),
+                              ": expected an array of string, found an array of ",
+                              gguf_type_name(array.type), " (file ", source(), ")"));
   }
   std::vector<std::string> out;
   out.reserve(array.values.size());
@@ -452,7 +455,7 @@ const GgufTensor* GgufFile::find_tensor(const std::string& name) const {
 const GgufTensor& GgufFile::tensor(const std::string& name) const {
   const GgufTensor* tensor = find_tensor(name);
   if (tensor == nullptr) {
-    throw FormatError(str_cat("GGUF tensor '", name, "' is missing (file ", source(), ")"));
+    throw FormatError(str_cat("GGUF tensor ", quoted(name), " is missing (file ", source(), ")"));
   }
   return *tensor;
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -398,6 +399,31 @@ TEST(GgufTest, DeeplyNestedArraysAreRejected) {
   for (int i = 0; i < 20; ++i) w.put(GgufType::kArray).put<uint64_t>(1);
   w.put(GgufType::kUint8).put<uint64_t>(1).put<uint8_t>(7);
   expect_format_error(w.bytes, "deep nesting", "nested deeper");
+}
+
+// Regression (libFuzzer, fuzz/corpus/gguf/crash-getter_error_non_utf8_key.gguf): the typed getters
+// put the key into the message unquoted, so a key with invalid UTF-8 gave a message that Python
+// cannot decode (UnicodeDecodeError instead of FormatError). Keys are now quoted like the parser's.
+TEST(GgufTest, GetterErrorsQuoteTheKeyAsAscii) {
+  const std::string key = "bad\xff\xfe key";
+  Writer w;
+  w.header(3, 0, 1).key(key, GgufType::kUint8).put<uint8_t>(1);
+  const GgufFile file = GgufFile::from_bytes(w.bytes);
+  const auto expect_ascii_error = [](const auto& get, const std::string& needle) {
+    try {
+      get();
+      ADD_FAILURE() << "expected FormatError mentioning " << needle;
+    } catch (const FormatError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(needle), std::string::npos) << message;
+      EXPECT_TRUE(std::all_of(message.begin(), message.end(), [](char c) { return c > 0; }))
+          << message;
+    }
+  };
+  expect_ascii_error([&] { file.get_u32(key); }, "'bad?? key': expected uint32");
+  expect_ascii_error([&] { file.get_string_array(key); }, "'bad?? key': expected array");
+  expect_ascii_error([&] { file.get_string("\xc3"); }, "'?' is missing");
+  expect_ascii_error([&] { file.tensor("\xc3"); }, "tensor '?' is missing");
 }
 
 }  // namespace

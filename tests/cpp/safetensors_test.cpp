@@ -352,5 +352,56 @@ TEST(SafetensorsTest, RandomHeaderMutationsNeverCrash) {
   EXPECT_GT(accepted, 0);  // some mutations (e.g. inside strings) stay valid
 }
 
+// Whether `text` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool is_valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<uint8_t>(text[i]);
+    const size_t length = lead < 0x80   ? 1
+                          : lead < 0xC2 ? 0
+                          : lead < 0xE0 ? 2
+                          : lead < 0xF0 ? 3
+                          : lead < 0xF5 ? 4
+                                        : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    uint32_t code_point = length == 1 ? lead : lead & (0x7F >> length);
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<uint8_t>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code_point = (code_point << 6) | (next & 0x3F);
+    }
+    if ((length == 3 && code_point < 0x800) || (length == 4 && code_point < 0x10000) ||
+        code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// Regression (libFuzzer, fuzz/corpus/safetensors/crash-json_error_non_utf8.safetensors): the JSON
+// parser's message quotes the raw bytes it read, and names were cut at 64 bytes even mid-character,
+// so messages could be invalid UTF-8, which Python cannot decode (UnicodeDecodeError instead of
+// FormatError). Every message is now valid UTF-8, with '?' for each offending byte.
+TEST(SafetensorsTest, MessagesAreValidUtf8) {
+  const auto expect_utf8_error = [](const auto& run, const std::string& needle) {
+    try {
+      run();
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const std::runtime_error& e) {
+      EXPECT_TRUE(is_valid_utf8(e.what())) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_utf8_error([] { SafetensorsFile::from_bytes(make_file("{\"sh\xfa\": 1}")); },
+                    "not valid JSON");
+  const std::string cut_name = std::string(63, 'n') + "\xc3\xa9";  // U+00E9 across the cut
+  expect_utf8_error([&] { SafetensorsFile::from_bytes(make_file("{\"" + cut_name + "\":1}")); },
+                    "nnn?\"... (65 bytes)");
+  const SafetensorsFile file =
+      SafetensorsFile::from_bytes(write_safetensors({{cut_name, "I64", {1}, Bytes(8)}}));
+  expect_utf8_error([&] { (void)file.tensor(cut_name + "x"); }, "has no tensor");
+  expect_utf8_error([&] { (void)file.tensors()[0].engine_dtype(); }, "has dtype I64");
+}
+
 }  // namespace
 }  // namespace specdec::model
