@@ -1,0 +1,367 @@
+// Tokenizer metadata and algorithms on small hand-built vocabularies: BPE merge order (rank, then
+// leftmost), merges whose result is not a token, SPM score order and byte fallback, special-token
+// splitting, BOS/EOS rules, the EOG set; malformed metadata gives FormatError naming the key;
+// chat templates render exactly; pre-tokenizer pieces (expectations from Python's `re` with
+// Unicode classes built from unicodedata).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+using namespace specdec;
+using namespace specdec::tokenizer;
+using specdec::model::GgufArray;
+using specdec::model::GgufType;
+using specdec::model::GgufValue;
+
+namespace {
+
+using Meta = std::map<std::string, GgufValue>;
+
+GgufValue strings(const std::vector<std::string>& values) {
+  GgufArray a;
+  a.type = GgufType::kString;
+  for (const std::string& v : values) a.values.emplace_back(v);
+  return GgufValue(a);
+}
+
+template <typename T>
+GgufValue numbers(GgufType type, const std::vector<T>& values) {
+  GgufArray a;
+  a.type = type;
+  for (T v : values) a.values.emplace_back(v);
+  return GgufValue(a);
+}
+
+// Byte-level BPE: 'Ġ' is the space. Merges in rank order.
+Meta tiny_bpe() {
+  const std::vector<std::string> tokens = {"a", "b", "c", "d", "\xC4\xA0", "ab", "bc", "abc",
+                                           "aa", "\xC4\xA0" "a", "<|im_end|>", "<|endoftext|>",
+                                           "<tool>"};
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[10] = types[11] = 3;  // control
+  types[12] = 4;              // user-defined
+  Meta m;
+  m["tokenizer.ggml.model"] = GgufValue(std::string("gpt2"));
+  m["tokenizer.ggml.pre"] = GgufValue(std::string("gpt-2"));
+  m["tokenizer.ggml.tokens"] = strings(tokens);
+  m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, types);
+  m["tokenizer.ggml.merges"] =
+      strings({"b c", "a b", "a bc", "a a", "\xC4\xA0 a", "c d"});  // "cd" is not a token
+  m["tokenizer.ggml.eos_token_id"] = GgufValue(uint32_t{11});
+  return m;
+}
+
+// SPM: <unk>, <s>, </s>, 256 byte tokens, then pieces with scores.
+Meta tiny_spm(float score_ab = -1.0f, float score_bc = -0.5f) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  std::vector<float> scores = {0, 0, 0};
+  const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+    types.push_back(6);
+    scores.push_back(0);
+  }
+  const std::vector<std::pair<std::string, float>> pieces = {
+      {"\xE2\x96\x81", -2}, {"a", -3}, {"b", -3}, {"c", -3}, {"ab", score_ab},
+      {"bc", score_bc},     {"\xE2\x96\x81" "a", -1.5}, {"<tool>", 0}};
+  for (const auto& [text, score] : pieces) {
+    tokens.push_back(text);
+    types.push_back(text == "<tool>" ? 4 : 1);
+    scores.push_back(score);
+  }
+  Meta m;
+  m["tokenizer.ggml.model"] = GgufValue(std::string("llama"));
+  m["tokenizer.ggml.tokens"] = strings(tokens);
+  m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, types);
+  m["tokenizer.ggml.scores"] = numbers(GgufType::kFloat32, scores);
+  m["tokenizer.ggml.add_space_prefix"] = GgufValue(false);
+  return m;
+}
+
+std::vector<int32_t> ids_of(const Tokenizer& tok, const std::vector<std::string>& texts) {
+  std::vector<int32_t> ids;
+  for (const std::string& t : texts) ids.push_back(tok.token_id(t));
+  return ids;
+}
+
+TEST(TinyBpe, MergesByRankThenLeftmost) {
+  const Tokenizer tok = Tokenizer::from_metadata(tiny_bpe());
+  EXPECT_EQ(tok.encode("abc", false, false), ids_of(tok, {"abc"}));  // b+c, then a+bc
+  EXPECT_EQ(tok.encode("abd", false, false), ids_of(tok, {"ab", "d"}));
+  EXPECT_EQ(tok.encode("aaa", false, false), ids_of(tok, {"aa", "a"}));  // leftmost first
+  EXPECT_EQ(tok.encode(" a", false, false), ids_of(tok, {"\xC4\xA0" "a"}));
+  // "c d" merges into a symbol that is not a token: it falls back to one token per byte.
+  EXPECT_EQ(tok.encode("cd", false, false), ids_of(tok, {"c", "d"}));
+  EXPECT_EQ(tok.decode(tok.encode("abc abd aaa cd", false, false)), "abc abd aaa cd");
+  EXPECT_EQ(tok.num_merges(), 6u);
+}
+
+TEST(TinyBpe, SpecialTokensAndEog) {
+  const Tokenizer tok = Tokenizer::from_metadata(tiny_bpe());
+  const int32_t im_end = tok.token_id("<|im_end|>");
+  const int32_t tool = tok.token_id("<tool>");
+  EXPECT_EQ(tok.encode("a<|im_end|>b", false, true), (std::vector<int32_t>{0, im_end, 1}));
+  EXPECT_NE(tok.encode("a<|im_end|>b", false, false)[1], im_end);
+  // User-defined tokens are split out even without parse_special.
+  EXPECT_EQ(tok.encode("a<tool>b", false, false), (std::vector<int32_t>{0, tool, 1}));
+  EXPECT_EQ(tok.eog_ids(), (std::vector<int32_t>{im_end, 11}));
+  EXPECT_TRUE(tok.is_eog(im_end));
+  EXPECT_FALSE(tok.is_eog(0));
+  EXPECT_EQ(tok.bos_id(), kNoToken);  // no key: no BOS (BPE)
+  EXPECT_FALSE(tok.add_bos());
+  EXPECT_EQ(tok.encode("a", true, false), (std::vector<int32_t>{0}));
+  EXPECT_EQ(tok.decode({0, im_end, tool}, false), "a<tool>");
+  EXPECT_EQ(tok.decode({0, im_end, tool}, true), "a<|im_end|><tool>");
+}
+
+TEST(TinyBpe, AddBosAndEosFromTheFile) {
+  Meta m = tiny_bpe();
+  m["tokenizer.ggml.bos_token_id"] = GgufValue(uint32_t{11});
+  m["tokenizer.ggml.add_bos_token"] = GgufValue(true);
+  m["tokenizer.ggml.add_eos_token"] = GgufValue(true);
+  const Tokenizer tok = Tokenizer::from_metadata(m);
+  EXPECT_EQ(tok.encode("a", true, false), (std::vector<int32_t>{11, 0, 11}));
+  EXPECT_EQ(tok.encode("a", false, false), (std::vector<int32_t>{0}));
+}
+
+TEST(TinySpm, MergesByScoreThenLeftmostWithByteFallback) {
+  const Tokenizer by_score = Tokenizer::from_metadata(tiny_spm(-1.0f, -0.5f));
+  EXPECT_EQ(by_score.encode("abc", false, false), ids_of(by_score, {"a", "bc"}));
+  const Tokenizer tie = Tokenizer::from_metadata(tiny_spm(-1.0f, -1.0f));
+  EXPECT_EQ(tie.encode("abc", false, false), ids_of(tie, {"ab", "c"}));
+  // 'é' is not in the vocabulary: its two bytes become <0xC3> <0xA9>.
+  EXPECT_EQ(by_score.encode("a\xC3\xA9", false, false),
+            ids_of(by_score, {"a", "<0xC3>", "<0xA9>"}));
+  EXPECT_EQ(by_score.decode(by_score.encode("a\xC3\xA9 b", false, false)), "a\xC3\xA9 b");
+  // Defaults without keys: BOS 1, EOS 2, UNK 0, add BOS.
+  EXPECT_EQ(by_score.encode(" a", true, false), ids_of(by_score, {"<s>", "\xE2\x96\x81" "a"}));
+  EXPECT_EQ(by_score.eog_ids(), std::vector<int32_t>{2});
+  EXPECT_EQ(by_score.encode("a<tool>b", false, false), ids_of(by_score, {"a", "<tool>", "b"}));
+}
+
+TEST(TinySpm, SpacePrefixAfterEachSpecialToken) {
+  Meta m = tiny_spm();
+  m["tokenizer.ggml.add_space_prefix"] = GgufValue(true);
+  const Tokenizer tok = Tokenizer::from_metadata(m);
+  const std::vector<int32_t> ids = tok.encode("a<tool>a", true, false);
+  EXPECT_EQ(ids, ids_of(tok, {"<s>", "\xE2\x96\x81" "a", "<tool>", "\xE2\x96\x81" "a"}));
+  EXPECT_EQ(tok.decode(ids), "a<tool>a");
+}
+
+// Each edit of valid metadata must give FormatError whose message names the key.
+TEST(TokenizerMetadata, MalformedMetadataIsAFormatErrorNamingTheKey) {
+  struct Case {
+    std::string key;
+    std::function<void(Meta&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"tokenizer.ggml.model", [](Meta& m) { m.erase("tokenizer.ggml.model"); }},
+      {"tokenizer.ggml.model", [](Meta& m) { m["tokenizer.ggml.model"] = GgufValue(uint32_t{2}); }},
+      {"tokenizer.ggml.tokens", [](Meta& m) { m.erase("tokenizer.ggml.tokens"); }},
+      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = GgufValue(std::string("a")); }},
+      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = numbers(GgufType::kInt32, std::vector<int32_t>{1}); }},
+      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = strings({}); }},
+      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = strings({"a", "b", "a"}); }},
+      {"tokenizer.ggml.token_type", [](Meta& m) { m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, std::vector<int32_t>{1, 1}); }},
+      {"tokenizer.ggml.token_type", [](Meta& m) { m["tokenizer.ggml.token_type"] = numbers(GgufType::kFloat32, std::vector<float>(13, 1.0f)); }},
+      {"tokenizer.ggml.token_type", [](Meta& m) { std::vector<int32_t> t(13, 1); t[3] = 9; m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t); }},
+      {"tokenizer.ggml.token_type", [](Meta& m) { std::vector<int32_t> t(13, 1); t[0] = 6; m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t); }},
+      {"tokenizer.ggml.scores", [](Meta& m) { m["tokenizer.ggml.scores"] = numbers(GgufType::kFloat32, std::vector<float>(12, 0.0f)); }},
+      {"tokenizer.ggml.scores", [](Meta& m) { m["tokenizer.ggml.scores"] = strings(std::vector<std::string>(13, "x")); }},
+      {"tokenizer.ggml.merges", [](Meta& m) { m.erase("tokenizer.ggml.merges"); }},
+      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a b", "ab"}); }},
+      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a "}); }},
+      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a x"}); }},
+      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = numbers(GgufType::kInt32, std::vector<int32_t>{1}); }},
+      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(uint32_t{13}); }},
+      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(int32_t{-5}); }},
+      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(std::string("2")); }},
+      {"tokenizer.ggml.bos_token_id", [](Meta& m) { m["tokenizer.ggml.bos_token_id"] = GgufValue(uint64_t{1} << 40); }},
+      {"tokenizer.ggml.add_bos_token", [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(uint32_t{1}); }},
+      {"tokenizer.ggml.add_bos_token", [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(true); }},  // no BOS id
+      {"tokenizer.ggml.pre", [](Meta& m) { m["tokenizer.ggml.pre"] = GgufValue(2.0f); }},
+      {"tokenizer.chat_template", [](Meta& m) { m["tokenizer.chat_template"] = GgufValue(uint8_t{1}); }},
+  };
+  for (const Case& c : cases) {
+    Meta m = tiny_bpe();
+    c.edit(m);
+    try {
+      Tokenizer::from_metadata(m, "tiny.gguf");
+      ADD_FAILURE() << "no error for an edit of " << c.key;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tiny.gguf"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
+  Meta m = tiny_bpe();
+  m["tokenizer.ggml.model"] = GgufValue(std::string("bert"));
+  EXPECT_THROW(Tokenizer::from_metadata(m), UnsupportedError);
+  m = tiny_bpe();
+  m["tokenizer.ggml.pre"] = GgufValue(std::string("llama-bpe"));
+  try {
+    Tokenizer::from_metadata(m);
+    ADD_FAILURE() << "llama-bpe accepted";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("'llama-bpe'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("qwen2"), std::string::npos) << e.what();
+  }
+  m.erase("tokenizer.ggml.pre");  // missing: llama.cpp's "default"
+  EXPECT_EQ(Tokenizer::from_metadata(m).pre_name(), "default");
+}
+
+TEST(TokenizerMetadata, MissingOrTruncatedFiles) {
+  EXPECT_THROW(Tokenizer::from_file("/nonexistent/vocab.gguf"), ConfigError);
+  const std::string path = std::string(SPECDEC_SHARED_DIR) + "/testdata/vocab/ggml-vocab-gpt-2.gguf";
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  ASSERT_GT(bytes.size(), 1000u);
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 1, size_t{100}}) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + keep);
+    EXPECT_THROW(Tokenizer::from_gguf(model::GgufFile::from_bytes(cut)), FormatError) << keep;
+  }
+  EXPECT_EQ(Tokenizer::from_gguf(model::GgufFile::from_bytes(bytes)).vocab_size(), 50257);
+}
+
+Tokenizer with_template(const std::string& tmpl) {
+  Meta m = tiny_bpe();
+  if (!tmpl.empty()) m["tokenizer.chat_template"] = GgufValue(tmpl);
+  return Tokenizer::from_metadata(m);
+}
+
+// SmolLM2-135M-Instruct's template, verbatim (with real newlines inside the literals).
+const std::string kSmolLm2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\n' }}{% endif %}";
+
+TEST(ChatTemplate, ChatMlWithTheTemplatesDefaultSystemPrompt) {
+  const Tokenizer tok = with_template(kSmolLm2Template);
+  EXPECT_EQ(tok.apply_chat_template({{"user", "Hi"}}, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(tok.apply_chat_template({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}},
+                                    false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n");
+  EXPECT_THROW(tok.apply_chat_template({{"tool", "{}"}}, true), UnsupportedError);
+  EXPECT_THROW(tok.apply_chat_template({}, true), ConfigError);
+}
+
+TEST(ChatTemplate, EscapedLiteralsAndNoDefault) {
+  // Qwen2.5 writes escapes (\n) in its literals and concatenates the user's system message first.
+  const std::string qwen_like =
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+      "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are "
+      "Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}";
+  EXPECT_EQ(with_template(qwen_like).apply_chat_template({{"user", "x"}}, true),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  const std::string plain = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + "
+                            "m['content'] + '<|im_end|>\\n'}}{% endfor %}";
+  EXPECT_EQ(with_template(plain).apply_chat_template({{"user", "x"}}, false),
+            "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Gemma) {
+  const Tokenizer tok = with_template(
+      "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}...{{ '<start_of_turn>' + role + "
+      "'\\n' }}...{{ '<end_of_turn>\\n' }}");
+  EXPECT_EQ(tok.apply_chat_template({{"system", "Be brief."}, {"user", "  Hi\n"},
+                                     {"assistant", "Hello!"}, {"user", "Bye"}},
+                                    true),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!"
+            "<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_THROW(tok.apply_chat_template({{"user", "a"}, {"user", "b"}}, true), ConfigError);
+  EXPECT_THROW(tok.apply_chat_template({{"assistant", "a"}}, true), ConfigError);
+}
+
+TEST(ChatTemplate, UnknownOrMissingTemplatesAreRefused) {
+  EXPECT_THROW(with_template("").apply_chat_template({{"user", "x"}}, true), UnsupportedError);
+  EXPECT_THROW(with_template("{{'<|user|>' + m['content'] + '<|end|>'}}")
+                   .apply_chat_template({{"user", "x"}}, true),
+               UnsupportedError);
+  EXPECT_THROW(with_template("<|im_start|><|im_end|><think>").apply_chat_template({{"user", "x"}}, true),
+               UnsupportedError);
+}
+
+// Pieces of pre_tokenize as strings.
+std::vector<std::string> pieces(const std::string& pre, const std::string& text) {
+  const std::vector<uint32_t> cps = decode_utf8(text);
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t n : pre_tokenize(pre_tokenizer_from_name(pre), cps)) {
+    std::string piece;
+    for (size_t i = start; i < start + n; ++i) append_utf8(cps[i], piece);
+    out.push_back(piece);
+    start += n;
+  }
+  return out;
+}
+
+using P = std::vector<std::string>;
+
+TEST(PreTokenizer, PiecesMatchTheRegexes) {
+  EXPECT_EQ(pieces("qwen2", "Hello World's DON'T x'LL"),
+            (P{"Hello", " World", "'s", " DON", "'T", " x", "'LL"}));
+  EXPECT_EQ(pieces("gpt-2", "Hello World's DON'T x'LL"),
+            (P{"Hello", " World", "'s", " DON", "'", "T", " x", "'", "LL"}));
+  EXPECT_EQ(pieces("qwen2", "a\n\n b"), (P{"a", "\n\n", " b"}));
+  EXPECT_EQ(pieces("qwen2", "  \n  x"), (P{"  \n", " ", " x"}));
+  EXPECT_EQ(pieces("qwen2", "x   "), (P{"x", "   "}));
+  EXPECT_EQ(pieces("qwen2", "12345 abc"), (P{"1", "2", "3", "4", "5", " abc"}));
+  EXPECT_EQ(pieces("qwen2", "  ?!\n\nok"), (P{" ", " ?!\n\n", "ok"}));
+  EXPECT_EQ(pieces("qwen2", "\xE4\xB8\xAD\xE6\x96\x87" "123ab"),
+            (P{"\xE4\xB8\xAD\xE6\x96\x87", "1", "2", "3", "ab"}));
+  EXPECT_EQ(pieces("gpt-2", "  y"), (P{" ", " y"}));
+  EXPECT_EQ(pieces("gpt-2", "12345 abc"), (P{"12345", " abc"}));
+  EXPECT_EQ(pieces("starcoder", "x12 34"), (P{"x", "1", "2", " ", "3", "4"}));
+  EXPECT_EQ(pieces("smollm", "v1.25"), (P{"v", "1", ".", "2", "5"}));
+  EXPECT_EQ(pieces("deepseek-coder", "Hello, \xE4\xB8\x96\xE7\x95\x8C! 123\nok"),
+            (P{"Hello", ",", " ", "\xE4\xB8\x96\xE7\x95\x8C", "!", " ", "1", "2", "3", "\n", "ok"}));
+  EXPECT_EQ(pieces("deepseek-coder", " ...a"), (P{" ...", "a"}));
+  EXPECT_EQ(pieces("default", "a+=b;  123456 x"),
+            (P{"a", "+=", "b", ";", " ", " ", "123", "456", " x"}));
+  EXPECT_EQ(pieces("default", "$$ 1000"), (P{"$$", " ", "100", "0"}));
+  EXPECT_TRUE(pieces("qwen2", "").empty());
+}
+
+TEST(Unicode, ClassesAndDecoding) {
+  EXPECT_EQ(code_point_class('a'), CodePointClass::kLetter);
+  EXPECT_EQ(code_point_class(0x4E2D), CodePointClass::kLetter);   // 中
+  EXPECT_EQ(code_point_class(0x00B2), CodePointClass::kNumber);   // ²
+  EXPECT_EQ(code_point_class(0x0301), CodePointClass::kMark);
+  EXPECT_EQ(code_point_class(0x1F999), CodePointClass::kSymbol);  // 🦙
+  EXPECT_EQ(code_point_class(0x0378), CodePointClass::kUndefined);
+  EXPECT_EQ(code_point_class(0x110000), CodePointClass::kUndefined);
+  EXPECT_TRUE(is_white_space(0x3000));
+  EXPECT_TRUE(is_white_space(0x85));
+  EXPECT_FALSE(is_white_space(0x1C));
+  EXPECT_FALSE(is_white_space(0x200B));
+  EXPECT_EQ(decode_utf8("a\xFF\xE2\x82\xAC"), (std::vector<uint32_t>{'a', 0xFFFD, 0x20AC}));
+  EXPECT_EQ(complete_utf8_prefix("ab\xE2\x82"), 2u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xE2\x82\xAC"), 5u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xE2\x41"), 4u);
+  EXPECT_EQ(complete_utf8_prefix("\xF0\x9F\x98"), 0u);
+  EXPECT_EQ(complete_utf8_prefix("\xE0\x80"), 2u);  // can never complete: not held back
+  EXPECT_EQ(gpt2_byte_to_code_point(' '), 0x120u);
+  EXPECT_EQ(gpt2_code_point_to_byte(0x120), ' ');
+  EXPECT_EQ(gpt2_code_point_to_byte(0x4E2D), -1);
+}
+
+}  // namespace
