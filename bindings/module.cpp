@@ -9,6 +9,7 @@ void register_kv(py::module_& m);
 void register_blocks(py::module_& m);
 void register_attention(py::module_& m);
 void register_model(py::module_& m);
+void register_tokenizer(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   register_blocks(m);
   register_attention(m);
   register_model(m);
+  register_tokenizer(m);
 }

@@ -1,6 +1,9 @@
 // Derived vocabulary tables: special ids found by token text, the end-of-generation set, the order
 // in which special tokens are split out of text, and the detokenized piece of every token. The
-// text lists are llama.cpp's (src/llama-vocab.cpp, llama_vocab::impl::load).
+// text lists are llama.cpp's (src/llama-vocab.cpp, llama_vocab::impl::load), with one difference:
+// only tokens the file types CONTROL are matched by text. llama.cpp also matches normal and
+// user-defined tokens and retypes them CONTROL, so Qwen2.5's plain-text token '</s>' (128247) and
+// Gemma 3's HTML tag '</s>' (212) would end generation and vanish from decoded text.
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -18,13 +21,16 @@ bool in(std::string_view text, TextList list) {
   return std::find(list.begin(), list.end(), text) != list.end();
 }
 
-// Sets `id` (when unset) to the lowest token whose text is in `list`, and marks it CONTROL.
-void detect(Vocab& v, int32_t& id, TextList list) {
+bool control_with_text(const Vocab& v, int32_t id, TextList list) {
+  return v.tokens[id].type == TokenType::kControl && in(v.tokens[id].text, list);
+}
+
+// Sets `id` (when unset) to the lowest control token whose text is in `list`.
+void detect(const Vocab& v, int32_t& id, TextList list) {
   if (id != kNoToken) return;
   for (int32_t i = 0; i < v.size(); ++i) {
-    if (in(v.tokens[i].text, list)) {
+    if (control_with_text(v, i, list)) {
       id = i;
-      v.tokens[i].attr |= kAttrControl;
       return;
     }
   }
@@ -58,13 +64,12 @@ void build_eog(Vocab& v) {
     if (id != kNoToken) eog.insert(id);
   }
   for (int32_t i = 0; i < v.size(); ++i) {
-    if (in(v.tokens[i].text,
+    if (control_with_text(v, i,
            {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
             "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
             "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
             "<|tool_response>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~["})) {
       eog.insert(i);
-      v.tokens[i].attr |= kAttrControl;
     }
   }
   for (int32_t id : {s.eos, s.eot, s.eom}) {

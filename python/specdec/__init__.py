@@ -56,6 +56,7 @@ from specdec.hub import (
     resolve_model,
 )
 from specdec.model import ModelConfig, format_inspect, inspect_model, load_model_config
+from specdec.tokenizer import StreamDecoder, Tokenizer
 from specdec.kv import (
     allocate_kv_cache,
     format_kv_plan,
@@ -125,4 +126,6 @@ __all__ = [
     "plan_kv_cache",
     "plan_target_and_drafter",
     "select_device",
+    "StreamDecoder",
+    "Tokenizer",
 ]
