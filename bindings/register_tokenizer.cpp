@@ -14,7 +14,8 @@ using namespace specdec::tokenizer;
 namespace {
 
 py::str to_str(const std::string& bytes) {
-  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  PyObject* s =
+      PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
   if (s == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(s);
 }
@@ -31,7 +32,7 @@ std::optional<int32_t> optional_id(int32_t id) {
 }
 
 const char* token_type_name(TokenType type) {
-  static constexpr const char* kNames[] = {"undefined", "normal",  "unknown", "control",
+  static constexpr const char* kNames[] = {"undefined",    "normal", "unknown", "control",
                                            "user_defined", "unused", "byte"};
   return kNames[static_cast<int>(type)];
 }
@@ -71,12 +72,17 @@ void register_tokenizer(py::module_& m) {
             return py::bytes(t.token_to_piece(id, special));
           },
           py::arg("id"), py::arg("special") = true)
-      .def("token_text", [](const Tokenizer& t, int32_t id) { return to_str(t.token_text(id)); },
-           py::arg("id"))
-      .def("token_type", [](const Tokenizer& t, int32_t id) { return token_type_name(t.token_type(id)); },
-           py::arg("id"))
-      .def("token_id", [](const Tokenizer& t, const std::string& text) { return optional_id(t.token_id(text)); },
-           py::arg("text"))
+      .def(
+          "token_text", [](const Tokenizer& t, int32_t id) { return to_str(t.token_text(id)); },
+          py::arg("id"))
+      .def(
+          "token_type",
+          [](const Tokenizer& t, int32_t id) { return token_type_name(t.token_type(id)); },
+          py::arg("id"))
+      .def(
+          "token_id",
+          [](const Tokenizer& t, const std::string& text) { return optional_id(t.token_id(text)); },
+          py::arg("text"))
       .def("is_eog", &Tokenizer::is_eog, py::arg("id"))
       .def(
           "apply_chat_template",
@@ -89,10 +95,13 @@ void register_tokenizer(py::module_& m) {
           py::arg("messages"), py::arg("add_generation_prompt") = true,
           "Renders (role, content) pairs with the file's chat template.")
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def_property_readonly("kind", [](const Tokenizer& t) { return tokenizer_kind_name(t.kind()); })
+      .def_property_readonly("kind",
+                             [](const Tokenizer& t) { return tokenizer_kind_name(t.kind()); })
       .def_property_readonly("pre", &Tokenizer::pre_name)
-      .def_property_readonly("bos_token_id", [](const Tokenizer& t) { return optional_id(t.bos_id()); })
-      .def_property_readonly("eos_token_id", [](const Tokenizer& t) { return optional_id(t.eos_id()); })
+      .def_property_readonly("bos_token_id",
+                             [](const Tokenizer& t) { return optional_id(t.bos_id()); })
+      .def_property_readonly("eos_token_id",
+                             [](const Tokenizer& t) { return optional_id(t.eos_id()); })
       .def_property_readonly("eog_token_ids", &Tokenizer::eog_ids)
       .def_property_readonly("add_bos", &Tokenizer::add_bos)
       .def_property_readonly("add_eos", &Tokenizer::add_eos)
@@ -107,7 +116,8 @@ void register_tokenizer(py::module_& m) {
                             "Detokenizes one id at a time without splitting a UTF-8 character.")
       .def(py::init<const Tokenizer&, bool>(), py::arg("tokenizer"), py::arg("special") = false,
            py::keep_alive<1, 2>())
-      .def("push", [](StreamDecoder& d, int32_t id) { return to_str(d.push(id)); }, py::arg("id"))
+      .def(
+          "push", [](StreamDecoder& d, int32_t id) { return to_str(d.push(id)); }, py::arg("id"))
       .def("flush", [](StreamDecoder& d) { return to_str(d.flush()); })
       .def("reset", &StreamDecoder::reset);
 }

@@ -80,7 +80,8 @@ std::string apply_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& 
   }
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-      throw UnsupportedError(str_cat("chat role '", m.role, "' is not supported by the ChatML "
+      throw UnsupportedError(str_cat("chat role '", m.role,
+                                     "' is not supported by the ChatML "
                                      "renderer; supported roles: system, user, assistant"));
     }
     out += str_cat(kImStart, m.role, "\n", m.content, kImEnd, "\n");
@@ -128,8 +129,9 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
   ChatTemplate t;
   if (contains(source, kImStart) && contains(source, kImEnd)) {
     if (contains(source, "<think>")) {
-      throw UnsupportedError("ChatML chat template with reasoning (<think>) blocks is not "
-                             "supported; supported: plain ChatML (SmolLM2, Qwen2.5) and Gemma");
+      throw UnsupportedError(
+          "ChatML chat template with reasoning (<think>) blocks is not "
+          "supported; supported: plain ChatML (SmolLM2, Qwen2.5) and Gemma");
     }
     t.kind = ChatTemplateKind::kChatMl;
     t.default_system_prompt = find_default_system_prompt(source);
@@ -139,10 +141,10 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
     t.kind = ChatTemplateKind::kGemma;
     return t;
   }
-  throw UnsupportedError(str_cat(
-      "chat template not recognised (", source.size(), " chars, starting '",
-      source.substr(0, 60), "'); supported: ChatML (<|im_start|>: SmolLM2, Qwen2.5) and Gemma "
-      "(<start_of_turn>)"));
+  throw UnsupportedError(str_cat("chat template not recognised (", source.size(),
+                                 " chars, starting '", source.substr(0, 60),
+                                 "'); supported: ChatML (<|im_start|>: SmolLM2, Qwen2.5) and Gemma "
+                                 "(<start_of_turn>)"));
 }
 
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,

@@ -173,11 +173,16 @@ const std::vector<Matcher>& stages(PreTokenizer pre) {
   static const std::vector<Matcher> kDeepseekCoder = {
       match_newline, match_space_letters, match_space_punctuation, match_cjk, match_one_number};
   switch (pre) {
-    case PreTokenizer::kGpt2: return kGpt2;
-    case PreTokenizer::kStarcoder: return kStarcoder;
-    case PreTokenizer::kQwen2: return kQwen2;
-    case PreTokenizer::kDeepseekCoder: return kDeepseekCoder;
-    case PreTokenizer::kDefault: break;
+    case PreTokenizer::kGpt2:
+      return kGpt2;
+    case PreTokenizer::kStarcoder:
+      return kStarcoder;
+    case PreTokenizer::kQwen2:
+      return kQwen2;
+    case PreTokenizer::kDeepseekCoder:
+      return kDeepseekCoder;
+    case PreTokenizer::kDefault:
+      break;
   }
   return kDefault;
 }
@@ -213,9 +218,9 @@ PreTokenizer pre_tokenizer_from_name(const std::string& name) {
   for (const auto& [known, pre] : name_table()) {
     if (known == name) return pre;
   }
-  throw UnsupportedError(str_cat("tokenizer.ggml.pre = '", name,
-                                 "' is not a supported BPE pre-tokenizer; supported: ",
-                                 supported_pre_tokenizer_names()));
+  throw UnsupportedError(str_cat(
+      "tokenizer.ggml.pre = '", name,
+      "' is not a supported BPE pre-tokenizer; supported: ", supported_pre_tokenizer_names()));
 }
 
 std::string supported_pre_tokenizer_names() {

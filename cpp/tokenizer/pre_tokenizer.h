@@ -15,10 +15,12 @@
 namespace specdec::tokenizer {
 
 enum class PreTokenizer {
-  kDefault,        // llama.cpp's fallback: punctuation runs, GPT-2, \p{N}+, [0-9]{3}
-  kGpt2,           // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
-  kStarcoder,      // \p{N} (each digit alone), then GPT-2  (also `smollm`)
-  kQwen2,          // (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kDefault,    // llama.cpp's fallback: punctuation runs, GPT-2, \p{N}+, [0-9]{3}
+  kGpt2,       // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+  kStarcoder,  // \p{N} (each digit alone), then GPT-2  (also `smollm`)
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*
+  // |\s*[\r\n]+|\s+(?!\S)|\s+
+  kQwen2,
   kDeepseekCoder,  // [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N}
 };
 

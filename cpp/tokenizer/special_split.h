@@ -4,7 +4,7 @@
 // control and unknown tokens only when parse_special is set.
 //
 // A trie over all special-token texts first finds which ones occur in the text at all, so the
-// per-token passes run only for those (Gemma's 6k control tokens would otherwise each scan the text).
+// per-token passes run only for those (otherwise each of Gemma's 6k control tokens scans the text).
 #pragma once
 
 #include <array>
@@ -36,8 +36,8 @@ class SpecialSplitter {
 
   const Vocab* vocab_;
   std::unordered_map<uint64_t, int32_t> children_;  // (node << 8 | byte) -> node
-  std::vector<int32_t> node_rank_;   // index in vocab.special_token_order of the token ending at
-                                     // each node, or -1
+  std::vector<int32_t> node_rank_;      // index in vocab.special_token_order of the token ending at
+                                        // each node, or -1
   std::array<bool, 256> first_byte_{};  // bytes that begin some special token
 };
 

@@ -61,7 +61,8 @@ class SpmSession {
       try_add(left.prev, b.left);
       try_add(b.left, left.next);
     }
-    for (int32_t i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[i].next) emit(symbols_[i], out);
+    for (int32_t i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[i].next)
+      emit(symbols_[i], out);
   }
 
  private:

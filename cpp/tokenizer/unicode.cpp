@@ -20,20 +20,25 @@ CodePointClass class_by_search(uint32_t cp) {
   const uint32_t* begin = detail::kClassRanges;
   const uint32_t* end = begin + detail::kNumClassRanges;
   // The last range whose first code point is <= cp.
-  const uint32_t* it = std::upper_bound(begin, end, cp, [](uint32_t value, uint32_t range) {
-    return value < (range >> 8);
-  });
+  const uint32_t* it = std::upper_bound(
+      begin, end, cp, [](uint32_t value, uint32_t range) { return value < (range >> 8); });
   return static_cast<CodePointClass>(*(it - 1) & 0xFF);
 }
 
 uint8_t flags_of_class(CodePointClass cls) {
   switch (cls) {
-    case CodePointClass::kLetter: return kFlagLetter;
-    case CodePointClass::kNumber: return kFlagNumber;
-    case CodePointClass::kPunctuation: return kFlagPunctuation;
-    case CodePointClass::kSymbol: return kFlagSymbol;
-    case CodePointClass::kMark: return kFlagMark;
-    default: return 0;
+    case CodePointClass::kLetter:
+      return kFlagLetter;
+    case CodePointClass::kNumber:
+      return kFlagNumber;
+    case CodePointClass::kPunctuation:
+      return kFlagPunctuation;
+    case CodePointClass::kSymbol:
+      return kFlagSymbol;
+    case CodePointClass::kMark:
+      return kFlagMark;
+    default:
+      return 0;
   }
 }
 

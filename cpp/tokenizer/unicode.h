@@ -3,7 +3,8 @@
 //
 // Invalid UTF-8 is handled as llama.cpp does (src/unicode.cpp): a byte that does not start a
 // complete sequence decodes to U+FFFD and the decoder moves on by one byte. Overlong forms and
-// surrogates are not rejected (they decode to their value); a 4-byte form above U+10FFFF is invalid.
+// surrogates are not rejected (they decode to their value); a 4-byte form above U+10FFFF is
+// invalid.
 #pragma once
 
 #include <cstddef>

@@ -65,7 +65,8 @@ class MetadataReader {
           }
         },
         value->variant());
-    if (!out) fail(key, str_cat("expected an integer, found ", model::gguf_type_name(value->type())));
+    if (!out)
+      fail(key, str_cat("expected an integer, found ", model::gguf_type_name(value->type())));
     return out;
   }
 
@@ -81,12 +82,12 @@ class MetadataReader {
     bool type_ok = false;
     for (GgufType t : element_types) type_ok = type_ok || array->type == t;
     if (!type_ok) {
-      fail(key, str_cat("array of ", model::gguf_type_name(array->type),
-                        " has the wrong element type"));
+      fail(key,
+           str_cat("array of ", model::gguf_type_name(array->type), " has the wrong element type"));
     }
     if (length && array->values.size() != *length) {
-      fail(key, str_cat("has ", array->values.size(), " entries but ", kKeyTokens, " has ",
-                        *length, "; the lengths must be equal"));
+      fail(key, str_cat("has ", array->values.size(), " entries but ", kKeyTokens, " has ", *length,
+                        "; the lengths must be equal"));
     }
     return array;
   }
@@ -100,26 +101,35 @@ std::string printable(std::string_view text) {
   std::string out = "'";
   for (char c : text.substr(0, 60)) {
     out += (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) ? std::string(1, c)
-                                                                   : str_cat("\\x", int(uint8_t(c)));
+                                                                : str_cat("\\x", int(uint8_t(c)));
   }
   return out + (text.size() > 60 ? "...'" : "'");
 }
 
 uint32_t attr_of_type(TokenType type) {
   switch (type) {
-    case TokenType::kNormal: return kAttrNormal;
-    case TokenType::kUnknown: return kAttrUnknown;
-    case TokenType::kControl: return kAttrControl;
-    case TokenType::kUserDefined: return kAttrUserDefined;
-    case TokenType::kUnused: return kAttrUnused;
-    case TokenType::kByte: return kAttrByte;
-    case TokenType::kUndefined: break;
+    case TokenType::kNormal:
+      return kAttrNormal;
+    case TokenType::kUnknown:
+      return kAttrUnknown;
+    case TokenType::kControl:
+      return kAttrControl;
+    case TokenType::kUserDefined:
+      return kAttrUserDefined;
+    case TokenType::kUnused:
+      return kAttrUnused;
+    case TokenType::kByte:
+      return kAttrByte;
+    case TokenType::kUndefined:
+      break;
   }
   return 0;
 }
 
 bool is_byte_token_text(const std::string& text) {
-  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
+  auto hex = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
+  };
   return text.size() == 6 && text.compare(0, 3, "<0x") == 0 && hex(text[3]) && hex(text[4]) &&
          text[5] == '>';
 }
@@ -168,7 +178,8 @@ void read_tokens(const MetadataReader& r, Vocab& v) {
 
 void read_merges(const MetadataReader& r, Vocab& v) {
   const GgufArray* merges = r.array(kKeyMerges, {GgufType::kString}, std::nullopt);
-  if (merges == nullptr) r.fail(kKeyMerges, "is missing (required for tokenizer.ggml.model = gpt2)");
+  if (merges == nullptr)
+    r.fail(kKeyMerges, "is missing (required for tokenizer.ggml.model = gpt2)");
   if (merges->values.size() >= size_t{std::numeric_limits<int32_t>::max()}) {
     r.fail(kKeyMerges, str_cat("has ", merges->values.size(), " entries"));
   }
@@ -186,9 +197,9 @@ void read_merges(const MetadataReader& r, Vocab& v) {
     const int32_t left_id = v.find(left);
     const int32_t right_id = v.find(right);
     if (left_id == kNoToken || right_id == kNoToken) {
-      r.fail(kKeyMerges, str_cat("entry ", i, " ", printable(merge), " refers to ",
-                                 printable(left_id == kNoToken ? left : right),
-                                 ", which is not a token"));
+      r.fail(kKeyMerges,
+             str_cat("entry ", i, " ", printable(merge), " refers to ",
+                     printable(left_id == kNoToken ? left : right), ", which is not a token"));
     }
     const std::string merged = std::string(left) + std::string(right);
     int32_t result = v.find(merged);
@@ -209,14 +220,22 @@ void read_special_ids(const MetadataReader& r, Vocab& v) {
   SpecialTokens& s = v.special;
   if (v.kind == TokenizerKind::kSpm) s.bos = 1, s.eos = 2, s.unk = 0;
   const std::pair<const char*, int32_t*> keys[] = {
-      {"tokenizer.ggml.bos_token_id", &s.bos},       {"tokenizer.ggml.eos_token_id", &s.eos},
-      {"tokenizer.ggml.eot_token_id", &s.eot},       {"tokenizer.ggml.eom_token_id", &s.eom},
-      {"tokenizer.ggml.unknown_token_id", &s.unk},   {"tokenizer.ggml.seperator_token_id", &s.sep},
-      {"tokenizer.ggml.padding_token_id", &s.pad},   {"tokenizer.ggml.mask_token_id", &s.mask},
-      {"tokenizer.ggml.fim_pre_token_id", &s.fim_pre}, {"tokenizer.ggml.fim_suf_token_id", &s.fim_suf},
-      {"tokenizer.ggml.fim_mid_token_id", &s.fim_mid}, {"tokenizer.ggml.fim_pad_token_id", &s.fim_pad},
-      {"tokenizer.ggml.fim_rep_token_id", &s.fim_rep}, {"tokenizer.ggml.fim_sep_token_id", &s.fim_sep},
-      {"tokenizer.ggml.prefix_token_id", &s.fim_pre}, {"tokenizer.ggml.suffix_token_id", &s.fim_suf},
+      {"tokenizer.ggml.bos_token_id", &s.bos},
+      {"tokenizer.ggml.eos_token_id", &s.eos},
+      {"tokenizer.ggml.eot_token_id", &s.eot},
+      {"tokenizer.ggml.eom_token_id", &s.eom},
+      {"tokenizer.ggml.unknown_token_id", &s.unk},
+      {"tokenizer.ggml.seperator_token_id", &s.sep},
+      {"tokenizer.ggml.padding_token_id", &s.pad},
+      {"tokenizer.ggml.mask_token_id", &s.mask},
+      {"tokenizer.ggml.fim_pre_token_id", &s.fim_pre},
+      {"tokenizer.ggml.fim_suf_token_id", &s.fim_suf},
+      {"tokenizer.ggml.fim_mid_token_id", &s.fim_mid},
+      {"tokenizer.ggml.fim_pad_token_id", &s.fim_pad},
+      {"tokenizer.ggml.fim_rep_token_id", &s.fim_rep},
+      {"tokenizer.ggml.fim_sep_token_id", &s.fim_sep},
+      {"tokenizer.ggml.prefix_token_id", &s.fim_pre},
+      {"tokenizer.ggml.suffix_token_id", &s.fim_suf},
       {"tokenizer.ggml.middle_token_id", &s.fim_mid},
   };
   for (const auto& [key, id] : keys) {

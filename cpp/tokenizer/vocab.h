@@ -25,7 +25,12 @@ const char* tokenizer_kind_name(TokenizerKind kind);
 
 // `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
   kByte = 6,
 };
 

@@ -38,19 +38,20 @@ void detect(const Vocab& v, int32_t& id, TextList list) {
 
 void detect_ids_by_text(Vocab& v) {
   SpecialTokens& s = v.special;
-  detect(v, s.eot, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-                    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>"});
+  detect(v, s.eot,
+         {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+          "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+          "<end_of_utterance>"});
   detect(v, s.eom, {"<|eom_id|>"});
-  detect(v, s.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                        "<\uFF5Cfim\u2581begin\uFF5C>", "<PRE>", "\u2581<PRE>", "<|code_prefix|>",
-                        "<|prefix|>"});
-  detect(v, s.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                        "<\uFF5Cfim\u2581hole\uFF5C>", "<SUF>", "\u2581<SUF>", "<|code_suffix|>",
-                        "<|suffix|>"});
-  detect(v, s.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                        "<\uFF5Cfim\u2581end\uFF5C>", "<MID>", "\u2581<MID>", "<|code_middle|>",
-                        "<|middle|>"});
+  detect(v, s.fim_pre,
+         {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uFF5Cfim\u2581begin\uFF5C>", "<PRE>",
+          "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>"});
+  detect(v, s.fim_suf,
+         {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uFF5Cfim\u2581hole\uFF5C>", "<SUF>",
+          "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>"});
+  detect(v, s.fim_mid,
+         {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uFF5Cfim\u2581end\uFF5C>", "<MID>",
+          "\u2581<MID>", "<|code_middle|>", "<|middle|>"});
   detect(v, s.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"});
   detect(v, s.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
   detect(v, s.fim_sep, {"<|file_sep|>"});
@@ -65,10 +66,28 @@ void build_eog(Vocab& v) {
   }
   for (int32_t i = 0; i < v.size(); ++i) {
     if (control_with_text(v, i,
-           {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-            "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
-            "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
-            "<|tool_response>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~["})) {
+                          {"<|eot_id|>",
+                           "<|im_end|>",
+                           "<|end|>",
+                           "<|return|>",
+                           "<|call|>",
+                           "<|flush|>",
+                           "<|calls|>",
+                           "<end_of_turn>",
+                           "<|endoftext|>",
+                           "</s>",
+                           "<|eom_id|>",
+                           "<EOT>",
+                           "_<EOT>",
+                           "[EOT]",
+                           "[EOS]",
+                           "<|end_of_text|>",
+                           "<end_of_utterance>",
+                           "<eos>",
+                           "<turn|>",
+                           "<|tool_response>",
+                           "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+                           "[e~["})) {
       eog.insert(i);
     }
   }
@@ -77,7 +96,8 @@ void build_eog(Vocab& v) {
   }
   // Harmony-style vocabularies end turns with <|return|>/<|call|>: <|end|> does not end them.
   auto has = [&](TextList list) {
-    return std::any_of(eog.begin(), eog.end(), [&](int32_t id) { return in(v.tokens[id].text, list); });
+    return std::any_of(eog.begin(), eog.end(),
+                       [&](int32_t id) { return in(v.tokens[id].text, list); });
   };
   if (has({"<|end|>"}) && ((has({"<|return|>"}) && has({"<|call|>", "<|calls|>"})) ||
                            (has({"<|call|>", "<|calls|>"}) && has({"<|flush|>"})))) {
@@ -100,15 +120,17 @@ void build_special_order(Vocab& v) {
       v.special_token_order.push_back(i);
     }
   }
-  std::stable_sort(v.special_token_order.begin(), v.special_token_order.end(),
-                   [&](int32_t a, int32_t b) { return v.tokens[a].text.size() > v.tokens[b].text.size(); });
+  std::stable_sort(
+      v.special_token_order.begin(), v.special_token_order.end(),
+      [&](int32_t a, int32_t b) { return v.tokens[a].text.size() > v.tokens[b].text.size(); });
 }
 
 // Phi-3 strips white space after its special tokens (llama.cpp keys this on general.name).
 void apply_model_attrs(Vocab& v, std::string model_name) {
   std::transform(model_name.begin(), model_name.end(), model_name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (model_name.find("phi-3") == std::string::npos && model_name.find("phi3") == std::string::npos) {
+  if (model_name.find("phi-3") == std::string::npos &&
+      model_name.find("phi3") == std::string::npos) {
     return;
   }
   for (int32_t id : v.special_token_order) v.tokens[id].attr |= kAttrRstrip;

@@ -76,8 +76,8 @@ std::string show(const std::string& s) {
 }
 
 const std::vector<std::string> kVocabFiles = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
-                                   "ggml-vocab-gpt-2.gguf", "ggml-vocab-starcoder.gguf",
-                                   "ggml-vocab-deepseek-coder.gguf"};
+                                              "ggml-vocab-gpt-2.gguf", "ggml-vocab-starcoder.gguf",
+                                              "ggml-vocab-deepseek-coder.gguf"};
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = info.param.substr(11);  // after "ggml-vocab-"
@@ -94,7 +94,10 @@ const std::vector<std::string>& corpus() {
       "",
       " ",
       "Hello, world! How's it going? I'm fine; we'll see. DON'T SHOUT, Y'ALL'D",
-      "\xC3\x9Cn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 fa\xC3\xA7" "ade na\xC3\xAFve caf\xC3\xA9 "
+      "\xC3\x9Cn\xC3\xAF"
+      "c\xC3\xB6"
+      "d\xC3\xA9 fa\xC3\xA7"
+      "ade na\xC3\xAFve caf\xC3\xA9 "
       "\xE2\x80\x94 \xE2\x80\x9Cquotes\xE2\x80\x9D \xE2\x80\x98single\xE2\x80\x99 \xE2\x80\xA6",
       "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xD0\xBC\xD0\xB8\xD1\x80, "
       "\xCE\x9A\xCE\xB1\xCE\xBB\xCE\xB7\xCE\xBC\xCE\xAD\xCF\x81\xCE\xB1 "
@@ -124,7 +127,7 @@ const std::vector<std::string>& corpus() {
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const uint8_t b = s[i];
-    const size_t n = b < 0x80                     ? 1
+    const size_t n = b < 0x80                   ? 1
                      : (b >= 0xC2 && b <= 0xDF) ? 2
                      : (b >= 0xE0 && b <= 0xEF) ? 3
                      : (b >= 0xF0 && b <= 0xF4) ? 4
@@ -205,7 +208,9 @@ TEST_P(VocabVectors, InvalidUtf8HasADefinedResult) {
   const std::string r = "\xEF\xBF\xBD";  // U+FFFD
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"\xFF", r},
-      {"a\x80" "b", "a" + r + "b"},
+      {"a\x80"
+       "b",
+       "a" + r + "b"},
       {"\xC3", r},
       {"\xE2\x82x", r + r + "x"},
       {"abc\xF0\x9F\x98", "abc" + r + r + r},
@@ -255,7 +260,7 @@ TEST(Tokenizer, SpmFlagsSpecialTokensAndSpacePrefix) {
   EXPECT_EQ(spm.decode({1, 15043}, true), "<s>Hello");
   EXPECT_EQ(spm.decode({1, 15043}, false), "Hello");
   EXPECT_EQ(spm.decode({29871, 15043}), " Hello");  // "▁" then "▁Hello": one space removed
-  EXPECT_EQ(spm.token_to_piece(13), "\n");           // byte token <0x0A>
+  EXPECT_EQ(spm.token_to_piece(13), "\n");          // byte token <0x0A>
 }
 
 TEST(Tokenizer, BpeFlagsAndSpecialTokens) {

@@ -44,8 +44,19 @@ GgufValue numbers(GgufType type, const std::vector<T>& values) {
 
 // Byte-level BPE: 'Ġ' is the space. Merges in rank order.
 Meta tiny_bpe() {
-  const std::vector<std::string> tokens = {"a", "b", "c", "d", "\xC4\xA0", "ab", "bc", "abc",
-                                           "aa", "\xC4\xA0" "a", "<|im_end|>", "<|endoftext|>",
+  const std::vector<std::string> tokens = {"a",
+                                           "b",
+                                           "c",
+                                           "d",
+                                           "\xC4\xA0",
+                                           "ab",
+                                           "bc",
+                                           "abc",
+                                           "aa",
+                                           "\xC4\xA0"
+                                           "a",
+                                           "<|im_end|>",
+                                           "<|endoftext|>",
                                            "<tool>"};
   std::vector<int32_t> types(tokens.size(), 1);
   types[10] = types[11] = 3;  // control
@@ -72,9 +83,16 @@ Meta tiny_spm(float score_ab = -1.0f, float score_bc = -0.5f) {
     types.push_back(6);
     scores.push_back(0);
   }
-  const std::vector<std::pair<std::string, float>> pieces = {
-      {"\xE2\x96\x81", -2}, {"a", -3}, {"b", -3}, {"c", -3}, {"ab", score_ab},
-      {"bc", score_bc},     {"\xE2\x96\x81" "a", -1.5}, {"<tool>", 0}};
+  const std::vector<std::pair<std::string, float>> pieces = {{"\xE2\x96\x81", -2},
+                                                             {"a", -3},
+                                                             {"b", -3},
+                                                             {"c", -3},
+                                                             {"ab", score_ab},
+                                                             {"bc", score_bc},
+                                                             {"\xE2\x96\x81"
+                                                              "a",
+                                                              -1.5},
+                                                             {"<tool>", 0}};
   for (const auto& [text, score] : pieces) {
     tokens.push_back(text);
     types.push_back(text == "<tool>" ? 4 : 1);
@@ -100,7 +118,8 @@ TEST(TinyBpe, MergesByRankThenLeftmost) {
   EXPECT_EQ(tok.encode("abc", false, false), ids_of(tok, {"abc"}));  // b+c, then a+bc
   EXPECT_EQ(tok.encode("abd", false, false), ids_of(tok, {"ab", "d"}));
   EXPECT_EQ(tok.encode("aaa", false, false), ids_of(tok, {"aa", "a"}));  // leftmost first
-  EXPECT_EQ(tok.encode(" a", false, false), ids_of(tok, {"\xC4\xA0" "a"}));
+  EXPECT_EQ(tok.encode(" a", false, false), ids_of(tok, {"\xC4\xA0"
+                                                         "a"}));
   // "c d" merges into a symbol that is not a token: it falls back to one token per byte.
   EXPECT_EQ(tok.encode("cd", false, false), ids_of(tok, {"c", "d"}));
   EXPECT_EQ(tok.decode(tok.encode("abc abd aaa cd", false, false)), "abc abd aaa cd");
@@ -145,7 +164,9 @@ TEST(TinySpm, MergesByScoreThenLeftmostWithByteFallback) {
             ids_of(by_score, {"a", "<0xC3>", "<0xA9>"}));
   EXPECT_EQ(by_score.decode(by_score.encode("a\xC3\xA9 b", false, false)), "a\xC3\xA9 b");
   // Defaults without keys: BOS 1, EOS 2, UNK 0, add BOS.
-  EXPECT_EQ(by_score.encode(" a", true, false), ids_of(by_score, {"<s>", "\xE2\x96\x81" "a"}));
+  EXPECT_EQ(by_score.encode(" a", true, false), ids_of(by_score, {"<s>",
+                                                                  "\xE2\x96\x81"
+                                                                  "a"}));
   EXPECT_EQ(by_score.eog_ids(), std::vector<int32_t>{2});
   EXPECT_EQ(by_score.encode("a<tool>b", false, false), ids_of(by_score, {"a", "<tool>", "b"}));
 }
@@ -155,7 +176,12 @@ TEST(TinySpm, SpacePrefixAfterEachSpecialToken) {
   m["tokenizer.ggml.add_space_prefix"] = GgufValue(true);
   const Tokenizer tok = Tokenizer::from_metadata(m);
   const std::vector<int32_t> ids = tok.encode("a<tool>a", true, false);
-  EXPECT_EQ(ids, ids_of(tok, {"<s>", "\xE2\x96\x81" "a", "<tool>", "\xE2\x96\x81" "a"}));
+  EXPECT_EQ(ids, ids_of(tok, {"<s>",
+                              "\xE2\x96\x81"
+                              "a",
+                              "<tool>",
+                              "\xE2\x96\x81"
+                              "a"}));
   EXPECT_EQ(tok.decode(ids), "a<tool>a");
 }
 
@@ -169,29 +195,69 @@ TEST(TokenizerMetadata, MalformedMetadataIsAFormatErrorNamingTheKey) {
       {"tokenizer.ggml.model", [](Meta& m) { m.erase("tokenizer.ggml.model"); }},
       {"tokenizer.ggml.model", [](Meta& m) { m["tokenizer.ggml.model"] = GgufValue(uint32_t{2}); }},
       {"tokenizer.ggml.tokens", [](Meta& m) { m.erase("tokenizer.ggml.tokens"); }},
-      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = GgufValue(std::string("a")); }},
-      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = numbers(GgufType::kInt32, std::vector<int32_t>{1}); }},
+      {"tokenizer.ggml.tokens",
+       [](Meta& m) { m["tokenizer.ggml.tokens"] = GgufValue(std::string("a")); }},
+      {"tokenizer.ggml.tokens",
+       [](Meta& m) {
+         m["tokenizer.ggml.tokens"] = numbers(GgufType::kInt32, std::vector<int32_t>{1});
+       }},
       {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = strings({}); }},
-      {"tokenizer.ggml.tokens", [](Meta& m) { m["tokenizer.ggml.tokens"] = strings({"a", "b", "a"}); }},
-      {"tokenizer.ggml.token_type", [](Meta& m) { m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, std::vector<int32_t>{1, 1}); }},
-      {"tokenizer.ggml.token_type", [](Meta& m) { m["tokenizer.ggml.token_type"] = numbers(GgufType::kFloat32, std::vector<float>(13, 1.0f)); }},
-      {"tokenizer.ggml.token_type", [](Meta& m) { std::vector<int32_t> t(13, 1); t[3] = 9; m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t); }},
-      {"tokenizer.ggml.token_type", [](Meta& m) { std::vector<int32_t> t(13, 1); t[0] = 6; m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t); }},
-      {"tokenizer.ggml.scores", [](Meta& m) { m["tokenizer.ggml.scores"] = numbers(GgufType::kFloat32, std::vector<float>(12, 0.0f)); }},
-      {"tokenizer.ggml.scores", [](Meta& m) { m["tokenizer.ggml.scores"] = strings(std::vector<std::string>(13, "x")); }},
+      {"tokenizer.ggml.tokens",
+       [](Meta& m) {
+         m["tokenizer.ggml.tokens"] = strings({"a", "b", "a"});
+       }},
+      {"tokenizer.ggml.token_type",
+       [](Meta& m) {
+         m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, std::vector<int32_t>{1, 1});
+       }},
+      {"tokenizer.ggml.token_type",
+       [](Meta& m) {
+         m["tokenizer.ggml.token_type"] = numbers(GgufType::kFloat32, std::vector<float>(13, 1.0f));
+       }},
+      {"tokenizer.ggml.token_type",
+       [](Meta& m) {
+         std::vector<int32_t> t(13, 1);
+         t[3] = 9;
+         m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t);
+       }},
+      {"tokenizer.ggml.token_type",
+       [](Meta& m) {
+         std::vector<int32_t> t(13, 1);
+         t[0] = 6;
+         m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, t);
+       }},
+      {"tokenizer.ggml.scores",
+       [](Meta& m) {
+         m["tokenizer.ggml.scores"] = numbers(GgufType::kFloat32, std::vector<float>(12, 0.0f));
+       }},
+      {"tokenizer.ggml.scores",
+       [](Meta& m) { m["tokenizer.ggml.scores"] = strings(std::vector<std::string>(13, "x")); }},
       {"tokenizer.ggml.merges", [](Meta& m) { m.erase("tokenizer.ggml.merges"); }},
-      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a b", "ab"}); }},
+      {"tokenizer.ggml.merges",
+       [](Meta& m) {
+         m["tokenizer.ggml.merges"] = strings({"a b", "ab"});
+       }},
       {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a "}); }},
       {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = strings({"a x"}); }},
-      {"tokenizer.ggml.merges", [](Meta& m) { m["tokenizer.ggml.merges"] = numbers(GgufType::kInt32, std::vector<int32_t>{1}); }},
-      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(uint32_t{13}); }},
-      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(int32_t{-5}); }},
-      {"tokenizer.ggml.eos_token_id", [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(std::string("2")); }},
-      {"tokenizer.ggml.bos_token_id", [](Meta& m) { m["tokenizer.ggml.bos_token_id"] = GgufValue(uint64_t{1} << 40); }},
-      {"tokenizer.ggml.add_bos_token", [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(uint32_t{1}); }},
-      {"tokenizer.ggml.add_bos_token", [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(true); }},  // no BOS id
+      {"tokenizer.ggml.merges",
+       [](Meta& m) {
+         m["tokenizer.ggml.merges"] = numbers(GgufType::kInt32, std::vector<int32_t>{1});
+       }},
+      {"tokenizer.ggml.eos_token_id",
+       [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(uint32_t{13}); }},
+      {"tokenizer.ggml.eos_token_id",
+       [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(int32_t{-5}); }},
+      {"tokenizer.ggml.eos_token_id",
+       [](Meta& m) { m["tokenizer.ggml.eos_token_id"] = GgufValue(std::string("2")); }},
+      {"tokenizer.ggml.bos_token_id",
+       [](Meta& m) { m["tokenizer.ggml.bos_token_id"] = GgufValue(uint64_t{1} << 40); }},
+      {"tokenizer.ggml.add_bos_token",
+       [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(uint32_t{1}); }},
+      {"tokenizer.ggml.add_bos_token",
+       [](Meta& m) { m["tokenizer.ggml.add_bos_token"] = GgufValue(true); }},  // no BOS id
       {"tokenizer.ggml.pre", [](Meta& m) { m["tokenizer.ggml.pre"] = GgufValue(2.0f); }},
-      {"tokenizer.chat_template", [](Meta& m) { m["tokenizer.chat_template"] = GgufValue(uint8_t{1}); }},
+      {"tokenizer.chat_template",
+       [](Meta& m) { m["tokenizer.chat_template"] = GgufValue(uint8_t{1}); }},
   };
   for (const Case& c : cases) {
     Meta m = tiny_bpe();
@@ -225,7 +291,8 @@ TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
 
 TEST(TokenizerMetadata, MissingOrTruncatedFiles) {
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/vocab.gguf"), ConfigError);
-  const std::string path = std::string(SPECDEC_SHARED_DIR) + "/testdata/vocab/ggml-vocab-gpt-2.gguf";
+  const std::string path =
+      std::string(SPECDEC_SHARED_DIR) + "/testdata/vocab/ggml-vocab-gpt-2.gguf";
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   ASSERT_GT(bytes.size(), 1000u);
@@ -255,8 +322,8 @@ TEST(ChatTemplate, ChatMlWithTheTemplatesDefaultSystemPrompt) {
   EXPECT_EQ(tok.apply_chat_template({{"user", "Hi"}}, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(tok.apply_chat_template({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}},
-                                    false),
+  EXPECT_EQ(tok.apply_chat_template(
+                {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}}, false),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\nHello!<|im_end|>\n");
   EXPECT_THROW(tok.apply_chat_template({{"tool", "{}"}}, true), UnsupportedError);
@@ -272,8 +339,9 @@ TEST(ChatTemplate, EscapedLiteralsAndNoDefault) {
   EXPECT_EQ(with_template(qwen_like).apply_chat_template({{"user", "x"}}, true),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
             "assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
-  const std::string plain = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + "
-                            "m['content'] + '<|im_end|>\\n'}}{% endfor %}";
+  const std::string plain =
+      "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + "
+      "m['content'] + '<|im_end|>\\n'}}{% endfor %}";
   EXPECT_EQ(with_template(plain).apply_chat_template({{"user", "x"}}, false),
             "<|im_start|>user\nx<|im_end|>\n");
 }
@@ -282,11 +350,12 @@ TEST(ChatTemplate, Gemma) {
   const Tokenizer tok = with_template(
       "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}...{{ '<start_of_turn>' + role + "
       "'\\n' }}...{{ '<end_of_turn>\\n' }}");
-  EXPECT_EQ(tok.apply_chat_template({{"system", "Be brief."}, {"user", "  Hi\n"},
-                                     {"assistant", "Hello!"}, {"user", "Bye"}},
-                                    true),
-            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!"
-            "<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(
+      tok.apply_chat_template(
+          {{"system", "Be brief."}, {"user", "  Hi\n"}, {"assistant", "Hello!"}, {"user", "Bye"}},
+          true),
+      "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!"
+      "<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   EXPECT_THROW(tok.apply_chat_template({{"user", "a"}, {"user", "b"}}, true), ConfigError);
   EXPECT_THROW(tok.apply_chat_template({{"assistant", "a"}}, true), ConfigError);
 }
@@ -296,8 +365,9 @@ TEST(ChatTemplate, UnknownOrMissingTemplatesAreRefused) {
   EXPECT_THROW(with_template("{{'<|user|>' + m['content'] + '<|end|>'}}")
                    .apply_chat_template({{"user", "x"}}, true),
                UnsupportedError);
-  EXPECT_THROW(with_template("<|im_start|><|im_end|><think>").apply_chat_template({{"user", "x"}}, true),
-               UnsupportedError);
+  EXPECT_THROW(
+      with_template("<|im_start|><|im_end|><think>").apply_chat_template({{"user", "x"}}, true),
+      UnsupportedError);
 }
 
 // Pieces of pre_tokenize as strings.
@@ -326,14 +396,17 @@ TEST(PreTokenizer, PiecesMatchTheRegexes) {
   EXPECT_EQ(pieces("qwen2", "x   "), (P{"x", "   "}));
   EXPECT_EQ(pieces("qwen2", "12345 abc"), (P{"1", "2", "3", "4", "5", " abc"}));
   EXPECT_EQ(pieces("qwen2", "  ?!\n\nok"), (P{" ", " ?!\n\n", "ok"}));
-  EXPECT_EQ(pieces("qwen2", "\xE4\xB8\xAD\xE6\x96\x87" "123ab"),
+  EXPECT_EQ(pieces("qwen2",
+                   "\xE4\xB8\xAD\xE6\x96\x87"
+                   "123ab"),
             (P{"\xE4\xB8\xAD\xE6\x96\x87", "1", "2", "3", "ab"}));
   EXPECT_EQ(pieces("gpt-2", "  y"), (P{" ", " y"}));
   EXPECT_EQ(pieces("gpt-2", "12345 abc"), (P{"12345", " abc"}));
   EXPECT_EQ(pieces("starcoder", "x12 34"), (P{"x", "1", "2", " ", "3", "4"}));
   EXPECT_EQ(pieces("smollm", "v1.25"), (P{"v", "1", ".", "2", "5"}));
-  EXPECT_EQ(pieces("deepseek-coder", "Hello, \xE4\xB8\x96\xE7\x95\x8C! 123\nok"),
-            (P{"Hello", ",", " ", "\xE4\xB8\x96\xE7\x95\x8C", "!", " ", "1", "2", "3", "\n", "ok"}));
+  EXPECT_EQ(
+      pieces("deepseek-coder", "Hello, \xE4\xB8\x96\xE7\x95\x8C! 123\nok"),
+      (P{"Hello", ",", " ", "\xE4\xB8\x96\xE7\x95\x8C", "!", " ", "1", "2", "3", "\n", "ok"}));
   EXPECT_EQ(pieces("deepseek-coder", " ...a"), (P{" ...", "a"}));
   EXPECT_EQ(pieces("default", "a+=b;  123456 x"),
             (P{"a", "+=", "b", ";", " ", " ", "123", "456", " x"}));
@@ -343,8 +416,8 @@ TEST(PreTokenizer, PiecesMatchTheRegexes) {
 
 TEST(Unicode, ClassesAndDecoding) {
   EXPECT_EQ(code_point_class('a'), CodePointClass::kLetter);
-  EXPECT_EQ(code_point_class(0x4E2D), CodePointClass::kLetter);   // 中
-  EXPECT_EQ(code_point_class(0x00B2), CodePointClass::kNumber);   // ²
+  EXPECT_EQ(code_point_class(0x4E2D), CodePointClass::kLetter);  // 中
+  EXPECT_EQ(code_point_class(0x00B2), CodePointClass::kNumber);  // ²
   EXPECT_EQ(code_point_class(0x0301), CodePointClass::kMark);
   EXPECT_EQ(code_point_class(0x1F999), CodePointClass::kSymbol);  // 🦙
   EXPECT_EQ(code_point_class(0x0378), CodePointClass::kUndefined);
