@@ -229,7 +229,11 @@ ModelConfig config_from_gguf(const GgufFile& file) {
     c.rope_base_local = r.number("rope.freq_base_swa", 10000);
     c.activation = Activation::kGeluTanh;
     c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
-    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
+    // query_pre_attn_scalar is not stored in GGUF; llama.cpp infers the 27B's (62 layers).
+    const double scalar = c.num_layers == 62 && c.num_q_heads > 0
+                              ? static_cast<double>(c.hidden_size) / c.num_q_heads
+                              : static_cast<double>(c.head_size);
+    c.attention_scale = 1.0 / std::sqrt(scalar);
   } else if (arch == "deepseek2") {
     c.rope_type = RopeType::kNorm;
     c.mla.q_lora_rank = r.size("attention.q_lora_rank", 0, false);
