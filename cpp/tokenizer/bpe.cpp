@@ -1,7 +1,10 @@
 // Byte-level BPE with ranked merges, as llama.cpp's llm_tokenizer_bpe_session: symbols are token
 // ids, a merge is one hash lookup of the (left, right) pair, and a priority queue orders merges.
+#include <algorithm>
 #include <queue>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "tokenizer/encoders.h"
 #include "tokenizer/unicode.h"
@@ -97,13 +100,30 @@ class BpeSession {
 void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out) {
   const std::vector<uint32_t> cps = decode_utf8(text);
   BpeSession session(vocab);
+  // Words repeat (code, prose): the tokens of each distinct word are computed once per call, as
+  // (offset, count) into `out`.
+  std::unordered_map<std::string, std::pair<size_t, size_t>> seen;
   std::string word;
   size_t start = 0;
   for (size_t length : pre_tokenize(vocab.pre, cps)) {
     word.clear();
     for (size_t i = start; i < start + length; ++i) append_utf8(cps[i], word);
     start += length;
+    if (word.size() == 1 && vocab.byte_tokens[uint8_t(word[0])] != kNoToken) {
+      out.push_back(vocab.byte_tokens[uint8_t(word[0])]);
+      continue;
+    }
+    const auto it = seen.find(word);
+    if (it != seen.end()) {
+      const auto [offset, count] = it->second;
+      const size_t end = out.size();
+      out.resize(end + count);
+      std::copy(out.begin() + offset, out.begin() + offset + count, out.begin() + end);
+      continue;
+    }
+    const size_t offset = out.size();
     session.encode_word(word, out);
+    seen.emplace(word, std::make_pair(offset, out.size() - offset));
   }
 }
 

@@ -221,3 +221,16 @@ def test_errors(tmp_path):
         tok.decode([50257])
     with pytest.raises(TypeError):
         tok.encode(123)
+
+
+def test_benchmark_smoke(tmp_path):
+    """bench/tokenizer_bench.py keeps running (no timing is checked)."""
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "bench.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "tokenizer_bench.py"
+    subprocess.run([sys.executable, str(bench), "--quick", "--out", str(out)], check=True,
+                   capture_output=True)
+    result = json.loads(out.read_text())["results"][0]
+    assert result["round_trip_exact"] and result["tokens"] > 1000
