@@ -10,6 +10,14 @@ using namespace specdec::model;
 
 namespace {
 
+// Model files may hold bytes that are not UTF-8 in keys, strings and names: decoded with
+// U+FFFD in place of each bad byte, never a UnicodeDecodeError.
+py::str text(const std::string& s) {
+  PyObject* obj = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (obj == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(obj);
+}
+
 py::object to_python(const GgufValue& value) {
   return std::visit(
       [](const auto& v) -> py::object {
@@ -19,7 +27,7 @@ py::object to_python(const GgufValue& value) {
           for (const auto& e : v.values) out.append(to_python(e));
           return out;
         } else if constexpr (std::is_same_v<T, std::string>) {
-          return py::str(v);
+          return text(v);
         } else {
           return py::cast(v);
         }
@@ -30,11 +38,11 @@ py::object to_python(const GgufValue& value) {
 py::dict read_gguf(const std::string& path) {
   const GgufFile f = GgufFile::open(path);
   py::dict metadata;
-  for (const auto& [key, value] : f.metadata()) metadata[py::str(key)] = to_python(value);
+  for (const auto& [key, value] : f.metadata()) metadata[text(key)] = to_python(value);
   py::list tensors;
   for (const auto& t : f.tensors()) {
     py::dict d;
-    d["name"] = t.name;
+    d["name"] = text(t.name);
     const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t.type));
     d["type"] = info != nullptr ? info->name : "unknown";
     d["dims"] = t.dims;

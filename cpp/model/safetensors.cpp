@@ -118,12 +118,18 @@ uint64_t read_le_u64(const uint8_t* bytes) {
   return value;
 }
 
-// Rejects duplicate keys (the DOM keeps only the last) and deep nesting (memory bombs)
-// while nlohmann parses.
+// Rejects duplicate keys (the DOM keeps only the last), deep nesting and more than
+// kMaxJsonValues values (memory bombs: a tree node costs ~20x its bytes of JSON) while nlohmann
+// parses, before the tree grows past that.
 class HeaderGuard {
  public:
   explicit HeaderGuard(const Reporter& reporter) : reporter_(reporter) {}
   bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (++num_events_ > SafetensorsFile::kMaxJsonValues) {
+      reporter_.fail(str_cat("header JSON holds more than ", SafetensorsFile::kMaxJsonValues,
+                             " values (about ", SafetensorsFile::kMaxJsonValues / 16,
+                             " tensors); split the checkpoint into several files"));
+    }
     switch (event) {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:
@@ -152,6 +158,7 @@ class HeaderGuard {
  private:
   const Reporter& reporter_;
   std::vector<std::set<std::string>> keys_;  // keys seen per open object (empty for arrays)
+  uint64_t num_events_ = 0;
 };
 
 Json parse_header_json(const uint8_t* begin, uint64_t size, const Reporter& reporter) {

@@ -74,6 +74,9 @@ class SafetensorsFile {
   static constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // 100 MiB, as upstream
   static constexpr size_t kMaxRank = 8;
   static constexpr size_t kMaxJsonDepth = 8;
+  // Parse events (values, keys, object/array starts and ends) in the header: a tensor entry
+  // takes ~16, so this allows ~250k tensors per file while bounding the tree to a few hundred MB.
+  static constexpr uint64_t kMaxJsonValues = 4u << 20;
 
   // Maps and validates `path`. Throws ConfigError if it cannot be opened, FormatError if
   // it is malformed.

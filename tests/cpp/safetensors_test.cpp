@@ -225,6 +225,16 @@ TEST(SafetensorsTest, BadJsonIsFormatError) {
                       {"nests deeper"});
 }
 
+TEST(SafetensorsTest, TooManyJsonValuesIsFormatError) {
+  // ~4.2M tiny values (25 MB of JSON) would build a tree of ~500 MB: rejected while parsing.
+  std::string header = "{\"__metadata__\":{},\"a\":[";
+  const uint64_t n = SafetensorsFile::kMaxJsonValues + 8;
+  header.reserve(header.size() + 2 * n + 2);
+  for (uint64_t i = 0; i < n; ++i) header += i == 0 ? "0" : ",0";
+  header += "]}";
+  expect_format_error(make_file(header), {"more than", "values"});
+}
+
 TEST(SafetensorsTest, DuplicateKeysAreFormatError) {
   expect_format_error(make_file("{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
                                 "\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",

@@ -50,3 +50,13 @@ def test_safetensors_reader(tmp_path):
     write_safetensors(bad, {"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 16]}}, bytes(16))
     with pytest.raises(specdec.FormatError, match='tensor "w".*expected 64 bytes'):
         specdec.read_safetensors(str(bad))
+
+
+def test_non_utf8_keys_and_strings_are_replaced_not_raised(tmp_path):
+    """A GGUF key or string that is not UTF-8 reads as text with U+FFFD, not UnicodeDecodeError."""
+    def s(b: bytes) -> bytes:
+        return struct.pack("<Q", len(b)) + b
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s(b"bad\xffkey")
+                     + struct.pack("<I", 8) + s(b"v\xfe"))
+    assert specdec.read_gguf(str(path))["metadata"] == {"bad\ufffdkey": "v\ufffd"}
