@@ -119,6 +119,9 @@ Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<i
   for (int32_t id : ids) {
     check_config(id >= 0 && id < vocab, "token_id", id, str_cat("in [0, ", vocab, ")"));
     out.of_ids.push_back(lp(id));
+    int64_t rank = 1;
+    for (int64_t i = 0; i < vocab; ++i) rank += lp(i) > lp(id) ? 1 : 0;
+    out.ranks_of_ids.push_back(rank);
   }
   const int64_t k = std::min<int64_t>(n, vocab);
   std::vector<int32_t> order(static_cast<size_t>(vocab));

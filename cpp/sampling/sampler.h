@@ -53,6 +53,7 @@ int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params,
 struct Logprobs {
   std::vector<std::pair<int32_t, double>> top;
   std::vector<double> of_ids;
+  std::vector<int64_t> ranks_of_ids;  // 1 + the number of tokens with a larger logprob
 };
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids);
 

@@ -126,6 +126,7 @@ TEST(SamplerTest, LogprobsOfRawLogits) {
   EXPECT_NEAR(lp.top[0].second, std::log(ref[1]), 1e-12);
   EXPECT_NEAR(lp.of_ids[0], std::log(ref[4]), 1e-12);
   EXPECT_EQ(lp.of_ids[1], -INFINITY);
+  EXPECT_EQ(lp.ranks_of_ids, (std::vector<int64_t>{7, 8}));
   EXPECT_THROW(logprobs(kLogits.data(), 8, 1, {8}), ConfigError);
 }
 
