@@ -1,0 +1,24 @@
+// RMSNorm on the device (kernels/ops_norm.cl). Host reference: ops/reference.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "ocl/context.h"
+#include "ops/slice.h"
+
+namespace specdec::ops {
+
+// y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), row by row, as llama.cpp computes it
+// (squares in f32 summed in double on fp64 devices; see kernels/ops_norm.cl). Without a weight,
+// y = x / sqrt(mean(x^2) + eps). Also the per-head q/k norm: rows = num_tokens * num_heads,
+// dim = head_size. y may be x (in place). weight_offset is 1 for Hugging Face Gemma weights
+// (x * (1 + w)) and 0 for GGUF files, whose converter already added the 1.
+// A row's result is bitwise the same whatever `rows` is and wherever the row sits.
+void rms_norm(ocl::Context& ctx,
+              Slice x,                      // [rows, dim]
+              std::optional<Slice> weight,  // [dim] or std::nullopt
+              Slice y,                      // [rows, dim]
+              int64_t rows, int dim, float eps, float weight_offset = 0.0f);
+
+}  // namespace specdec::ops

@@ -1,0 +1,56 @@
+// RMSNorm over rows: y = x / sqrt(mean(x^2) + eps) * (w + w_offset), as llama.cpp computes it:
+//   sum   = sum of (float)(x * x), accumulated in double (USE_FP64; float otherwise) in the fixed
+//           order of ops_common.clh
+//   mean  = (float)(sum / dim); scale = 1.0f / sqrtf(mean + eps) (correctly rounded f32 ops,
+//           done through double where USE_FP64 holds)
+//   y     = (x * scale) * (w + w_offset)   (two f32 roundings, no FMA)
+// One work-group of LOCAL work-items per row; y may be x (in place).
+
+#include "ops_common.clh"
+
+inline float rms_scale(acc_t sum, int dim, float eps) {
+#ifdef USE_FP64
+  const float mean = (float)(sum / (double)dim);
+  const float root = (float)sqrt((double)(mean + eps));
+  return (float)(1.0 / (double)root);
+#else
+  const float mean = sum / (float)dim;
+  return 1.0f / sqrt(mean + eps);
+#endif
+}
+
+// global size: (LOCAL * rows), local size: (LOCAL)
+__kernel void rms_norm(
+    __global const float* x, const long x_off,  // [rows, dim]
+    __global const float* w, const long w_off,  // [dim], read when has_weight
+    __global float* y, const long y_off,        // [rows, dim]; may alias x
+    const int dim, const float eps, const float w_offset, const int has_weight) {
+  __local acc_t scratch[LOCAL];
+  const int lid = get_local_id(0);
+  const long row = get_group_id(0);
+  __global const float* xr = x + x_off + row * dim;
+  __global float* yr = y + y_off + row * dim;
+  const int num_blocks = dim / 16;
+  acc16_t acc = (acc16_t)0;
+  for (int b = lid; b < num_blocks; b += LOCAL) {
+    const float16 v = vload16(b, xr);
+    acc += convert_acc16(v * v);
+  }
+  if (num_blocks % LOCAL == lid && dim % 16 != 0) {
+    const float16 v = load16_tail(xr + num_blocks * 16, dim % 16, 0.0f);
+    acc += convert_acc16(v * v);
+  }
+  const float scale = rms_scale(group_sum(scratch, sum16(acc)), dim, eps);
+  for (int b = lid; b < num_blocks; b += LOCAL) {
+    float16 v = vload16(b, xr) * scale;
+    if (has_weight) v = v * (vload16(b, w + w_off) + w_offset);
+    vstore16(v, b, yr);
+  }
+  if (num_blocks % LOCAL == lid) {
+    for (int i = num_blocks * 16; i < dim; ++i) {
+      float v = xr[i] * scale;
+      if (has_weight) v = v * (w[w_off + i] + w_offset);
+      yr[i] = v;
+    }
+  }
+}

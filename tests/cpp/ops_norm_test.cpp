@@ -1,0 +1,138 @@
+// rms_norm against ops::ref::rms_norm over shapes (model widths, head sizes, odd tails), with and
+// without a weight and a weight offset, in place, at buffer offsets; batch invariance (bitwise);
+// argument errors. Tolerance: relative 1e-6 per element (on fp64 devices all but rare rows are
+// bitwise equal: the only difference is the order of the double sum).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <tuple>
+
+#include "common/errors.h"
+#include "ops/norm.h"
+#include "ops/reference.h"
+#include "ops_test_util.h"
+
+using namespace specdec;
+using namespace specdec::ops;
+using namespace specdec::ops::testing;
+
+namespace {
+
+enum class Weight { kNone, kPlain, kOffsetOne };
+
+struct NormRun {
+  std::vector<float> got, want;
+};
+
+NormRun run_norm(int64_t rows, int dim, Weight wmode, float eps, std::mt19937& rng, float stddev = 1.0f) {
+  const auto x = random_floats(static_cast<size_t>(rows * dim), rng, stddev);
+  const auto w = random_floats(static_cast<size_t>(dim), rng, 0.5f, 1.0f);
+  const float offset = wmode == Weight::kOffsetOne ? 1.0f : 0.0f;
+  const std::vector<float> no_weight;
+  NormRun r;
+  r.want.resize(x.size());
+  ref::rms_norm(x, wmode == Weight::kNone ? no_weight : w, r.want, rows, dim, eps, offset);
+  auto& ctx = context();
+  const ocl::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
+  std::optional<Slice> weight;
+  if (wmode != Weight::kNone) weight = wb;
+  rms_norm(ctx, xb, weight, yb, rows, dim, eps, offset);
+  r.got = download<float>(yb, x.size());
+  return r;
+}
+
+class RmsNormShapes : public ::testing::TestWithParam<std::tuple<int, int, Weight>> {};
+
+TEST_P(RmsNormShapes, MatchesReference) {
+  const auto [dim, rows, wmode] = GetParam();
+  std::mt19937 rng(dim * 131 + rows);
+  const NormRun r = run_norm(rows, dim, wmode, 1e-6f, rng);
+  const ErrorStats s = compare(r.got, r.want);
+  EXPECT_LE(s.max_rel, 1e-6) << s.exact << " of " << s.n << " bitwise equal";
+  if (s.exact != s.n) std::printf("rms_norm dim %d rows %d: %zu of %zu bitwise equal, max rel %.3g\n", dim, rows, s.exact, s.n, s.max_rel);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, RmsNormShapes,
+    ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 128, 256, 576, 640, 896, 1152, 1536, 2304, 4096),
+                       ::testing::Values(1, 3, 16, 64),
+                       ::testing::Values(Weight::kNone, Weight::kPlain, Weight::kOffsetOne)));
+
+TEST(RmsNorm, ExtremeScalesAndEps) {
+  std::mt19937 rng(7);
+  for (float stddev : {1e-12f, 1e-3f, 1e3f, 1e15f}) {
+    for (float eps : {0.0f, 1e-6f, 1e-5f}) {
+      const NormRun r = run_norm(4, 896, Weight::kPlain, eps, rng, stddev);
+      EXPECT_LE(compare(r.got, r.want).max_rel, 1e-6) << "stddev " << stddev << " eps " << eps;
+    }
+  }
+}
+
+TEST(RmsNorm, PerHeadInPlaceAtOffsets) {
+  // q norm: [tokens, heads, head_size] normalised per head, in place, inside a larger buffer.
+  auto& ctx = context();
+  std::mt19937 rng(11);
+  const int tokens = 5, heads = 8, head = 128;
+  const int64_t n = int64_t{tokens} * heads * head, off = 333;
+  auto all = random_floats(static_cast<size_t>(n + off + 50), rng);
+  const auto w = random_floats(static_cast<size_t>(head + 9), rng, 0.3f, 1.0f);
+  std::vector<float> want(all.begin() + off, all.begin() + off + n);
+  ref::rms_norm(want, std::span<const float>(w).subspan(9, head), want, int64_t{tokens} * heads, head, 1e-6f);
+  const ocl::Buffer xb = upload(all), wb = upload(w);
+  rms_norm(ctx, Slice(xb, off), Slice(wb, 9), Slice(xb, off), int64_t{tokens} * heads, head, 1e-6f);
+  const auto got = download<float>(xb, all.size());
+  EXPECT_LE(compare(std::vector<float>(got.begin() + off, got.begin() + off + n), want).max_rel, 1e-6);
+  EXPECT_TRUE(bitwise_equal(std::vector<float>(got.begin(), got.begin() + off),
+                            std::vector<float>(all.begin(), all.begin() + off)));
+  EXPECT_TRUE(bitwise_equal(std::vector<float>(got.begin() + off + n, got.end()),
+                            std::vector<float>(all.begin() + off + n, all.end())));
+}
+
+class RmsNormInvariance : public ::testing::TestWithParam<int> {};
+
+TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
+  auto& ctx = context();
+  const int dim = GetParam();
+  const int rows = 64;
+  std::mt19937 rng(dim);
+  const auto x = random_floats(static_cast<size_t>(rows) * dim, rng);
+  const auto w = random_floats(static_cast<size_t>(dim), rng);
+  const ocl::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
+  rms_norm(ctx, xb, wb, yb, rows, dim, 1e-6f);
+  const auto batch = download<float>(yb, x.size());
+  for (int r : {0, 1, 17, 63}) {
+    const std::vector<float> want(batch.begin() + int64_t{r} * dim, batch.begin() + int64_t{r + 1} * dim);
+    // alone, read in place from the batch buffer
+    const ocl::Buffer one = upload(std::vector<float>(dim));
+    rms_norm(ctx, Slice(xb, int64_t{r} * dim), wb, one, 1, dim, 1e-6f);
+    EXPECT_TRUE(bitwise_equal(download<float>(one, dim), want)) << "row " << r << " alone";
+    // third of a batch of 7 other rows
+    auto other = random_floats(static_cast<size_t>(7) * dim, rng);
+    std::copy(want.begin(), want.end(), other.begin());  // overwritten below
+    std::copy(x.begin() + int64_t{r} * dim, x.begin() + int64_t{r + 1} * dim, other.begin() + 2 * dim);
+    const ocl::Buffer ob = upload(other), oy = upload(std::vector<float>(other.size()));
+    rms_norm(ctx, ob, wb, oy, 7, dim, 1e-6f);
+    EXPECT_TRUE(bitwise_equal(download<float>(oy, dim, 2 * dim), want)) << "row " << r << " in a batch of 7";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, RmsNormInvariance, ::testing::Values(64, 100, 896, 1536, 4096));
+
+TEST(RmsNorm, BadArgumentsNameTheField) {
+  auto& ctx = context();
+  const ocl::Buffer x = upload(std::vector<float>(64)), w = upload(std::vector<float>(8));
+  try {
+    rms_norm(ctx, x, w, x, 4, 16, 1e-6f);
+    FAIL() << "a weight of 8 for dim 16 must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "rms_norm.weight");
+  }
+  EXPECT_THROW(rms_norm(ctx, x, std::nullopt, x, 5, 16, 1e-6f), ConfigError);  // 80 > 64
+  EXPECT_THROW(rms_norm(ctx, Slice(x, 1), std::nullopt, x, 4, 16, 1e-6f), ConfigError);
+  EXPECT_THROW(rms_norm(ctx, x, std::nullopt, x, 4, 0, 1e-6f), ConfigError);
+  EXPECT_THROW(rms_norm(ctx, x, std::nullopt, x, -1, 16, 1e-6f), ConfigError);
+  EXPECT_THROW(rms_norm(ctx, x, std::nullopt, x, 4, 16, -1.0f), ConfigError);
+  EXPECT_NO_THROW(rms_norm(ctx, x, std::nullopt, x, 0, 16, 1e-6f));
+}
+
+}  // namespace
