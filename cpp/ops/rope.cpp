@@ -1,0 +1,71 @@
+#include "ops/rope.h"
+
+#include <cmath>
+
+#include "common/errors.h"
+#include "common/math.h"
+
+namespace specdec::ops {
+
+std::vector<float> rope_inv_freq(int rope_dim, double base, double freq_scale,
+                                 std::span<const float> freq_factors) {
+  std::vector<float> out(static_cast<size_t>(rope_dim / 2));
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    double f = freq_scale * std::pow(base, -2.0 * i / rope_dim);
+    if (!freq_factors.empty()) f /= freq_factors[static_cast<size_t>(i)];
+    out[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return out;
+}
+
+RopeTable::RopeTable(ocl::Context& ctx, model::RopeType type, int rope_dim, double base,
+                     double freq_scale, std::span<const float> freq_factors)
+    : type_(type), rope_dim_(rope_dim) {
+  check_config(type != model::RopeType::kNone, "rope_type", model::rope_type_name(type),
+               "must be norm or neox (a model without RoPE skips the op)");
+  check_config(rope_dim > 0 && rope_dim % 2 == 0, "rope_dim", rope_dim, "must be even and > 0");
+  check_config(std::isfinite(base) && base > 1.0, "rope_base", base, "must be finite and > 1");
+  check_config(std::isfinite(freq_scale) && freq_scale > 0.0, "rope_freq_scale", freq_scale,
+               "must be finite and > 0");
+  check_config(freq_factors.empty() || freq_factors.size() == static_cast<size_t>(rope_dim / 2),
+               "rope_freqs.size", freq_factors.size(), str_cat("must be 0 or rope_dim / 2 = ", rope_dim / 2));
+  for (size_t i = 0; i < freq_factors.size(); ++i) {
+    check_config(std::isfinite(freq_factors[i]) && freq_factors[i] > 0.0f, str_cat("rope_freqs[", i, "]"),
+                 freq_factors[i], "must be finite and > 0");
+  }
+  inv_freq_ = rope_inv_freq(rope_dim, base, freq_scale, freq_factors);
+  buffer_ = ocl::Buffer(ctx, inv_freq_.size() * sizeof(float), CL_MEM_READ_ONLY);
+  buffer_.write(ctx, inv_freq_.data(), inv_freq_.size() * sizeof(float));
+}
+
+void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+          int head_size, const RopeTable& table, int64_t token_stride) {
+  const int rope_dim = table.rope_dim();
+  check_at_least(num_tokens, 0, "rope.num_tokens");
+  check_at_least(num_heads, 1, "rope.num_heads");
+  check_config(head_size >= rope_dim, "rope.head_size", head_size,
+               str_cat("must be >= rope_dim = ", rope_dim));
+  const int64_t row = checked_mul(num_heads, head_size, "rope.num_heads * head_size");
+  if (token_stride == 0) token_stride = row;
+  check_config(token_stride >= row, "rope.token_stride", token_stride,
+               str_cat("must be 0 or >= num_heads * head_size = ", row));
+  if (num_tokens == 0) return;
+  check_slice(x, checked_add(checked_mul(num_tokens - 1, token_stride, "rope.x"), row, "rope.x"), "rope.x");
+  check_slice(positions, num_tokens, "rope.positions");
+  ocl::Kernel k = ctx.kernel("ops_rope", "rope", ops_build_options(ctx));
+  k.arg(0, *x.buffer).arg(1, cl_long{x.offset});
+  k.arg(2, *positions.buffer).arg(3, cl_long{positions.offset});
+  k.arg(4, table.buffer()).arg(5, cl_long{0});
+  k.arg(6, cl_long{token_stride}).arg(7, cl_int{num_heads}).arg(8, cl_int{head_size});
+  k.arg(9, cl_int{rope_dim}).arg(10, cl_int{table.type() == model::RopeType::kNeox ? 1 : 0});
+  const size_t global[2] = {static_cast<size_t>(rope_dim / 2), static_cast<size_t>(num_tokens)};
+  k.launch(ctx, 2, global);
+}
+
+void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+          int head_size, int rope_dim, model::RopeType type, double base, double freq_scale) {
+  const RopeTable table(ctx, type, rope_dim, base, freq_scale);
+  rope(ctx, x, positions, num_tokens, num_heads, head_size, table);
+}
+
+}  // namespace specdec::ops
