@@ -84,7 +84,8 @@ float silu(float g) { return g / (1.0f + std::exp(-g)); }
 float gelu_tanh(float g) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoef = 0.044715f;
-  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + kCoef * g * g * g)));
+  const float z = kSqrt2OverPi * (g + kCoef * g * g * g);
+  return g / (1.0f + std::exp(-2.0f * z));  // == 0.5 g (1 + tanh z), without its cancellation
 }
 
 void gated_activation(std::span<const float> gate, std::span<const float> up, std::span<float> out,

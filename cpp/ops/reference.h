@@ -28,7 +28,8 @@ void scale(std::span<float> x, float s);
 void softcap(std::span<float> x, float cap);
 
 float silu(float g);       // g / (1 + expf(-g))
-float gelu_tanh(float g);  // 0.5 g (1 + tanhf(sqrt(2/pi) (g + 0.044715 g^3)))
+// 0.5 g (1 + tanh z), z = sqrt(2/pi) (g + 0.044715 g^3), computed as g / (1 + expf(-2 z)).
+float gelu_tanh(float g);
 void gated_activation(std::span<const float> gate, std::span<const float> up, std::span<float> out,
                       int64_t rows, int ff, model::Activation act, int64_t in_row_stride = 0);
 

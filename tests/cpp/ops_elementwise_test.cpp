@@ -1,0 +1,151 @@
+// add, add_bias, scale, softcap and gated_activation against ops::ref over shapes, offsets,
+// fused gate/up rows and in-place output; argument errors.
+// Tolerances: add, add_bias, scale bitwise equal; softcap and gated activations relative 4e-7 /
+// 5e-7 (exp / tanh of two libms, PoCL's vs glibc's; about 80 % of elements are bitwise equal).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <tuple>
+
+#include "common/errors.h"
+#include "ops/elementwise.h"
+#include "ops/reference.h"
+#include "ops_test_util.h"
+
+using namespace specdec;
+using namespace specdec::ops;
+using namespace specdec::ops::testing;
+using model::Activation;
+
+namespace {
+
+class Elementwise : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(Elementwise, AddBiasScaleSoftcap) {
+  const auto [dim, rows] = GetParam();
+  auto& ctx = context();
+  std::mt19937 rng(dim + rows);
+  const size_t n = static_cast<size_t>(dim) * rows;
+  const auto x = random_floats(n, rng, 20.0f), y = random_floats(n, rng), b = random_floats(dim, rng);
+  {
+    std::vector<float> want = x;
+    ref::add(want, y);
+    const ocl::Buffer xb = upload(x), yb = upload(y);
+    add(ctx, xb, yb, static_cast<int64_t>(n));
+    EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
+  }
+  {
+    std::vector<float> want = x;
+    ref::add_bias(want, b, rows, dim);
+    const ocl::Buffer xb = upload(x), bb = upload(b);
+    add_bias(ctx, xb, bb, rows, dim);
+    EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
+  }
+  {
+    std::vector<float> want = x;
+    ref::scale(want, 39.191835f);
+    const ocl::Buffer xb = upload(x);
+    scale(ctx, xb, static_cast<int64_t>(n), 39.191835f);
+    EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
+  }
+  for (float cap : {30.0f, 5.0f}) {
+    std::vector<float> want = x;
+    ref::softcap(want, cap);
+    const ocl::Buffer xb = upload(x);
+    softcap(ctx, xb, static_cast<int64_t>(n), cap);
+    const ErrorStats s = compare(download<float>(xb, n), want);
+    EXPECT_LE(s.max_rel, 4e-7) << "cap " << cap;
+    if (s.exact != s.n) std::printf("softcap %g: %zu of %zu bitwise equal, max rel %.3g\n", cap, s.exact, s.n, s.max_rel);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Elementwise,
+                         ::testing::Combine(::testing::Values(1, 7, 64, 576, 896, 1536, 151936),
+                                            ::testing::Values(1, 5, 16)));
+
+class Gated : public ::testing::TestWithParam<std::tuple<Activation, int, int>> {};
+
+TEST_P(Gated, SeparateFusedAndInPlace) {
+  const auto [act, ff, rows] = GetParam();
+  auto& ctx = context();
+  std::mt19937 rng(ff * 3 + rows);
+  const size_t n = static_cast<size_t>(ff) * rows;
+  const auto gate = random_floats(n, rng, 3.0f), up = random_floats(n, rng);
+  std::vector<float> want(n);
+  ref::gated_activation(gate, up, want, rows, ff, act);
+  {  // separate buffers
+    const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(n));
+    gated_activation(ctx, g, u, o, rows, ff, act);
+    const auto got = download<float>(o, n);
+    const ErrorStats s = compare(got, want);
+    EXPECT_LE(s.max_rel, 5e-7);
+    if (s.exact != s.n) std::printf("gated %s ff %d: %zu of %zu bitwise equal, max rel %.3g\n", model::activation_name(act), ff, s.exact, s.n, s.max_rel);
+  }
+  {  // in place into gate
+    const ocl::Buffer g = upload(gate), u = upload(up);
+    gated_activation(ctx, g, u, g, rows, ff, act);
+    EXPECT_LE(compare(download<float>(g, n), want).max_rel, 5e-7);
+  }
+  {  // fused [rows, 2 * ff] (gate then up), output at an offset
+    std::vector<float> fused(2 * n);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(gate.begin() + r * ff, ff, fused.begin() + 2 * r * ff);
+      std::copy_n(up.begin() + r * ff, ff, fused.begin() + (2 * r + 1) * ff);
+    }
+    const ocl::Buffer f = upload(fused), o = upload(std::vector<float>(n + 3));
+    gated_activation(ctx, Slice(f, 0), Slice(f, ff), Slice(o, 3), rows, ff, act, 2 * ff);
+    EXPECT_LE(compare(download<float>(o, n, 3), want).max_rel, 5e-7);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Gated,
+                         ::testing::Combine(::testing::Values(Activation::kSilu, Activation::kGeluTanh),
+                                            ::testing::Values(1, 7, 64, 2048, 4864, 6912, 8960),
+                                            ::testing::Values(1, 5, 16)));
+
+TEST(Gated, ExtremeGates) {
+  auto& ctx = context();
+  const std::vector<float> gate = {-1e30f, -100.0f, -20.0f, -5.0f, -1e-20f, 0.0f, -0.0f, 1e-20f, 5.0f, 20.0f,
+                                   100.0f, 1e30f, INFINITY, -INFINITY, NAN};
+  const std::vector<float> up(gate.size(), 1.5f);
+  const int ff = static_cast<int>(gate.size());
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    std::vector<float> want(gate.size());
+    ref::gated_activation(gate, up, want, 1, ff, act);
+    const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
+    gated_activation(ctx, g, u, o, 1, ff, act);
+    const auto got = download<float>(o, gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) {
+      if (std::isnan(want[i]) || std::isinf(want[i])) {
+        EXPECT_TRUE(same_bits(got[i], want[i])) << model::activation_name(act) << " gate " << gate[i] << ": " << got[i] << " vs " << want[i];
+      } else {
+        EXPECT_NEAR(got[i], want[i], 5e-7 * std::abs(want[i])) << model::activation_name(act) << " gate " << gate[i];
+      }
+    }
+  }
+}
+
+TEST(Elementwise, BadArgumentsNameTheField) {
+  auto& ctx = context();
+  const ocl::Buffer x = upload(std::vector<float>(64)), b = upload(std::vector<float>(8));
+  auto field_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return e.field();
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(field_of([&] { add(ctx, x, b, 64); }), "add.y");
+  EXPECT_EQ(field_of([&] { add_bias(ctx, x, b, 4, 16); }), "add_bias.bias");
+  EXPECT_EQ(field_of([&] { scale(ctx, Slice(x, 60), 5, 2.0f); }), "scale.x");
+  EXPECT_EQ(field_of([&] { softcap(ctx, x, 64, 0.0f); }), "softcap.cap");
+  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu, 4); }),
+            "gated_activation.in_row_stride");
+  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, Slice(x, 32), b, 2, 8, Activation::kSilu, 32); }),
+            "gated_activation.up");
+  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu); }), "gated_activation.out");
+  EXPECT_EQ(field_of([&] { add(ctx, x, x, 0); }), "(no error)");
+}
+
+}  // namespace
