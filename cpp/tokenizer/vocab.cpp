@@ -242,6 +242,11 @@ void read_special_ids(const MetadataReader& r, Vocab& v) {
     if (*id >= v.size()) *id = kNoToken;
     const std::optional<int64_t> value = r.integer(key);
     if (!value) continue;
+    // -1 stored as int or as u32 (llama2.c conversions such as stories260K): "no such token".
+    if (*value == -1 || *value == 0xFFFFFFFFll) {
+      *id = kNoToken;
+      continue;
+    }
     if (*value < 0 || *value >= v.size()) {
       r.fail(key, str_cat("= ", *value, " is outside the vocabulary [0, ", v.size(), ")"));
     }

@@ -438,3 +438,14 @@ TEST(Unicode, ClassesAndDecoding) {
 }
 
 }  // namespace
+
+// stories260K (a llama2.c conversion) stores "no token" as 0xFFFFFFFF for padding and separator.
+TEST(TokenizerMetadata, Stories260KSentinelIdsMeanNoToken) {
+  const auto tok = Tokenizer::from_file(std::string(SPECDEC_SHARED_DIR) + "/models/stories260K.gguf");
+  EXPECT_EQ(tok.vocab_size(), 512);
+  EXPECT_EQ(tok.bos_id(), 1);
+  const std::vector<int32_t> ids = tok.encode("Once upon a time", true, false);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(tok.decode(ids), "Once upon a time");
+}
