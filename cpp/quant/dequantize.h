@@ -1,0 +1,30 @@
+// Reference (host) dequantizers and quantizers of the supported weight formats.
+//
+// dequantize_row follows ggml's dequantize_row_* exactly (same float operations in the same
+// order), so its output is the value each stored weight stands for. quantize_row is a simple
+// round-to-nearest quantizer (max-abs or min/max scales, no search): it writes valid blocks for
+// test models, not llama.cpp's optimised choices.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "quant/formats.h"
+
+namespace specdec::quant {
+
+// dst[0, n) = the values of the n elements stored at src in `type`'s block layout.
+// n must be a multiple of the block size (ConfigError); UnsupportedError for other types.
+void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n);
+// Writes row_bytes(type, n) bytes at dst encoding src[0, n).
+void quantize_row(GgmlType type, const float* src, uint8_t* dst, int64_t n);
+
+// Whole-tensor helpers: `rows` rows of `cols` elements each.
+std::vector<float> dequantize(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols);
+std::vector<uint8_t> quantize(GgmlType type, const float* src, int64_t rows, int64_t cols);
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes
+// (ggml's get_scale_min_k4).
+void k4_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
+
+}  // namespace specdec::quant

@@ -1,0 +1,51 @@
+#include "quant/device_weight.h"
+
+#include "common/errors.h"
+
+namespace specdec::quant {
+
+int64_t DeviceWeight::source_bytes() const { return layout.rows * row_bytes(layout.type, layout.cols); }
+
+std::vector<uint8_t> DeviceWeight::download(ocl::Context& ctx) const {
+  std::vector<uint8_t> packed(static_cast<size_t>(layout.total_bytes));
+  buffer.read(ctx, packed.data(), packed.size());
+  return unpack(layout, packed.data());
+}
+
+DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
+                           const std::vector<int64_t>& dims, const std::string& name) {
+  const std::string who = name.empty() ? std::string("weight") : name;
+  if (!is_weight_type_supported(type)) {
+    throw UnsupportedError(str_cat(who, ": weight format ", weight_type_name(type),
+                                   " is not supported; supported: ", supported_weight_type_list()));
+  }
+  check_config(!dims.empty() && dims.size() <= 4, who + ".dims", dims.size(), "must have 1 to 4 dims");
+  int64_t rows = 1;
+  for (size_t i = 1; i < dims.size(); ++i) {
+    check_config(dims[i] > 0 && rows <= (int64_t{1} << 40) / dims[i], who + ".dims", dims[i],
+                 "must be positive and the matrix below 2^40 rows");
+    rows *= dims[i];
+  }
+  DeviceLayout layout;
+  try {
+    layout = device_layout(type, rows, dims[0]);
+  } catch (const ConfigError& e) {
+    throw e.with_prefix(who);
+  }
+  const int64_t expected = rows * row_bytes(type, dims[0]);
+  check_config(static_cast<int64_t>(size_bytes) == expected, who + ".size_bytes", size_bytes,
+               str_cat("must be ", expected, " for ", rows, " rows of ", dims[0], " ",
+                       weight_format(type).name, " elements"));
+  check_config(data != nullptr, who + ".data", "null", "must point at the tensor's bytes");
+  const std::vector<uint8_t> packed = repack(layout, data);
+  DeviceWeight w{who, layout, ocl::Buffer(ctx, packed.size(), CL_MEM_READ_ONLY)};
+  w.buffer.write(ctx, packed.data(), packed.size());
+  return w;
+}
+
+DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor) {
+  return upload_weight(ctx, tensor.type, tensor.data, static_cast<size_t>(tensor.size_bytes),
+                       tensor.dims, tensor.name);
+}
+
+}  // namespace specdec::quant

@@ -1,0 +1,37 @@
+// A weight matrix on the device, kept in its block format (repacked into the 16-row interleaved
+// layout of quant/layout.h; never dequantized).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "ocl/context.h"
+#include "quant/layout.h"
+
+namespace specdec::quant {
+
+struct DeviceWeight {
+  std::string name;
+  DeviceLayout layout;  // type, rows (out_features), cols (in_features), planes
+  ocl::Buffer buffer;   // layout.total_bytes
+
+  GgmlType type() const { return layout.type; }
+  int64_t rows() const { return layout.rows; }
+  int64_t cols() const { return layout.cols; }
+  // Bytes of the matrix in its ggml format (what a GGUF file stores).
+  int64_t source_bytes() const;
+  // The matrix read back in ggml's row-major block format (tests, debugging).
+  std::vector<uint8_t> download(ocl::Context& ctx) const;
+};
+
+// Uploads a GGUF tensor: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
+// 1-D tensor is one row). UnsupportedError for unsupported types (naming the tensor),
+// ConfigError for shapes the type cannot hold.
+DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor);
+// The same from raw ggml bytes (`size_bytes` must match the dims exactly).
+DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
+                           const std::vector<int64_t>& dims, const std::string& name = "");
+
+}  // namespace specdec::quant

@@ -1,0 +1,84 @@
+#include "quant/formats.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/errors.h"
+
+namespace specdec::quant {
+namespace {
+
+const WeightFormat kFormats[] = {
+    {GgmlType::kF32, "f32", 1, 4},        {GgmlType::kF16, "f16", 1, 2},
+    {GgmlType::kBF16, "bf16", 1, 2},      {GgmlType::kQ8_0, "q8_0", 32, 34},
+    {GgmlType::kQ4_0, "q4_0", 32, 18},    {GgmlType::kQ4_1, "q4_1", 32, 20},
+    {GgmlType::kQ5_0, "q5_0", 32, 22},    {GgmlType::kQ4_K, "q4_K", 256, 144},
+    {GgmlType::kQ5_K, "q5_K", 256, 176},  {GgmlType::kQ6_K, "q6_K", 256, 210},
+};
+
+const WeightFormat* find_format(GgmlType type) {
+  for (const WeightFormat& f : kFormats) {
+    if (f.type == type) return &f;
+  }
+  return nullptr;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<GgmlType>& supported_weight_types() {
+  static const std::vector<GgmlType> types = [] {
+    std::vector<GgmlType> t;
+    for (const WeightFormat& f : kFormats) t.push_back(f.type);
+    return t;
+  }();
+  return types;
+}
+
+bool is_weight_type_supported(GgmlType type) { return find_format(type) != nullptr; }
+
+std::string supported_weight_type_list() {
+  std::string list;
+  for (const WeightFormat& f : kFormats) list += (list.empty() ? "" : ", ") + std::string(f.name);
+  return list;
+}
+
+std::string weight_type_name(GgmlType type) {
+  if (const WeightFormat* f = find_format(type)) return f->name;
+  const auto id = static_cast<uint32_t>(type);
+  const model::GgmlTypeInfo* info = model::ggml_type_info(id);
+  return str_cat("type ", id, " (", info != nullptr && info->name != nullptr ? info->name : "unknown",
+                 ")");
+}
+
+const WeightFormat& weight_format(GgmlType type) {
+  if (const WeightFormat* f = find_format(type)) return *f;
+  throw UnsupportedError(str_cat("weight format ", weight_type_name(type),
+                                 " is not supported; supported: ", supported_weight_type_list()));
+}
+
+GgmlType parse_weight_type(const std::string& name) {
+  for (const WeightFormat& f : kFormats) {
+    if (lower(f.name) == lower(name)) return f.type;
+  }
+  throw UnsupportedError(str_cat("weight format '", name,
+                                 "' is not supported; supported: ", supported_weight_type_list()));
+}
+
+void check_row_length(GgmlType type, int64_t cols, const std::string& field) {
+  const WeightFormat& f = weight_format(type);
+  check_config(cols > 0 && cols % f.block_size == 0, field, cols,
+               str_cat("must be a positive multiple of ", f.block_size, " for ", f.name));
+}
+
+int64_t row_bytes(GgmlType type, int64_t cols) {
+  check_row_length(type, cols);
+  const WeightFormat& f = weight_format(type);
+  return cols / f.block_size * f.block_bytes;
+}
+
+}  // namespace specdec::quant

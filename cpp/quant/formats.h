@@ -1,0 +1,40 @@
+// Weight formats that specdec runs: ggml's F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
+// Q6_K (block layouts: shared/reference/llamacpp.md §2, docs/quant.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace specdec::quant {
+
+using model::GgmlType;
+
+// Elements per block and bytes per block of a supported type.
+struct WeightFormat {
+  GgmlType type;
+  const char* name;       // ggml's name: "f32", "q4_K", ...
+  int64_t block_size;     // elements per block (1 for F32/F16/BF16)
+  int64_t block_bytes;    // bytes per block
+};
+
+// The supported types, in the order above.
+const std::vector<GgmlType>& supported_weight_types();
+bool is_weight_type_supported(GgmlType type);
+// The format of `type`; UnsupportedError naming the type and listing the supported ones otherwise.
+const WeightFormat& weight_format(GgmlType type);
+// "q4_K"; "type 17 (iq2_xs)" style text for types outside the supported list.
+std::string weight_type_name(GgmlType type);
+// "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_K, q5_K, q6_K".
+std::string supported_weight_type_list();
+// The supported type named `name` (ggml's names, case-insensitive); UnsupportedError otherwise.
+GgmlType parse_weight_type(const std::string& name);
+
+// Bytes of one row of `cols` elements; ConfigError when cols is not a multiple of the block size.
+int64_t row_bytes(GgmlType type, int64_t cols);
+// Throws ConfigError unless `cols` is a positive multiple of the block size of `type`.
+void check_row_length(GgmlType type, int64_t cols, const std::string& field = "cols");
+
+}  // namespace specdec::quant

@@ -1,0 +1,217 @@
+#include "quant/layout.h"
+
+#include <cstring>
+
+#include "common/errors.h"
+#include "quant/dequantize.h"
+
+namespace specdec::quant {
+namespace {
+
+constexpr int R = kRowsPerGroup;
+
+struct PlaneSpec {
+  const char* name;
+  int64_t record_bytes;
+};
+
+// Planes per type; record bytes are for one (group of 16 rows, block).
+std::vector<PlaneSpec> plane_specs(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return {{"w", 4 * R}};
+    case GgmlType::kF16:
+    case GgmlType::kBF16: return {{"w", 2 * R}};
+    case GgmlType::kQ8_0: return {{"qs", 32 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_0: return {{"qs", 16 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_1: return {{"qs", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ5_0: return {{"qs", 16 * R}, {"qh", 4 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_K: return {{"qs", 128 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ5_K: return {{"qs", 128 * R}, {"qh", 32 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ6_K: return {{"ql", 128 * R}, {"qh", 64 * R}, {"sc", 16 * R}, {"d", 2 * R}};
+    default: weight_format(type); return {};  // throws UnsupportedError
+  }
+}
+
+// Q5_0: qh bit e (element e) -> H: byte s, bit c = qh bit 4c + s; bit 4 + c = qh bit 16 + 4c + s.
+uint32_t q5_0_to_h(uint32_t qh) {
+  uint32_t h = 0;
+  for (int s = 0; s < 4; ++s) {
+    for (int c = 0; c < 4; ++c) {
+      h |= ((qh >> (4 * c + s)) & 1u) << (8 * s + c);
+      h |= ((qh >> (16 + 4 * c + s)) & 1u) << (8 * s + 4 + c);
+    }
+  }
+  return h;
+}
+
+uint32_t h_to_q5_0(uint32_t h) {
+  uint32_t qh = 0;
+  for (int s = 0; s < 4; ++s) {
+    for (int c = 0; c < 4; ++c) {
+      qh |= ((h >> (8 * s + c)) & 1u) << (4 * c + s);
+      qh |= ((h >> (8 * s + 4 + c)) & 1u) << (16 + 4 * c + s);
+    }
+  }
+  return qh;
+}
+
+// Packs 8 six-bit scales and mins into ggml's 12 bytes (inverse of k4_scale_min).
+void pack_k4_scales(const uint8_t* sc, const uint8_t* m, uint8_t* q) {
+  std::memset(q, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      q[j] |= sc[j] & 63;
+      q[j + 4] |= m[j] & 63;
+    } else {
+      q[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+      q[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+      q[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+    }
+  }
+}
+
+// Copies `n` bytes in groups of 4: source bytes [4t, 4t + 4) go to record offset (t * R + lane) * 4
+// (the "16 rows x 4 bytes" vector t); `to_record` selects the direction.
+void move4(uint8_t* rec, uint8_t* blk, int n, int lane, bool to_record) {
+  for (int t = 0; t < n / 4; ++t) {
+    uint8_t* r = rec + (t * R + lane) * 4;
+    if (to_record) std::memcpy(r, blk + 4 * t, 4);
+    else std::memcpy(blk + 4 * t, r, 4);
+  }
+}
+
+void move(uint8_t* rec, uint8_t* blk, int n, bool to_record) {
+  if (to_record) std::memcpy(rec, blk, n);
+  else std::memcpy(blk, rec, n);
+}
+
+// Moves one ggml block (row `lane` of its group) to or from its records. `rec[p]` points at the
+// record of plane p. With to_record == false the block is rebuilt from the records.
+void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
+  switch (type) {
+    case GgmlType::kF32: move(rec[0] + 4 * lane, blk, 4, to_record); break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: move(rec[0] + 2 * lane, blk, 2, to_record); break;
+    case GgmlType::kQ8_0:  // qs: 16 vectors of (16 rows x 2 bytes)
+      for (int p = 0; p < 16; ++p) move(rec[0] + (p * R + lane) * 2, blk + 2 + 2 * p, 2, to_record);
+      move(rec[1] + 2 * lane, blk, 2, to_record);
+      break;
+    case GgmlType::kQ4_0:
+      move4(rec[0], blk + 2, 16, lane, to_record);
+      move(rec[1] + 2 * lane, blk, 2, to_record);
+      break;
+    case GgmlType::kQ4_1:
+      move4(rec[0], blk + 4, 16, lane, to_record);
+      move(rec[1] + 2 * lane, blk, 2, to_record);           // d
+      move(rec[1] + 2 * (R + lane), blk + 2, 2, to_record);  // m
+      break;
+    case GgmlType::kQ5_0: {
+      move4(rec[0], blk + 6, 16, lane, to_record);
+      uint32_t v;
+      if (to_record) {
+        std::memcpy(&v, blk + 2, 4);
+        v = q5_0_to_h(v);
+        std::memcpy(rec[1] + 4 * lane, &v, 4);
+      } else {
+        std::memcpy(&v, rec[1] + 4 * lane, 4);
+        v = h_to_q5_0(v);
+        std::memcpy(blk + 2, &v, 4);
+      }
+      move(rec[2] + 2 * lane, blk, 2, to_record);
+      break;
+    }
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      const bool q5 = type == GgmlType::kQ5_K;
+      uint8_t* qs = blk + (q5 ? 48 : 16);
+      move4(rec[0], qs, 128, lane, to_record);
+      if (q5) move4(rec[1], blk + 16, 32, lane, to_record);
+      uint8_t* sc_rec = rec[q5 ? 2 : 1];  // [j][lane] scales, then [j][lane] mins
+      uint8_t* dm_rec = rec[q5 ? 3 : 2];
+      uint8_t sc[8], m[8];
+      if (to_record) {
+        for (int j = 0; j < 8; ++j) {
+          k4_scale_min(j, blk + 4, &sc[j], &m[j]);
+          sc_rec[j * R + lane] = sc[j];
+          sc_rec[(8 + j) * R + lane] = m[j];
+        }
+      } else {
+        for (int j = 0; j < 8; ++j) {
+          sc[j] = sc_rec[j * R + lane];
+          m[j] = sc_rec[(8 + j) * R + lane];
+        }
+        pack_k4_scales(sc, m, blk + 4);
+      }
+      move(dm_rec + 2 * lane, blk, 2, to_record);            // d
+      move(dm_rec + 2 * (R + lane), blk + 2, 2, to_record);  // dmin
+      break;
+    }
+    case GgmlType::kQ6_K:
+      move4(rec[0], blk, 128, lane, to_record);        // ql
+      move4(rec[1], blk + 128, 64, lane, to_record);   // qh
+      for (int s = 0; s < 16; ++s) move(rec[2] + s * R + lane, blk + 192 + s, 1, to_record);
+      move(rec[3] + 2 * lane, blk + 208, 2, to_record);
+      break;
+    default: break;
+  }
+}
+
+void walk(const DeviceLayout& layout, uint8_t* blocks, uint8_t* packed, bool to_record) {
+  const WeightFormat& f = weight_format(layout.type);
+  const int64_t nb = layout.blocks_per_row;
+  std::vector<uint8_t*> rec(layout.planes.size());
+  for (int64_t r = 0; r < layout.rows; ++r) {
+    const int64_t g = r / R;
+    const int lane = static_cast<int>(r % R);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (size_t p = 0; p < rec.size(); ++p) {
+        const Plane& plane = layout.planes[p];
+        rec[p] = packed + plane.offset + (g * nb + b) * plane.record_bytes;
+      }
+      move_block(layout.type, blocks + (r * nb + b) * f.block_bytes, rec.data(), lane, to_record);
+    }
+  }
+}
+
+}  // namespace
+
+const Plane& DeviceLayout::plane(const std::string& name) const {
+  for (const Plane& p : planes) {
+    if (p.name == name) return p;
+  }
+  throw UnsupportedError(str_cat("layout of ", weight_type_name(type), " has no plane '", name, "'"));
+}
+
+DeviceLayout device_layout(GgmlType type, int64_t rows, int64_t cols) {
+  const WeightFormat& f = weight_format(type);
+  check_config(rows > 0, "rows", rows, "must be > 0");
+  check_row_length(type, cols);
+  DeviceLayout layout;
+  layout.type = type;
+  layout.rows = rows;
+  layout.cols = cols;
+  layout.groups = (rows + R - 1) / R;
+  layout.blocks_per_row = cols / f.block_size;
+  int64_t offset = 0;
+  for (const PlaneSpec& spec : plane_specs(type)) {
+    layout.planes.push_back({spec.name, offset, spec.record_bytes});
+    const int64_t bytes = layout.groups * layout.blocks_per_row * spec.record_bytes;
+    offset += (bytes + kPlaneAlignment - 1) / kPlaneAlignment * kPlaneAlignment;
+  }
+  layout.total_bytes = offset;
+  return layout;
+}
+
+std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src) {
+  std::vector<uint8_t> packed(static_cast<size_t>(layout.total_bytes), 0);
+  walk(layout, const_cast<uint8_t*>(src), packed.data(), true);
+  return packed;
+}
+
+std::vector<uint8_t> unpack(const DeviceLayout& layout, const uint8_t* packed) {
+  std::vector<uint8_t> blocks(static_cast<size_t>(layout.rows * row_bytes(layout.type, layout.cols)));
+  walk(layout, blocks.data(), const_cast<uint8_t*>(packed), false);
+  return blocks;
+}
+
+}  // namespace specdec::quant

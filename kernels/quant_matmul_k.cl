@@ -1,0 +1,144 @@
+// y = x . W^T for the 256-element K-quant formats Q4_K, Q5_K, Q6_K (-DWEIGHT_Q4_K, ...), weights
+// in the 16-row interleaved layout of cpp/quant/layout.cpp (6-bit scales unpacked to bytes),
+// activations quantised per 32-block by quant_activation.cl. -DNB: activation rows per work-item.
+// One work-item = one group of 16 output rows x up to NB activation rows.
+//
+// Numerics, per output element, super-blocks in increasing order and inside each:
+//   Q4_K / Q5_K, sub-blocks j = 0..7 (32 elements, activation block j):
+//     acc = fma((float)s_j * (d * sc_j), d_x, acc); acc = fma(dmin * m_j, -(d_x * sum(xq)), acc)
+//   Q6_K, 32-element groups (activation block), each two 16-element sub-blocks a, b:
+//     acc = fma((float)(s_a - 32 * sum_a(xq)) * (d * sc_a), d_x, acc); then the same for b
+// where s = the exact integer dot of the stored unsigned weight integers with the int8 activations.
+#include "quant_common.clh"
+
+#ifndef NB
+#define NB 1
+#endif
+
+inline void store_rows(global float* y, float16 v, int row0, int rows) {
+  if (row0 + 16 <= rows) {
+    vstore16(v, 0, y + row0);
+  } else {
+    float tmp[16];
+    vstore16(v, 0, tmp);
+    for (int r = 0; r < rows - row0; ++r) y[row0 + r] = tmp[r];
+  }
+}
+
+// Bit j of every byte of h, moved to bit 4 (Q5_K's fifth bits); j is a constant after unrolling.
+inline uint16 bit_to_4(uint16 h, int j) {
+  const uint16 m = (uint16)(0x10101010u);
+  return j <= 4 ? (h << (4 - j)) & m : (h >> (j - 4)) & m;
+}
+
+// Bits 2m, 2m + 1 of every byte of h, moved to bits 4, 5 (Q6_K's high bits).
+inline uint16 bits_to_45(uint16 h, int m) {
+  const uint16 mask = (uint16)(0x30303030u);
+  return m == 0 ? (h << 4) & mask : m == 1 ? (h << 2) & mask : m == 2 ? h & mask : (h >> 2) & mask;
+}
+
+kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off2, ulong off3,
+                     global const char* xq,       // [n, cols]
+                     global const act_rec* xrec,  // [n, cols / 32]
+                     global float* y,             // [n, rows]
+                     int rows, int cols, int n) {
+  const int g = get_global_id(0);
+  const int i0 = get_global_id(1) * NB;
+  const int nr = min(NB, n - i0);
+  const int nsb = cols / 256;
+  const int nb = cols / 32;
+  float16 acc[NB];
+  for (int i = 0; i < NB; ++i) acc[i] = 0.0f;
+  for (int sb = 0; sb < nsb; ++sb) {
+    const size_t rec = (size_t)g * nsb + sb;
+#if defined(WEIGHT_Q4_K) || defined(WEIGHT_Q5_K)
+    global const uint16* qs = (global const uint16*)(wbuf + off0) + rec * 32;
+#if defined(WEIGHT_Q5_K)
+    global const uint16* qh = (global const uint16*)(wbuf + off1) + rec * 8;
+    global const uchar* scp = wbuf + off2 + rec * 256;
+    global const half* dmp = (global const half*)(wbuf + off3);
+#else
+    global const uchar* scp = wbuf + off1 + rec * 256;
+    global const half* dmp = (global const half*)(wbuf + off2);
+#endif
+    const float16 d = vload_half16(2 * rec, dmp);
+    const float16 dmin = vload_half16(2 * rec + 1, dmp);
+    for (int c = 0; c < 4; ++c) {
+      uint16 lo[8], hi[8];
+      for (int t = 0; t < 8; ++t) {
+        const uint16 p = qs[c * 8 + t];
+        lo[t] = lo_nibbles(p);
+        hi[t] = hi_nibbles(p);
+#if defined(WEIGHT_Q5_K)
+        const uint16 h = qh[t];
+        lo[t] |= bit_to_4(h, 2 * c);
+        hi[t] |= bit_to_4(h, 2 * c + 1);
+#endif
+      }
+      const float16 dsc0 = convert_float16(vload16(2 * c, scp)) * d;
+      const float16 dsc1 = convert_float16(vload16(2 * c + 1, scp)) * d;
+      const float16 dm0 = convert_float16(vload16(8 + 2 * c, scp)) * dmin;
+      const float16 dm1 = convert_float16(vload16(8 + 2 * c + 1, scp)) * dmin;
+      for (int i = 0; i < nr; ++i) {
+        const size_t row = (size_t)(i0 + i);
+        const act_rec r0 = xrec[row * nb + sb * 8 + 2 * c];
+        const act_rec r1 = xrec[row * nb + sb * 8 + 2 * c + 1];
+        global const int* xp = (global const int*)(xq + row * cols + (size_t)sb * 256 + 64 * c);
+#if defined(WEIGHT_Q5_K)
+        // values <= 31: 4 pair sums of 2 * 31 * 127 fit in 16 bits
+        const int16 s0 = WIDEN(DOT4(lo[0], xp[0]) + DOT4(lo[1], xp[1]) + DOT4(lo[2], xp[2]) + DOT4(lo[3], xp[3])) +
+                         WIDEN(DOT4(lo[4], xp[4]) + DOT4(lo[5], xp[5]) + DOT4(lo[6], xp[6]) + DOT4(lo[7], xp[7]));
+        const int16 s1 = WIDEN(DOT4(hi[0], xp[8]) + DOT4(hi[1], xp[9]) + DOT4(hi[2], xp[10]) + DOT4(hi[3], xp[11])) +
+                         WIDEN(DOT4(hi[4], xp[12]) + DOT4(hi[5], xp[13]) + DOT4(hi[6], xp[14]) + DOT4(hi[7], xp[15]));
+#else
+        // values <= 15: 8 pair sums of 2 * 15 * 127 fit in 16 bits
+        const int16 s0 = WIDEN(DOT4(lo[0], xp[0]) + DOT4(lo[1], xp[1]) + DOT4(lo[2], xp[2]) + DOT4(lo[3], xp[3]) +
+                               DOT4(lo[4], xp[4]) + DOT4(lo[5], xp[5]) + DOT4(lo[6], xp[6]) + DOT4(lo[7], xp[7]));
+        const int16 s1 = WIDEN(DOT4(hi[0], xp[8]) + DOT4(hi[1], xp[9]) + DOT4(hi[2], xp[10]) + DOT4(hi[3], xp[11]) +
+                               DOT4(hi[4], xp[12]) + DOT4(hi[5], xp[13]) + DOT4(hi[6], xp[14]) + DOT4(hi[7], xp[15]));
+#endif
+        float16 a = acc[i];
+        a = fma(convert_float16(s0) * dsc0, (float16)(r0.s0), a);
+        a = fma(dm0, (float16)(-r0.s1), a);
+        a = fma(convert_float16(s1) * dsc1, (float16)(r1.s0), a);
+        a = fma(dm1, (float16)(-r1.s1), a);
+        acc[i] = a;
+      }
+    }
+#elif defined(WEIGHT_Q6_K)
+    global const uint16* ql = (global const uint16*)(wbuf + off0) + rec * 32;
+    global const uint16* qh = (global const uint16*)(wbuf + off1) + rec * 16;
+    global const char* scp = (global const char*)(wbuf + off2) + rec * 256;
+    const float16 d = vload_half16(rec, (global const half*)(wbuf + off3));
+    for (int h = 0; h < 2; ++h) {
+      for (int m = 0; m < 4; ++m) {
+        uint16 e[8];
+        for (int t = 0; t < 8; ++t) {
+          const uint16 q = ql[16 * h + 8 * (m & 1) + t];
+          e[t] = (m < 2 ? lo_nibbles(q) : hi_nibbles(q)) | bits_to_45(qh[8 * h + t], m);
+        }
+        const float16 dsa = convert_float16(vload16(8 * h + 2 * m, scp)) * d;
+        const float16 dsb = convert_float16(vload16(8 * h + 2 * m + 1, scp)) * d;
+        for (int i = 0; i < nr; ++i) {
+          const size_t row = (size_t)(i0 + i);
+          const act_rec r = xrec[row * nb + sb * 8 + 4 * h + m];
+          global const int* xp =
+              (global const int*)(xq + row * cols + (size_t)sb * 256 + 128 * h + 32 * m);
+          // values <= 63: 2 pair sums of 2 * 63 * 127 fit in 16 bits
+          const int16 sa = WIDEN(DOT4(e[0], xp[0]) + DOT4(e[1], xp[1])) +
+                           WIDEN(DOT4(e[2], xp[2]) + DOT4(e[3], xp[3])) - 32 * as_int(r.s2);
+          const int16 sb2 = WIDEN(DOT4(e[4], xp[4]) + DOT4(e[5], xp[5])) +
+                            WIDEN(DOT4(e[6], xp[6]) + DOT4(e[7], xp[7])) - 32 * as_int(r.s3);
+          float16 a = acc[i];
+          a = fma(convert_float16(sa) * dsa, (float16)(r.s0), a);
+          a = fma(convert_float16(sb2) * dsb, (float16)(r.s0), a);
+          acc[i] = a;
+        }
+      }
+    }
+#else
+#error "define WEIGHT_Q4_K, WEIGHT_Q5_K or WEIGHT_Q6_K"
+#endif
+  }
+  for (int i = 0; i < nr; ++i) store_rows(y + (size_t)(i0 + i) * rows, acc[i], g * 16, rows);
+}

@@ -1,0 +1,105 @@
+// y = x . W^T for the 32-element block formats Q4_0, Q4_1, Q5_0, Q8_0 (-DWEIGHT_Q4_0, ...), weights
+// in the 16-row interleaved layout of cpp/quant/layout.cpp, activations quantised per 32-block by
+// quant_activation.cl. -DNB: activation rows per work-item (the host picks NB >= n, or chunks).
+// One work-item = one group of 16 output rows x up to NB activation rows: every weight block is
+// loaded and decoded once, then used for all of them.
+//
+// Numerics, per output element and block b in increasing order (identical for every n):
+//   s = exact integer dot of the block's weight integers with the activation's int8 values
+//   Q4_0 / Q5_0 / Q8_0: acc = fma((float)(s - off * sum(xq)) * d_w, d_x, acc)  (off 8 / 16 / 0)
+//   Q4_1:               acc = fma((float)s * d_w, d_x, acc); acc = fma(m_w, d_x * sum(xq), acc)
+#include "quant_common.clh"
+
+#ifndef NB
+#define NB 1
+#endif
+
+inline void store_rows(global float* y, float16 v, int row0, int rows) {
+  if (row0 + 16 <= rows) {
+    vstore16(v, 0, y + row0);
+  } else {
+    float tmp[16];
+    vstore16(v, 0, tmp);
+    for (int r = 0; r < rows - row0; ++r) y[row0 + r] = tmp[r];
+  }
+}
+
+kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off2,
+                     global const char* xq,       // [n, cols]
+                     global const short* xq16,    // [n, cols]
+                     global const act_rec* xrec,  // [n, cols / 32]
+                     global float* y,             // [n, rows]
+                     int rows, int cols, int n) {
+  const int g = get_global_id(0);
+  const int i0 = get_global_id(1) * NB;
+  const int nr = min(NB, n - i0);
+  const int nb = cols / 32;
+  float16 acc[NB];
+  for (int i = 0; i < NB; ++i) acc[i] = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const size_t rec = (size_t)g * nb + b;
+#if defined(WEIGHT_Q8_0)
+    global const ushort16* qs = (global const ushort16*)(wbuf + off0) + rec * 16;
+    ushort16 w[16];
+    for (int p = 0; p < 16; ++p) w[p] = qs[p];
+    const float16 d = vload_half16(rec, (global const half*)(wbuf + off1));
+#else
+    global const uint16* qs = (global const uint16*)(wbuf + off0) + rec * 4;
+    const uint16 p0 = qs[0], p1 = qs[1], p2 = qs[2], p3 = qs[3];
+    uint16 l0 = lo_nibbles(p0), l1 = lo_nibbles(p1), l2 = lo_nibbles(p2), l3 = lo_nibbles(p3);
+    uint16 h0 = hi_nibbles(p0), h1 = hi_nibbles(p1), h2 = hi_nibbles(p2), h3 = hi_nibbles(p3);
+#if defined(WEIGHT_Q4_0)
+    const float16 d = vload_half16(rec, (global const half*)(wbuf + off1));
+#elif defined(WEIGHT_Q4_1)
+    const float16 d = vload_half16(2 * rec, (global const half*)(wbuf + off1));
+    const float16 m = vload_half16(2 * rec + 1, (global const half*)(wbuf + off1));
+#elif defined(WEIGHT_Q5_0)
+    // H: byte s, bit c = fifth bit of element 4c + s; bit 4 + c = that of element 16 + 4c + s.
+    const uint16 hb = ((global const uint16*)(wbuf + off1))[rec];
+    const uint16 m5 = (uint16)(0x10101010u);
+    l0 |= (hb << 4) & m5;
+    l1 |= (hb << 3) & m5;
+    l2 |= (hb << 2) & m5;
+    l3 |= (hb << 1) & m5;
+    h0 |= hb & m5;
+    h1 |= (hb >> 1) & m5;
+    h2 |= (hb >> 2) & m5;
+    h3 |= (hb >> 3) & m5;
+    const float16 d = vload_half16(rec, (global const half*)(wbuf + off2));
+#else
+#error "define WEIGHT_Q4_0, WEIGHT_Q4_1, WEIGHT_Q5_0 or WEIGHT_Q8_0"
+#endif
+#endif
+    for (int i = 0; i < nr; ++i) {
+      const size_t row = (size_t)(i0 + i);
+      const act_rec r = xrec[row * nb + b];
+#if defined(WEIGHT_Q8_0)
+      global const int* xp = (global const int*)(xq16 + row * cols + (size_t)b * 32);
+      int16 s = DOT2_S8(w[0], xp[0]);
+      for (int p = 1; p < 16; ++p) s += DOT2_S8(w[p], xp[p]);
+      acc[i] = fma(convert_float16(s) * d, (float16)(r.s0), acc[i]);
+#else
+      global const int* xp = (global const int*)(xq + row * cols + (size_t)b * 32);
+#if defined(WEIGHT_Q5_0)
+      // values <= 31: 4 pair sums of 2 * 31 * 127 fit in 16 bits
+      const int16 s = WIDEN(DOT4(l0, xp[0]) + DOT4(l1, xp[1]) + DOT4(l2, xp[2]) + DOT4(l3, xp[3])) +
+                      WIDEN(DOT4(h0, xp[4]) + DOT4(h1, xp[5]) + DOT4(h2, xp[6]) + DOT4(h3, xp[7])) -
+                      16 * act_sum(r);
+#else
+      // values <= 15: 8 pair sums of 2 * 15 * 127 fit in 16 bits
+      const int16 s = WIDEN(DOT4(l0, xp[0]) + DOT4(l1, xp[1]) + DOT4(l2, xp[2]) + DOT4(l3, xp[3]) +
+                            DOT4(h0, xp[4]) + DOT4(h1, xp[5]) + DOT4(h2, xp[6]) + DOT4(h3, xp[7]))
+#if defined(WEIGHT_Q4_0)
+                      - 8 * act_sum(r)
+#endif
+          ;
+#endif
+      acc[i] = fma(convert_float16(s) * d, (float16)(r.s0), acc[i]);
+#if defined(WEIGHT_Q4_1)
+      acc[i] = fma(m, (float16)(r.s1), acc[i]);
+#endif
+#endif
+    }
+  }
+  for (int i = 0; i < nr; ++i) store_rows(y + (size_t)(i0 + i) * rows, acc[i], g * 16, rows);
+}

@@ -1,0 +1,162 @@
+// Device matmul (kernels/quant_matmul_*.cl) against matmul_reference over formats x shapes x
+// batch sizes, the portable and AVX-512 BW integer paths against each other, and input checks.
+//
+// Tolerances (y = x . W^T, Gaussian x and W):
+//  - against Numerics::kDevice (the kernels' own arithmetic, emulated on the host): max |diff|
+//    <= 1e-6 * s. PoCL rounds as IEEE 754, so in practice the results are bitwise equal;
+//    the bound leaves room for devices whose division or fma rounds differently.
+//  - against Numerics::kExact (double over the dequantized weights): rms(diff) <= 1e-5 * s for
+//    F32 / F16 / BF16 weights (f32 activations, float accumulation); <= 2e-2 * s for the block
+//    formats, whose activations are quantised to int8 per 32-block (about 0.6 % rms error per
+//    element), where s = sqrt(mean sum_k (w_ik x_jk)^2) is the typical size of an output.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "quant/reference.h"
+#include "quant_test_util.h"
+
+using namespace specdec;
+using namespace specdec::quant;
+using namespace specdec::quant::testing;
+
+namespace {
+
+// The typical size of an output element: sqrt(mean over (i, j) of sum_k (w_ik x_jk)^2), the
+// spread of a sum of independent products, so that tolerances do not depend on cancellation.
+double product_scale(GgmlType type, const std::vector<uint8_t>& wq, int64_t rows, int64_t cols,
+                     const std::vector<float>& x, int64_t n) {
+  const std::vector<float> w = dequantize(type, wq.data(), rows, cols);
+  double s = 0.0;
+  for (int64_t k = 0; k < cols; ++k) {
+    double w2 = 0.0, x2 = 0.0;
+    for (int64_t i = 0; i < rows; ++i) w2 += static_cast<double>(w[i * cols + k]) * w[i * cols + k];
+    for (int64_t j = 0; j < n; ++j) x2 += static_cast<double>(x[j * cols + k]) * x[j * cols + k];
+    s += w2 / rows * x2 / n;
+  }
+  return std::sqrt(s);
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+bool is_float(GgmlType t) { return weight_format(t).block_size == 1; }
+
+// Cols for a format: the shape's cols rounded to the format's block size (float formats keep
+// odd lengths to test the k tail).
+int64_t cols_for(GgmlType t, int64_t cols) {
+  const int64_t bs = weight_format(t).block_size;
+  return bs == 1 ? cols : std::max<int64_t>(bs, cols / bs * bs);
+}
+
+void check_against_reference(GgmlType type, int64_t rows, int64_t cols, const std::vector<int64_t>& ns,
+                             uint32_t seed) {
+  const std::vector<uint8_t> wq = random_weights(type, rows, cols, seed);
+  const DeviceWeight w = upload(type, wq, rows, cols);
+  for (int64_t n : ns) {
+    SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " " << rows << "x" << cols << " n=" << n);
+    const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), seed + static_cast<uint32_t>(n));
+    const std::vector<float> y = device_matmul(w, x, n);
+    const std::vector<float> dev = matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kDevice);
+    const std::vector<float> exact = matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kExact);
+    const double scale = product_scale(type, wq, rows, cols, x, n);
+    ASSERT_GT(scale, 0.0);
+    double max_dev = 0.0, err2 = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      max_dev = std::max(max_dev, static_cast<double>(std::fabs(y[i] - dev[i])));
+      err2 += static_cast<double>(y[i] - exact[i]) * (y[i] - exact[i]);
+    }
+    EXPECT_LE(max_dev, 1e-6 * scale) << bit_differences(y, dev) << " of " << y.size() << " differ in bits";
+    if (std::getenv("SPECDEC_QUANT_TEST_VERBOSE") != nullptr) {
+      std::printf("%s %lldx%lld n=%lld: %lld of %zu differ in bits from kDevice\n", weight_type_name(type).c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
+                  static_cast<long long>(bit_differences(y, dev)), y.size());
+    }
+    EXPECT_LE(std::sqrt(err2 / y.size()), (is_float(type) ? 1e-5 : 2e-2) * scale);
+  }
+}
+
+class QuantMatmul : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(QuantMatmul, SmallShapesAllBatchSizes) {
+  const GgmlType t = GetParam();
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 8, 16, 17, 64};
+  check_against_reference(t, 1, cols_for(t, 256), ns, 1);
+  check_against_reference(t, 37, cols_for(t, 512), ns, 2);    // rows not a multiple of 16
+  check_against_reference(t, 48, cols_for(t, 172), ns, 3);    // stories260K's ffn length
+  check_against_reference(t, 130, cols_for(t, 1024), {1, 4, 17, 70}, 4);  // n > 64: two chunks
+}
+
+TEST_P(QuantMatmul, RealShapes) {
+  const GgmlType t = GetParam();
+  check_against_reference(t, 896, cols_for(t, 4864), {1, 5}, 5);   // Qwen2.5-0.5B ffn_down
+  check_against_reference(t, 1536, cols_for(t, 8960), {1, 3}, 6);  // Qwen2.5-1.5B ffn_down
+  check_against_reference(t, 8960, cols_for(t, 1536), {1, 17}, 7);  // Qwen2.5-1.5B ffn_up
+}
+
+TEST_P(QuantMatmul, BatchInvariantBitwise) {
+  // Row i of y is bitwise the same alone, in batches of every size and at every position.
+  const GgmlType t = GetParam();
+  const int64_t rows = 100, cols = cols_for(t, 768), total = 70;
+  const std::vector<uint8_t> wq = random_weights(t, rows, cols, 9);
+  const DeviceWeight w = upload(t, wq, rows, cols);
+  const std::vector<float> x = gaussian(static_cast<size_t>(total * cols), 10);
+  const std::vector<float> all = device_matmul(w, x, total);
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 16, 17, 64}) {
+    for (int64_t first : {int64_t{0}, int64_t{1}, total - n}) {
+      const std::vector<float> part = device_matmul(w, row_slice(x, cols, first, n), n);
+      EXPECT_EQ(bit_differences(part, row_slice(all, rows, first, n)), 0)
+          << weight_type_name(t) << " n=" << n << " first=" << first;
+    }
+  }
+}
+
+TEST_P(QuantMatmul, PortableAndAvx512PathsAgreeBitwise) {
+  const GgmlType t = GetParam();
+  if (is_float(t) || !device_has_avx512bw(*context())) GTEST_SKIP() << "one integer path only";
+  const int64_t rows = 67, cols = cols_for(t, 1024), n = 6;
+  const std::vector<uint8_t> wq = random_weights(t, rows, cols, 12);
+  const DeviceWeight w = upload(t, wq, rows, cols);
+  const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 13);
+  const std::vector<float> fast = device_matmul(w, x, n);
+  setenv("SPECDEC_QUANT_ISA", "portable", 1);
+  const std::vector<float> portable = device_matmul(w, x, n);
+  unsetenv("SPECDEC_QUANT_ISA");
+  EXPECT_EQ(bit_differences(fast, portable), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul, ::testing::ValuesIn(supported_weight_types()),
+                         [](const auto& info) { return std::string(weight_format(info.param).name); });
+
+TEST(QuantMatmulChecks, BadBuffersAndShapes) {
+  ocl::Context& ctx = *context();
+  const std::vector<uint8_t> wq = random_weights(GgmlType::kQ4_0, 32, 64, 1);
+  const DeviceWeight w = upload(GgmlType::kQ4_0, wq, 32, 64);
+  ocl::Buffer x(ctx, 64 * 4), y(ctx, 32 * 4);
+  EXPECT_THROW(matmul(ctx, w, x, 2, y), ConfigError);   // x too small for n = 2
+  EXPECT_THROW(matmul(ctx, w, x, -1, y), ConfigError);
+  EXPECT_NO_THROW(matmul(ctx, w, x, 0, y));
+  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}), ConfigError);
+  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
+  try {
+    upload_weight(ctx, GgmlType::kIQ4_NL, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
+    FAIL();
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(QuantMatmulChecks, DownloadGivesTheUploadedBlocks) {
+  for (GgmlType t : supported_weight_types()) {
+    const int64_t cols = cols_for(t, 512);
+    const std::vector<uint8_t> wq = random_weights(t, 19, cols, 4);
+    EXPECT_EQ(upload(t, wq, 19, cols).download(*context()), wq) << weight_type_name(t);
+  }
+}
+
+}  // namespace
