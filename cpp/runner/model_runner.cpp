@@ -1,0 +1,306 @@
+#include "runner/model_runner.h"
+
+#include <cmath>
+
+#include "attention/registry.h"
+#include "common/errors.h"
+#include "kv/cache_ops.h"
+#include "kv/planner.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/rows.h"
+#include "quant/matmul.h"
+
+namespace specdec::runner {
+
+// Device buffers of one step, sized for max_num_batched_tokens tokens.
+struct ModelRunner::Scratch {
+  Scratch(ocl::Context& ctx, const model::ModelConfig& c, int64_t t, int64_t max_logits) {
+    auto f32 = [&](int64_t n) { return ocl::Buffer(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
+    const int64_t q = int64_t{c.num_q_heads} * c.head_size, kv = int64_t{c.num_kv_heads} * c.head_size;
+    const int64_t v = int64_t{c.num_kv_heads} * c.head_size_v, o = int64_t{c.num_q_heads} * c.head_size_v;
+    x = f32(t * c.hidden_size);
+    h = f32(t * c.hidden_size);
+    proj = f32(t * c.hidden_size);
+    qb = f32(t * q);
+    kb = f32(t * kv);
+    vb = f32(t * v);
+    attn = f32(t * o);
+    gate = f32(t * c.intermediate_size);
+    up = f32(t * c.intermediate_size);
+    ids = f32(t);
+    positions = f32(t);
+    rows = f32(max_logits);
+    xs = f32(max_logits * c.hidden_size);
+    logits = f32(max_logits * c.vocab_size);
+  }
+  ocl::Buffer x, h, proj, qb, kb, vb, attn, gate, up, ids, positions, rows, xs, logits;
+  quant::QuantizedActivations xq;
+  std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
+  std::vector<int> layer_rope;              // table index per layer, -1: NoPE
+};
+
+namespace {
+
+std::vector<attn::LayerAttentionInfo> layer_infos(const model::ModelConfig& c) {
+  std::vector<attn::LayerAttentionInfo> out;
+  for (int il = 0; il < c.num_layers; ++il) {
+    attn::LayerAttentionInfo info;
+    info.layer_name = str_cat("layers.", il);
+    info.num_q_heads = c.num_q_heads;
+    info.use_softcap = c.attn_logit_softcap > 0;
+    out.push_back(info);
+  }
+  return out;
+}
+
+kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
+  check_config(o.max_num_batched_tokens >= 1, "max_num_batched_tokens", o.max_num_batched_tokens, ">= 1");
+  check_config(o.max_num_logits >= 1, "max_num_logits", o.max_num_logits, ">= 1");
+  check_config(o.max_model_len >= 0, "max_model_len", o.max_model_len, ">= 0 (0: the model's)");
+  check_config(o.max_model_len <= c.context_length, "max_model_len", o.max_model_len,
+               str_cat("at most the model's context length ", c.context_length));
+  const auto layers = c.layer_kv_specs(o.block_size, o.kv_cache_dtype);
+  kv::PlannerOptions po;
+  po.max_num_batched_tokens = o.max_num_batched_tokens;
+  po.model_name = c.name;
+  int64_t len = o.max_model_len;
+  if (len == 0) {
+    len = kv::max_model_len_for_budget(layers, o.kv_cache_memory_bytes, c.context_length, po);
+    check_config(len > 0, "kv_cache_memory_bytes", o.kv_cache_memory_bytes,
+                 "too small to hold one request of even one block");
+  }
+  return kv::plan_kv_cache(layers, o.kv_cache_memory_bytes, len, po);
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
+                         const RunnerOptions& options, const LoadProgress& progress)
+    : ctx_(std::move(ctx)), options_(options), file_(model::GgufFile::open(path)),
+      config_(model::config_from_gguf(file_)) {
+  const auto& c = config_;
+  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "linear") {
+    throw UnsupportedError(str_cat("rope scaling '", c.rope_scaling_type, "' is not supported yet "
+                                   "(supported: none, linear)"));
+  }
+  weights_ = load_weights(*ctx_, file_, c, progress);
+  kv_config_ = plan(c, options_);
+  setup_ = attn::initialize_attention(kv_config_, layer_infos(c), options_.attention_backend,
+                                      ctx_->device().type);
+  cache_ = std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts);
+  manager_ = std::make_unique<kv::KvCacheManager>(kv_config_);
+  scratch_ = std::make_unique<Scratch>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
+  // RoPE tables: linear scaling applies to global layers only when local layers have their own
+  // base (Gemma 3), else to every layer.
+  std::vector<std::pair<double, double>> keys;
+  for (const auto& l : c.layers) {
+    if (!l.use_rope || c.rope_type == model::RopeType::kNone) {
+      scratch_->layer_rope.push_back(-1);
+      continue;
+    }
+    const bool local = c.rope_base_local > 0 && l.attention != model::LayerAttention::kFull;
+    const double scale = c.rope_scaling_type == "linear" && !local ? 1.0 / c.rope_scaling_factor : 1.0;
+    const std::pair<double, double> key{l.rope_base, scale};
+    size_t i = 0;
+    while (i < keys.size() && keys[i] != key) ++i;
+    if (i == keys.size()) {
+      keys.push_back(key);
+      scratch_->rope_tables.emplace_back(*ctx_, c.rope_type, c.rope_dim, key.first, key.second);
+    }
+    scratch_->layer_rope.push_back(static_cast<int>(i));
+  }
+}
+
+ModelRunner::~ModelRunner() = default;
+
+void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const {
+  int64_t tokens = 0, logits = 0;
+  for (const auto& r : requests) {
+    const std::string f = "request " + r.request_id;
+    check_config(!r.tokens.empty(), f + ".tokens", 0, "at least one new token");
+    const auto it = lengths_.find(r.request_id);
+    const int64_t have = it == lengths_.end() ? 0 : it->second;
+    check_config(r.num_computed_tokens == have, f + ".num_computed_tokens", r.num_computed_tokens,
+                 str_cat("the tokens in the cache: ", have));
+    check_config(r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()) <= max_model_len(),
+                 f + ".tokens", r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()),
+                 str_cat("total length at most max_model_len = ", max_model_len()));
+    check_config(r.num_logits >= 0 && r.num_logits <= static_cast<int>(r.tokens.size()),
+                 f + ".num_logits", r.num_logits, "in [0, number of new tokens]");
+    for (int32_t id : r.tokens) {
+      check_config(id >= 0 && id < config_.vocab_size, f + ".token", id,
+                   str_cat("a token id in [0, ", config_.vocab_size, ")"));
+    }
+    for (const auto& other : requests) {
+      check_config(&other == &r || other.request_id != r.request_id, "request_id", r.request_id,
+                   "unique within a step");
+    }
+    tokens += static_cast<int64_t>(r.tokens.size());
+    logits += r.num_logits;
+  }
+  check_config(tokens <= options_.max_num_batched_tokens, "tokens in the step", tokens,
+               str_cat("at most max_num_batched_tokens = ", options_.max_num_batched_tokens));
+  check_config(logits <= options_.max_num_logits, "logit rows in the step", logits,
+               str_cat("at most max_num_logits = ", options_.max_num_logits));
+}
+
+void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t t) {
+  const auto& c = config_;
+  const LayerWeights& w = weights_.layers[il];
+  const model::LayerConfig& lc = c.layers[il];
+  Scratch& s = *scratch_;
+  ocl::Context& ctx = *ctx_;
+  const int d = c.hidden_size;
+  const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
+  const std::string name = str_cat("layers.", il);
+  const bool owns_kv = lc.kv_sharing_target < 0;
+
+  ops::rms_norm(ctx, s.x, w.attn_norm, s.h, t, d, eps, off);
+  quant::quantize_activations(ctx, s.h, t, d, s.xq);
+  quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
+  if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, static_cast<int>(w.wq.rows()));
+  if (owns_kv) {
+    quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
+    if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, static_cast<int>(w.wk.rows()));
+    if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, static_cast<int>(w.wv.rows()));
+  }
+  if (c.qk_norm) {
+    ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
+    if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
+  }
+  if (s.layer_rope[il] >= 0) {
+    const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
+    ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
+    if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
+  }
+  const int ag = setup_.layer_to_attention_group.at(name);
+  const attn::AttentionGroup& group = setup_.attention_groups[ag];
+  const kv::LayerKvView& view = cache_->view(name);
+  const ocl::Buffer& tensor = cache_->tensor_of(name);
+  if (owns_kv) {
+    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md[ag].slot_mapping, static_cast<int>(t));
+    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md[ag].slot_mapping, static_cast<int>(t));
+  }
+  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
+                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
+  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, c.num_q_heads, scale);
+  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
+  group.backend->forward(ctx, md[ag], params, view, tensor, s.qb, s.attn);
+
+  matmul(ctx, w.wo, s.attn, t, s.proj);
+  if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, d);
+  if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
+  ops::add(ctx, s.x, s.proj, t * d);
+
+  ops::rms_norm(ctx, s.x, w.ffn_norm, s.h, t, d, eps, off);
+  quant::quantize_activations(ctx, s.h, t, d, s.xq);
+  quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
+  quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
+  ops::gated_activation(ctx, s.gate, s.up, s.gate, t, c.intermediate_size, c.activation);
+  quant::matmul(ctx, w.down, s.gate, t, s.proj);
+  if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
+  ops::add(ctx, s.x, s.proj, t * d);
+}
+
+StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers) {
+  check_requests(requests);
+  for (int l : hidden_layers) {
+    check_config(l >= -1 && l < config_.num_layers, "hidden_layers", l,
+                 str_cat("layer indices in [0, ", config_.num_layers, ") or -1 (after the final norm)"));
+  }
+  // Allocate every request's slots; on a shortage undo this step's allocations.
+  std::vector<attn::ScheduledRequest> sched;
+  for (const auto& r : requests) {
+    const kv::AllocationResult a = manager_->allocate_slots(
+        r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size()));
+    if (!a.ok) {
+      for (const auto& done : sched) {
+        if (done.num_computed_tokens == 0) manager_->free(done.request_id);
+        else manager_->truncate(done.request_id, done.num_computed_tokens);
+      }
+      if (r.num_computed_tokens == 0 && manager_->has_request(r.request_id)) manager_->free(r.request_id);
+      throw ConfigError("kv_cache", a.to_string(), "a step whose new tokens fit the free KV blocks "
+                        "(finish or preempt requests, or give a larger kv_cache_memory_bytes)");
+    }
+    sched.push_back({r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size())});
+  }
+  std::vector<int32_t> ids, positions, rows;
+  StepOutput out;
+  out.vocab_size = config_.vocab_size;
+  out.logits_start.push_back(0);
+  for (const auto& r : requests) {
+    const int64_t base = static_cast<int64_t>(ids.size());
+    for (size_t j = 0; j < r.tokens.size(); ++j) {
+      ids.push_back(r.tokens[j]);
+      positions.push_back(static_cast<int32_t>(r.num_computed_tokens + static_cast<int64_t>(j)));
+    }
+    for (int j = static_cast<int>(r.tokens.size()) - r.num_logits; j < static_cast<int>(r.tokens.size()); ++j) {
+      rows.push_back(static_cast<int32_t>(base + j));
+    }
+    out.logits_start.push_back(static_cast<int64_t>(rows.size()));
+  }
+  const int64_t t = static_cast<int64_t>(ids.size());
+  Scratch& s = *scratch_;
+  ocl::Context& ctx = *ctx_;
+  const int d = config_.hidden_size;
+  s.ids.write(ctx, ids.data(), ids.size() * 4);
+  s.positions.write(ctx, positions.data(), positions.size() * 4);
+  const std::vector<attn::AttentionMetadata> md = attn::build_step_metadata(ctx, setup_, *manager_, sched);
+  quant::embedding_lookup(ctx, weights_.token_embd, s.ids, t, s.x, static_cast<float>(config_.embedding_scale));
+  auto capture = [&](int layer) {
+    for (int l : hidden_layers) {
+      if (l != layer) continue;
+      std::vector<float> h(static_cast<size_t>(t * d));
+      s.x.read(ctx, h.data(), h.size() * 4);
+      out.hidden[layer] = std::move(h);
+    }
+  };
+  for (int il = 0; il < config_.num_layers; ++il) {
+    run_layer(il, md, t);
+    capture(il);
+  }
+  const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
+  const int64_t m = static_cast<int64_t>(rows.size());
+  if (m > 0 || !hidden_layers.empty()) {
+    ops::rms_norm(ctx, s.x, weights_.output_norm, s.x, t, d, eps, off);
+    capture(-1);
+  }
+  if (m > 0) {
+    s.rows.write(ctx, rows.data(), rows.size() * 4);
+    ops::gather_rows(ctx, s.x, s.rows, s.xs, t, m, d);
+    quant::matmul(ctx, weights_.lm_head(), s.xs, m, s.logits);
+    if (config_.final_logit_softcap > 0) {
+      ops::softcap(ctx, s.logits, m * config_.vocab_size, static_cast<float>(config_.final_logit_softcap));
+    }
+    out.logits.resize(static_cast<size_t>(m * config_.vocab_size));
+    s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+  }
+  for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+  return out;
+}
+
+void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
+  check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
+  check_config(num_tokens >= 0 && num_tokens <= lengths_[request_id], "num_tokens", num_tokens,
+               str_cat("in [0, ", lengths_[request_id], "] (the tokens in the cache)"));
+  manager_->truncate(request_id, num_tokens);
+  lengths_[request_id] = num_tokens;
+}
+
+void ModelRunner::free(const std::string& request_id) {
+  check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
+  manager_->free(request_id);
+  lengths_.erase(request_id);
+}
+
+bool ModelRunner::has_request(const std::string& request_id) const { return lengths_.contains(request_id); }
+
+int64_t ModelRunner::num_cached_tokens(const std::string& request_id) const {
+  const auto it = lengths_.find(request_id);
+  return it == lengths_.end() ? 0 : it->second;
+}
+
+}  // namespace specdec::runner

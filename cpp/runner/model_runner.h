@@ -1,0 +1,102 @@
+// ModelRunner: one forward pass over a ragged batch of requests (prefill chunks and decodes
+// together) on OpenCL, through the per-group KV cache, block tables and attention groups.
+//
+// Per step: every request's slots are allocated in each KV-cache group, the metadata of each
+// attention group is built once, and every layer writes its new K/V through its group's slot
+// mapping and attends with its own backend. Logits are computed only for the rows asked for.
+// All kernels on the decode / verify path are batch invariant: a token's logits are bitwise the
+// same alone, among k+1 tokens of its request, or inside a batch of other requests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/groups.h"
+#include "common/dtype.h"
+#include "kv/allocator.h"
+#include "kv/blocks.h"
+#include "kv/config.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "ocl/context.h"
+#include "runner/model_weights.h"
+
+namespace specdec::runner {
+
+struct RunnerOptions {
+  std::string attention_backend;           // "" / "auto" or a backend name
+  int64_t max_model_len = 0;               // 0: the context length, capped to what the budget holds
+  int64_t kv_cache_memory_bytes = 1ll << 30;
+  int block_size = 16;
+  DType kv_cache_dtype = DType::kF16;
+  int64_t max_num_batched_tokens = 512;    // most tokens of one step (all requests)
+  int64_t max_num_logits = 128;            // most logit rows of one step
+};
+
+// One request's share of a step.
+struct StepRequest {
+  std::string request_id;
+  std::vector<int32_t> tokens;      // the new tokens, at positions num_computed_tokens, ...
+  int64_t num_computed_tokens = 0;  // tokens already in the cache
+  int num_logits = 1;               // logits for the last num_logits new tokens (0: none)
+};
+
+struct StepOutput {
+  int64_t vocab_size = 0;
+  std::vector<float> logits;         // [sum of num_logits, vocab_size], requests in order
+  std::vector<int64_t> logits_start; // [num_requests + 1] first row of each request
+  // hidden[layer] = [num_tokens, hidden_size]: the residual stream after that layer (-1: after
+  // the final norm), for the layers asked for.
+  std::map<int, std::vector<float>> hidden;
+};
+
+class ModelRunner {
+ public:
+  // Loads the GGUF model at `path` onto ctx's device, plans and allocates its KV cache and
+  // chooses attention backends. progress(bytes done, bytes total) during the weight upload.
+  ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
+              const RunnerOptions& options = {}, const LoadProgress& progress = {});
+  ~ModelRunner();
+
+  // Runs one step. ConfigError for a bad request (ids out of range, too many tokens or logits,
+  // a length above max_model_len, a token count that does not follow the cache); a step that
+  // does not fit the free KV blocks is an error naming the group and leaves nothing changed.
+  StepOutput step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers = {});
+
+  // Rolls a request back to num_tokens (speculative rejection); frees the blocks past it.
+  void truncate(const std::string& request_id, int64_t num_tokens);
+  // Ends a request and returns its blocks.
+  void free(const std::string& request_id);
+  bool has_request(const std::string& request_id) const;
+  int64_t num_cached_tokens(const std::string& request_id) const;
+
+  const model::ModelConfig& config() const { return config_; }
+  const kv::KvCacheConfig& kv_config() const { return kv_config_; }
+  const attn::AttentionSetup& attention() const { return setup_; }
+  const RunnerOptions& options() const { return options_; }
+  int64_t max_model_len() const { return kv_config_.max_model_len; }
+  int64_t weight_bytes() const { return weights_.device_bytes; }
+  ocl::Context& context() { return *ctx_; }
+
+ private:
+  struct Scratch;
+  void check_requests(const std::vector<StepRequest>& requests) const;
+  void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens);
+
+  std::shared_ptr<ocl::Context> ctx_;
+  RunnerOptions options_;
+  model::GgufFile file_;
+  model::ModelConfig config_;
+  ModelWeights weights_;
+  kv::KvCacheConfig kv_config_;
+  attn::AttentionSetup setup_;
+  std::unique_ptr<kv::KvCacheAllocation> cache_;
+  std::unique_ptr<kv::KvCacheManager> manager_;
+  std::unique_ptr<Scratch> scratch_;
+  std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
+};
+
+}  // namespace specdec::runner
