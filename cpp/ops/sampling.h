@@ -1,0 +1,50 @@
+// Per-row reductions over logits on the device, for sampling and logprobs
+// (kernels/ops_sampling.cl, kernels/ops_topk.cl). Host references: ops/reference.h.
+//
+// Value order (argmax, top_k): larger first; equal values go to the lower index; -0 == +0;
+// NaN ranks below every number (-inf included), so it is chosen only when nothing else is left.
+// Every result of a row is bitwise the same whatever the number of rows and the row's place.
+#pragma once
+
+#include <cstdint>
+
+#include "ocl/context.h"
+#include "ops/slice.h"
+
+namespace specdec::ops {
+
+constexpr int kMaxTopK = 128;
+
+// ids[r] = index of the largest logit of row r (a row of NaN gives 0).
+void argmax(ocl::Context& ctx,
+            Slice logits,  // [rows, vocab]
+            Slice ids,     // int32 [rows]
+            int64_t rows, int vocab);
+
+// The k largest logits of each row, sorted descending (ties: lower index first), and their
+// indices; 1 <= k <= min(kMaxTopK, vocab).
+void top_k(ocl::Context& ctx,
+           Slice logits,  // [rows, vocab]
+           Slice values,  // [rows, k]
+           Slice ids,     // int32 [rows, k]
+           int64_t rows, int vocab, int k);
+
+// lse[r] = log(sum_i exp(logits[r, i])) (max-shifted; exp in f32, sum in double on fp64
+// devices). NaN anywhere in a row gives NaN; a row of -inf gives -inf.
+void logsumexp_rows(ocl::Context& ctx,
+                    Slice logits,  // [rows, vocab]
+                    Slice lse,     // [rows]
+                    int64_t rows, int vocab);
+
+// out = logits - lse per row (log-probabilities), writing lse too; out may be logits (in place).
+void log_softmax_rows(ocl::Context& ctx,
+                      Slice logits,  // [rows, vocab]
+                      Slice out,     // [rows, vocab]
+                      Slice lse,     // [rows]
+                      int64_t rows, int vocab);
+
+// Work-items per work-group of top_k (its own tuning value: more work-items give more subsets
+// and a tighter first bound; the result does not depend on it).
+int top_k_local_size(const ocl::Context& ctx);
+
+}  // namespace specdec::ops
