@@ -109,11 +109,13 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out) {
   check_config(n >= 0, "n", n, "must be >= 0");
-  check_config(cols > 0 && cols % 32 == 0, "cols", cols, "must be a positive multiple of 32");
+  check_config(cols > 0, "cols", cols, "must be > 0");
   check_holds(x, n, cols, sizeof(float), "x", "[n, cols]");
   out.n = n;
   out.cols = cols;
-  if (n == 0) return;
+  // No block format has rows of such length: only F32 / F16 / BF16 weights (which read x) can
+  // follow, so there is nothing to quantise.
+  if (n == 0 || cols % 32 != 0) return;
   const auto elems = static_cast<size_t>(n * cols);
   if (out.q8.size_bytes() < elems) out.q8 = ocl::Buffer(ctx, elems);
   if (out.q16.size_bytes() < elems * 2) out.q16 = ocl::Buffer(ctx, elems * 2);
@@ -141,7 +143,7 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     launch_2d(ctx, k, w.layout.groups, chunks);
     return;
   }
-  check_config(xq.n >= n && xq.cols == cols, "quantized activations",
+  check_config(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
                str_cat(xq.n, " x ", xq.cols), str_cat("must be quantize_activations of x [", n, ", ", cols, "]"));
   if (fam == Family::kQ32) {
     ocl::Kernel k = ctx.kernel("quant_matmul_q", "matmul_q", options);

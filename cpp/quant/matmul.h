@@ -26,7 +26,8 @@ struct QuantizedActivations {
   ocl::Buffer rec;  // [n, cols / 32] {d, d * sum, sum(0..15), sum(16..31)}
 };
 
-// Quantises x [n, cols] (f32) into `out`, growing its buffers when needed. cols % 32 == 0.
+// Quantises x [n, cols] (f32) into `out`, growing its buffers when needed. With cols % 32 != 0
+// (only F32 / F16 / BF16 weights have such rows) it records the shape and quantises nothing.
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out);
 

@@ -1,0 +1,246 @@
+// Quantized matmul benchmark, JSON on stdout (bench/run_quant_bench.sh writes bench/out/).
+//
+// For every model file in the cache (~/.cache/specdec or SPECDEC_CACHE_DIR) and every weight
+// format it holds, the format's largest matrix group (same type and shape, e.g. the 28 ffn_down
+// of a layer stack) is uploaded, repeated until the working set exceeds --working-set-mb (default
+// 512 MiB, several times the L3 cache), and timed as one pass of back-to-back matmuls for
+// n = 1, 2, 4, 8, 16 activation rows. GB/s counts the matrices' GGUF bytes per second at n = 1;
+// `vs_n1` is the time of a pass relative to n = 1. The machine's streaming bandwidth is measured
+// in the same run: host reads (1 and all threads) and a device read kernel.
+// Usage: quant_bench [--quick] [--working-set-mb N] [--reps N] [--models DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/gguf.h"
+#include "quant/dequantize.h"
+#include "quant/matmul.h"
+
+using namespace specdec;
+using namespace specdec::quant;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Options {
+  bool quick = false;
+  int64_t working_set_bytes = int64_t{512} << 20;
+  int reps = 5;
+  std::string models;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Streaming read of `bytes` split over `threads` threads (best of 5).
+double host_read_GBps(size_t bytes, int threads) {
+  std::vector<uint64_t> a(bytes / 8, 1);
+  double best = 0.0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    const size_t per = a.size() / static_cast<size_t>(threads);
+    const auto t0 = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const auto* p = a.data() + per * static_cast<size_t>(t);
+        sums[static_cast<size_t>(t)] = std::accumulate(p, p + per, uint64_t{0});
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double dt = seconds_since(t0);
+    if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 0) std::printf("?");
+    best = std::max(best, static_cast<double>(per * threads * 8) / dt / 1e9);
+  }
+  return best;
+}
+
+const char* kReadKernel = R"(
+kernel void read_sum(global const float16* a, global float* out, int per_item) {
+  const size_t i = get_global_id(0);
+  global const float16* p = a + i * per_item;
+  float16 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int j = 0; j < per_item; j += 4) { s0 += p[j]; s1 += p[j + 1]; s2 += p[j + 2]; s3 += p[j + 3]; }
+  const float16 s = (s0 + s1) + (s2 + s3);
+  out[i] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 + s.sa + s.sb + s.sc + s.sd + s.se + s.sf;
+}
+)";
+
+// A device kernel streaming through `bytes` (64 work-items, best of 5).
+double device_read_GBps(ocl::Context& ctx, size_t bytes) {
+  const int items = 64;
+  const int per_item = static_cast<int>(bytes / 64 / items) / 4 * 4;
+  ocl::Buffer a(ctx, static_cast<size_t>(per_item) * 64 * items), out(ctx, items * sizeof(float));
+  a.fill_zero(ctx);
+  cl_program prog = ctx.build("quant_bench_read", kReadKernel, "");
+  cl_int err = CL_SUCCESS;
+  cl_kernel raw = clCreateKernel(prog, "read_sum", &err);
+  ocl::check(err, "clCreateKernel", "read_sum");
+  ocl::Kernel k(raw, "read_sum");
+  clReleaseKernel(raw);
+  k.arg(0, a).arg(1, out).arg(2, cl_int{per_item});
+  const size_t global = items, local = 1;
+  k.launch(ctx, 1, &global, &local);
+  ctx.finish();
+  double best = 0.0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    k.launch(ctx, 1, &global, &local);
+    ctx.finish();
+    best = std::max(best, static_cast<double>(a.size_bytes()) / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+struct Group {
+  GgmlType type;
+  int64_t rows, cols;
+  std::vector<const model::GgufTensor*> tensors;
+  int64_t bytes() const { return static_cast<int64_t>(tensors.size()) * rows * row_bytes(type, cols); }
+};
+
+// Per type: the (rows, cols) group with the most bytes; 2-D tensors only.
+std::vector<Group> largest_groups(const model::GgufFile& f) {
+  std::map<std::tuple<GgmlType, int64_t, int64_t>, Group> groups;
+  for (const auto& t : f.tensors()) {
+    if (t.dims.size() != 2 || !is_weight_type_supported(t.type)) continue;
+    auto key = std::make_tuple(t.type, t.dims[1], t.dims[0]);
+    auto [it, fresh] = groups.try_emplace(key, Group{t.type, t.dims[1], t.dims[0], {}});
+    it->second.tensors.push_back(&t);
+  }
+  std::map<GgmlType, Group> best;
+  for (auto& [key, g] : groups) {
+    auto it = best.find(g.type);
+    if (it == best.end() || g.bytes() > it->second.bytes()) best.insert_or_assign(g.type, g);
+  }
+  std::vector<Group> out;
+  for (auto& [type, g] : best) out.push_back(g);
+  return out;
+}
+
+// Times passes over `weights` for n activation rows; returns the best seconds per pass.
+double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, int64_t n, int reps) {
+  const int64_t rows = weights[0].rows(), cols = weights[0].cols();
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(rng);
+  ocl::Buffer xb(ctx, x.size() * sizeof(float)), yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
+  xb.write(ctx, x.data(), x.size() * sizeof(float));
+  QuantizedActivations xq;
+  if (weight_format(weights[0].type()).block_size > 1) quantize_activations(ctx, xb, n, cols, xq);
+  matmul(ctx, weights[0], xb, xq, n, yb);  // build the program outside the timing
+  ctx.finish();
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (const DeviceWeight& w : weights) matmul(ctx, w, xb, xq, n, yb);
+    ctx.finish();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+nlohmann::json bench_group(ocl::Context& ctx, const Group& g, const Options& opt) {
+  std::vector<DeviceWeight> weights;
+  int64_t bytes = 0;
+  for (size_t i = 0; bytes < opt.working_set_bytes && weights.size() < 4096; ++i) {
+    weights.push_back(upload_weight(ctx, *g.tensors[i % g.tensors.size()]));
+    bytes += weights.back().source_bytes();
+  }
+  nlohmann::json j = {{"type", weight_type_name(g.type)}, {"rows", g.rows}, {"cols", g.cols},
+                      {"example", g.tensors[0]->name}, {"matrices_in_model", g.tensors.size()},
+                      {"matrices_timed", weights.size()}, {"working_set_MB", static_cast<double>(bytes) / 1e6}};
+  const double t1 = time_pass(ctx, weights, 1, opt.reps);
+  j["gemv_GBps"] = static_cast<double>(bytes) / t1 / 1e9;
+  j["gemv_us_per_matrix"] = t1 / static_cast<double>(weights.size()) * 1e6;
+  nlohmann::json scaling = nlohmann::json::object();
+  for (int64_t n : {2, 4, 8, 16}) scaling[std::to_string(n)] = time_pass(ctx, weights, n, opt.reps) / t1;
+  j["vs_n1"] = scaling;
+  std::fprintf(stderr, "  %-5s %6lld x %-6lld %5zu x  %7.1f MB  %6.2f GB/s  n=2 %.2f  n=4 %.2f  n=8 %.2f  n=16 %.2f\n",
+               weight_type_name(g.type).c_str(), static_cast<long long>(g.rows), static_cast<long long>(g.cols),
+               weights.size(), static_cast<double>(bytes) / 1e6, j["gemv_GBps"].get<double>(),
+               scaling["2"].get<double>(), scaling["4"].get<double>(), scaling["8"].get<double>(),
+               scaling["16"].get<double>());
+  return j;
+}
+
+// --quick: small synthetic matrices of every format (a smoke run; numbers mean little).
+nlohmann::json quick_run(ocl::Context& ctx) {
+  nlohmann::json out = nlohmann::json::array();
+  for (GgmlType t : supported_weight_types()) {
+    const int64_t rows = 64, cols = 512;
+    std::vector<float> w(static_cast<size_t>(rows * cols), 0.01f);
+    const std::vector<uint8_t> q = quantize(t, w.data(), rows, cols);
+    std::vector<DeviceWeight> weights;
+    weights.push_back(upload_weight(ctx, t, q.data(), q.size(), {cols, rows}, "synthetic"));
+    const double t1 = time_pass(ctx, weights, 1, 2), t4 = time_pass(ctx, weights, 4, 2);
+    out.push_back({{"type", weight_type_name(t)}, {"us_n1", t1 * 1e6}, {"vs_n1_4", t4 / t1}});
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (const char* dir = std::getenv("SPECDEC_CACHE_DIR")) o.models = dir;
+  else if (const char* home = std::getenv("HOME")) o.models = std::string(home) + "/.cache/specdec";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") o.quick = true;
+    else if (a == "--working-set-mb" && i + 1 < argc) o.working_set_bytes = std::atoll(argv[++i]) << 20;
+    else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--models" && i + 1 < argc) o.models = argv[++i];
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  auto ctx = ocl::Context::create();
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  nlohmann::json out = {{"device", ctx->device().summary()},
+                        {"avx512bw_path", device_has_avx512bw(*ctx)},
+                        {"rows_per_item", {{"n1", matmul_config(*ctx, 1).rows_per_item},
+                                           {"n16", matmul_config(*ctx, 16).rows_per_item}}}};
+  if (opt.quick) {
+    out["quick"] = quick_run(*ctx);
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  const size_t bw_bytes = size_t{1} << 30;
+  out["bandwidth_GBps"] = {{"host_read_1_thread", host_read_GBps(bw_bytes, 1)},
+                           {"host_read_all_threads", host_read_GBps(bw_bytes, threads)},
+                           {"device_read", device_read_GBps(*ctx, bw_bytes)}};
+  std::fprintf(stderr, "bandwidth: %s\n", out["bandwidth_GBps"].dump().c_str());
+  nlohmann::json models = nlohmann::json::array();
+  std::vector<fs::path> files;
+  if (fs::is_directory(opt.models)) {
+    for (const auto& e : fs::directory_iterator(opt.models)) {
+      if (e.path().extension() == ".gguf") files.push_back(e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    std::fprintf(stderr, "%s\n", p.filename().c_str());
+    const model::GgufFile f = model::GgufFile::open(p.string());
+    nlohmann::json groups = nlohmann::json::array();
+    for (const Group& g : largest_groups(f)) groups.push_back(bench_group(*ctx, g, opt));
+    models.push_back({{"model", p.filename().string()}, {"groups", groups}});
+  }
+  out["models"] = models;
+  out["bandwidth_GBps"]["host_read_all_threads_after"] = host_read_GBps(bw_bytes, threads);
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
