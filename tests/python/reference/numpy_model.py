@@ -1,0 +1,344 @@
+"""NumPy reference forward pass of a GGUF model, built the way llama.cpp builds it.
+
+Independent of specdec's C++ model code: the file's metadata comes from ``specdec.read_gguf`` and
+``specdec.load_model_config`` (the config under test is also what the engine runs), but every
+tensor is dequantized by the ``gguf`` PyPI package (gguf-py, llama.cpp's own Python code) and all
+math is plain NumPy. Architectures: llama (incl. chunked-local / NoPE layers and KV sharing),
+qwen2 (QKV bias), qwen3 (QK norm), gemma3 (embedding scale, QK norm, post norms, GELU-tanh,
+local RoPE base, attention scale) and deepseek2 MLA with dense FFNs. See docs/reference_model.md.
+
+    model = NumpyModel("model.gguf")
+    out = model.forward(tokens, hidden_layers=[3])   # teacher forcing over the whole sequence
+    out.logits          # [num_tokens, vocab] float32
+    out.hidden_states   # {3: [num_tokens, hidden_size]}: the residual stream after layer 3
+
+Weights are dequantized when a layer runs (and cached only for small models), so a 1.5B model
+needs about one layer's f32 weights plus a slice of the output head at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+import specdec
+
+__all__ = ["ForwardOutput", "GgufTensors", "NumpyModel", "attention_mask", "rms_norm", "rope"]
+
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "deepseek2")
+_CACHE_LIMIT_BYTES = 512 << 20   # cache every dequantized weight when they all fit in this
+_HEAD_CHUNK_ROWS = 8192          # output-head rows dequantized at a time
+
+
+class GgufTensors:
+    """The tensors of a GGUF file, dequantized to float32 on request by gguf-py."""
+
+    def __init__(self, path: Union[str, os.PathLike]) -> None:
+        info = specdec.read_gguf(os.fspath(path))
+        self.metadata = info["metadata"]
+        self._data = np.memmap(os.fspath(path), dtype=np.uint8, mode="r")
+        self._base = int(info["data_offset"])
+        self._tensors = {t["name"]: t for t in info["tensors"]}
+
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def names(self) -> List[str]:
+        return list(self._tensors)
+
+    def type(self, name: str) -> GGMLQuantizationType:
+        return GGMLQuantizationType[self._tensors[name]["type"].upper()]
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        """NumPy shape: GGUF dims reversed (ne0, the contiguous one, last)."""
+        return tuple(int(d) for d in reversed(self._tensors[name]["dims"]))
+
+    def _rows_raw(self, name: str) -> np.ndarray:  # [rows, row_bytes] uint8
+        t = self._tensors[name]
+        start = self._base + int(t["offset"])
+        raw = self._data[start:start + int(t["size_bytes"])]
+        rows = int(np.prod(t["dims"][1:], dtype=np.int64)) if len(t["dims"]) > 1 else 1
+        return raw.reshape(rows, -1)
+
+    def get(self, name: str) -> np.ndarray:
+        """The whole tensor as float32, NumPy shape."""
+        out = dequantize(np.asarray(self._rows_raw(name)), self.type(name))
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(self.shape(name))
+
+    def rows(self, name: str, ids: Union[Sequence[int], slice]) -> np.ndarray:
+        """Rows of a 2-D tensor (token ids of an embedding, a range of the output head)."""
+        raw = self._rows_raw(name)[ids]
+        return np.ascontiguousarray(dequantize(np.asarray(raw), self.type(name)), dtype=np.float32)
+
+    def num_rows(self, name: str) -> int:
+        return self._rows_raw(name).shape[0]
+
+
+@dataclass
+class ForwardOutput:
+    logits: np.ndarray                        # [len(logits_for), vocab_size] float32
+    hidden_states: Dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [n, hidden]
+    positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [n]
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis; the sum in float64 as ggml does."""
+    x64 = x.astype(np.float64)
+    scale = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return ((x64 * scale).astype(np.float32) * weight).astype(np.float32)
+
+
+def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, neox: bool,
+         freq_scale: float = 1.0, freq_factors: Optional[np.ndarray] = None) -> np.ndarray:
+    """Rotary embedding of x [n, heads, head_dim] over its first n_rot dims.
+
+    NORM (llama, deepseek2) rotates adjacent pairs (2i, 2i+1); NEOX (qwen, gemma) rotates
+    (i, i + n_rot/2). theta_i = p * freq_scale * base^(-2i/n_rot) [/ freq_factors[i]].
+    """
+    half = n_rot // 2
+    inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    if freq_factors is not None:
+        inv = inv / freq_factors[:half].astype(np.float64)
+    theta = positions.astype(np.float64)[:, None] * freq_scale * inv[None, :]  # [n, half]
+    cos = np.cos(theta)[:, None, :]
+    sin = np.sin(theta)[:, None, :]
+    out = x.astype(np.float64).copy()
+    if neox:
+        x0, x1 = out[..., :half].copy(), out[..., half:n_rot].copy()
+        out[..., :half] = x0 * cos - x1 * sin
+        out[..., half:n_rot] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = out[..., 0:n_rot:2].copy(), out[..., 1:n_rot:2].copy()
+        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out.astype(np.float32)
+
+
+def attention_mask(layer: dict, positions: np.ndarray) -> np.ndarray:
+    """[n_query, n_key] bool, True where the query may attend the key (llama.cpp's masks)."""
+    p1 = positions[:, None]
+    p0 = positions[None, :]
+    allowed = p0 <= p1
+    kind = layer.get("attention", "full")
+    if kind == "sliding":  # key p0 masked for query p1 when p1 - p0 >= window
+        allowed &= (p1 - p0) < int(layer["sliding_window"])
+    elif kind == "chunked":  # key must be in the query's chunk
+        chunk = int(layer["attention_chunk_size"])
+        allowed &= p0 >= (p1 // chunk) * chunk
+    return allowed
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float,
+               softcap: float) -> np.ndarray:
+    """softmax(q k^T * scale + mask) v per head; GQA: query head h reads KV head h // group.
+
+    q [n, Hq, D], k [m, Hkv, D], v [m, Hkv, Dv] -> [n, Hq, Dv]. Scores and softmax in float64.
+    """
+    group = q.shape[1] // k.shape[1]
+    kk = np.repeat(k, group, axis=1).astype(np.float64)
+    vv = np.repeat(v, group, axis=1).astype(np.float64)
+    scores = np.einsum("nhd,mhd->hnm", q.astype(np.float64), kk) * scale
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
+    scores = np.where(allowed[None, :, :], scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("hnm,mhd->nhd", p, vv).astype(np.float32)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+            ).astype(np.float32)
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 / (1.0 + np.exp(-x64))).astype(np.float32)
+
+
+class NumpyModel:
+    """Teacher-forced forward of a GGUF model in NumPy (float32, float64 where cheap)."""
+
+    def __init__(self, path: Union[str, os.PathLike], cache_weights: Optional[bool] = None) -> None:
+        self.path = os.fspath(path)
+        self.tensors = GgufTensors(self.path)
+        self.config = json.loads(specdec.load_model_config(self.path, progress=False).to_json())
+        arch = self.config["architecture"]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise NotImplementedError(f"architecture {arch!r}: the NumPy reference supports "
+                                      f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        moe = [n for n in self.tensors.names() if n.endswith("ffn_gate_inp.weight")]
+        if moe:
+            raise NotImplementedError(f"{self.path}: mixture-of-experts layers ({moe[0]}, ...) are "
+                                      "not implemented by the NumPy reference (dense FFN only)")
+        if self.config.get("rope_scaling_type") not in ("", "linear", "none"):
+            raise NotImplementedError(f"rope scaling {self.config['rope_scaling_type']!r}")
+        if cache_weights is None:
+            total = sum(int(np.prod(self.tensors.shape(n))) * 4 for n in self.tensors.names())
+            cache_weights = total <= _CACHE_LIMIT_BYTES
+        self._cache: Optional[Dict[str, np.ndarray]] = {} if cache_weights else None
+        self._freq_factors = (self.tensors.get("rope_freqs.weight")
+                              if self.tensors.has("rope_freqs.weight") else None)
+
+    # -- weights -----------------------------------------------------------------------------
+    def weight(self, name: str) -> np.ndarray:
+        if self._cache is not None and name in self._cache:
+            return self._cache[name]
+        w = self.tensors.get(name)
+        if self._cache is not None:
+            self._cache[name] = w
+        return w
+
+    def _linear(self, x: np.ndarray, prefix: str) -> np.ndarray:
+        """x [n, in] @ W^T (+ bias): W is GGUF {in, out}, NumPy [out, in]."""
+        y = x @ self.weight(prefix + ".weight").T
+        if self.tensors.has(prefix + ".bias"):
+            y = y + self.weight(prefix + ".bias")
+        return y.astype(np.float32)
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(x, self.weight(name), self.config["norm_eps"])
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward(self, tokens: Sequence[int], hidden_layers: Iterable[int] = (),
+                logits_for: Optional[Sequence[int]] = None) -> ForwardOutput:
+        """Logits at every position (or at ``logits_for``) of ``tokens`` with causal attention
+        over the whole sequence, and the residual stream after each layer in ``hidden_layers``."""
+        c = self.config
+        ids = np.asarray(list(tokens), dtype=np.int64)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError("tokens must be a non-empty sequence of token ids")
+        if ids.min() < 0 or ids.max() >= self.tensors.num_rows("token_embd.weight"):
+            raise ValueError(f"token ids must be in [0, {self.tensors.num_rows('token_embd.weight')})")
+        positions = np.arange(ids.size, dtype=np.int64)
+        wanted = {int(i) % c["num_layers"] for i in hidden_layers}
+        x = self.tensors.rows("token_embd.weight", ids)
+        if c["embedding_scale"] != 1.0:
+            x = (x * np.float32(c["embedding_scale"])).astype(np.float32)
+        kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+        hidden: Dict[int, np.ndarray] = {}
+        for i in range(c["num_layers"]):
+            x = self._layer(i, x, positions, kv_store)
+            if i in wanted:
+                hidden[i] = x.copy()
+        rows = positions if logits_for is None else np.asarray(list(logits_for), dtype=np.int64)
+        logits = self._logits(x[rows])
+        return ForwardOutput(logits=logits, hidden_states=hidden, positions=positions)
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        return self.forward(tokens).logits
+
+    def _layer(self, i: int, x: np.ndarray, positions: np.ndarray,
+               kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        c = self.config
+        layer = c["layers"][i]
+        p = f"blk.{i}."
+        h = self._norm(x, p + "attn_norm.weight")
+        if layer["attention"] == "mla":
+            a = self._mla_attention(i, h, positions)
+        else:
+            a = self._attention(i, h, positions, kv_store)
+        if c["post_norms"]:
+            a = self._norm(a, p + "post_attention_norm.weight")
+        x = (x + a).astype(np.float32)
+        h = self._norm(x, p + "ffn_norm.weight")
+        gate = self._linear(h, p + "ffn_gate")
+        up = self._linear(h, p + "ffn_up")
+        act = _gelu_tanh(gate) if c["activation"] == "gelu_tanh" else _silu(gate)
+        f = self._linear((act * up).astype(np.float32), p + "ffn_down")
+        if c["post_norms"]:
+            f = self._norm(f, p + "post_ffw_norm.weight")
+        return (x + f).astype(np.float32)
+
+    def _rope(self, x: np.ndarray, layer: dict, positions: np.ndarray) -> np.ndarray:
+        c = self.config
+        scale = 1.0
+        if c["rope_scaling_type"] == "linear" and layer["attention"] != "sliding":
+            scale = 1.0 / c["rope_scaling_factor"]
+        return rope(x, positions, c["rope_dim"], layer["rope_base"], c["rope_type"] == "neox",
+                    scale, self._freq_factors)
+
+    def _attention(self, i: int, h: np.ndarray, positions: np.ndarray,
+                   kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        c = self.config
+        layer = c["layers"][i]
+        p = f"blk.{i}."
+        n, hq, hkv, d, dv = h.shape[0], c["num_q_heads"], c["num_kv_heads"], c["head_size"], c["head_size_v"]
+        q = self._linear(h, p + "attn_q").reshape(n, hq, d)
+        if c["qk_norm"]:
+            q = self._norm(q, p + "attn_q_norm.weight")
+        if layer.get("use_rope", True):
+            q = self._rope(q, layer, positions)
+        target = layer.get("kv_sharing_target", -1)
+        if target >= 0:  # reads the KV its target layer wrote; computes none
+            k, v = kv_store[target]
+        else:
+            k = self._linear(h, p + "attn_k").reshape(n, hkv, d)
+            v = self._linear(h, p + "attn_v").reshape(n, hkv, dv)
+            if c["qk_norm"]:
+                k = self._norm(k, p + "attn_k_norm.weight")
+            if layer.get("use_rope", True):
+                k = self._rope(k, layer, positions)
+            kv_store[i] = (k, v)
+        scale = c["attention_scale"] or 1.0 / math.sqrt(d)
+        o = _attention(q, k, v, attention_mask(layer, positions), scale, c["attn_logit_softcap"])
+        return self._linear(o.reshape(n, hq * dv), p + "attn_output")
+
+    def _mla_attention(self, i: int, h: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """DeepSeek-V2 multi-head latent attention, decompressed (per-head K and V)."""
+        c, m = self.config, self.config["mla"]
+        p = f"blk.{i}."
+        n, heads = h.shape[0], c["num_q_heads"]
+        nope, rot, dv, rank = m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
+        if self.tensors.has(p + "attn_q_a.weight"):
+            q = self._linear(self._norm(self._linear(h, p + "attn_q_a"), p + "attn_q_a_norm.weight"),
+                             p + "attn_q_b")
+        else:
+            q = self._linear(h, p + "attn_q")
+        q = q.reshape(n, heads, nope + rot)
+        kv_pe = self._linear(h, p + "attn_kv_a_mqa")               # [n, rank + rot]
+        latent = self._norm(kv_pe[:, :rank], p + "attn_kv_a_norm.weight")
+        k_pe = kv_pe[:, None, rank:]                                # [n, 1, rot], shared by heads
+        if self.tensors.has(p + "attn_kv_b.weight"):               # older files: one tensor
+            kv = self._linear(latent, p + "attn_kv_b").reshape(n, heads, nope + dv)
+            k_nope, v = kv[..., :nope], kv[..., nope:]
+        else:                                                       # attn_k_b [H, rank, nope], attn_v_b [H, dv, rank]
+            k_nope = np.einsum("nc,hcd->nhd", latent, self.weight(p + "attn_k_b.weight"))
+            v = np.einsum("nc,hvc->nhv", latent, self.weight(p + "attn_v_b.weight"))
+        base = c["layers"][i]["rope_base"]
+        q_pe = rope(q[..., nope:], positions, rot, base, False)
+        k_pe = rope(k_pe, positions, rot, base, False)
+        qf = np.concatenate([q[..., :nope], q_pe], axis=-1)
+        kf = np.concatenate([k_nope, np.broadcast_to(k_pe, (n, heads, rot))], axis=-1)
+        scale = c["attention_scale"] or 1.0 / math.sqrt(nope + rot)
+        o = _attention(qf, kf.astype(np.float32), v.astype(np.float32),
+                       attention_mask(c["layers"][i], positions), scale, c["attn_logit_softcap"])
+        return self._linear(o.reshape(n, heads * dv), p + "attn_output")
+
+    def _logits(self, x: np.ndarray) -> np.ndarray:
+        c = self.config
+        h = self._norm(x, "output_norm.weight")
+        head = "output.weight" if self.tensors.has("output.weight") else "token_embd.weight"
+        vocab = self.tensors.num_rows(head)
+        out = np.empty((h.shape[0], vocab), dtype=np.float32)
+        if self._cache is not None:
+            out[:] = h @ self.weight(head).T
+        else:
+            for start in range(0, vocab, _HEAD_CHUNK_ROWS):
+                stop = min(vocab, start + _HEAD_CHUNK_ROWS)
+                out[:, start:stop] = h @ self.tensors.rows(head, slice(start, stop)).T
+        if self.tensors.has("output.bias"):
+            out += self.weight("output.bias")
+        cap = c["final_logit_softcap"]
+        if cap > 0:
+            out = (cap * np.tanh(out.astype(np.float64) / cap)).astype(np.float32)
+        return out
