@@ -19,15 +19,15 @@ inline float rms_scale(acc_t sum, int dim, float eps) {
 #endif
 }
 
-// global size: (LOCAL * rows), local size: (LOCAL)
+// global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void rms_norm(
     __global const float* x, const long x_off,  // [rows, dim]
     __global const float* w, const long w_off,  // [dim], read when has_weight
     __global float* y, const long y_off,        // [rows, dim]; may alias x
     const int dim, const float eps, const float w_offset, const int has_weight) {
   __local acc_t scratch[LOCAL];
-  const int lid = get_local_id(0);
-  const long row = get_group_id(0);
+  const int lid = LANE_ID();
+  const long row = ROW_ID();
   __global const float* xr = x + x_off + row * dim;
   __global float* yr = y + y_off + row * dim;
   const int num_blocks = dim / 16;

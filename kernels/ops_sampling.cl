@@ -9,6 +9,9 @@ inline ulong pack_key(uint key, uint idx) { return ((ulong)key << 32) | (ulong)(
 
 // Largest packed key of one per work-item.
 inline ulong group_max_ulong(__local ulong* scratch, ulong v) {
+#if LOCAL == 1
+  return v;
+#else
   const int lid = get_local_id(0);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -19,17 +22,18 @@ inline ulong group_max_ulong(__local ulong* scratch, ulong v) {
   const ulong m = scratch[0];
   barrier(CLK_LOCAL_MEM_FENCE);
   return m;
+#endif
 }
 
 // out[row] = index of the largest logit; ties go to the lowest index, -0 == +0, NaN loses to
 // every number (a row of NaN gives 0). Exact: max over a total order, whatever the order.
-// global size: (LOCAL * rows), local size: (LOCAL)
+// global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void argmax(__global const float* x, const long x_off,  // [rows, vocab]
                      __global int* out, const long out_off,      // [rows]
                      const int vocab) {
   __local ulong scratch[LOCAL];
-  const int lid = get_local_id(0);
-  const long row = get_group_id(0);
+  const int lid = LANE_ID();
+  const long row = ROW_ID();
   __global const float* xr = x + x_off + row * vocab;
   const int num_blocks = vocab / 16;
   const uint16 lane = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -55,15 +59,15 @@ __kernel void argmax(__global const float* x, const long x_off,  // [rows, vocab
 // exp in f32, the sum in acc_t (double where USE_FP64) in the fixed order, then
 // lse = (float)(m + log(sum)). NaN anywhere gives NaN; a row of -inf gives -inf; +inf gives +inf.
 // With write_out, also out = x - lse (f32; out may be x).
-// global size: (LOCAL * rows), local size: (LOCAL)
+// global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void logsumexp(__global const float* x, const long x_off,  // [rows, vocab]
                         __global float* lse, const long lse_off,    // [rows]
                         __global float* out, const long out_off,    // [rows, vocab] if write_out
                         const int vocab, const int write_out) {
   __local acc_t scratch[LOCAL];
   __local float fscratch[LOCAL];
-  const int lid = get_local_id(0);
-  const long row = get_group_id(0);
+  const int lid = LANE_ID();
+  const long row = ROW_ID();
   __global const float* xr = x + x_off + row * vocab;
   const int num_blocks = vocab / 16;
   const int tail = vocab % 16;

@@ -12,8 +12,11 @@ ocl::Kernel elementwise_kernel(ocl::Context& ctx, const char* name) {
   return ctx.kernel("ops_elementwise", name, ops_build_options(ctx));
 }
 
+// Work-items for n elements: 16 each (kernels/ops_elementwise.cl).
+size_t items(int64_t n) { return static_cast<size_t>(cdiv(n, 16)); }
+
 void launch_1d(ocl::Context& ctx, ocl::Kernel& k, int64_t n) {
-  const size_t global = static_cast<size_t>(n);
+  const size_t global = items(n);
   k.launch(ctx, 1, &global);
 }
 
@@ -25,6 +28,7 @@ void add(ocl::Context& ctx, Slice x, Slice y, int64_t n) {
   check_slice(y, n, "add.y");
   ocl::Kernel k = elementwise_kernel(ctx, "add");
   k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, *y.buffer).arg(3, cl_long{y.offset});
+  k.arg(4, cl_long{n});
   launch_1d(ctx, k, n);
 }
 
@@ -36,7 +40,7 @@ void add_bias(ocl::Context& ctx, Slice x, Slice bias, int64_t rows, int dim) {
   ocl::Kernel k = elementwise_kernel(ctx, "add_bias");
   k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, *bias.buffer).arg(3, cl_long{bias.offset});
   k.arg(4, cl_int{dim});
-  const size_t global[2] = {static_cast<size_t>(dim), static_cast<size_t>(rows)};
+  const size_t global[2] = {items(dim), static_cast<size_t>(rows)};
   k.launch(ctx, 2, global);
 }
 
@@ -44,7 +48,7 @@ void scale(ocl::Context& ctx, Slice x, int64_t n, float s) {
   check_at_least(n, 0, "scale.n");
   check_slice(x, n, "scale.x");
   ocl::Kernel k = elementwise_kernel(ctx, "scale");
-  k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, cl_float{s});
+  k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, cl_float{s}).arg(3, cl_long{n});
   launch_1d(ctx, k, n);
 }
 
@@ -53,7 +57,7 @@ void softcap(ocl::Context& ctx, Slice x, int64_t n, float cap) {
   check_config(std::isfinite(cap) && cap > 0.0f, "softcap.cap", cap, "must be finite and > 0");
   check_slice(x, n, "softcap.x");
   ocl::Kernel k = elementwise_kernel(ctx, "softcap");
-  k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, cl_float{cap});
+  k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, cl_float{cap}).arg(3, cl_long{n});
   launch_1d(ctx, k, n);
 }
 
@@ -76,7 +80,7 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   k.arg(4, *out.buffer).arg(5, cl_long{out.offset});
   k.arg(6, cl_int{ff}).arg(7, cl_long{in_row_stride});
   k.arg(8, cl_int{act == model::Activation::kSilu ? 0 : 1});
-  const size_t global[2] = {static_cast<size_t>(ff), static_cast<size_t>(rows)};
+  const size_t global[2] = {items(ff), static_cast<size_t>(rows)};
   k.launch(ctx, 2, global);
 }
 

@@ -25,9 +25,7 @@ void rms_norm(ocl::Context& ctx, Slice x, std::optional<Slice> weight, Slice y, 
   k.arg(4, *y.buffer).arg(5, cl_long{y.offset});
   k.arg(6, cl_int{dim}).arg(7, cl_float{eps}).arg(8, cl_float{weight_offset});
   k.arg(9, cl_int{weight ? 1 : 0});
-  const size_t global = static_cast<size_t>(rows) * local;
-  const size_t local_size = static_cast<size_t>(local);
-  k.launch(ctx, 1, &global, &local_size);
+  launch_rows(ctx, k, rows, local);
 }
 
 }  // namespace specdec::ops

@@ -10,6 +10,9 @@ ocl::Kernel rows_kernel(ocl::Context& ctx, const char* name) {
   return ctx.kernel("ops_rows", name, ops_build_options(ctx));
 }
 
+// Work-items for a row of n elements: 16 each (kernels/ops_rows.cl).
+size_t items(int64_t n) { return static_cast<size_t>(cdiv(n, 16)); }
+
 // Elements spanned by `rows` rows of `cols` elements, `stride` apart.
 int64_t strided_span(int64_t rows, int64_t cols, int64_t stride, const char* what) {
   if (rows == 0 || cols == 0) return 0;
@@ -31,7 +34,7 @@ void gather_rows(ocl::Context& ctx, Slice src, Slice idx, Slice dst, int64_t num
   k.arg(2, *idx.buffer).arg(3, cl_long{idx.offset});
   k.arg(4, *dst.buffer).arg(5, cl_long{dst.offset});
   k.arg(6, cl_int{dim}).arg(7, cl_long{num_src_rows});
-  const size_t global[2] = {static_cast<size_t>(dim), static_cast<size_t>(num_idx)};
+  const size_t global[2] = {items(dim), static_cast<size_t>(num_idx)};
   k.launch(ctx, 2, global);
 }
 
@@ -46,7 +49,8 @@ void copy_2d(ocl::Context& ctx, Slice src, Slice dst, int64_t rows, int64_t cols
   ocl::Kernel k = rows_kernel(ctx, "copy_2d");
   k.arg(0, *src.buffer).arg(1, cl_long{src.offset}).arg(2, cl_long{src_row_stride});
   k.arg(3, *dst.buffer).arg(4, cl_long{dst.offset}).arg(5, cl_long{dst_row_stride});
-  const size_t global[2] = {static_cast<size_t>(cols), static_cast<size_t>(rows)};
+  k.arg(6, cl_long{cols});
+  const size_t global[2] = {items(cols), static_cast<size_t>(rows)};
   k.launch(ctx, 2, global);
 }
 
@@ -68,7 +72,7 @@ void split_columns(ocl::Context& ctx, Slice src, Slice dst_a, Slice dst_b, Slice
   k.arg(4, *dst_b.buffer).arg(5, cl_long{dst_b.offset});
   k.arg(6, *dst_c.buffer).arg(7, cl_long{dst_c.offset});
   k.arg(8, cl_int{a}).arg(9, cl_int{b}).arg(10, cl_int{c});
-  const size_t global[2] = {static_cast<size_t>(width), static_cast<size_t>(rows)};
+  const size_t global[2] = {items(width), static_cast<size_t>(rows)};
   k.launch(ctx, 2, global);
 }
 

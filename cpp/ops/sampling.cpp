@@ -16,12 +16,6 @@ void check_logits(Slice logits, int64_t rows, int vocab, const std::string& op) 
   check_slice(logits, checked_mul(rows, vocab, "rows * vocab"), op + ".logits");
 }
 
-void launch_rows(ocl::Context& ctx, ocl::Kernel& k, int64_t rows, int local) {
-  const size_t global = static_cast<size_t>(rows) * static_cast<size_t>(local);
-  const size_t local_size = static_cast<size_t>(local);
-  k.launch(ctx, 1, &global, &local_size);
-}
-
 void launch_logsumexp(ocl::Context& ctx, Slice logits, Slice lse, Slice out, int64_t rows,
                       int vocab, bool write_out) {
   ocl::Kernel k = ctx.kernel("ops_sampling", "logsumexp", ops_build_options(ctx));

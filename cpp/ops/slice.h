@@ -27,8 +27,12 @@ void check_at_least(int64_t value, int64_t min_value, const std::string& what);
 
 // Work-items per work-group of the per-row reduction kernels (norm, sampling): a tuning value per
 // device type (-DLOCAL), fixed for every launch on a device so that a row's result never depends
-// on the batch. SPECDEC_OPS_LOCAL overrides it (rounded down to a power of two in 8..256).
+// on the batch. SPECDEC_OPS_LOCAL overrides it (rounded down to a power of two in 1..256).
 int reduction_local_size(const ocl::Context& ctx);
+
+// Launches a per-row reduction kernel: work-groups of `local` work-items, one per row (local 1:
+// one work-item per row, work-groups of the driver's choice).
+void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local);
 
 // Build options every ops program gets: -DLOCAL=<local> (0: reduction_local_size) and -DUSE_FP64
 // when the device has cl_khr_fp64 (double accumulators, correctly rounded f32 sqrt / division).

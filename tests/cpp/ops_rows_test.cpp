@@ -84,6 +84,34 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
   }
 }
 
+class SplitColumns : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
+  const auto [a, b, c] = GetParam();
+  auto& ctx = context();
+  std::mt19937 rng(a + b + c);
+  const int rows = 3;
+  const auto src = random_floats(static_cast<size_t>(rows) * (a + b + c), rng);
+  std::vector<float> wa(rows * a), wb(rows * b), wc(rows * c);
+  ref::split_columns(src, wa, wb, wc, rows, a, b, c);
+  const ocl::Buffer s = upload(src), da = upload(wa), db = upload(wb), dc = upload(wc);
+  split_columns(ctx, s, da, db, dc, rows, a, b, c);
+  EXPECT_TRUE(bitwise_equal(download<float>(da, wa.size()), wa));
+  EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size()), wb));
+  EXPECT_TRUE(bitwise_equal(download<float>(dc, wc.size()), wc));
+  // copy_2d of the middle columns into a row of odd stride
+  std::vector<float> want(static_cast<size_t>(rows) * (b + 3), 0.0f);
+  ref::copy_2d(std::span<const float>(src).subspan(a), want, rows, b, a + b + c, b + 3);
+  const ocl::Buffer d = upload(std::vector<float>(want.size(), 0.0f));
+  copy_2d(ctx, Slice(s, a), d, rows, b, a + b + c, b + 3);
+  EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, SplitColumns,
+                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(5, 7, 0), std::make_tuple(17, 3, 40),
+                                           std::make_tuple(100, 37, 5), std::make_tuple(896, 128, 128),
+                                           std::make_tuple(2048, 256, 256), std::make_tuple(15, 1, 16)));
+
 TEST(Rows, BadArgumentsNameTheField) {
   auto& ctx = context();
   const ocl::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(4));
