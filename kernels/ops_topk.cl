@@ -1,6 +1,12 @@
 // Top-k of each logits row [rows, vocab] (k <= 128): values sorted descending, ties to the lower
-// index, -0 == +0, NaN below every number (ukey in ops_common.clh). Exact (a selection), so any
-// LOCAL gives the same result. One work-group of LOCAL work-items per row:
+// index, -0 == +0, NaN below every number (ukey in ops_common.clh). Exact (a selection of
+// distinct (key, index) pairs), so both kernels and any LOCAL give the same result.
+//
+// top_k_heap: one work-item per row (CPUs). A min-heap of the k best (key, index) pairs seen so
+// far; a 16-float block is skipped when no key in it reaches the heap's smallest key. Random
+// logits touch the heap ~k ln(vocab / k) times; an ascending row touches it for every element.
+//
+// top_k: one work-group of LOCAL work-items per row (GPUs):
 //   1. The row is split into NSUB = LOCAL * 16 disjoint subsets (lane j of work-item w's blocks).
 //      The k largest subset maxima are k distinct elements, so the k-th largest of them, lo,
 //      satisfies count(key >= lo) >= k: every top-k element has key >= lo.
@@ -18,8 +24,73 @@
 #define CAP 4096
 #endif
 #define NSUB (LOCAL * 16)
+#define KMAX 128
 
 inline ulong pack_key(uint key, uint idx) { return ((ulong)key << 32) | (ulong)(~idx); }
+
+inline void heap_sift_down(ulong* h, int size, int i) {
+  for (;;) {
+    const int l = 2 * i + 1;
+    int m = i;
+    if (l < size && h[l] < h[m]) m = l;
+    if (l + 1 < size && h[l + 1] < h[m]) m = l + 1;
+    if (m == i) return;
+    const ulong t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+inline void heap_offer(ulong* h, int* size, int k, ulong p) {
+  if (*size < k) {
+    int i = (*size)++;
+    h[i] = p;
+    while (i > 0 && h[(i - 1) / 2] > h[i]) {
+      const int parent = (i - 1) / 2;
+      const ulong t = h[i];
+      h[i] = h[parent];
+      h[parent] = t;
+      i = parent;
+    }
+  } else if (p > h[0]) {
+    h[0] = p;
+    heap_sift_down(h, k, 0);
+  }
+}
+
+// global size: (rows), any local size
+__kernel void top_k_heap(__global const float* x, const long x_off,  // [rows, vocab]
+                         __global float* values, const long v_off,   // [rows, k]
+                         __global int* ids, const long i_off,        // [rows, k]
+                         const int vocab, const int k) {
+  const long row = get_global_id(0);
+  __global const float* xr = x + x_off + row * vocab;
+  ulong h[KMAX];
+  int size = 0;
+  uint least = 0;  // key of the heap's smallest pair once it holds k
+  const int num_blocks = vocab / 16;
+  for (int b = 0; b < num_blocks; ++b) {
+    const uint16 key = ukey16(vload16(b, xr));
+    if (size == k && !any(key >= (uint16)least)) continue;
+    uint kk[16];
+    vstore16(key, 0, kk);
+    for (int j = 0; j < 16; ++j) heap_offer(h, &size, k, pack_key(kk[j], (uint)(b * 16 + j)));
+    if (size == k) least = (uint)(h[0] >> 32);
+  }
+  for (int i = num_blocks * 16; i < vocab; ++i) heap_offer(h, &size, k, pack_key(ukey(xr[i]), (uint)i));
+  for (int n = size - 1; n > 0; --n) {  // heap sort: smallest to the back, so h ends descending
+    const ulong t = h[0];
+    h[0] = h[n];
+    h[n] = t;
+    heap_sift_down(h, n, 0);
+  }
+  for (int t = 0; t < k; ++t) {
+    const uint idx = ~(uint)(h[t] & 0xffffffffUL);
+    values[v_off + row * k + t] = xr[idx];
+    ids[i_off + row * k + t] = (int)idx;
+  }
+}
 
 // Sorts a[0, size) descending; size a power of two. Called by every work-item.
 inline void bitonic_desc(__local ulong* a, int size) {

@@ -1,6 +1,7 @@
 #include "ops/sampling.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/errors.h"
 #include "common/math.h"
@@ -28,6 +29,11 @@ void launch_logsumexp(ocl::Context& ctx, Slice logits, Slice lse, Slice out, int
 
 }  // namespace
 
+bool top_k_uses_heap(const ocl::Context& ctx) {
+  if (const char* env = std::getenv("SPECDEC_OPS_TOPK")) return std::string(env) != "group";
+  return reduction_local_size(ctx) == 1;
+}
+
 int top_k_local_size(const ocl::Context& ctx) {
   // NSUB = local * 16 subsets must be >= kMaxTopK and fit the candidate buffer.
   return std::clamp(std::max(reduction_local_size(ctx), 64), kMaxTopK / 16, kTopKCandidates / 16);
@@ -50,14 +56,15 @@ void top_k(ocl::Context& ctx, Slice logits, Slice values, Slice ids, int64_t row
   const int64_t n = checked_mul(rows, k, "top_k.rows * k");
   check_slice(values, n, "top_k.values");
   check_slice(ids, n, "top_k.ids");
+  const bool heap = top_k_uses_heap(ctx);
   const int local = top_k_local_size(ctx);
-  ocl::Kernel kern = ctx.kernel("ops_topk", "top_k",
+  ocl::Kernel kern = ctx.kernel("ops_topk", heap ? "top_k_heap" : "top_k",
                                 str_cat(ops_build_options(ctx, local), " -DCAP=", kTopKCandidates));
   kern.arg(0, *logits.buffer).arg(1, cl_long{logits.offset});
   kern.arg(2, *values.buffer).arg(3, cl_long{values.offset});
   kern.arg(4, *ids.buffer).arg(5, cl_long{ids.offset});
   kern.arg(6, cl_int{vocab}).arg(7, cl_int{k});
-  launch_rows(ctx, kern, rows, local);
+  launch_rows(ctx, kern, rows, heap ? 1 : local);
 }
 
 void logsumexp_rows(ocl::Context& ctx, Slice logits, Slice lse, int64_t rows, int vocab) {

@@ -43,8 +43,11 @@ void log_softmax_rows(ocl::Context& ctx,
                       Slice lse,     // [rows]
                       int64_t rows, int vocab);
 
-// Work-items per work-group of top_k (its own tuning value: more work-items give more subsets
-// and a tighter first bound; the result does not depend on it).
+// top_k's kernel: a per-row heap in one work-item (where rows get one work-item each: CPUs) or a
+// work-group per row (GPUs); SPECDEC_OPS_TOPK=heap|group overrides. Both give the same result.
+bool top_k_uses_heap(const ocl::Context& ctx);
+// Work-items per work-group of the work-group kernel (more give more subsets and a tighter first
+// bound; the result does not depend on it).
 int top_k_local_size(const ocl::Context& ctx);
 
 }  // namespace specdec::ops

@@ -2,11 +2,13 @@
 // Gemma's 262144 and rows 1..64, on random logits and on hard rows (ties, NaN, -0 / +0, +-inf,
 // a row of one value, ascending rows that defeat top_k's first bound, few distinct values);
 // batch invariance (bitwise); argument errors.
+// top_k runs both kernels (heap and work-group).
 // Tolerances: argmax and top_k ids exact, top_k values bitwise; lse |d| <= 2e-7 * max(1, |lse|)
 // (exp of two libms, sums in double), log_softmax the same on each element.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <tuple>
 
@@ -67,15 +69,19 @@ TEST_P(Sampling, TopKExact) {
   const auto x = make_logits(rows, vocab, kind, rng);
   for (int k : {1, 5, 20, 64, 128}) {
     if (k > vocab) continue;
+    for (const char* kernel : {"heap", "group"}) {
+    setenv("SPECDEC_OPS_TOPK", kernel, 1);
     const size_t n = static_cast<size_t>(rows) * k;
     std::vector<float> wv(n);
     std::vector<int32_t> wi(n);
     ref::top_k(x, wv, wi, rows, vocab, k);
     const ocl::Buffer xb = upload(x), vb = upload(std::vector<float>(n)), ib = upload(std::vector<int32_t>(n));
     top_k(context(), xb, vb, ib, rows, vocab, k);
-    EXPECT_EQ(download<int32_t>(ib, n), wi) << "k " << k;
-    EXPECT_TRUE(bitwise_equal(download<float>(vb, n), wv)) << "k " << k;
+    EXPECT_EQ(download<int32_t>(ib, n), wi) << kernel << " k " << k;
+    EXPECT_TRUE(bitwise_equal(download<float>(vb, n), wv)) << kernel << " k " << k;
+    }
   }
+  unsetenv("SPECDEC_OPS_TOPK");
 }
 
 TEST_P(Sampling, LogsumexpAndLogSoftmax) {
