@@ -35,7 +35,8 @@ void softcap(ocl::Context& ctx,
 // out = act(gate) * up with act = silu (g / (1 + exp(-g))) or gelu_tanh
 // (0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))). Rows of gate and up are in_row_stride
 // elements apart (0: ff), so the halves of a fused [rows, 2 * ff] projection can be passed as
-// {buf, 0} and {buf, ff} with in_row_stride = 2 * ff. out may be gate or up when in_row_stride == ff.
+// {buf, 0} and {buf, ff} with in_row_stride = 2 * ff. out may be gate or up when in_row_stride ==
+// ff.
 void gated_activation(ocl::Context& ctx,
                       Slice gate,  // [rows, ff] (rows in_row_stride apart)
                       Slice up,    // [rows, ff] (rows in_row_stride apart)

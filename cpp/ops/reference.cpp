@@ -39,8 +39,8 @@ void rms_norm(std::span<const float> x, std::span<const float> weight, std::span
   }
 }
 
-void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens,
-          int num_heads, int head_size, std::span<const float> inv_freq, model::RopeType type,
+void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens, int num_heads,
+          int head_size, std::span<const float> inv_freq, model::RopeType type,
           int64_t token_stride) {
   if (token_stride == 0) token_stride = int64_t{num_heads} * head_size;
   const int half = static_cast<int>(inv_freq.size());
@@ -113,7 +113,8 @@ void gather_rows(std::span<const float> src, std::span<const int32_t> idx, std::
 void copy_2d(std::span<const float> src, std::span<float> dst, int64_t rows, int64_t cols,
              int64_t src_row_stride, int64_t dst_row_stride) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[at(r * dst_row_stride + c)] = src[at(r * src_row_stride + c)];
+    for (int64_t c = 0; c < cols; ++c)
+      dst[at(r * dst_row_stride + c)] = src[at(r * src_row_stride + c)];
   }
 }
 
@@ -125,8 +126,8 @@ void split_columns(std::span<const float> src, std::span<float> dst_a, std::span
   if (c > 0) copy_2d(src.subspan(at(int64_t{a} + b)), dst_c, rows, c, w, c);
 }
 
-void gather_columns(std::span<const float> src, std::span<const int32_t> cols,
-                    std::span<float> dst, int64_t rows, int dim) {
+void gather_columns(std::span<const float> src, std::span<const int32_t> cols, std::span<float> dst,
+                    int64_t rows, int dim) {
   for (int64_t r = 0; r < rows; ++r) {
     const int c = cols[at(r)];
     dst[at(r)] = (c >= 0 && c < dim) ? src[at(r * dim + c)] : kNaN;

@@ -18,8 +18,8 @@ void rms_norm(std::span<const float> x, std::span<const float> weight, std::span
 
 // In place on x [num_tokens, num_heads, head_size] (rows token_stride apart, 0: dense):
 // theta = (float)pos * inv_freq[i]; c, s = cos, sin of theta in double rounded to f32.
-void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens,
-          int num_heads, int head_size, std::span<const float> inv_freq, model::RopeType type,
+void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens, int num_heads,
+          int head_size, std::span<const float> inv_freq, model::RopeType type,
           int64_t token_stride = 0);
 
 void add(std::span<float> x, std::span<const float> y);
@@ -27,7 +27,7 @@ void add_bias(std::span<float> x, std::span<const float> bias, int64_t rows, int
 void scale(std::span<float> x, float s);
 void softcap(std::span<float> x, float cap);
 
-float silu(float g);       // g / (1 + expf(-g))
+float silu(float g);  // g / (1 + expf(-g))
 // 0.5 g (1 + tanh z), z = sqrt(2/pi) (g + 0.044715 g^3), computed as g / (1 + expf(-2 z)).
 float gelu_tanh(float g);
 void gated_activation(std::span<const float> gate, std::span<const float> up, std::span<float> out,
@@ -39,8 +39,8 @@ void copy_2d(std::span<const float> src, std::span<float> dst, int64_t rows, int
              int64_t src_row_stride, int64_t dst_row_stride);
 void split_columns(std::span<const float> src, std::span<float> dst_a, std::span<float> dst_b,
                    std::span<float> dst_c, int64_t rows, int a, int b, int c);
-void gather_columns(std::span<const float> src, std::span<const int32_t> cols,
-                    std::span<float> dst, int64_t rows, int dim);
+void gather_columns(std::span<const float> src, std::span<const int32_t> cols, std::span<float> dst,
+                    int64_t rows, int dim);
 
 // Order key of the sampling ops: larger value -> larger key, -0 == +0, NaN -> 0 (lowest).
 uint32_t order_key(float f);

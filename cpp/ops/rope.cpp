@@ -28,10 +28,11 @@ RopeTable::RopeTable(ocl::Context& ctx, model::RopeType type, int rope_dim, doub
   check_config(std::isfinite(freq_scale) && freq_scale > 0.0, "rope_freq_scale", freq_scale,
                "must be finite and > 0");
   check_config(freq_factors.empty() || freq_factors.size() == static_cast<size_t>(rope_dim / 2),
-               "rope_freqs.size", freq_factors.size(), str_cat("must be 0 or rope_dim / 2 = ", rope_dim / 2));
+               "rope_freqs.size", freq_factors.size(),
+               str_cat("must be 0 or rope_dim / 2 = ", rope_dim / 2));
   for (size_t i = 0; i < freq_factors.size(); ++i) {
-    check_config(std::isfinite(freq_factors[i]) && freq_factors[i] > 0.0f, str_cat("rope_freqs[", i, "]"),
-                 freq_factors[i], "must be finite and > 0");
+    check_config(std::isfinite(freq_factors[i]) && freq_factors[i] > 0.0f,
+                 str_cat("rope_freqs[", i, "]"), freq_factors[i], "must be finite and > 0");
   }
   inv_freq_ = rope_inv_freq(rope_dim, base, freq_scale, freq_factors);
   buffer_ = ocl::Buffer(ctx, inv_freq_.size() * sizeof(float), CL_MEM_READ_ONLY);
@@ -50,7 +51,8 @@ void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int n
   check_config(token_stride >= row, "rope.token_stride", token_stride,
                str_cat("must be 0 or >= num_heads * head_size = ", row));
   if (num_tokens == 0) return;
-  check_slice(x, checked_add(checked_mul(num_tokens - 1, token_stride, "rope.x"), row, "rope.x"), "rope.x");
+  check_slice(x, checked_add(checked_mul(num_tokens - 1, token_stride, "rope.x"), row, "rope.x"),
+              "rope.x");
   check_slice(positions, num_tokens, "rope.positions");
   ocl::Kernel k = ctx.kernel("ops_rope", "rope", ops_build_options(ctx));
   k.arg(0, *x.buffer).arg(1, cl_long{x.offset});

@@ -29,7 +29,7 @@ class RopeTable {
   model::RopeType type() const { return type_; }
   int rope_dim() const { return rope_dim_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rope_dim / 2]
-  const ocl::Buffer& buffer() const { return buffer_; }              // inv_freq on the device
+  const ocl::Buffer& buffer() const { return buffer_; }             // inv_freq on the device
 
  private:
   model::RopeType type_;

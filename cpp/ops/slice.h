@@ -14,7 +14,8 @@ namespace specdec::ops {
 // whole buffer can be passed where a Slice is expected; {buffer, offset} selects a later part
 // (one row of a batch, the k part of a fused projection).
 struct Slice {
-  Slice(const ocl::Buffer& b, int64_t offset_elems = 0) : buffer(&b), offset(offset_elems) {}  // NOLINT
+  Slice(const ocl::Buffer& b, int64_t offset_elems = 0)
+      : buffer(&b), offset(offset_elems) {}  // NOLINT
 
   const ocl::Buffer* buffer;
   int64_t offset;  // in 4-byte elements

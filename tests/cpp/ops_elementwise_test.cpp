@@ -26,7 +26,8 @@ TEST_P(Elementwise, AddBiasScaleSoftcap) {
   auto& ctx = context();
   std::mt19937 rng(dim + rows);
   const size_t n = static_cast<size_t>(dim) * rows;
-  const auto x = random_floats(n, rng, 20.0f), y = random_floats(n, rng), b = random_floats(dim, rng);
+  const auto x = random_floats(n, rng, 20.0f), y = random_floats(n, rng),
+             b = random_floats(dim, rng);
   {
     std::vector<float> want = x;
     ref::add(want, y);
@@ -55,7 +56,9 @@ TEST_P(Elementwise, AddBiasScaleSoftcap) {
     softcap(ctx, xb, static_cast<int64_t>(n), cap);
     const ErrorStats s = compare(download<float>(xb, n), want);
     EXPECT_LE(s.max_rel, 4e-7) << "cap " << cap;
-    if (s.exact != s.n) std::printf("softcap %g: %zu of %zu bitwise equal, max rel %.3g\n", cap, s.exact, s.n, s.max_rel);
+    if (s.exact != s.n)
+      std::printf("softcap %g: %zu of %zu bitwise equal, max rel %.3g\n", cap, s.exact, s.n,
+                  s.max_rel);
   }
 }
 
@@ -79,7 +82,9 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
     const auto got = download<float>(o, n);
     const ErrorStats s = compare(got, want);
     EXPECT_LE(s.max_rel, 5e-7);
-    if (s.exact != s.n) std::printf("gated %s ff %d: %zu of %zu bitwise equal, max rel %.3g\n", model::activation_name(act), ff, s.exact, s.n, s.max_rel);
+    if (s.exact != s.n)
+      std::printf("gated %s ff %d: %zu of %zu bitwise equal, max rel %.3g\n",
+                  model::activation_name(act), ff, s.exact, s.n, s.max_rel);
   }
   {  // in place into gate
     const ocl::Buffer g = upload(gate), u = upload(up);
@@ -99,14 +104,16 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Gated,
-                         ::testing::Combine(::testing::Values(Activation::kSilu, Activation::kGeluTanh),
+                         ::testing::Combine(::testing::Values(Activation::kSilu,
+                                                              Activation::kGeluTanh),
                                             ::testing::Values(1, 7, 64, 2048, 4864, 6912, 8960),
                                             ::testing::Values(1, 5, 16)));
 
 TEST(Gated, ExtremeGates) {
   auto& ctx = context();
-  const std::vector<float> gate = {-1e30f, -100.0f, -20.0f, -5.0f, -1e-20f, 0.0f, -0.0f, 1e-20f, 5.0f, 20.0f,
-                                   100.0f, 1e30f, INFINITY, -INFINITY, NAN};
+  const std::vector<float> gate = {-1e30f, -100.0f, -20.0f,   -5.0f,     -1e-20f,
+                                   0.0f,   -0.0f,   1e-20f,   5.0f,      20.0f,
+                                   100.0f, 1e30f,   INFINITY, -INFINITY, NAN};
   const std::vector<float> up(gate.size(), 1.5f);
   const int ff = static_cast<int>(gate.size());
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
@@ -117,9 +124,11 @@ TEST(Gated, ExtremeGates) {
     const auto got = download<float>(o, gate.size());
     for (size_t i = 0; i < gate.size(); ++i) {
       if (std::isnan(want[i]) || std::isinf(want[i])) {
-        EXPECT_TRUE(same_bits(got[i], want[i])) << model::activation_name(act) << " gate " << gate[i] << ": " << got[i] << " vs " << want[i];
+        EXPECT_TRUE(same_bits(got[i], want[i])) << model::activation_name(act) << " gate "
+                                                << gate[i] << ": " << got[i] << " vs " << want[i];
       } else {
-        EXPECT_NEAR(got[i], want[i], 5e-7 * std::abs(want[i])) << model::activation_name(act) << " gate " << gate[i];
+        EXPECT_NEAR(got[i], want[i], 5e-7 * std::abs(want[i]))
+            << model::activation_name(act) << " gate " << gate[i];
       }
     }
   }
@@ -142,9 +151,11 @@ TEST(Elementwise, BadArgumentsNameTheField) {
   EXPECT_EQ(field_of([&] { softcap(ctx, x, 64, 0.0f); }), "softcap.cap");
   EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu, 4); }),
             "gated_activation.in_row_stride");
-  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, Slice(x, 32), b, 2, 8, Activation::kSilu, 32); }),
-            "gated_activation.up");
-  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu); }), "gated_activation.out");
+  EXPECT_EQ(
+      field_of([&] { gated_activation(ctx, x, Slice(x, 32), b, 2, 8, Activation::kSilu, 32); }),
+      "gated_activation.up");
+  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu); }),
+            "gated_activation.out");
   EXPECT_EQ(field_of([&] { add(ctx, x, x, 0); }), "(no error)");
 }
 

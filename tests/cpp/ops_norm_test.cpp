@@ -24,7 +24,8 @@ struct NormRun {
   std::vector<float> got, want;
 };
 
-NormRun run_norm(int64_t rows, int dim, Weight wmode, float eps, std::mt19937& rng, float stddev = 1.0f) {
+NormRun run_norm(int64_t rows, int dim, Weight wmode, float eps, std::mt19937& rng,
+                 float stddev = 1.0f) {
   const auto x = random_floats(static_cast<size_t>(rows * dim), rng, stddev);
   const auto w = random_floats(static_cast<size_t>(dim), rng, 0.5f, 1.0f);
   const float offset = wmode == Weight::kOffsetOne ? 1.0f : 0.0f;
@@ -49,14 +50,17 @@ TEST_P(RmsNormShapes, MatchesReference) {
   const NormRun r = run_norm(rows, dim, wmode, 1e-6f, rng);
   const ErrorStats s = compare(r.got, r.want);
   EXPECT_LE(s.max_rel, 1e-6) << s.exact << " of " << s.n << " bitwise equal";
-  if (s.exact != s.n) std::printf("rms_norm dim %d rows %d: %zu of %zu bitwise equal, max rel %.3g\n", dim, rows, s.exact, s.n, s.max_rel);
+  if (s.exact != s.n)
+    std::printf("rms_norm dim %d rows %d: %zu of %zu bitwise equal, max rel %.3g\n", dim, rows,
+                s.exact, s.n, s.max_rel);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, RmsNormShapes,
-    ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 128, 256, 576, 640, 896, 1152, 1536, 2304, 4096),
-                       ::testing::Values(1, 3, 16, 64),
-                       ::testing::Values(Weight::kNone, Weight::kPlain, Weight::kOffsetOne)));
+INSTANTIATE_TEST_SUITE_P(Ops, RmsNormShapes,
+                         ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 128, 256, 576, 640,
+                                                              896, 1152, 1536, 2304, 4096),
+                                            ::testing::Values(1, 3, 16, 64),
+                                            ::testing::Values(Weight::kNone, Weight::kPlain,
+                                                              Weight::kOffsetOne)));
 
 TEST(RmsNorm, ExtremeScalesAndEps) {
   std::mt19937 rng(7);
@@ -77,11 +81,13 @@ TEST(RmsNorm, PerHeadInPlaceAtOffsets) {
   auto all = random_floats(static_cast<size_t>(n + off + 50), rng);
   const auto w = random_floats(static_cast<size_t>(head + 9), rng, 0.3f, 1.0f);
   std::vector<float> want(all.begin() + off, all.begin() + off + n);
-  ref::rms_norm(want, std::span<const float>(w).subspan(9, head), want, int64_t{tokens} * heads, head, 1e-6f);
+  ref::rms_norm(want, std::span<const float>(w).subspan(9, head), want, int64_t{tokens} * heads,
+                head, 1e-6f);
   const ocl::Buffer xb = upload(all), wb = upload(w);
   rms_norm(ctx, Slice(xb, off), Slice(wb, 9), Slice(xb, off), int64_t{tokens} * heads, head, 1e-6f);
   const auto got = download<float>(xb, all.size());
-  EXPECT_LE(compare(std::vector<float>(got.begin() + off, got.begin() + off + n), want).max_rel, 1e-6);
+  EXPECT_LE(compare(std::vector<float>(got.begin() + off, got.begin() + off + n), want).max_rel,
+            1e-6);
   EXPECT_TRUE(bitwise_equal(std::vector<float>(got.begin(), got.begin() + off),
                             std::vector<float>(all.begin(), all.begin() + off)));
   EXPECT_TRUE(bitwise_equal(std::vector<float>(got.begin() + off + n, got.end()),
@@ -101,7 +107,8 @@ TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
   rms_norm(ctx, xb, wb, yb, rows, dim, 1e-6f);
   const auto batch = download<float>(yb, x.size());
   for (int r : {0, 1, 17, 63}) {
-    const std::vector<float> want(batch.begin() + int64_t{r} * dim, batch.begin() + int64_t{r + 1} * dim);
+    const std::vector<float> want(batch.begin() + int64_t{r} * dim,
+                                  batch.begin() + int64_t{r + 1} * dim);
     // alone, read in place from the batch buffer
     const ocl::Buffer one = upload(std::vector<float>(dim));
     rms_norm(ctx, Slice(xb, int64_t{r} * dim), wb, one, 1, dim, 1e-6f);
@@ -109,10 +116,12 @@ TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
     // third of a batch of 7 other rows
     auto other = random_floats(static_cast<size_t>(7) * dim, rng);
     std::copy(want.begin(), want.end(), other.begin());  // overwritten below
-    std::copy(x.begin() + int64_t{r} * dim, x.begin() + int64_t{r + 1} * dim, other.begin() + 2 * dim);
+    std::copy(x.begin() + int64_t{r} * dim, x.begin() + int64_t{r + 1} * dim,
+              other.begin() + 2 * dim);
     const ocl::Buffer ob = upload(other), oy = upload(std::vector<float>(other.size()));
     rms_norm(ctx, ob, wb, oy, 7, dim, 1e-6f);
-    EXPECT_TRUE(bitwise_equal(download<float>(oy, dim, 2 * dim), want)) << "row " << r << " in a batch of 7";
+    EXPECT_TRUE(bitwise_equal(download<float>(oy, dim, 2 * dim), want))
+        << "row " << r << " in a batch of 7";
   }
 }
 

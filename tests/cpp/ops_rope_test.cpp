@@ -29,7 +29,8 @@ std::vector<int32_t> random_positions(int64_t n, std::mt19937& rng) {
 }
 
 // Max over elements of |got - want| / (|x0| + |x1|) of the element's pair (input values).
-double pair_error(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& in) {
+double pair_error(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& in) {
   double e = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (same_bits(got[i], want[i])) continue;
@@ -38,8 +39,8 @@ double pair_error(const std::vector<float>& got, const std::vector<float>& want,
   return e;
 }
 
-using RopeParam = std::tuple<RopeType, int /*head*/, int /*rope_dim: 0 full, else head / n*/, int /*heads*/,
-                             int /*tokens*/, double /*base*/, double /*freq_scale*/>;
+using RopeParam = std::tuple<RopeType, int /*head*/, int /*rope_dim: 0 full, else head / n*/,
+                             int /*heads*/, int /*tokens*/, double /*base*/, double /*freq_scale*/>;
 
 class RopeShapes : public ::testing::TestWithParam<RopeParam> {};
 
@@ -58,22 +59,27 @@ TEST_P(RopeShapes, MatchesReference) {
   const auto got = download<float>(xb, x.size());
   const ErrorStats s = compare(got, want);
   EXPECT_LE(pair_error(got, want, x), 2e-6) << s.exact << " of " << s.n << " bitwise equal";
-  if (s.exact != s.n) std::printf("rope head %d rope_dim %d: %zu of %zu bitwise equal\n", head, rope_dim, s.exact, s.n);
+  if (s.exact != s.n)
+    std::printf("rope head %d rope_dim %d: %zu of %zu bitwise equal\n", head, rope_dim, s.exact,
+                s.n);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int h = 0; h < heads; ++h) {
       for (int d = rope_dim; d < head; ++d) {
         const size_t i = static_cast<size_t>((t * heads + h) * head + d);
-        ASSERT_TRUE(same_bits(got[i], x[i])) << "dim " << d << " past rope_dim " << rope_dim << " changed";
+        ASSERT_TRUE(same_bits(got[i], x[i]))
+            << "dim " << d << " past rope_dim " << rope_dim << " changed";
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, RopeShapes,
-    ::testing::Combine(::testing::Values(RopeType::kNorm, RopeType::kNeox), ::testing::Values(8, 64, 128, 256),
-                       ::testing::Values(0, 2, 4), ::testing::Values(1, 4), ::testing::Values(1, 7, 64),
-                       ::testing::Values(10000.0, 1e6), ::testing::Values(1.0, 0.125)));
+INSTANTIATE_TEST_SUITE_P(Ops, RopeShapes,
+                         ::testing::Combine(::testing::Values(RopeType::kNorm, RopeType::kNeox),
+                                            ::testing::Values(8, 64, 128, 256),
+                                            ::testing::Values(0, 2, 4), ::testing::Values(1, 4),
+                                            ::testing::Values(1, 7, 64),
+                                            ::testing::Values(10000.0, 1e6),
+                                            ::testing::Values(1.0, 0.125)));
 
 TEST(Rope, MatchesTheTextbookRotation) {
   // NEOX on one head of 4 dims at position 3: pairs (0, 2) and (1, 3) by 3 * base^(-2i/4).
@@ -108,7 +114,8 @@ TEST(Rope, FreqFactorsAndTokenStride) {
   for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + static_cast<float>(i % 5);
   const RopeTable table(ctx, RopeType::kNorm, head, 500000.0, 1.0, factors);
   std::vector<float> want = fused;
-  ref::rope(std::span<float>(want).subspan(q), pos, tokens, kh, head, table.inv_freq(), RopeType::kNorm, stride);
+  ref::rope(std::span<float>(want).subspan(q), pos, tokens, kh, head, table.inv_freq(),
+            RopeType::kNorm, stride);
   const ocl::Buffer xb = upload(fused), pb = upload(pos);
   rope(ctx, Slice(xb, q), pb, tokens, kh, head, table, stride);
   const auto got = download<float>(xb, fused.size());
@@ -135,9 +142,11 @@ TEST(Rope, TokenIsBitwiseTheSameAloneAndInAnyBatch) {
   const auto batch = download<float>(xb, x.size());
   for (int t : {0, 5, 63}) {
     const std::vector<float> want(batch.begin() + t * row, batch.begin() + (t + 1) * row);
-    const ocl::Buffer one = upload(std::vector<float>(x.begin() + t * row, x.begin() + (t + 1) * row));
+    const ocl::Buffer one =
+        upload(std::vector<float>(x.begin() + t * row, x.begin() + (t + 1) * row));
     rope(ctx, one, Slice(pb, t), 1, heads, head, table);
-    EXPECT_TRUE(bitwise_equal(download<float>(one, static_cast<size_t>(row)), want)) << "token " << t;
+    EXPECT_TRUE(bitwise_equal(download<float>(one, static_cast<size_t>(row)), want))
+        << "token " << t;
   }
 }
 
@@ -157,7 +166,8 @@ TEST(Rope, BadArgumentsNameTheField) {
   EXPECT_EQ(field_of([&] { RopeTable(ctx, RopeType::kNorm, 64, 1.0); }), "rope_base");
   EXPECT_EQ(field_of([&] { RopeTable(ctx, RopeType::kNorm, 64, 1e4, 0.0); }), "rope_freq_scale");
   const std::vector<float> bad_factors(3, 1.0f);
-  EXPECT_EQ(field_of([&] { RopeTable(ctx, RopeType::kNorm, 64, 1e4, 1.0, bad_factors); }), "rope_freqs.size");
+  EXPECT_EQ(field_of([&] { RopeTable(ctx, RopeType::kNorm, 64, 1e4, 1.0, bad_factors); }),
+            "rope_freqs.size");
   const RopeTable t(ctx, RopeType::kNorm, 32, 1e4);
   EXPECT_EQ(field_of([&] { rope(ctx, x, p, 2, 1, 16, t); }), "rope.head_size");
   const ocl::Buffer big = upload(std::vector<float>(256));

@@ -25,7 +25,8 @@ TEST_P(GatherRows, SelectsRowsBitwise) {
   std::vector<int32_t> idx = {num_src - 1, 0, num_src / 2, num_src - 1, -1, num_src};
   std::vector<float> want(idx.size() * dim);
   ref::gather_rows(src, idx, want, num_src, dim);
-  const ocl::Buffer s = upload(src), ib = upload(idx), d = upload(std::vector<float>(want.size() + 5));
+  const ocl::Buffer s = upload(src), ib = upload(idx),
+                    d = upload(std::vector<float>(want.size() + 5));
   gather_rows(ctx, s, ib, Slice(d, 5), num_src, static_cast<int64_t>(idx.size()), dim);
   const auto got = download<float>(d, want.size(), 5);
   EXPECT_TRUE(bitwise_equal(got, want));
@@ -47,7 +48,8 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     std::vector<float> wa(rows * a), wb(rows * b), wc(rows * c);
     ref::split_columns(src, wa, wb, wc, rows, a, b, c);
     const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
-                      db = upload(std::vector<float>(wb.size() + 7)), dc = upload(std::vector<float>(wc.size()));
+                      db = upload(std::vector<float>(wb.size() + 7)),
+                      dc = upload(std::vector<float>(wc.size()));
     split_columns(ctx, s, da, Slice(db, 7), dc, rows, a, b, c);
     EXPECT_TRUE(bitwise_equal(download<float>(da, wa.size()), wa));
     EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size(), 7), wb));
@@ -59,7 +61,8 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     std::vector<float> wa(rows * a), wb(rows * (b + c)), none;
     ref::split_columns(src, wa, wb, none, rows, a, b + c, 0);
     const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
-                      db = upload(std::vector<float>(wb.size())), dc = upload(std::vector<float>{42.0f});
+                      db = upload(std::vector<float>(wb.size())),
+                      dc = upload(std::vector<float>{42.0f});
     split_columns(ctx, s, da, db, dc, rows, a, b + c, 0);
     EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size()), wb));
     EXPECT_EQ(download<float>(dc, 1)[0], 42.0f);
@@ -67,13 +70,15 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
   {  // copy columns [a, a + b) of src into columns [3, 3 + b) of a wider matrix
     const int64_t dst_stride = b + 10;
     std::vector<float> want(rows * dst_stride, 0.0f);
-    ref::copy_2d(std::span<const float>(src).subspan(a), std::span<float>(want).subspan(3), rows, b, w, dst_stride);
+    ref::copy_2d(std::span<const float>(src).subspan(a), std::span<float>(want).subspan(3), rows, b,
+                 w, dst_stride);
     const ocl::Buffer s = upload(src), d = upload(std::vector<float>(want.size(), 0.0f));
     copy_2d(ctx, Slice(s, a), Slice(d, 3), rows, b, w, dst_stride);
     EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
   }
   {  // the logit of a chosen token per row
-    const std::vector<int32_t> cols = {0, 5, static_cast<int32_t>(w - 1), -1, static_cast<int32_t>(w), 7, 8, 9, 10, 11, 12};
+    const std::vector<int32_t> cols = {
+        0, 5, static_cast<int32_t>(w - 1), -1, static_cast<int32_t>(w), 7, 8, 9, 10, 11, 12};
     std::vector<float> want(rows);
     ref::gather_columns(src, cols, want, rows, static_cast<int>(w));
     const ocl::Buffer s = upload(src), cb = upload(cols), d = upload(std::vector<float>(rows));
@@ -108,9 +113,11 @@ TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, SplitColumns,
-                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(5, 7, 0), std::make_tuple(17, 3, 40),
-                                           std::make_tuple(100, 37, 5), std::make_tuple(896, 128, 128),
-                                           std::make_tuple(2048, 256, 256), std::make_tuple(15, 1, 16)));
+                         ::testing::Values(std::make_tuple(1, 1, 1), std::make_tuple(5, 7, 0),
+                                           std::make_tuple(17, 3, 40), std::make_tuple(100, 37, 5),
+                                           std::make_tuple(896, 128, 128),
+                                           std::make_tuple(2048, 256, 256),
+                                           std::make_tuple(15, 1, 16)));
 
 TEST(Rows, BadArgumentsNameTheField) {
   auto& ctx = context();
@@ -128,7 +135,8 @@ TEST(Rows, BadArgumentsNameTheField) {
   EXPECT_EQ(field_of([&] { copy_2d(ctx, x, x, 4, 16, 8, 16); }), "copy_2d.src_row_stride");
   EXPECT_EQ(field_of([&] { copy_2d(ctx, x, Slice(x, 1), 4, 16, 16, 16); }), "copy_2d.dst");
   EXPECT_EQ(field_of([&] { split_columns(ctx, x, x, x, x, 4, 0, 8, 8); }), "split_columns.a");
-  EXPECT_EQ(field_of([&] { split_columns(ctx, x, x, x, Slice(x, 50), 4, 8, 4, 4); }), "split_columns.dst_c");
+  EXPECT_EQ(field_of([&] { split_columns(ctx, x, x, x, Slice(x, 50), 4, 8, 4, 4); }),
+            "split_columns.dst_c");
   EXPECT_EQ(field_of([&] { gather_columns(ctx, x, i, x, 5, 8); }), "gather_columns.cols");
   EXPECT_EQ(field_of([&] { gather_rows(ctx, x, i, x, 4, 0, 16); }), "(no error)");
 }

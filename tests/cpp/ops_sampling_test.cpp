@@ -33,16 +33,40 @@ std::vector<float> make_logits(int rows, int vocab, Rows kind, std::mt19937& rng
   for (int r = 0; r < rows; ++r) {
     float* row = x.data() + static_cast<size_t>(r) * vocab;
     switch (r % 10) {
-      case 0: std::fill(row, row + vocab, 0.25f); break;                       // one value
-      case 1: for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(i); break;  // ascending
-      case 2: for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(pick(rng) % 4); break;  // 4 values
-      case 3: for (int i = 0; i < vocab; i += 3) row[i] = NAN; break;           // NaN among numbers
-      case 4: std::fill(row, row + vocab, NAN); break;                         // all NaN
-      case 5: std::fill(row, row + vocab, -INFINITY); row[vocab - 1] = -0.0f; row[vocab / 2] = 0.0f; break;
-      case 6: std::fill(row, row + vocab, -INFINITY); break;
-      case 7: row[pick(rng)] = INFINITY; row[vocab - 1] = 50.0f; break;
-      case 8: row[vocab - 1] = 100.0f; row[0] = 100.0f; break;                  // tie, first and last
-      default: for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(vocab - i) * 1e-3f; break;
+      case 0:
+        std::fill(row, row + vocab, 0.25f);
+        break;  // one value
+      case 1:
+        for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(i);
+        break;  // ascending
+      case 2:
+        for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(pick(rng) % 4);
+        break;  // 4 values
+      case 3:
+        for (int i = 0; i < vocab; i += 3) row[i] = NAN;
+        break;  // NaN among numbers
+      case 4:
+        std::fill(row, row + vocab, NAN);
+        break;  // all NaN
+      case 5:
+        std::fill(row, row + vocab, -INFINITY);
+        row[vocab - 1] = -0.0f;
+        row[vocab / 2] = 0.0f;
+        break;
+      case 6:
+        std::fill(row, row + vocab, -INFINITY);
+        break;
+      case 7:
+        row[pick(rng)] = INFINITY;
+        row[vocab - 1] = 50.0f;
+        break;
+      case 8:
+        row[vocab - 1] = 100.0f;
+        row[0] = 100.0f;
+        break;  // tie, first and last
+      default:
+        for (int i = 0; i < vocab; ++i) row[i] = static_cast<float>(vocab - i) * 1e-3f;
+        break;
     }
   }
   return x;
@@ -70,15 +94,16 @@ TEST_P(Sampling, TopKExact) {
   for (int k : {1, 5, 20, 64, 128}) {
     if (k > vocab) continue;
     for (const char* kernel : {"heap", "group"}) {
-    setenv("SPECDEC_OPS_TOPK", kernel, 1);
-    const size_t n = static_cast<size_t>(rows) * k;
-    std::vector<float> wv(n);
-    std::vector<int32_t> wi(n);
-    ref::top_k(x, wv, wi, rows, vocab, k);
-    const ocl::Buffer xb = upload(x), vb = upload(std::vector<float>(n)), ib = upload(std::vector<int32_t>(n));
-    top_k(context(), xb, vb, ib, rows, vocab, k);
-    EXPECT_EQ(download<int32_t>(ib, n), wi) << kernel << " k " << k;
-    EXPECT_TRUE(bitwise_equal(download<float>(vb, n), wv)) << kernel << " k " << k;
+      setenv("SPECDEC_OPS_TOPK", kernel, 1);
+      const size_t n = static_cast<size_t>(rows) * k;
+      std::vector<float> wv(n);
+      std::vector<int32_t> wi(n);
+      ref::top_k(x, wv, wi, rows, vocab, k);
+      const ocl::Buffer xb = upload(x), vb = upload(std::vector<float>(n)),
+                        ib = upload(std::vector<int32_t>(n));
+      top_k(context(), xb, vb, ib, rows, vocab, k);
+      EXPECT_EQ(download<int32_t>(ib, n), wi) << kernel << " k " << k;
+      EXPECT_TRUE(bitwise_equal(download<float>(vb, n), wv)) << kernel << " k " << k;
     }
   }
   unsetenv("SPECDEC_OPS_TOPK");
@@ -91,37 +116,43 @@ TEST_P(Sampling, LogsumexpAndLogSoftmax) {
   std::vector<float> want_lse(rows), want_out(x.size());
   ref::log_softmax_rows(x, want_out, want_lse, rows, vocab);
   auto& ctx = context();
-  const ocl::Buffer xb = upload(x), lb = upload(std::vector<float>(rows)), ob = upload(std::vector<float>(x.size()));
+  const ocl::Buffer xb = upload(x), lb = upload(std::vector<float>(rows)),
+                    ob = upload(std::vector<float>(x.size()));
   logsumexp_rows(ctx, xb, lb, rows, vocab);
   const auto lse = download<float>(lb, rows);
   for (int r = 0; r < rows; ++r) {
     if (std::isnan(want_lse[r]) || std::isinf(want_lse[r])) {
-      EXPECT_TRUE(same_bits(lse[r], want_lse[r])) << "row " << r << ": " << lse[r] << " vs " << want_lse[r];
+      EXPECT_TRUE(same_bits(lse[r], want_lse[r]))
+          << "row " << r << ": " << lse[r] << " vs " << want_lse[r];
     } else {
       EXPECT_NEAR(lse[r], want_lse[r], 2e-7 * std::max(1.0f, std::abs(want_lse[r]))) << "row " << r;
     }
   }
   log_softmax_rows(ctx, xb, xb, lb, rows, vocab);  // in place
   const auto out = download<float>(xb, x.size());
-  EXPECT_TRUE(bitwise_equal(download<float>(lb, rows), lse)) << "log_softmax_rows writes the same lse";
+  EXPECT_TRUE(bitwise_equal(download<float>(lb, rows), lse))
+      << "log_softmax_rows writes the same lse";
   size_t bad = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     const float w = want_out[i];
-    const bool ok = (std::isnan(w) || std::isinf(w)) ? same_bits(out[i], w)
-                                                     : std::abs(out[i] - w) <= 2e-7 * std::max(1.0f, std::abs(want_lse[i / vocab])) + 1e-7 * std::abs(w);
+    const bool ok =
+        (std::isnan(w) || std::isinf(w))
+            ? same_bits(out[i], w)
+            : std::abs(out[i] - w) <=
+                  2e-7 * std::max(1.0f, std::abs(want_lse[i / vocab])) + 1e-7 * std::abs(w);
     bad += ok ? 0 : 1;
   }
   EXPECT_EQ(bad, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Small, Sampling,
-    ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 512, 4099), ::testing::Values(1, 10, 64),
-                       ::testing::Values(Rows::kRandom, Rows::kHard)));
-INSTANTIATE_TEST_SUITE_P(
-    Vocab, Sampling,
-    ::testing::Combine(::testing::Values(32000, 49152, 151936, 262144), ::testing::Values(1, 10),
-                       ::testing::Values(Rows::kRandom, Rows::kHard)));
+INSTANTIATE_TEST_SUITE_P(Small, Sampling,
+                         ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 512, 4099),
+                                            ::testing::Values(1, 10, 64),
+                                            ::testing::Values(Rows::kRandom, Rows::kHard)));
+INSTANTIATE_TEST_SUITE_P(Vocab, Sampling,
+                         ::testing::Combine(::testing::Values(32000, 49152, 151936, 262144),
+                                            ::testing::Values(1, 10),
+                                            ::testing::Values(Rows::kRandom, Rows::kHard)));
 
 // A row's results alone, first in a batch of 64 and third in a batch of 5 are bitwise the same.
 TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
@@ -137,7 +168,8 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
     };
     auto run = [&](const ocl::Buffer& in, int64_t first_row, int n, int row_of_interest) {
       const ocl::Buffer lb = upload(std::vector<float>(n)), ab = upload(std::vector<int32_t>(n)),
-                        vb = upload(std::vector<float>(n * k)), ib = upload(std::vector<int32_t>(n * k)),
+                        vb = upload(std::vector<float>(n * k)),
+                        ib = upload(std::vector<int32_t>(n * k)),
                         ob = upload(std::vector<float>(static_cast<size_t>(n) * vocab));
       const Slice at(in, first_row * vocab);
       logsumexp_rows(ctx, at, lb, n, vocab);
@@ -146,8 +178,8 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
       log_softmax_rows(ctx, at, ob, lb, n, vocab);
       const size_t r = static_cast<size_t>(row_of_interest);
       return Out{download<float>(lb, 1, r), download<float>(vb, k, r * k),
-                 download<float>(ob, static_cast<size_t>(vocab), r * vocab), download<int32_t>(ab, 1, r),
-                 download<int32_t>(ib, k, r * k)};
+                 download<float>(ob, static_cast<size_t>(vocab), r * vocab),
+                 download<int32_t>(ab, 1, r), download<int32_t>(ib, k, r * k)};
     };
     for (int r : {0, 13, rows - 1}) {
       const Out batch = run(xb, 0, rows, r);
@@ -157,7 +189,8 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
       const Out mixed = run(upload(other), 0, 5, 2);
       for (const Out* o : {&alone, &mixed}) {
         EXPECT_TRUE(bitwise_equal(o->lse, batch.lse)) << "vocab " << vocab << " row " << r;
-        EXPECT_TRUE(bitwise_equal(o->logprobs, batch.logprobs)) << "vocab " << vocab << " row " << r;
+        EXPECT_TRUE(bitwise_equal(o->logprobs, batch.logprobs))
+            << "vocab " << vocab << " row " << r;
         EXPECT_TRUE(bitwise_equal(o->values, batch.values));
         EXPECT_EQ(o->argmax, batch.argmax);
         EXPECT_EQ(o->ids, batch.ids);
@@ -184,7 +217,8 @@ TEST(Sampling, BadArgumentsNameTheField) {
   EXPECT_EQ(field_of([&] { top_k(ctx, x, x, i, 1, 16, 17); }), "top_k.k");
   EXPECT_EQ(field_of([&] { top_k(ctx, x, x, i, 2, 32, 5); }), "top_k.ids");
   EXPECT_EQ(field_of([&] { logsumexp_rows(ctx, x, Slice(x, 63), 2, 32); }), "logsumexp_rows.lse");
-  EXPECT_EQ(field_of([&] { log_softmax_rows(ctx, x, Slice(x, 1), i, 2, 32); }), "log_softmax_rows.out");
+  EXPECT_EQ(field_of([&] { log_softmax_rows(ctx, x, Slice(x, 1), i, 2, 32); }),
+            "log_softmax_rows.out");
   EXPECT_EQ(field_of([&] { argmax(ctx, x, i, 0, 64); }), "(no error)");
 }
 

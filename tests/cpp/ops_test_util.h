@@ -70,14 +70,17 @@ inline ErrorStats compare(const std::vector<float>& got, const std::vector<float
       continue;
     }
     const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    const double rel = std::isnan(d) ? INFINITY : d / std::max(std::abs(static_cast<double>(want[i])), floor);
+    const double rel =
+        std::isnan(d) ? INFINITY : d / std::max(std::abs(static_cast<double>(want[i])), floor);
     s.max_rel = std::max(s.max_rel, rel);
   }
   return s;
 }
 
-inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+inline ::testing::AssertionResult bitwise_equal(const std::vector<float>& a,
+                                                const std::vector<float>& b) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
   for (size_t i = 0; i < a.size(); ++i) {
     if (!same_bits(a[i], b[i])) {
       return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
