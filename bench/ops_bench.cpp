@@ -109,6 +109,8 @@ json bench_ops(ocl::Context& ctx, int reps, bool quick) {
     const std::string hs = r + std::to_string(heads) + "x" + std::to_string(head);
     add_entry(out, ctx, reps, "rms_norm", r + std::to_string(dim), 8 * n,
               [&] { rms_norm(ctx, x, w, y, rows, dim, 1e-6f); });
+    add_entry(out, ctx, reps, "add_rms_norm", r + std::to_string(dim), 16 * n,
+              [&] { add_rms_norm(ctx, y, x, w, Slice(y, int64_t(n)), rows, dim, 1e-6f); });
     add_entry(out, ctx, reps, "rms_norm_per_head", hs, 8 * nh,
               [&] { rms_norm(ctx, x, Slice(w, 0), y, int64_t(rows) * heads, head, 1e-6f); });
     add_entry(out, ctx, reps, "rope_q", hs, 8 * nh,

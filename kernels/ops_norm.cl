@@ -19,25 +19,38 @@ inline float rms_scale(acc_t sum, int dim, float eps) {
 #endif
 }
 
+// With has_residual, first x += r (written back: the residual stream), then the norm of the sum.
 // global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void rms_norm(
-    __global const float* x, const long x_off,  // [rows, dim]
+    __global float* x, const long x_off,        // [rows, dim]; x += r when has_residual
+    __global const float* r, const long r_off,  // [rows, dim], read when has_residual
     __global const float* w, const long w_off,  // [dim], read when has_weight
-    __global float* y, const long y_off,        // [rows, dim]; may alias x
-    const int dim, const float eps, const float w_offset, const int has_weight) {
+    __global float* y, const long y_off,        // [rows, dim]; may alias x or r
+    const int dim, const float eps, const float w_offset, const int has_weight,
+    const int has_residual) {
   __local acc_t scratch[LOCAL];
   const int lid = LANE_ID();
   const long row = ROW_ID();
-  __global const float* xr = x + x_off + row * dim;
+  __global float* xr = x + x_off + row * dim;
+  __global const float* rr = r + r_off + row * dim;
   __global float* yr = y + y_off + row * dim;
   const int num_blocks = dim / 16;
+  const int tail = dim % 16;
   acc16_t acc = (acc16_t)0;
   for (int b = lid; b < num_blocks; b += LOCAL) {
-    const float16 v = vload16(b, xr);
+    float16 v = vload16(b, xr);
+    if (has_residual) {
+      v = v + vload16(b, rr);
+      vstore16(v, b, xr);
+    }
     acc += convert_acc16(v * v);
   }
-  if (num_blocks % LOCAL == lid && dim % 16 != 0) {
-    const float16 v = load16_tail(xr + num_blocks * 16, dim % 16, 0.0f);
+  if (num_blocks % LOCAL == lid && tail != 0) {
+    __global float* xt = xr + num_blocks * 16;
+    if (has_residual) {
+      for (int i = 0; i < tail; ++i) xt[i] = xt[i] + rr[num_blocks * 16 + i];
+    }
+    const float16 v = load16_tail(xt, tail, 0.0f);
     acc += convert_acc16(v * v);
   }
   const float scale = rms_scale(group_sum(scratch, sum16(acc)), dim, eps);

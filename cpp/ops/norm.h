@@ -21,4 +21,14 @@ void rms_norm(ocl::Context& ctx,
               Slice y,                      // [rows, dim]
               int64_t rows, int dim, float eps, float weight_offset = 0.0f);
 
+// The residual step fused with the next norm, one launch instead of two:
+//   x += residual (x is written back: the residual stream), then y = rms_norm(x) as above.
+// Bitwise the same as add() followed by rms_norm(). y may be x or residual.
+void add_rms_norm(ocl::Context& ctx,
+                  Slice x,                      // [rows, dim], updated in place
+                  Slice residual,               // [rows, dim]
+                  std::optional<Slice> weight,  // [dim] or std::nullopt
+                  Slice y,                      // [rows, dim]
+                  int64_t rows, int dim, float eps, float weight_offset = 0.0f);
+
 }  // namespace specdec::ops

@@ -1,13 +1,15 @@
 // rms_norm against ops::ref::rms_norm over shapes (model widths, head sizes, odd tails), with and
 // without a weight and a weight offset, in place, at buffer offsets; batch invariance (bitwise);
-// argument errors. Tolerance: relative 1e-6 per element (on fp64 devices all but rare rows are
-// bitwise equal: the only difference is the order of the double sum).
+// add_rms_norm bitwise equal to add + rms_norm; argument errors. Tolerance: relative 1e-6 per
+// element (on fp64 devices all but rare rows are bitwise equal: the only difference is the order of
+// the double sum).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <tuple>
 
 #include "common/errors.h"
+#include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -92,6 +94,43 @@ TEST(RmsNorm, PerHeadInPlaceAtOffsets) {
                             std::vector<float>(all.begin(), all.begin() + off)));
   EXPECT_TRUE(bitwise_equal(std::vector<float>(got.begin() + off + n, got.end()),
                             std::vector<float>(all.begin() + off + n, all.end())));
+}
+
+TEST(AddRmsNorm, BitwiseAddThenNorm) {
+  auto& ctx = context();
+  std::mt19937 rng(21);
+  for (int dim : {7, 64, 100, 1152, 1536}) {
+    const int rows = 9;
+    const size_t n = static_cast<size_t>(rows) * dim;
+    const auto x = random_floats(n, rng), r = random_floats(n, rng),
+               w = random_floats(dim, rng, 0.2f, 1.0f);
+    std::vector<float> sum = x, want(n);
+    ref::add(sum, r);
+    ref::rms_norm(sum, w, want, rows, dim, 1e-6f, 1.0f);
+    // reference path on the device: add, then rms_norm
+    const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w),
+                      y1 = upload(std::vector<float>(n));
+    const ocl::Buffer x2 = upload(x), y2 = upload(std::vector<float>(n));
+    add(ctx, x1, r1, static_cast<int64_t>(n));
+    rms_norm(ctx, x1, w1, y1, rows, dim, 1e-6f, 1.0f);
+    add_rms_norm(ctx, x2, r1, w1, y2, rows, dim, 1e-6f, 1.0f);
+    EXPECT_TRUE(bitwise_equal(download<float>(x2, n), sum)) << "dim " << dim << ": residual stream";
+    EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << "dim " << dim;
+    EXPECT_LE(compare(download<float>(y2, n), want).max_rel, 1e-6) << "dim " << dim;
+    // y written over the residual input
+    const ocl::Buffer x3 = upload(x), r3 = upload(r);
+    add_rms_norm(ctx, x3, r3, w1, r3, rows, dim, 1e-6f, 1.0f);
+    EXPECT_TRUE(bitwise_equal(download<float>(r3, n), download<float>(y1, n)))
+        << "dim " << dim << ": y = residual";
+  }
+  const ocl::Buffer small = upload(std::vector<float>(16));
+  try {
+    add_rms_norm(ctx, upload(std::vector<float>(64)), small, std::nullopt,
+                 upload(std::vector<float>(64)), 4, 16, 1e-6f);
+    FAIL() << "a residual of 16 for 4 x 16 must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "add_rms_norm.residual");
+  }
 }
 
 class RmsNormInvariance : public ::testing::TestWithParam<int> {};
