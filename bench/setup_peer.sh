@@ -12,17 +12,33 @@ if [ ! -x "$PY" ]; then
   echo "bench/setup_peer.sh: .venv is missing; run scripts/setup.sh first" >&2
   exit 1
 fi
-have=$("$PY" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
-if [ "$have" = "$LLAMA_CPP_PYTHON_VERSION" ]; then
-  echo "== llama-cpp-python $have already installed"
+# CPU build for this machine: no GPU backends, no BLAS (llama.cpp's own kernels, as llama-bench
+# uses by default), OpenMP threading, and the SIMD extensions /proc/cpuinfo lists. Not
+# GGML_NATIVE: -march=native also turns on AMX, whose tile instructions fault where the kernel or
+# hypervisor does not grant AMX state (seen here: a general protection fault at ldtilecfg).
+flags="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF"
+flags+=" -DGGML_METAL=OFF -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF"
+flags+=" -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
+flags+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+for pair in avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
+            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+  if [[ "$cpu_flags" == *" ${pair%%:*} "* ]]; then flags+=" -DGGML_${pair##*:}=ON"; else flags+=" -DGGML_${pair##*:}=OFF"; fi
+done
+export CMAKE_ARGS="${CMAKE_ARGS:-$flags}"
+stamp=.venv/llama_cpp_python.build
+want="$LLAMA_CPP_PYTHON_VERSION $CMAKE_ARGS"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c 'import llama_cpp' 2>/dev/null; then
+  echo "== llama-cpp-python $LLAMA_CPP_PYTHON_VERSION already built with these flags"
 else
-  echo "== building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CPU only)"
-  # CPU build for this machine: no GPU backends, no BLAS (llama.cpp's own kernels, as llama-bench
-  # uses by default), native SIMD, OpenMP threading.
-  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF -DGGML_METAL=OFF -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+  echo "== building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from source (CPU only): $CMAKE_ARGS"
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
   flock /tmp/specdec-pip.lock "$PY" -m pip install --disable-pip-version-check --no-cache-dir \
-    --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+    --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  # Its runtime dependencies (numpy is there already).
+  flock /tmp/specdec-pip.lock "$PY" -m pip install -q --disable-pip-version-check \
+    "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
+  echo "$want" > "$stamp"
 fi
 # The reference model's dequantizer (also in the test extra).
 flock /tmp/specdec-pip.lock "$PY" -m pip install -q --disable-pip-version-check "gguf==0.19.0"

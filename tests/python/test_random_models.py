@@ -84,7 +84,8 @@ def test_variant_features(model_dir):
     assert [l.get("kv_sharing_target", -1) for l in share["layers"]] == [-1, -1, 1, 1]
     assert cfg("qwen2")["qkv_bias"] and not cfg("qwen2")["tied_embeddings"]
     qwen3 = cfg("qwen3")
-    assert qwen3["qk_norm"] and qwen3["head_size"] * qwen3["num_q_heads"] == 2 * qwen3["hidden_size"]
+    assert qwen3["qk_norm"]
+    assert qwen3["head_size"] * qwen3["num_q_heads"] == 2 * qwen3["hidden_size"]
     for a in ("deepseek2", "deepseek2-kvb"):
         mla = cfg(a)["mla"]
         assert (mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"]) == (32, 16, 32)
@@ -115,7 +116,10 @@ QUANT_RMS = {"F32": 0, "F16": 1e-3, "BF16": 5e-3, "Q8_0": 1e-2, "Q6_K": 3e-2, "Q
 def test_quantizers_round_trip_through_gguf_py(fmt):
     x = np.random.default_rng(1).standard_normal((6, 512)).astype(np.float32) * 0.05
     data, qtype = quantize(x, fmt)
-    back = gguf.quants.dequantize(data, qtype) if data.dtype == np.uint8 else data.astype(np.float32)
+    if data.dtype == np.uint8:
+        back = gguf.quants.dequantize(data, qtype)
+    else:
+        back = data.astype(np.float32)
     assert back.shape == x.shape
     err = np.sqrt(np.mean((back - x) ** 2)) / np.std(x)
     assert err <= QUANT_RMS[fmt], f"{fmt}: relative RMS error {err:.4f}"
@@ -152,6 +156,18 @@ def test_reference_is_causal(model_dir, arch):
     np.testing.assert_allclose(changed[:30], full[:30], atol=2e-4, rtol=1e-4)
 
 
+def test_forward_batch_equals_separate_forwards(model_dir):
+    model = NumpyModel(_model(model_dir, "gemma3", "Q4_0"))
+    a, b = list(range(3, 40)), list(range(50, 70))
+    both = model.forward_batch([a, b], hidden_layers=[2])
+    for seq, out in zip((a, b), both):
+        alone = model.forward(seq, hidden_layers=[2])
+        np.testing.assert_allclose(out.logits, alone.logits, atol=2e-4, rtol=1e-4)
+        np.testing.assert_allclose(out.hidden_states[2], alone.hidden_states[2],
+                                   atol=2e-4, rtol=1e-4)
+    np.testing.assert_array_equal(model.forward(a, logits_for=[5, 9]).logits[1], both[0].logits[9])
+
+
 def test_kv_sharing_layers_ignore_their_own_kv_weights(model_dir):
     model = NumpyModel(_model(model_dir, "llama-kvshare", "F32"))
     ids = list(range(3, 40))
@@ -181,7 +197,8 @@ def test_rope_modes():
     for neox in (False, True):
         y = rope(x, pos, 8, 10000.0, neox)
         np.testing.assert_allclose(y[0], x[0], atol=1e-6)                       # position 0
-        np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1),
+                                   rtol=1e-5)
     # NORM rotates pair (0, 1) by p * base^0 = p radians; NEOX rotates (0, 4).
     y = rope(x, pos, 8, 10000.0, False)
     c, s = np.cos(5.0), np.sin(5.0)

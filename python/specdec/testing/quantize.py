@@ -120,10 +120,12 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
                  0, 127).astype(np.int8)
     step = d32[:, None] * sc
     q = np.divide(sub, step[..., None], out=np.zeros_like(sub), where=step[..., None] > 0)
-    q = (np.clip(np.rint(q), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # [n, half, k, l]
+    q = (np.clip(np.rint(q), -32, 31) + 32).astype(np.uint8)
+    q = q.reshape(-1, 2, 4, 32)  # [block, 128-half, 32-group k, l]
     ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
                          (q[:, :, 1] & 0xF) | ((q[:, :, 3] & 0xF) << 4)], axis=-1)  # [n, 2, 64]
     qh = ((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4)
           | ((q[:, :, 3] >> 4) << 6))                                               # [n, 2, 32]
-    return np.concatenate([ql.reshape(-1, 128).astype(np.uint8), qh.reshape(-1, 64).astype(np.uint8),
+    return np.concatenate([ql.reshape(-1, 128).astype(np.uint8),
+                           qh.reshape(-1, 64).astype(np.uint8),
                            sc.view(np.uint8), d.view(np.uint8).reshape(-1, 2)], axis=1)

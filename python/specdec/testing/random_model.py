@@ -132,7 +132,8 @@ def _attention_tensors(b: _Builder, p: str, arch: str) -> None:
     if arch in ("qwen3", "gemma3"):
         b.vector(p + "attn_q_norm.weight", d.head)
         b.vector(p + "attn_k_norm.weight", d.head)
-    b.matrix(p + "attn_output.weight", d.hidden, d.heads * d.head, OUT_GAIN / np.sqrt(d.heads * d.head))
+    b.matrix(p + "attn_output.weight", d.hidden, d.heads * d.head,
+             OUT_GAIN / np.sqrt(d.heads * d.head))
 
 
 def _mla_sizes(d: _Dims) -> Dict[str, int]:
@@ -151,11 +152,13 @@ def _mla_tensors(b: _Builder, p: str, split_kv_b: bool) -> None:
     kv_b = b.draw(d.heads * (m["nope"] + m["v"]), m["kv_lora"])  # per head: k_nope rows, v rows
     if split_kv_b:  # as the converter splits it: GGUF {nope, kv_lora, heads}, {kv_lora, v, heads}
         per_head = kv_b.reshape(d.heads, m["nope"] + m["v"], m["kv_lora"])
-        b.add(p + "attn_k_b.weight", np.ascontiguousarray(per_head[:, :m["nope"], :].transpose(0, 2, 1)))
+        k_b = per_head[:, :m["nope"], :].transpose(0, 2, 1)
+        b.add(p + "attn_k_b.weight", np.ascontiguousarray(k_b))
         b.add(p + "attn_v_b.weight", np.ascontiguousarray(per_head[:, m["nope"]:, :]))
     else:
         b.add(p + "attn_kv_b.weight", kv_b)
-    b.matrix(p + "attn_output.weight", d.hidden, d.heads * m["v"], OUT_GAIN / np.sqrt(d.heads * m["v"]))
+    b.matrix(p + "attn_output.weight", d.hidden, d.heads * m["v"],
+             OUT_GAIN / np.sqrt(d.heads * m["v"]))
 
 
 def _build_tensors(b: _Builder, arch: str) -> None:
@@ -240,12 +243,15 @@ def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama
     in ``weight_format`` (WEIGHT_FORMATS; a matrix whose rows do not fit its blocks falls back to
     Q8_0, then F16, as llama.cpp's quantizer does; norms and biases are F32). Returns the path."""
     if architecture not in ARCHITECTURES:
-        raise ValueError(f"architecture = {architecture!r}: expected one of {', '.join(ARCHITECTURES)}")
+        raise ValueError(f"architecture = {architecture!r}: expected one of "
+                         f"{', '.join(ARCHITECTURES)}")
     if weight_format not in WEIGHT_FORMATS:
-        raise ValueError(f"weight_format = {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+        raise ValueError(f"weight_format = {weight_format!r}: expected one of "
+                         f"{', '.join(WEIGHT_FORMATS)}")
     arch = architecture.split("-")[0]
     tok = byte_vocab(vocab_size)
-    b = _Builder(architecture, weight_format, seed, _dims(architecture, weight_format), len(tok.tokens))
+    dims = _dims(architecture, weight_format)
+    b = _Builder(architecture, weight_format, seed, dims, len(tok.tokens))
     _build_tensors(b, arch)
     path = os.fspath(path)
     w = GGUFWriter(path, arch)

@@ -11,6 +11,7 @@ local RoPE base, attention scale) and deepseek2 MLA with dense FFNs. See docs/re
     out = model.forward(tokens, hidden_layers=[3])   # teacher forcing over the whole sequence
     out.logits          # [num_tokens, vocab] float32
     out.hidden_states   # {3: [num_tokens, hidden_size]}: the residual stream after layer 3
+    outs = model.forward_batch([tokens_a, tokens_b])  # independent sequences, one weight pass
 
 Weights are dequantized when a layer runs (and cached only for small models), so a 1.5B model
 needs about one layer's f32 weights plus a slice of the output head at a time.
@@ -121,11 +122,16 @@ def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, neox: bo
     return out.astype(np.float32)
 
 
-def attention_mask(layer: dict, positions: np.ndarray) -> np.ndarray:
-    """[n_query, n_key] bool, True where the query may attend the key (llama.cpp's masks)."""
+def attention_mask(layer: dict, positions: np.ndarray,
+                   seq_ids: Optional[np.ndarray] = None) -> np.ndarray:
+    """[n_query, n_key] bool, True where the query may attend the key (llama.cpp's masks).
+
+    With ``seq_ids`` the tokens of several sequences are stacked and attend only their own."""
     p1 = positions[:, None]
     p0 = positions[None, :]
     allowed = p0 <= p1
+    if seq_ids is not None:
+        allowed &= seq_ids[:, None] == seq_ids[None, :]
     kind = layer.get("attention", "full")
     if kind == "sliding":  # key p0 masked for query p1 when p1 - p0 >= window
         allowed &= (p1 - p0) < int(layer["sliding_window"])
@@ -212,14 +218,31 @@ class NumpyModel:
     def forward(self, tokens: Sequence[int], hidden_layers: Iterable[int] = (),
                 logits_for: Optional[Sequence[int]] = None) -> ForwardOutput:
         """Logits at every position (or at ``logits_for``) of ``tokens`` with causal attention
-        over the whole sequence, and the residual stream after each layer in ``hidden_layers``."""
+        over the whole sequence, and the residual stream after each layer in ``hidden_layers``
+        (negative indices count from the last layer)."""
+        out = self.forward_batch([tokens], hidden_layers)[0]
+        if logits_for is not None:
+            out.logits = out.logits[np.asarray(list(logits_for), dtype=np.int64)]
+        return out
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        return self.forward(tokens).logits
+
+    def forward_batch(self, sequences: Sequence[Sequence[int]],
+                      hidden_layers: Iterable[int] = ()) -> List[ForwardOutput]:
+        """``forward`` of several independent sequences in one pass over the weights (each
+        weight is dequantized once for all of them)."""
         c = self.config
-        ids = np.asarray(list(tokens), dtype=np.int64)
-        if ids.ndim != 1 or ids.size == 0:
-            raise ValueError("tokens must be a non-empty sequence of token ids")
-        if ids.min() < 0 or ids.max() >= self.tensors.num_rows("token_embd.weight"):
-            raise ValueError(f"token ids must be in [0, {self.tensors.num_rows('token_embd.weight')})")
-        positions = np.arange(ids.size, dtype=np.int64)
+        seqs = [np.asarray(list(t), dtype=np.int64) for t in sequences]
+        vocab_rows = self.tensors.num_rows("token_embd.weight")
+        for t in seqs:
+            if t.ndim != 1 or t.size == 0:
+                raise ValueError("every sequence must be a non-empty sequence of token ids")
+            if t.min() < 0 or t.max() >= vocab_rows:
+                raise ValueError(f"token ids must be in [0, {vocab_rows})")
+        ids = np.concatenate(seqs)
+        positions = np.concatenate([np.arange(t.size, dtype=np.int64) for t in seqs])
+        seq_ids = np.concatenate([np.full(t.size, i, dtype=np.int64) for i, t in enumerate(seqs)])
         wanted = {int(i) % c["num_layers"] for i in hidden_layers}
         x = self.tensors.rows("token_embd.weight", ids)
         if c["embedding_scale"] != 1.0:
@@ -227,26 +250,28 @@ class NumpyModel:
         kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
         hidden: Dict[int, np.ndarray] = {}
         for i in range(c["num_layers"]):
-            x = self._layer(i, x, positions, kv_store)
+            x = self._layer(i, x, positions, seq_ids, kv_store)
             if i in wanted:
                 hidden[i] = x.copy()
-        rows = positions if logits_for is None else np.asarray(list(logits_for), dtype=np.int64)
-        logits = self._logits(x[rows])
-        return ForwardOutput(logits=logits, hidden_states=hidden, positions=positions)
+        logits = self._logits(x)
+        outs = []
+        for i in range(len(seqs)):
+            rows = seq_ids == i
+            outs.append(ForwardOutput(logits=logits[rows],
+                                      hidden_states={k: v[rows] for k, v in hidden.items()},
+                                      positions=positions[rows]))
+        return outs
 
-    def logits(self, tokens: Sequence[int]) -> np.ndarray:
-        return self.forward(tokens).logits
-
-    def _layer(self, i: int, x: np.ndarray, positions: np.ndarray,
+    def _layer(self, i: int, x: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         c = self.config
         layer = c["layers"][i]
         p = f"blk.{i}."
         h = self._norm(x, p + "attn_norm.weight")
         if layer["attention"] == "mla":
-            a = self._mla_attention(i, h, positions)
+            a = self._mla_attention(i, h, positions, seq_ids)
         else:
-            a = self._attention(i, h, positions, kv_store)
+            a = self._attention(i, h, positions, seq_ids, kv_store)
         if c["post_norms"]:
             a = self._norm(a, p + "post_attention_norm.weight")
         x = (x + a).astype(np.float32)
@@ -267,12 +292,13 @@ class NumpyModel:
         return rope(x, positions, c["rope_dim"], layer["rope_base"], c["rope_type"] == "neox",
                     scale, self._freq_factors)
 
-    def _attention(self, i: int, h: np.ndarray, positions: np.ndarray,
+    def _attention(self, i: int, h: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                    kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         c = self.config
         layer = c["layers"][i]
         p = f"blk.{i}."
-        n, hq, hkv, d, dv = h.shape[0], c["num_q_heads"], c["num_kv_heads"], c["head_size"], c["head_size_v"]
+        n, hq, hkv = h.shape[0], c["num_q_heads"], c["num_kv_heads"]
+        d, dv = c["head_size"], c["head_size_v"]
         q = self._linear(h, p + "attn_q").reshape(n, hq, d)
         if c["qk_norm"]:
             q = self._norm(q, p + "attn_q_norm.weight")
@@ -290,18 +316,21 @@ class NumpyModel:
                 k = self._rope(k, layer, positions)
             kv_store[i] = (k, v)
         scale = c["attention_scale"] or 1.0 / math.sqrt(d)
-        o = _attention(q, k, v, attention_mask(layer, positions), scale, c["attn_logit_softcap"])
+        mask = attention_mask(layer, positions, seq_ids)
+        o = _attention(q, k, v, mask, scale, c["attn_logit_softcap"])
         return self._linear(o.reshape(n, hq * dv), p + "attn_output")
 
-    def _mla_attention(self, i: int, h: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def _mla_attention(self, i: int, h: np.ndarray, positions: np.ndarray,
+                       seq_ids: np.ndarray) -> np.ndarray:
         """DeepSeek-V2 multi-head latent attention, decompressed (per-head K and V)."""
         c, m = self.config, self.config["mla"]
         p = f"blk.{i}."
         n, heads = h.shape[0], c["num_q_heads"]
-        nope, rot, dv, rank = m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
+        nope, rot = m["qk_nope_head_dim"], m["qk_rope_head_dim"]
+        dv, rank = m["v_head_dim"], m["kv_lora_rank"]
         if self.tensors.has(p + "attn_q_a.weight"):
-            q = self._linear(self._norm(self._linear(h, p + "attn_q_a"), p + "attn_q_a_norm.weight"),
-                             p + "attn_q_b")
+            q_a = self._norm(self._linear(h, p + "attn_q_a"), p + "attn_q_a_norm.weight")
+            q = self._linear(q_a, p + "attn_q_b")
         else:
             q = self._linear(h, p + "attn_q")
         q = q.reshape(n, heads, nope + rot)
@@ -311,7 +340,7 @@ class NumpyModel:
         if self.tensors.has(p + "attn_kv_b.weight"):               # older files: one tensor
             kv = self._linear(latent, p + "attn_kv_b").reshape(n, heads, nope + dv)
             k_nope, v = kv[..., :nope], kv[..., nope:]
-        else:                                                       # attn_k_b [H, rank, nope], attn_v_b [H, dv, rank]
+        else:  # newer files: attn_k_b [H, rank, nope] and attn_v_b [H, dv, rank] (NumPy shapes)
             k_nope = np.einsum("nc,hcd->nhd", latent, self.weight(p + "attn_k_b.weight"))
             v = np.einsum("nc,hvc->nhv", latent, self.weight(p + "attn_v_b.weight"))
         base = c["layers"][i]["rope_base"]
@@ -320,8 +349,9 @@ class NumpyModel:
         qf = np.concatenate([q[..., :nope], q_pe], axis=-1)
         kf = np.concatenate([k_nope, np.broadcast_to(k_pe, (n, heads, rot))], axis=-1)
         scale = c["attention_scale"] or 1.0 / math.sqrt(nope + rot)
-        o = _attention(qf, kf.astype(np.float32), v.astype(np.float32),
-                       attention_mask(c["layers"][i], positions), scale, c["attn_logit_softcap"])
+        mask = attention_mask(c["layers"][i], positions, seq_ids)
+        o = _attention(qf, kf.astype(np.float32), v.astype(np.float32), mask, scale,
+                       c["attn_logit_softcap"])
         return self._linear(o.reshape(n, heads * dv), p + "attn_output")
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
