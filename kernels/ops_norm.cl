@@ -27,10 +27,13 @@ __kernel void rms_norm(
     __global const float* w, const long w_off,  // [dim], read when has_weight
     __global float* y, const long y_off,        // [rows, dim]; may alias x or r
     const int dim, const float eps, const float w_offset, const int has_weight,
-    const int has_residual) {
+    const int has_residual, const long num_rows) {
   __local acc_t scratch[LOCAL];
   const int lid = LANE_ID();
   const long row = ROW_ID();
+#if LOCAL == 1  // (with barriers, PoCL miscompiles an early return, even a uniform one)
+  if (row >= num_rows) return;  // padding of the last work-group
+#endif
   __global float* xr = x + x_off + row * dim;
   __global const float* rr = r + r_off + row * dim;
   __global float* yr = y + y_off + row * dim;

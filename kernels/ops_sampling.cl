@@ -30,10 +30,13 @@ inline ulong group_max_ulong(__local ulong* scratch, ulong v) {
 // global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void argmax(__global const float* x, const long x_off,  // [rows, vocab]
                      __global int* out, const long out_off,      // [rows]
-                     const int vocab) {
+                     const int vocab, const long num_rows) {
   __local ulong scratch[LOCAL];
   const int lid = LANE_ID();
   const long row = ROW_ID();
+#if LOCAL == 1  // (with barriers, PoCL miscompiles an early return, even a uniform one)
+  if (row >= num_rows) return;  // padding of the last work-group
+#endif
   __global const float* xr = x + x_off + row * vocab;
   const int num_blocks = vocab / 16;
   const uint16 lane = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -63,11 +66,14 @@ __kernel void argmax(__global const float* x, const long x_off,  // [rows, vocab
 __kernel void logsumexp(__global const float* x, const long x_off,  // [rows, vocab]
                         __global float* lse, const long lse_off,    // [rows]
                         __global float* out, const long out_off,    // [rows, vocab] if write_out
-                        const int vocab, const int write_out) {
+                        const int vocab, const int write_out, const long num_rows) {
   __local acc_t scratch[LOCAL];
   __local float fscratch[LOCAL];
   const int lid = LANE_ID();
   const long row = ROW_ID();
+#if LOCAL == 1  // (with barriers, PoCL miscompiles an early return, even a uniform one)
+  if (row >= num_rows) return;  // padding of the last work-group
+#endif
   __global const float* xr = x + x_off + row * vocab;
   const int num_blocks = vocab / 16;
   const int tail = vocab % 16;

@@ -59,12 +59,13 @@ inline void heap_offer(ulong* h, int* size, int k, ulong p) {
   }
 }
 
-// global size: (rows), any local size
+// global size: (rows, padded), any local size
 __kernel void top_k_heap(__global const float* x, const long x_off,  // [rows, vocab]
                          __global float* values, const long v_off,   // [rows, k]
                          __global int* ids, const long i_off,        // [rows, k]
-                         const int vocab, const int k) {
+                         const int vocab, const int k, const long num_rows) {
   const long row = get_global_id(0);
+  if (row >= num_rows) return;  // padding of the last work-group
   __global const float* xr = x + x_off + row * vocab;
   ulong h[KMAX];
   int size = 0;
@@ -137,7 +138,9 @@ inline void offer(__local ulong* cand, volatile __local uint* num, uint key, uin
 __kernel void top_k(__global const float* x, const long x_off,    // [rows, vocab]
                     __global float* values, const long v_off,     // [rows, k]
                     __global int* ids, const long i_off,          // [rows, k]
-                    const int vocab, const int k) {
+                    const int vocab, const int k,
+                    const long num_rows) {  // unused: one work-group per row (an early return
+                                            // before barriers miscompiles on PoCL)
   __local ulong buf[CAP > NSUB ? CAP : NSUB];
   __local uint scratch[LOCAL];
   __local uint num;

@@ -29,7 +29,7 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
   k.arg(6, *y.buffer).arg(7, cl_long{y.offset});
   k.arg(8, cl_int{dim}).arg(9, cl_float{eps}).arg(10, cl_float{weight_offset});
   k.arg(11, cl_int{weight ? 1 : 0}).arg(12, cl_int{residual ? 1 : 0});
-  launch_rows(ctx, k, rows, reduction_local_size(ctx));
+  launch_rows(ctx, k, rows, reduction_local_size(ctx), 13);
 }
 
 }  // namespace

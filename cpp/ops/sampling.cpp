@@ -24,7 +24,7 @@ void launch_logsumexp(ocl::Context& ctx, Slice logits, Slice lse, Slice out, int
   k.arg(2, *lse.buffer).arg(3, cl_long{lse.offset});
   k.arg(4, *out.buffer).arg(5, cl_long{out.offset});
   k.arg(6, cl_int{vocab}).arg(7, cl_int{write_out ? 1 : 0});
-  launch_rows(ctx, k, rows, reduction_local_size(ctx));
+  launch_rows(ctx, k, rows, reduction_local_size(ctx), 8);
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ void argmax(ocl::Context& ctx, Slice logits, Slice ids, int64_t rows, int vocab)
   ocl::Kernel k = ctx.kernel("ops_sampling", "argmax", ops_build_options(ctx));
   k.arg(0, *logits.buffer).arg(1, cl_long{logits.offset});
   k.arg(2, *ids.buffer).arg(3, cl_long{ids.offset}).arg(4, cl_int{vocab});
-  launch_rows(ctx, k, rows, reduction_local_size(ctx));
+  launch_rows(ctx, k, rows, reduction_local_size(ctx), 5);
 }
 
 void top_k(ocl::Context& ctx, Slice logits, Slice values, Slice ids, int64_t rows, int vocab,
@@ -64,7 +64,7 @@ void top_k(ocl::Context& ctx, Slice logits, Slice values, Slice ids, int64_t row
   kern.arg(2, *values.buffer).arg(3, cl_long{values.offset});
   kern.arg(4, *ids.buffer).arg(5, cl_long{ids.offset});
   kern.arg(6, cl_int{vocab}).arg(7, cl_int{k});
-  launch_rows(ctx, kern, rows, heap ? 1 : local);
+  launch_rows(ctx, kern, rows, heap ? 1 : local, 8);
 }
 
 void logsumexp_rows(ocl::Context& ctx, Slice logits, Slice lse, int64_t rows, int vocab) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/errors.h"
+#include "common/math.h"
 
 namespace specdec::ops {
 
@@ -36,10 +37,20 @@ int reduction_local_size(const ocl::Context& ctx) {
   return ctx.device().type == "cpu" ? 1 : 256;
 }
 
-void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local) {
+void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local,
+                 cl_uint num_rows_arg) {
+  kernel.arg(num_rows_arg, cl_long{rows});
+  if (local == 1) {
+    const int64_t groups = 4 * std::max(1, ctx.device().compute_units);
+    const int64_t per_group = cdiv(rows, groups);
+    const size_t local_size = static_cast<size_t>(per_group);
+    const size_t global = static_cast<size_t>(cdiv(rows, per_group) * per_group);
+    kernel.launch(ctx, 1, &global, &local_size);
+    return;
+  }
   const size_t global = static_cast<size_t>(rows) * static_cast<size_t>(local);
   const size_t local_size = static_cast<size_t>(local);
-  kernel.launch(ctx, 1, &global, local == 1 ? nullptr : &local_size);
+  kernel.launch(ctx, 1, &global, &local_size);
 }
 
 std::string ops_build_options(const ocl::Context& ctx, int local) {

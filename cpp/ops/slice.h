@@ -31,9 +31,12 @@ void check_at_least(int64_t value, int64_t min_value, const std::string& what);
 // on the batch. SPECDEC_OPS_LOCAL overrides it (rounded down to a power of two in 1..256).
 int reduction_local_size(const ocl::Context& ctx);
 
-// Launches a per-row reduction kernel: work-groups of `local` work-items, one per row (local 1:
-// one work-item per row, work-groups of the driver's choice).
-void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local);
+// Launches a per-row reduction kernel whose argument `num_rows_arg` is the row count (long):
+// work-groups of `local` work-items, one per row; local 1: one work-item per row, rows dealt to
+// about 4 work-groups per compute unit (so that a few rows still use every core), the last
+// work-group padded.
+void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local,
+                 cl_uint num_rows_arg);
 
 // Build options every ops program gets: -DLOCAL=<local> (0: reduction_local_size) and -DUSE_FP64
 // when the device has cl_khr_fp64 (double accumulators, correctly rounded f32 sqrt / division).

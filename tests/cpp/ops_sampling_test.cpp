@@ -147,11 +147,11 @@ TEST_P(Sampling, LogsumexpAndLogSoftmax) {
 
 INSTANTIATE_TEST_SUITE_P(Small, Sampling,
                          ::testing::Combine(::testing::Values(1, 7, 16, 64, 100, 512, 4099),
-                                            ::testing::Values(1, 10, 64),
+                                            ::testing::Values(1, 11, 64),
                                             ::testing::Values(Rows::kRandom, Rows::kHard)));
 INSTANTIATE_TEST_SUITE_P(Vocab, Sampling,
                          ::testing::Combine(::testing::Values(32000, 49152, 151936, 262144),
-                                            ::testing::Values(1, 10),
+                                            ::testing::Values(1, 11),
                                             ::testing::Values(Rows::kRandom, Rows::kHard)));
 
 // A row's results alone, first in a batch of 64 and third in a batch of 5 are bitwise the same.
