@@ -46,14 +46,19 @@ __kernel void scale(__global float* x, const long x_off, const float s, const lo
   }
 }
 
-// x = cap * tanh(x / cap).  global size: (cdiv(n, 16))
+// x = cap * tanh(x / cap). The remainder also goes through the 16-lane tanh (padded), so an
+// element's bits never depend on where the flat range starts (a row alone or in a batch).
+// global size: (cdiv(n, 16))
 __kernel void softcap(__global float* x, const long x_off, const float cap, const long n) {
   const long i = (long)get_global_id(0) * 16;
   __global float* xp = x + x_off + i;
   if (i + 16 <= n) {
     vstore16(cap * tanh(vload16(0, xp) / cap), 0, xp);
   } else {
-    for (long j = 0; j < n - i; ++j) xp[j] = cap * tanh(xp[j] / cap);
+    const int m = (int)(n - i);
+    float t[16];
+    vstore16(cap * tanh(load16_tail(xp, m, 0.0f) / cap), 0, t);
+    for (int j = 0; j < m; ++j) xp[j] = t[j];
   }
 }
 

@@ -1,5 +1,5 @@
 // add, add_bias, scale, softcap and gated_activation against ops::ref over shapes, offsets,
-// fused gate/up rows and in-place output; argument errors.
+// fused gate/up rows and in-place output; batch invariance (bitwise); argument errors.
 // Tolerances: add, add_bias, scale bitwise equal; softcap and gated activations relative 4e-7 /
 // 5e-7 (exp / tanh of two libms, PoCL's vs glibc's; about 80 % of elements are bitwise equal).
 #include <gtest/gtest.h>
@@ -131,6 +131,43 @@ TEST(Gated, ExtremeGates) {
             << model::activation_name(act) << " gate " << gate[i];
       }
     }
+  }
+}
+
+// A row's results are bitwise the same computed alone (at an offset) and inside a batch of 16.
+TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
+  auto& ctx = context();
+  std::mt19937 rng(17);
+  const int rows = 16, ff = 8960 + 5, dim = 1536 + 3;
+  const auto gate = random_floats(static_cast<size_t>(rows) * ff, rng, 3.0f);
+  const auto up = random_floats(gate.size(), rng);
+  const auto x = random_floats(static_cast<size_t>(rows) * dim, rng, 10.0f);
+  const auto bias = random_floats(dim, rng);
+  const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
+  const ocl::Buffer xb = upload(x), bb = upload(bias);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    gated_activation(ctx, g, u, o, rows, ff, act);
+    const auto batch = download<float>(o, gate.size());
+    for (int r : {0, 7, 15}) {
+      const int64_t at = int64_t{r} * ff;
+      const ocl::Buffer one = upload(std::vector<float>(ff));
+      gated_activation(ctx, Slice(g, at), Slice(u, at), one, 1, ff, act);
+      EXPECT_TRUE(bitwise_equal(download<float>(one, ff),
+                                std::vector<float>(batch.begin() + at, batch.begin() + at + ff)))
+          << model::activation_name(act) << " row " << r;
+    }
+  }
+  const ocl::Buffer all = upload(x);
+  add_bias(ctx, all, bb, rows, dim);
+  softcap(ctx, all, int64_t{rows} * dim, 30.0f);
+  const auto batch = download<float>(all, x.size());
+  for (int r : {0, 9, 15}) {
+    const int64_t at = int64_t{r} * dim;
+    add_bias(ctx, Slice(xb, at), bb, 1, dim);
+    softcap(ctx, Slice(xb, at), dim, 30.0f);
+    EXPECT_TRUE(bitwise_equal(download<float>(xb, dim, at),
+                              std::vector<float>(batch.begin() + at, batch.begin() + at + dim)))
+        << "row " << r;
   }
 }
 
