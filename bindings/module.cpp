@@ -10,6 +10,7 @@ void register_blocks(py::module_& m);
 void register_attention(py::module_& m);
 void register_model(py::module_& m);
 void register_tokenizer(py::module_& m);
+void register_quant(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   register_attention(m);
   register_model(m);
   register_tokenizer(m);
+  register_quant(m);
 }

@@ -46,6 +46,7 @@ from specdec._core import (
     validate_backend,
 )
 from specdec._core import KvCacheManager, AllocationResult
+from specdec._core import quant  # weight formats, dequantize, device matmul
 from specdec.attention import initialize_attention, layer_infos, select_backend
 from specdec.hub import (
     FetchError,
@@ -68,6 +69,7 @@ from specdec.kv import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "quant",
     "FetchError",
     "ModelConfig",
     "cache_dir",
