@@ -60,7 +60,8 @@ void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int n
   k.arg(4, table.buffer()).arg(5, cl_long{0});
   k.arg(6, cl_long{token_stride}).arg(7, cl_int{num_heads}).arg(8, cl_int{head_size});
   k.arg(9, cl_int{rope_dim}).arg(10, cl_int{table.type() == model::RopeType::kNeox ? 1 : 0});
-  const size_t global[2] = {static_cast<size_t>(rope_dim / 2), static_cast<size_t>(num_tokens)};
+  const size_t global[2] = {static_cast<size_t>(cdiv(rope_dim / 2, 16)),
+                            static_cast<size_t>(num_tokens)};
   k.launch(ctx, 2, global);
 }
 
