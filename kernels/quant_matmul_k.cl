@@ -65,6 +65,7 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
     const float16 dmin = vload_half16(2 * rec + 1, dmp);
     for (int c = 0; c < 4; ++c) {
       uint16 lo[8], hi[8];
+#pragma unroll
       for (int t = 0; t < 8; ++t) {
         const uint16 p = qs[c * 8 + t];
         lo[t] = lo_nibbles(p);
@@ -110,9 +111,12 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
     global const uint16* qh = (global const uint16*)(wbuf + off1) + rec * 16;
     global const char* scp = (global const char*)(wbuf + off2) + rec * 256;
     const float16 d = vload_half16(rec, (global const half*)(wbuf + off3));
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
+#pragma unroll
       for (int m = 0; m < 4; ++m) {
         uint16 e[8];
+#pragma unroll
         for (int t = 0; t < 8; ++t) {
           const uint16 q = ql[16 * h + 8 * (m & 1) + t];
           e[t] = (m < 2 ? lo_nibbles(q) : hi_nibbles(q)) | bits_to_45(qh[8 * h + t], m);

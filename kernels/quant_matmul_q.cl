@@ -41,6 +41,7 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #if defined(WEIGHT_Q8_0)
     global const ushort16* qs = (global const ushort16*)(wbuf + off0) + rec * 16;
     S8PAIRS_T w[16];
+#pragma unroll
     for (int p = 0; p < 16; ++p) w[p] = widen_s8pairs(qs[p]);
     const float16 d = vload_half16(rec, (global const half*)(wbuf + off1));
 #else
@@ -76,6 +77,7 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #if defined(WEIGHT_Q8_0)
       global const int* xp = (global const int*)(xq16 + row * cols + (size_t)b * 32);
       int16 s = DOT2(w[0], xp[0]);
+#pragma unroll
       for (int p = 1; p < 16; ++p) s += DOT2(w[p], xp[p]);
       acc[i] = fma(convert_float16(s) * d, (float16)(r.s0), acc[i]);
 #else
