@@ -11,6 +11,7 @@ void register_attention(py::module_& m);
 void register_model(py::module_& m);
 void register_tokenizer(py::module_& m);
 void register_quant(py::module_& m);
+void register_runner(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_core, m) {
   register_model(m);
   register_tokenizer(m);
   register_quant(m);
+  register_runner(m);
 }

@@ -56,6 +56,8 @@ from specdec.hub import (
     load_catalog,
     resolve_model,
 )
+from specdec.llm import LLM
+from specdec.outputs import CompletionOutput, Logprob, RequestOutput, SamplingParams
 from specdec.model import ModelConfig, format_inspect, inspect_model, load_model_config
 from specdec.tokenizer import StreamDecoder, Tokenizer
 from specdec.kv import (
@@ -70,6 +72,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "quant",
+    "LLM",
+    "CompletionOutput",
+    "Logprob",
+    "RequestOutput",
+    "SamplingParams",
     "FetchError",
     "ModelConfig",
     "cache_dir",

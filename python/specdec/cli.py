@@ -71,6 +71,37 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    llm = specdec.LLM(args.model, device=args.device, attention_backend=args.attention_backend,
+                      max_model_len=args.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
+                      progress=True)
+    prompt = args.prompt
+    if args.chat:
+        prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                   add_generation_prompt=True)
+    params = specdec.SamplingParams(temperature=args.temperature, top_k=args.top_k,
+                                    top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens)
+    sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
+                     f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
+                     f"{llm.context.device.name}]\n")
+    if not args.chat:
+        sys.stdout.write(args.prompt)
+
+    def emit(_rid: str, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    out = llm.generate(prompt, params, on_token=emit)[0]
+    m = llm.last_metrics
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    sys.stderr.write(f"prefill {m['prefill_tokens']} tokens at {m['prefill_tokens_per_s']:.1f} "
+                     f"tokens/s; decode {m['decode_tokens']} tokens at "
+                     f"{m['decode_tokens_per_s']:.1f} tokens/s; finish: "
+                     f"{out.outputs[0].finish_reason}\n")
+    return 0
+
+
 def _example_layers(name: str, args: argparse.Namespace) -> tuple:
     known = {e["name"]: e for e in specdec.example_models()}
     if name not in known:
@@ -229,6 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("generate", help="generate text with a model (plain decoding), streamed")
+    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--max-tokens", type=_int_in(1, MAX_TOKENS), default=128, help="default 128")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0: all tokens")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=_int_in(0, (1 << 63) - 1), default=None)
+    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
+    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=4096,
+                   help="tokens per request (default 4096; 0: the model's context)")
+    p.add_argument("--kv-cache-memory", default="1GiB", help="KV-cache budget (default 1GiB)")
+    p.set_defaults(func=_cmd_generate)
     return parser
 
 

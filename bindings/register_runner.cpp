@@ -1,0 +1,147 @@
+// ModelRunner (one forward over a ragged batch) and the host sampler.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "common/dtype.h"
+#include "common/errors.h"
+#include "runner/model_runner.h"
+#include "sampling/sampler.h"
+
+namespace py = pybind11;
+using namespace specdec;
+
+namespace {
+
+runner::StepRequest to_request(const py::handle& h) {
+  const auto t = h.cast<py::tuple>();
+  check_config(t.size() == 4, "request", t.size(),
+               "a tuple (request_id, tokens, num_computed_tokens, num_logits)");
+  runner::StepRequest r;
+  r.request_id = t[0].cast<std::string>();
+  r.tokens = t[1].cast<std::vector<int32_t>>();
+  r.num_computed_tokens = t[2].cast<int64_t>();
+  r.num_logits = t[3].cast<int>();
+  return r;
+}
+
+py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vector<int>& hidden_layers) {
+  std::vector<runner::StepRequest> reqs;
+  for (const auto& h : requests) reqs.push_back(to_request(h));
+  runner::StepOutput out;
+  {
+    py::gil_scoped_release release;
+    out = r.step(reqs, hidden_layers);
+  }
+  const int64_t m = out.logits_start.back();
+  py::array_t<float> logits({m, out.vocab_size});
+  std::copy(out.logits.begin(), out.logits.end(), logits.mutable_data());
+  py::dict hidden;
+  for (auto& [layer, h] : out.hidden) {
+    const int64_t d = r.config().hidden_size;
+    py::array_t<float> a({static_cast<int64_t>(h.size()) / d, d});
+    std::copy(h.begin(), h.end(), a.mutable_data());
+    hidden[py::int_(layer)] = a;
+  }
+  py::dict d;
+  d["logits"] = logits;
+  d["logits_start"] = out.logits_start;
+  d["hidden"] = hidden;
+  return d;
+}
+
+sampling::SamplingParams params(double temperature, int top_k, double top_p, double min_p) {
+  sampling::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.validate();
+  return p;
+}
+
+const float* row(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+  check_config(a.ndim() == 1 && a.shape(0) > 0, "logits", a.ndim(), "a 1-D array of one row of logits");
+  return a.data();
+}
+
+}  // namespace
+
+void register_runner(py::module_& m) {
+  py::class_<runner::ModelRunner>(m, "ModelRunner",
+                                  "One model on one device: weights, KV cache, attention backends, "
+                                  "and one forward per step over a ragged batch.")
+      .def(py::init([](std::shared_ptr<ocl::Context> ctx, const std::string& path,
+                       const std::string& attention_backend, int64_t max_model_len,
+                       int64_t kv_cache_memory_bytes, int block_size, const std::string& kv_cache_dtype,
+                       int64_t max_num_batched_tokens, int64_t max_num_logits,
+                       std::function<void(int64_t, int64_t)> progress) {
+             runner::RunnerOptions o;
+             o.attention_backend = attention_backend;
+             o.max_model_len = max_model_len;
+             o.kv_cache_memory_bytes = kv_cache_memory_bytes;
+             o.block_size = block_size;
+             o.kv_cache_dtype = parse_dtype(kv_cache_dtype, "kv_cache_dtype");
+             o.max_num_batched_tokens = max_num_batched_tokens;
+             o.max_num_logits = max_num_logits;
+             runner::LoadProgress cb;
+             if (progress) {
+               cb = [progress](int64_t done, int64_t total) {
+                 py::gil_scoped_acquire gil;
+                 progress(done, total);
+               };
+             }
+             py::gil_scoped_release release;
+             return std::make_unique<runner::ModelRunner>(ctx, path, o, cb);
+           }),
+           py::arg("context"), py::arg("path"), py::arg("attention_backend") = "",
+           py::arg("max_model_len") = 0, py::arg("kv_cache_memory_bytes") = int64_t{1} << 30,
+           py::arg("block_size") = 16, py::arg("kv_cache_dtype") = "f16",
+           py::arg("max_num_batched_tokens") = 512, py::arg("max_num_logits") = 128,
+           py::arg("progress") = nullptr)
+      .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
+           "requests: [(request_id, tokens, num_computed_tokens, num_logits)]. Returns {'logits': "
+           "[rows, vocab] float32, 'logits_start': first row per request (+ total), 'hidden': "
+           "{layer: [tokens, hidden]}}.")
+      .def("truncate", &runner::ModelRunner::truncate, py::arg("request_id"), py::arg("num_tokens"))
+      .def("free", &runner::ModelRunner::free, py::arg("request_id"))
+      .def("has_request", &runner::ModelRunner::has_request, py::arg("request_id"))
+      .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::arg("request_id"))
+      .def_property_readonly("config", &runner::ModelRunner::config, py::return_value_policy::copy)
+      .def_property_readonly("kv_config", &runner::ModelRunner::kv_config, py::return_value_policy::copy)
+      .def_property_readonly("max_model_len", &runner::ModelRunner::max_model_len)
+      .def_property_readonly("weight_bytes", &runner::ModelRunner::weight_bytes)
+      .def("attention_explain", [](const runner::ModelRunner& r) { return r.attention().explain(); })
+      .def_property_readonly("attention_backends", [](const runner::ModelRunner& r) {
+        std::vector<std::string> names;
+        for (const auto& g : r.attention().attention_groups) names.push_back(g.backend->name());
+        return names;
+      });
+
+  py::class_<sampling::Generator>(m, "SamplingGenerator", "A request's seeded random stream.")
+      .def(py::init<uint64_t>(), py::arg("seed"))
+      .def("uniform", &sampling::Generator::uniform);
+  m.def("sample_token",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+           double temperature, int top_k, double top_p, double min_p, sampling::Generator& gen) {
+          return sampling::sample(row(logits), logits.shape(0), params(temperature, top_k, top_p, min_p), gen);
+        },
+        py::arg("logits"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+        py::arg("min_p"), py::arg("generator"));
+  m.def("sampling_probs",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+           double temperature, int top_k, double top_p, double min_p) {
+          return sampling::sampling_probs(row(logits), logits.shape(0), params(temperature, top_k, top_p, min_p));
+        },
+        py::arg("logits"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+        py::arg("top_p") = 1.0, py::arg("min_p") = 0.0);
+  m.def("token_logprobs",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, int n,
+           const std::vector<int32_t>& ids) {
+          const sampling::Logprobs lp = sampling::logprobs(row(logits), logits.shape(0), n, ids);
+          return py::make_tuple(lp.top, lp.of_ids, lp.ranks_of_ids);
+        },
+        py::arg("logits"), py::arg("n"), py::arg("ids"),
+        "(top n (id, logprob), logprobs of ids, ranks of ids) from raw logits.");
+}

@@ -1,0 +1,287 @@
+"""``specdec.LLM``: plain generation (no speculation yet) with vLLM's names and output shapes.
+
+    llm = specdec.LLM(model="qwen2.5-coder-0.5b-instruct-q4_k_m")
+    out = llm.generate(["def fib(n):"], specdec.SamplingParams(temperature=0, max_tokens=32))
+    print(out[0].outputs[0].text)
+
+Requests run together: each step is one forward over a ragged batch holding one decode token of
+every running request and prefill chunks of waiting ones (up to ``max_num_batched_tokens``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from specdec import _core
+from specdec.hub import resolve_model
+from specdec.kv import parse_bytes
+from specdec.outputs import (CompletionOutput, RequestOutput, SamplingParams,
+                             position_logprobs)
+from specdec.tokenizer import Tokenizer
+
+PromptType = Union[str, Dict[str, List[int]]]
+
+
+def _load_progress(stream) -> Callable[[int, int], None]:
+    state = {"last": 0.0, "start": time.monotonic()}
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - state["last"] < 0.2:
+            return
+        state["last"] = now
+        pct = 100 * done // max(total, 1)
+        end = "\n" if done >= total else ""
+        stream.write(f"\rloading weights [{'#' * (pct // 4):25s}] {pct:3d}% "
+                     f"{done / 2**20:7.1f}/{total / 2**20:.1f} MiB "
+                     f"({now - state['start']:.1f} s){end}")
+        stream.flush()
+    return report
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt: Optional[str]
+    prompt_ids: List[int]
+    params: SamplingParams
+    generator: Optional["_core.SamplingGenerator"]
+    output_ids: List[int] = field(default_factory=list)
+    logprobs: Optional[list] = None
+    prompt_logprobs: Optional[list] = None
+    cumulative_logprob: float = 0.0
+    num_computed: int = 0
+    finish_reason: Optional[str] = None
+    stop_reason: Union[int, str, None] = None
+    text: str = ""
+    first_token_time: Optional[float] = None
+
+    @property
+    def all_ids(self) -> List[int]:
+        return self.prompt_ids + self.output_ids
+
+
+class LLM:
+    """A model on an OpenCL device, ready to generate.
+
+    ``model``: a GGUF path or a catalog name (``specdec models``), fetched into the cache on first
+    use. ``device``: an index, ``P:D``, ``gpu``/``cpu`` or part of a name (default:
+    ``SPECDEC_DEVICE`` or the first device). ``attention_backend``: None for automatic choice.
+    """
+
+    def __init__(self, model: str, device: Optional[str] = None,
+                 attention_backend: Optional[str] = None, max_model_len: int = 0,
+                 kv_cache_memory_bytes: Union[int, str] = "1GiB", block_size: int = 16,
+                 kv_cache_dtype: str = "f16", max_num_batched_tokens: int = 512,
+                 max_num_seqs: int = 16, progress: bool = True) -> None:
+        self.model_path = resolve_model(model, progress=progress)
+        self.context = _core.Context(device or "")
+        stream = sys.stderr if progress else None
+        self.tokenizer = Tokenizer.from_file(self.model_path)
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs = {max_num_seqs}: at least 1")
+        self.max_num_seqs = max_num_seqs
+        self.runner = _core.ModelRunner(
+            self.context, self.model_path, attention_backend or "", max_model_len,
+            parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes"), block_size,
+            kv_cache_dtype, max_num_batched_tokens, 128,
+            _load_progress(stream) if stream else None)
+        self.config = self.runner.config
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self._next_id = 0
+        self.last_metrics: Dict[str, float] = {}
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Builds the kernels a prefill and a decode use (OpenCL compiles on first launch; PoCL
+        caches the binaries on disk), so the first request's timings measure the model."""
+        n = max(1, min(17, self.runner.max_model_len - 1, self.max_num_batched_tokens))
+        rid = "__warm_up__"
+        self.runner.step([(rid, [0] * n, 0, 1)])
+        self.runner.step([(rid, [0], n, 1)])
+        self.runner.free(rid)
+
+    def get_tokenizer(self) -> Tokenizer:
+        return self.tokenizer
+
+    # ---- requests ----
+    def _make_request(self, prompt: PromptType, params: SamplingParams) -> _Request:
+        if isinstance(prompt, str):
+            text, ids = prompt, self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        elif isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            text, ids = prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
+        else:
+            raise ValueError(f"prompt = {prompt!r:.80}: a string or {{'prompt_token_ids': [...]}}")
+        if not ids:
+            raise ValueError("prompt: empty (no tokens); give at least one token")
+        vocab = self.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt_token_ids: {bad[0]} is not a token id in [0, {vocab})")
+        if len(ids) >= self.runner.max_model_len:
+            raise ValueError(f"prompt: {len(ids)} tokens; at most max_model_len - 1 = "
+                             f"{self.runner.max_model_len - 1} fit with one generated token")
+        rid = str(self._next_id)
+        self._next_id += 1
+        gen = None
+        if not params.greedy:
+            seed = params.seed if params.seed is not None else int.from_bytes(
+                np.random.default_rng().bytes(8), "little")
+            gen = _core.SamplingGenerator(seed)
+        req = _Request(rid, text, ids, params, gen)
+        if params.logprobs is not None:
+            req.logprobs = []
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs = [None]
+        return req
+
+    def _decode_token(self, tid: int) -> str:
+        return self.tokenizer.decode([tid], special=True)
+
+    def _finish_check(self, req: _Request, tid: int) -> None:
+        p = req.params
+        if not p.ignore_eos and self.tokenizer.is_eog(tid):
+            req.finish_reason = "stop"
+        elif tid in p.stop_token_ids:
+            req.finish_reason, req.stop_reason = "stop", tid
+        text = self.tokenizer.decode(req.output_ids, special=not p.skip_special_tokens)
+        for s in p.stop:
+            i = text.find(s)
+            if i >= 0:
+                text = text[:i]
+                req.finish_reason, req.stop_reason = "stop", s
+                break
+        req.text = text
+        if req.finish_reason is None:
+            if p.max_tokens is not None and len(req.output_ids) >= p.max_tokens:
+                req.finish_reason = "length"
+            elif len(req.all_ids) >= self.runner.max_model_len:
+                req.finish_reason = "length"
+
+    def _sample(self, req: _Request, logits: np.ndarray) -> int:
+        p = req.params
+        if p.greedy:
+            tid = int(np.argmax(logits))  # first maximum: ties -> lowest id, as the C++ sampler
+        else:
+            tid = _core.sample_token(logits, p.temperature, p.top_k, p.top_p, p.min_p, req.generator)
+        top, of_ids, ranks = _core.token_logprobs(logits, p.logprobs or 0, [tid])
+        req.cumulative_logprob += of_ids[0]
+        if req.logprobs is not None:
+            req.logprobs.append(position_logprobs(top, tid, of_ids[0], ranks[0], self._decode_token))
+        return tid
+
+    def _prompt_logprobs(self, req: _Request, logits: np.ndarray, start: int) -> None:
+        # logits row j is the model after prompt token start + j: it scores token start + j + 1.
+        n = req.params.prompt_logprobs or 0
+        for j in range(logits.shape[0]):
+            pos = start + j + 1
+            if pos >= len(req.prompt_ids):
+                break
+            actual = req.prompt_ids[pos]
+            top, of_ids, ranks = _core.token_logprobs(logits[j], n, [actual])
+            req.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0],
+                                                         self._decode_token))
+
+    # ---- the loop ----
+    def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
+                 sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+                 on_token: Optional[Callable[[str, str], None]] = None) -> List[RequestOutput]:
+        """Generates for every prompt; outputs in prompt order. ``on_token(request_id, text)``
+        receives each request's new text as it is produced (streaming)."""
+        single = isinstance(prompts, (str, dict))
+        plist = [prompts] if single else list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = ([sampling_params] * len(plist) if isinstance(sampling_params, SamplingParams)
+                  else list(sampling_params))
+        if len(params) != len(plist):
+            raise ValueError(f"sampling_params: {len(params)} given for {len(plist)} prompts")
+        reqs = [self._make_request(p, sp) for p, sp in zip(plist, params)]
+        waiting, running, done = list(reqs), [], []
+        streams = {r.request_id: self.tokenizer.stream_decoder() for r in reqs}
+        t_start = time.monotonic()
+        prefill_tokens = decode_tokens = 0
+        prefill_time = decode_time = 0.0
+        try:
+            while waiting or running:
+                batch, owners = [], []
+                budget = self.max_num_batched_tokens
+                for r in running:  # one decode token each
+                    batch.append((r.request_id, [r.output_ids[-1]], r.num_computed, 1))
+                    owners.append((r, "decode", 0))
+                    budget -= 1
+                while waiting and budget > 0 and len(running) + sum(1 for o in owners if o[1] == "prefill") < self.max_num_seqs:
+                    r = waiting[0]
+                    chunk = min(budget, len(r.prompt_ids) - r.num_computed)
+                    if r.prompt_logprobs is not None:
+                        chunk = min(chunk, 128)
+                    last = r.num_computed + chunk == len(r.prompt_ids)
+                    num_logits = chunk if r.prompt_logprobs is not None else (1 if last else 0)
+                    batch.append((r.request_id, r.prompt_ids[r.num_computed:r.num_computed + chunk],
+                                  r.num_computed, num_logits))
+                    owners.append((r, "prefill", chunk))
+                    budget -= chunk
+                    if last:
+                        waiting.pop(0)
+                    else:
+                        break
+                t0 = time.monotonic()
+                out = self.runner.step(batch)
+                dt = time.monotonic() - t0
+                n_pre = sum(o[2] for o in owners if o[1] == "prefill")
+                n_dec = len(owners) - sum(1 for o in owners if o[1] == "prefill")
+                if n_pre:
+                    prefill_tokens += n_pre
+                    prefill_time += dt * n_pre / (n_pre + n_dec)
+                if n_dec:
+                    decode_tokens += n_dec
+                    decode_time += dt * n_dec / (n_pre + n_dec)
+                logits, starts = out["logits"], out["logits_start"]
+                for i, (r, kind, chunk) in enumerate(owners):
+                    rows = logits[starts[i]:starts[i + 1]]
+                    if kind == "prefill":
+                        if r.prompt_logprobs is not None:
+                            self._prompt_logprobs(r, rows, r.num_computed)
+                        r.num_computed += chunk
+                        if r.num_computed < len(r.prompt_ids):
+                            continue
+                        running.append(r)
+                        r.first_token_time = time.monotonic()
+                    else:
+                        r.num_computed += 1
+                    tid = self._sample(r, rows[-1])
+                    r.output_ids.append(tid)
+                    self._finish_check(r, tid)
+                    if on_token is not None:
+                        piece = streams[r.request_id].push(tid)
+                        if piece:
+                            on_token(r.request_id, piece)
+                    if r.finish_reason is not None:
+                        running.remove(r)
+                        self.runner.free(r.request_id)
+                        done.append(r)
+        finally:
+            for r in reqs:
+                if self.runner.has_request(r.request_id):
+                    self.runner.free(r.request_id)
+        self.last_metrics = {
+            "prefill_tokens": prefill_tokens, "prefill_seconds": prefill_time,
+            "prefill_tokens_per_s": prefill_tokens / prefill_time if prefill_time else 0.0,
+            "decode_tokens": decode_tokens, "decode_seconds": decode_time,
+            "decode_tokens_per_s": decode_tokens / decode_time if decode_time else 0.0,
+            "total_seconds": time.monotonic() - t_start}
+        return [self._output(r) for r in reqs]
+
+    def _output(self, r: _Request) -> RequestOutput:
+        comp = CompletionOutput(0, r.text, list(r.output_ids), r.cumulative_logprob, r.logprobs,
+                                r.finish_reason, r.stop_reason)
+        return RequestOutput(r.request_id, r.prompt, list(r.prompt_ids), r.prompt_logprobs,
+                             [comp], True, dict(self.last_metrics))
+
+
+__all__ = ["LLM"]
