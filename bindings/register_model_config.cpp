@@ -36,11 +36,12 @@ void register_model_config(py::module_& m) {
                              [](const ModelConfig& c) { return rope_type_name(c.rope_type); })
       .def_property_readonly("num_sliding_layers", &ModelConfig::num_sliding_layers)
       .def("layer_kv_specs",
-           [](const ModelConfig& c, int block_size, const std::string& dtype) {
-             return c.layer_kv_specs(block_size, parse_dtype(dtype));
+           [](const ModelConfig& c, int block_size, const std::string& dtype, int64_t max_model_len) {
+             return c.layer_kv_specs(block_size, parse_dtype(dtype), max_model_len);
            },
-           py::arg("block_size") = 16, py::arg("dtype") = "f16",
-           "Every layer's KV-cache spec, named layers.<i>, as plan_kv_cache takes them.")
+           py::arg("block_size") = 16, py::arg("dtype") = "f16", py::arg("max_model_len") = 0,
+           "Every layer's KV-cache spec, named layers.<i>, as plan_kv_cache takes them; with "
+           "max_model_len, windows that cover it are declared full attention.")
       .def("to_json", [](const ModelConfig& c) { return c.to_json().dump(); },
            "Every field as a JSON string.")
       .def("__repr__", [](const ModelConfig& c) {

@@ -38,11 +38,16 @@ const std::vector<std::string>& supported_architectures() {
   return names;
 }
 
-std::vector<kv::LayerKvSpec> ModelConfig::layer_kv_specs(int block_size, DType dtype) const {
+std::vector<kv::LayerKvSpec> ModelConfig::layer_kv_specs(int block_size, DType dtype,
+                                                         int64_t max_model_len) const {
   std::vector<kv::LayerKvSpec> out;
   out.reserve(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerConfig& l = layers[i];
+    LayerConfig l = layers[i];
+    const bool covers = max_model_len > 0 &&
+                        ((l.attention == LayerAttention::kSliding && l.sliding_window >= max_model_len) ||
+                         (l.attention == LayerAttention::kChunked && l.attention_chunk_size >= max_model_len));
+    if (covers) l.attention = LayerAttention::kFull;
     kv::LayerKvSpec s;
     s.layer_name = str_cat("layers.", i);
     switch (l.attention) {

@@ -90,8 +90,11 @@ struct ModelConfig {
 
   std::vector<LayerConfig> layers;
 
-  // The KV-cache spec of every layer, named "layers.<i>", in the form the planner takes.
-  std::vector<kv::LayerKvSpec> layer_kv_specs(int block_size = 16, DType dtype = DType::kF16) const;
+  // The KV-cache spec of every layer, named "layers.<i>", in the form the planner takes. With
+  // max_model_len > 0, a sliding or chunked layer whose window / chunk covers max_model_len
+  // tokens sees everything and is declared full attention.
+  std::vector<kv::LayerKvSpec> layer_kv_specs(int block_size = 16, DType dtype = DType::kF16,
+                                              int64_t max_model_len = 0) const;
   int num_sliding_layers() const;
   // Throws ConfigError naming the first inconsistent field.
   void validate() const;

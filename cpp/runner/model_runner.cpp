@@ -61,17 +61,19 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
   check_config(o.max_model_len >= 0, "max_model_len", o.max_model_len, ">= 0 (0: the model's)");
   check_config(o.max_model_len <= c.context_length, "max_model_len", o.max_model_len,
                str_cat("at most the model's context length ", c.context_length));
-  const auto layers = c.layer_kv_specs(o.block_size, o.kv_cache_dtype);
   kv::PlannerOptions po;
   po.max_num_batched_tokens = o.max_num_batched_tokens;
   po.model_name = c.name;
   int64_t len = o.max_model_len;
   if (len == 0) {
-    len = kv::max_model_len_for_budget(layers, o.kv_cache_memory_bytes, c.context_length, po);
+    len = kv::max_model_len_for_budget(c.layer_kv_specs(o.block_size, o.kv_cache_dtype),
+                                       o.kv_cache_memory_bytes, c.context_length, po);
     check_config(len > 0, "kv_cache_memory_bytes", o.kv_cache_memory_bytes,
                  "too small to hold one request of even one block");
   }
-  return kv::plan_kv_cache(layers, o.kv_cache_memory_bytes, len, po);
+  // Windows as wide as the longest request are full attention (one group fewer).
+  return kv::plan_kv_cache(c.layer_kv_specs(o.block_size, o.kv_cache_dtype, len),
+                           o.kv_cache_memory_bytes, len, po);
 }
 
 }  // namespace

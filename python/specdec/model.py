@@ -98,7 +98,8 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     layers = config.layer_kv_specs(block_size, dtype)
     fits = _core.max_model_len_for_budget(layers, budget, config.context_length)
     length = max_model_len or min(config.context_length, fits)
-    plan = plan_kv_cache(layers, budget, length, model_name=config.name or Path(path).name)
+    plan = plan_kv_cache(config.layer_kv_specs(block_size, dtype, length), budget, length,
+                         model_name=config.name or Path(path).name)
     return {"path": path, "config": json.loads(config.to_json()), "files": files,
             "kv_cache": {"budget_bytes": budget, "block_size": block_size, "dtype": dtype,
                          "max_model_len": length, "max_model_len_that_fits": fits,

@@ -138,6 +138,11 @@ TEST(ModelConfigTest, Gemma3FromGgufHasTwoKvGroups) {
   EXPECT_EQ(c.vocab_size, 64);  // from the embedding's rows: no vocab_size key, no tokens
   const kv::KvCacheConfig plan = kv::plan_kv_cache(c.layer_kv_specs(), int64_t{1} << 30, 32768);
   ASSERT_EQ(plan.groups.size(), 2u);
+  // Requests no longer than the window: every layer sees everything, one full-attention group.
+  const auto short_specs = c.layer_kv_specs(16, DType::kF16, 512);
+  EXPECT_EQ(short_specs[0].spec.kind, kv::KvSpecKind::kFullAttention);
+  EXPECT_EQ(kv::plan_kv_cache(short_specs, int64_t{1} << 30, 512).groups.size(), 1u);
+  EXPECT_EQ(c.layer_kv_specs(16, DType::kF16, 513)[0].spec.kind, kv::KvSpecKind::kSlidingWindow);
 }
 
 TEST(ModelConfigTest, PatternKeyOverridesTheDefault) {

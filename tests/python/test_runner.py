@@ -1,0 +1,120 @@
+"""ModelRunner: batch invariance (a token's logits bitwise the same alone, among k+1 verify tokens
+of its request, and inside a ragged batch of others), rollback, and backends agreeing."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specdec
+from specdec import _core
+
+STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+
+
+def _runner(context, path, backend="", max_model_len=128, **kw):
+    return _core.ModelRunner(context, path, backend, max_model_len, 64 << 20, **kw)
+
+
+def _greedy_decode(runner, rid, prompt, steps):
+    """Prefill, then one token per step; returns (tokens, logits rows of each decode input)."""
+    out = runner.step([(rid, prompt, 0, 1)])
+    tokens, rows = [int(np.argmax(out["logits"][0]))], []
+    for _ in range(steps):
+        out = runner.step([(rid, [tokens[-1]], len(prompt) + len(tokens) - 1, 1)])
+        rows.append(out["logits"][0].copy())
+        tokens.append(int(np.argmax(out["logits"][0])))
+    return tokens, np.stack(rows)
+
+
+def _check_invariance(context, path, prompt, other_prompt, steps=6, backend=""):
+    r = _runner(context, path, backend)
+    tokens, decode_rows = _greedy_decode(r, "a", prompt, steps)
+    r.free("a")
+    n = len(prompt)
+    # Verify: the k+1 tokens of one request in one step give the decode rows bitwise.
+    r.step([("b", prompt, 0, 1)])
+    out = r.step([("b", tokens[:steps], n, steps)])
+    np.testing.assert_array_equal(out["logits"], decode_rows)
+    # Rollback: back to n + 2, recompute the rest: the same rows again.
+    r.truncate("b", n + 2)
+    out = r.step([("b", tokens[2:steps], n + 2, steps - 2)])
+    np.testing.assert_array_equal(out["logits"], decode_rows[2:])
+    r.free("b")
+    # Ragged batch: the verify tokens of c next to another request's prefill and a decode.
+    r.step([("c", prompt, 0, 1), ("d", other_prompt, 0, 1)])
+    out = r.step([("d", [5], len(other_prompt), 1), ("c", tokens[:steps], n, steps),
+                  ("e", other_prompt[:3], 0, 1)])
+    start = out["logits_start"]
+    assert list(start) == [0, 1, 1 + steps, 2 + steps]
+    np.testing.assert_array_equal(out["logits"][1:1 + steps], decode_rows)
+    return tokens
+
+
+def test_invariance_stories260k(context):
+    tok = specdec.Tokenizer.from_file(STORIES)
+    tokens = _check_invariance(context, STORIES, tok.encode("Once upon a time"),
+                               tok.encode("The dog ran to the park and"))
+    assert tok.decode(tokens).startswith(",")
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct-q4_k_m", "gemma-3-270m-q4_k_m",
+                                  "smollm2-135m-instruct-q4_1"])
+def test_invariance_real_models(context, real_model, name):
+    path = real_model(name)
+    tok = specdec.Tokenizer.from_file(path)
+    _check_invariance(context, path, tok.encode("def fibonacci(n):\n    "),
+                      tok.encode("The quick brown fox jumps over the lazy dog."), steps=5)
+
+
+def test_backends_agree_on_greedy_tokens(context, real_model):
+    path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    prompt = specdec.Tokenizer.from_file(path).encode("import numpy as np\n\ndef softmax(x):")
+    results = {}
+    for backend in ("OCL_FLASH", "OCL_PAGED", "REFERENCE"):
+        r = _runner(context, path, backend, max_model_len=128)
+        assert set(r.attention_backends) == {backend}
+        results[backend] = _greedy_decode(r, "x", prompt, 12)[0]
+    assert results["OCL_FLASH"] == results["OCL_PAGED"] == results["REFERENCE"]
+
+
+def test_gemma_prompt_longer_than_window_frees_blocks(context, real_model):
+    path = real_model("gemma-3-270m-q4_k_m")
+    tok = specdec.Tokenizer.from_file(path)
+    text = " ".join(f"Item {i} is a {['red', 'green', 'blue'][i % 3]} box." for i in range(120))
+    prompt = tok.encode(text)
+    assert len(prompt) > 600
+    r = _core.ModelRunner(context, path, "", 2048, 64 << 20, max_num_batched_tokens=256)
+    kv = r.kv_config
+    assert [g.spec.kind for g in kv.groups] == ["sliding_window", "full_attention"]
+    done = 0
+    while done < len(prompt):  # chunked prefill across the window
+        chunk = prompt[done:done + 256]
+        out = r.step([("g", chunk, done, 1)])
+        done += len(chunk)
+    assert np.isfinite(out["logits"]).all()
+    # Continuing in one step or in chunks must agree bitwise for the decode path.
+    t = int(np.argmax(out["logits"][0]))
+    a = r.step([("g", [t], done, 1)])["logits"][0].copy()
+    r.truncate("g", done)
+    b = r.step([("g", [t], done, 1)])["logits"][0]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_requests_name_the_field(context):
+    r = _runner(context, STORIES, max_model_len=64)
+    with pytest.raises(ValueError, match="token = 600"):
+        r.step([("a", [1, 600], 0, 1)])
+    with pytest.raises(ValueError, match="num_computed_tokens = 3"):
+        r.step([("a", [1, 2], 3, 1)])
+    with pytest.raises(ValueError, match="max_model_len = 64"):
+        r.step([("a", list(range(1, 70)), 0, 1)])
+    with pytest.raises(ValueError, match="num_logits = 3"):
+        r.step([("a", [1, 2], 0, 3)])
+    with pytest.raises(ValueError, match="unique"):
+        r.step([("a", [1], 0, 1), ("a", [2], 0, 1)])
+    r.step([("a", [1, 2], 0, 1)])
+    with pytest.raises(ValueError, match="num_tokens = 5"):
+        r.truncate("a", 5)
+    with pytest.raises(ValueError, match="request_id = zz"):
+        r.free("zz")
