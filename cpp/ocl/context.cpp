@@ -74,13 +74,22 @@ cl_program Context::build(const std::string& name, const std::string& source,
 
 Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
                        const std::string& options) {
+  auto fast_key = std::make_tuple(program, kernel_name, options);
+  if (auto it = launch_cache_.find(fast_key); it != launch_cache_.end()) {
+    return Kernel(it->second, kernel_name);
+  }
   cl_program p = build(program, kernel_source(program), options);
   const auto key = std::make_pair(p, kernel_name);
-  if (auto it = kernels_.find(key); it != kernels_.end()) return Kernel(it->second, kernel_name);
-  cl_int err = CL_SUCCESS;
-  cl_kernel k = clCreateKernel(p, kernel_name.c_str(), &err);
-  check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));
-  kernels_.emplace(key, k);
+  cl_kernel k = nullptr;
+  if (auto it = kernels_.find(key); it != kernels_.end()) {
+    k = it->second;
+  } else {
+    cl_int err = CL_SUCCESS;
+    k = clCreateKernel(p, kernel_name.c_str(), &err);
+    check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));
+    kernels_.emplace(key, k);
+  }
+  launch_cache_.emplace(std::move(fast_key), k);
   return Kernel(k, kernel_name);
 }
 

@@ -51,6 +51,8 @@ class Context {
   // (name, full options, source hash) -> program; (program, kernel name) -> kernel
   std::map<std::tuple<std::string, std::string, size_t>, cl_program> programs_;
   std::map<std::pair<cl_program, std::string>, cl_kernel> kernels_;
+  // (program, kernel, options) -> kernel: the per-launch lookup, before any source is hashed.
+  std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> launch_cache_;
 };
 
 // A device buffer. Move-only.
