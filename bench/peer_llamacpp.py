@@ -130,11 +130,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = {"what": "llama.cpp CPU decode / prefill / n-token forward cost",
               "llama_cpp_python": llama_cpp.__version__, "threads": THREADS,
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "load_average_before": os.getloadavg(),
               "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
               "models": []}
     for name in args.models:
         report["models"].append(bench_model(name, args.decode_tokens, args.prefill_tokens,
                                             args.context, args.repeats))
+    report["load_average_after"] = os.getloadavg()  # other work on the machine skews timings
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -4,15 +4,22 @@
 Both compute teacher-forced logits for the same token ids: llama.cpp through llama-cpp-python
 (``Llama(logits_all=True)``, ``eval(ids)``, then ``scores[:n]``, which copies
 ``llama_get_logits`` for every position of every batch), the reference in NumPy. Reported per
-model and prompt: argmax agreement, max-abs and relative logit differences, the largest
-log-probability difference, and the reference's top-2 margin where the argmaxes differ.
+model and prompt: argmax agreement (all positions, and where the reference's top-2 margin exceeds
+0.1 / 0.5), max-abs and relative logit differences, the largest log-probability difference, and
+the reference's top-2 margin where the argmaxes differ.
+
+Three comparisons per real model:
+  file        the model file as published (quantized weights). llama.cpp's CPU matmuls quantize
+              activations to Q8 (K-quants: Q8_K), so this holds llama.cpp's rounding too.
+  noise_floor the reference against itself with that rounding emulated
+              (``NumpyModel(emulate_llamacpp=True)``): how far Q8 activations alone move logits.
+  twin        the model's dequantized F32 twin (bench/dequantized_twin.py): same weights, no
+              activation quantization in llama.cpp, so this isolates the forward pass.
 
     bash bench/setup_peer.sh                       # llama-cpp-python, pinned
     .venv/bin/python bench/reference_vs_llamacpp.py [--models NAME...] [--random] [--results]
 
 Writes bench/out/reference_vs_llamacpp.json (``--results``: also bench/results/).
-llama.cpp quantizes activations to Q8 inside its CPU matmuls and keeps K/V in f16, so ~1e-2
-relative differences are expected; the reference is plain f32/f64 on gguf-py dequantized weights.
 """
 
 from __future__ import annotations
@@ -79,18 +86,24 @@ def compare(ref: np.ndarray, peer: np.ndarray) -> Dict[str, object]:
     diff = np.abs(ref - peer)
     row_scale = np.abs(ref).max(-1)
     top2 = np.sort(ref, -1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
     lp_ref, lp_peer = _log_softmax(ref), _log_softmax(peer)
     rows = np.arange(ref.shape[0])
     disagree = np.nonzero(a_ref != a_peer)[0]
+    decided = {f"argmax_agreement_margin_gt_{m}": float(np.mean((a_ref == a_peer)[margin > m]))
+               for m in (0.1, 0.5) if (margin > m).any()}
     return {
         "positions": int(ref.shape[0]),
         "argmax_agreement": float(np.mean(a_ref == a_peer)),
+        **decided,
         "max_abs_diff": float(diff.max()),
         "mean_abs_diff": float(diff.mean()),
         "max_rel_diff": float((diff.max(-1) / row_scale).max()),     # per row, vs max |logit|
         "rms_rel_diff": float(np.sqrt(np.mean((ref - peer) ** 2) / np.mean(ref.astype(np.float64) ** 2))),
         "max_logprob_diff_at_ref_top1": float(np.abs(lp_ref[rows, a_ref] - lp_peer[rows, a_ref]).max()),
-        "ref_top2_margin_where_argmax_differs": [float(top2[i, 1] - top2[i, 0]) for i in disagree],
+        "ref_top2_margin_where_argmax_differs": [float(margin[i]) for i in disagree],
+        "positions_where_argmax_differs": [int(i) for i in disagree],
+        "position_of_max_abs_diff": int(diff.max(-1).argmax()),
     }
 
 
@@ -104,48 +117,78 @@ def _tokens(path: str, text: str, peer: LlamaCpp) -> Dict[str, object]:
     return {"ids": ours, "tokenizer": "specdec", "same_as_llama_cpp": ours == theirs}
 
 
-def run_model(name: str, path: str, prompts: Dict[str, str]) -> Dict[str, object]:
+def _summary(cmp: Dict[str, object]) -> Dict[str, object]:
+    return {k: v for k, v in cmp.items() if not isinstance(v, list)}
+
+
+def _compare_file(path: str, prompts: Dict[str, str], tokens: Optional[Dict] = None,
+                  noise_floor: bool = False) -> Dict[str, object]:
+    """llama.cpp vs the reference on one file; ``tokens`` reuses another file's token ids."""
     t0 = time.time()
-    texts = {k: v for k, v in prompts.items()}
     peer = LlamaCpp(path, n_ctx=2048)
-    toks = {k: _tokens(path, v, peer) for k, v in texts.items()}
+    toks = tokens or {k: _tokens(path, v, peer) for k, v in prompts.items()}
     peer_logits = {k: peer.logits(t["ids"]) for k, t in toks.items()}
     del peer
     t1 = time.time()
-    model = NumpyModel(path)
     keys = list(toks)
-    outs = model.forward_batch([toks[k]["ids"] for k in keys])
+    outs = NumpyModel(path).forward_batch([toks[k]["ids"] for k in keys])
     t2 = time.time()
-    entry: Dict[str, object] = {"model": name, "path": path,
-                                "file_bytes": os.path.getsize(path),
-                                "architecture": model.config["architecture"], "prompts": {}}
+    result: Dict[str, object] = {"prompts": {}, "tokens": toks}
     for k, out in zip(keys, outs):
-        cmp = compare(out.logits, peer_logits[k])
-        cmp.update({key: v for key, v in toks[k].items() if key != "ids"})
-        entry["prompts"][k] = cmp
-    all_ref = np.concatenate([o.logits for o in outs])
-    all_peer = np.concatenate([peer_logits[k] for k in keys])
-    entry["overall"] = {kk: v for kk, v in compare(all_ref, all_peer).items()
-                        if kk != "ref_top2_margin_where_argmax_differs"}
-    entry["seconds"] = {"llama_cpp": round(t1 - t0, 1), "reference": round(t2 - t1, 1)}
-    o = entry["overall"]
-    print(f"{name:40s} {o['positions']:5d} pos  argmax {o['argmax_agreement']:.4f}  "
-          f"max|d| {o['max_abs_diff']:.4f}  max rel {o['max_rel_diff']:.4f}  "
-          f"rms rel {o['rms_rel_diff']:.5f}  ({entry['seconds']})", flush=True)
+        result["prompts"][k] = compare(out.logits, peer_logits[k])
+        result["prompts"][k].update({key: v for key, v in toks[k].items() if key != "ids"})
+    ref_all = np.concatenate([o.logits for o in outs])
+    result["overall"] = _summary(compare(ref_all, np.concatenate([peer_logits[k] for k in keys])))
+    result["seconds"] = {"llama_cpp": round(t1 - t0, 1), "reference": round(t2 - t1, 1)}
+    if noise_floor:
+        emu = NumpyModel(path, emulate_llamacpp=True).forward_batch([toks[k]["ids"] for k in keys])
+        result["noise_floor"] = _summary(compare(ref_all, np.concatenate([o.logits for o in emu])))
+    return result
+
+
+def _line(label: str, o: Dict[str, object]) -> str:
+    return (f"{label:44s} {o['positions']:5d} pos  argmax {o['argmax_agreement']:.4f} "
+            f"(margin>0.1: {o.get('argmax_agreement_margin_gt_0.1', float('nan')):.4f})  "
+            f"max|d| {o['max_abs_diff']:.4f}  max rel {o['max_rel_diff']:.4f}  "
+            f"rms rel {o['rms_rel_diff']:.5f}")
+
+
+def run_model(name: str, path: str, prompts: Dict[str, str], twin_dir: Optional[str] = None,
+              noise_floor: bool = True) -> Dict[str, object]:
+    from reference.numpy_model import GgufTensors
+    file = _compare_file(path, prompts, noise_floor=noise_floor)
+    toks = file.pop("tokens")
+    entry: Dict[str, object] = {"model": name, "path": path, "file_bytes": os.path.getsize(path),
+                                "architecture": NumpyModel(path).config["architecture"],
+                                "file": file}
+    print(_line(name, file["overall"]), file["seconds"], flush=True)
+    if "noise_floor" in file:
+        print(_line("  noise floor (ref vs ref with Q8 activations)", file["noise_floor"]), flush=True)
+    quantized = any(GgufTensors(path).type(n).name not in ("F32",)
+                    for n in GgufTensors(path).names())
+    if twin_dir is not None and quantized:
+        from dequantized_twin import write_twin
+        twin = os.path.join(twin_dir, Path(path).stem + "-f32-twin.gguf")
+        write_twin(path, twin)
+        entry["twin"] = _compare_file(twin, prompts, tokens=toks)
+        entry["twin"].pop("tokens")
+        os.remove(twin)
+        print(_line("  dequantized F32 twin", entry["twin"]["overall"]), flush=True)
     return entry
 
 
-def random_models(formats: Sequence[str]) -> List[Dict[str, object]]:
+def random_models(formats: Sequence[str], report: Dict[str, object], out: str) -> None:
     from specdec.testing import write_random_model
-    out = []
+    report["random_models"] = []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in RANDOM_ARCHS:
             for fmt in formats:
                 path = write_random_model(Path(tmp) / f"{arch}-{fmt}.gguf", arch, fmt, seed=11)
-                entry = run_model(f"random {arch} {fmt}", path, {"facts": PROMPTS["facts"]})
+                entry = run_model(f"random {arch} {fmt}", path, {"facts": PROMPTS["facts"]},
+                                  twin_dir=tmp if fmt != "F32" else None)
                 entry["path"] = f"specdec.testing.write_random_model(..., {arch!r}, {fmt!r}, seed=11)"
-                out.append(entry)
-    return out
+                report["random_models"].append(entry)
+                _write(report, out)
 
 
 def _versions() -> Dict[str, str]:
@@ -158,6 +201,11 @@ def _versions() -> Dict[str, str]:
             "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip()}
 
 
+def _write(report: Dict[str, object], out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", default=None,
@@ -167,23 +215,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     default=["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "reference_vs_llamacpp.json"))
     ap.add_argument("--results", action="store_true", help="also copy to bench/results/")
+    ap.add_argument("--twin-dir", default=None,
+                    help="where dequantized F32 twins are written (and removed); default: a "
+                         "temporary directory; 'none' skips the twin comparison")
     args = ap.parse_args(argv)
 
     report: Dict[str, object] = {"what": "teacher-forced logits: NumPy reference vs llama.cpp",
                                  "versions": _versions(), "threads": THREADS, "models": []}
     names = args.models if args.models is not None else ["stories260K"] + REAL_MODELS
-    for name in names:
-        if name == "stories260K":
-            report["models"].append(run_model(name, str(STORIES), STORIES_PROMPTS))
-            continue
-        prompts = dict(PROMPTS)
-        if name.startswith("gemma"):
-            prompts["long"] = LONG  # longer than the 512-token sliding window
-        report["models"].append(run_model(name, specdec.resolve_model(name), prompts))
+    with tempfile.TemporaryDirectory() as tmp:
+        twin_dir = None if args.twin_dir == "none" else (args.twin_dir or tmp)
+        if twin_dir:
+            os.makedirs(twin_dir, exist_ok=True)
+        for name in names:
+            if name == "stories260K":
+                entry = run_model(name, str(STORIES), STORIES_PROMPTS, twin_dir)
+            else:
+                prompts = dict(PROMPTS)
+                if name.startswith("gemma"):
+                    prompts["long"] = LONG  # longer than the 512-token sliding window
+                entry = run_model(name, specdec.resolve_model(name), prompts, twin_dir)
+            report["models"].append(entry)
+            _write(report, args.out)
     if args.random:
-        report["random_models"] = random_models(args.random_formats)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        random_models(args.random_formats, report, args.out)
     print(f"wrote {args.out}")
     if args.results:
         dest = ROOT / "bench" / "results" / Path(args.out).name

@@ -69,6 +69,10 @@ def _dims(variant: str, fmt: str) -> _Dims:
         return _Dims(h, h, 4, 1, h // 2, 6)        # MQA, head size 2x hidden / heads
     if variant == "qwen3":
         return _Dims(h, h, 4, 2, h // 2, 2)        # head size 2x hidden / heads
+    if variant == "deepseek2":                     # MLA files: one latent "KV head"
+        return _Dims(h, h, 4, 1, h // 4, 2)
+    if variant == "deepseek2-kvb":                 # per-head K and V after kv_b
+        return _Dims(h, h, 4, 4, h // 4, 2)
     if variant in ("llama-chunked", "llama-kvshare"):
         return _Dims(h, h, 4, 2, h // 4, 4)
     return _Dims(h, h, 4, 2, h // 4, 2)

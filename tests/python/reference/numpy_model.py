@@ -31,7 +31,8 @@ from gguf.quants import dequantize
 
 import specdec
 
-__all__ = ["ForwardOutput", "GgufTensors", "NumpyModel", "attention_mask", "rms_norm", "rope"]
+__all__ = ["ForwardOutput", "GgufTensors", "NumpyModel", "attention_mask", "llamacpp_activation",
+           "rms_norm", "rope"]
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "deepseek2")
 _CACHE_LIMIT_BYTES = 512 << 20   # cache every dequantized weight when they all fit in this
@@ -141,12 +142,41 @@ def attention_mask(layer: dict, positions: np.ndarray,
     return allowed
 
 
+def llamacpp_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
+    """x as llama.cpp's CPU matmul sees it: rounded to the weight type's vec_dot_type (Q8_0 for
+    Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants, F16/BF16 for F16/BF16; F32 untouched).
+    Used only by ``NumpyModel(emulate_llamacpp=True)`` to explain differences from llama.cpp."""
+    T = GGMLQuantizationType
+    if weight_type == T.F32:
+        return x
+    if weight_type == T.F16:
+        return x.astype(np.float16).astype(np.float32)
+    if weight_type == T.BF16:
+        u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+        return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) & np.uint32(0xFFFF0000)).view(np.float32)
+    if weight_type.name.endswith("_K"):  # Q8_K: 256 per block, signed max -> -127, f32 scale
+        b = x.reshape(-1, 256).astype(np.float32)
+        mx = b[np.arange(b.shape[0]), np.abs(b).argmax(-1)][:, None]
+        iscale = np.divide(np.float32(-127.0), mx, out=np.zeros_like(mx), where=mx != 0)
+        q = np.minimum(127, np.rint(iscale * b))
+        d = np.divide(np.float32(1.0), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+        return (q * d).astype(np.float32).reshape(x.shape)
+    b = x.reshape(-1, 32).astype(np.float32)  # Q8_0 / Q8_1: d = amax / 127 stored as f16
+    d = np.abs(b).max(-1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    q = np.trunc(b * inv + np.copysign(np.float32(0.5), b * inv))  # roundf: half away from 0
+    return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
+
+
 def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float,
-               softcap: float) -> np.ndarray:
+               softcap: float, f16: bool = False) -> np.ndarray:
     """softmax(q k^T * scale + mask) v per head; GQA: query head h reads KV head h // group.
 
     q [n, Hq, D], k [m, Hkv, D], v [m, Hkv, Dv] -> [n, Hq, Dv]. Scores and softmax in float64.
+    ``f16``: round q, k, v and the probabilities to f16 as llama.cpp's default path does.
     """
+    if f16:
+        q, k, v = (t.astype(np.float16).astype(np.float32) for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
     kk = np.repeat(k, group, axis=1).astype(np.float64)
     vv = np.repeat(v, group, axis=1).astype(np.float64)
@@ -157,6 +187,8 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray,
     scores -= scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(axis=-1, keepdims=True)
+    if f16:
+        p = p.astype(np.float16).astype(np.float64)
     return np.einsum("hnm,mhd->nhd", p, vv).astype(np.float32)
 
 
@@ -174,8 +206,12 @@ def _silu(x: np.ndarray) -> np.ndarray:
 class NumpyModel:
     """Teacher-forced forward of a GGUF model in NumPy (float32, float64 where cheap)."""
 
-    def __init__(self, path: Union[str, os.PathLike], cache_weights: Optional[bool] = None) -> None:
+    def __init__(self, path: Union[str, os.PathLike], cache_weights: Optional[bool] = None,
+                 emulate_llamacpp: bool = False) -> None:
+        """``emulate_llamacpp``: round matmul inputs as llama.cpp's CPU backend does (Q8
+        activations, f16 K/V cache and attention inputs); a diagnostic, not the reference."""
         self.path = os.fspath(path)
+        self.emulate_llamacpp = emulate_llamacpp
         self.tensors = GgufTensors(self.path)
         self.config = json.loads(specdec.load_model_config(self.path, progress=False).to_json())
         arch = self.config["architecture"]
@@ -206,6 +242,8 @@ class NumpyModel:
 
     def _linear(self, x: np.ndarray, prefix: str) -> np.ndarray:
         """x [n, in] @ W^T (+ bias): W is GGUF {in, out}, NumPy [out, in]."""
+        if self.emulate_llamacpp:
+            x = llamacpp_activation(x, self.tensors.type(prefix + ".weight"))
         y = x @ self.weight(prefix + ".weight").T
         if self.tensors.has(prefix + ".bias"):
             y = y + self.weight(prefix + ".bias")
@@ -317,7 +355,7 @@ class NumpyModel:
             kv_store[i] = (k, v)
         scale = c["attention_scale"] or 1.0 / math.sqrt(d)
         mask = attention_mask(layer, positions, seq_ids)
-        o = _attention(q, k, v, mask, scale, c["attn_logit_softcap"])
+        o = _attention(q, k, v, mask, scale, c["attn_logit_softcap"], self.emulate_llamacpp)
         return self._linear(o.reshape(n, hq * dv), p + "attn_output")
 
     def _mla_attention(self, i: int, h: np.ndarray, positions: np.ndarray,
@@ -358,6 +396,8 @@ class NumpyModel:
         c = self.config
         h = self._norm(x, "output_norm.weight")
         head = "output.weight" if self.tensors.has("output.weight") else "token_embd.weight"
+        if self.emulate_llamacpp:
+            h = llamacpp_activation(h, self.tensors.type(head))
         vocab = self.tensors.num_rows(head)
         out = np.empty((h.shape[0], vocab), dtype=np.float32)
         if self._cache is not None:
