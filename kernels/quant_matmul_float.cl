@@ -39,6 +39,7 @@ kernel void matmul_float(global const uchar* wbuf, ulong w_off,
                          global float* y,        // [n, rows]
                          int rows, int cols, int n) {
   const int g = get_global_id(0);
+  if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
   const int nr = min(NB, n - i0);
   global const w_t* w = (global const w_t*)(wbuf + w_off) + (size_t)g * cols * 16;

@@ -43,6 +43,7 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
                      global float* y,             // [n, rows]
                      int rows, int cols, int n) {
   const int g = get_global_id(0);
+  if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
   const int nr = min(NB, n - i0);
   const int nsb = cols / 256;

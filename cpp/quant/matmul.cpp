@@ -58,9 +58,19 @@ void check_holds(const ocl::Buffer& buf, int64_t n, int64_t width, size_t elem_b
                str_cat("must hold ", shape, " = ", n, " x ", width, " elements (", need, " bytes)"));
 }
 
-void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1) {
-  const size_t global[2] = {static_cast<size_t>(d0), static_cast<size_t>(d1)};
-  const size_t local[2] = {1, 1};
+// Work-items per work-group along dim 0 (SPECDEC_QUANT_LOCAL, tuning): the global size is rounded
+// up to a multiple and kernels return early past the end.
+int64_t local_items() {
+  static const int64_t v = [] {
+    const char* env = std::getenv("SPECDEC_QUANT_LOCAL");
+    return env != nullptr ? std::clamp<int64_t>(std::atoll(env), 1, 64) : 1;
+  }();
+  return v;
+}
+
+void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_t l0 = 1) {
+  const size_t global[2] = {static_cast<size_t>((d0 + l0 - 1) / l0 * l0), static_cast<size_t>(d1)};
+  const size_t local[2] = {static_cast<size_t>(l0), 1};
   k.launch(ctx, 2, global, local);
 }
 
@@ -140,7 +150,7 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     ocl::Kernel k = ctx.kernel("quant_matmul_float", "matmul_float", options);
     k.arg(0, w.buffer).arg(1, plane_offset(w, 0)).arg(2, x).arg(3, y);
     k.arg(4, static_cast<cl_int>(rows)).arg(5, static_cast<cl_int>(cols)).arg(6, static_cast<cl_int>(n));
-    launch_2d(ctx, k, w.layout.groups, chunks);
+    launch_2d(ctx, k, w.layout.groups, chunks, local_items());
     return;
   }
   check_config(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
@@ -151,14 +161,14 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     for (cl_uint p = 0; p < 3; ++p) k.arg(1 + p, plane_offset(w, p));
     k.arg(4, xq.q8).arg(5, xq.q16).arg(6, xq.rec).arg(7, y);
     k.arg(8, static_cast<cl_int>(rows)).arg(9, static_cast<cl_int>(cols)).arg(10, static_cast<cl_int>(n));
-    launch_2d(ctx, k, w.layout.groups, chunks);
+    launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   } else {
     ocl::Kernel k = ctx.kernel("quant_matmul_k", "matmul_k", options);
     k.arg(0, w.buffer);
     for (cl_uint p = 0; p < 4; ++p) k.arg(1 + p, plane_offset(w, p));
     k.arg(5, xq.q8).arg(6, xq.rec).arg(7, y);
     k.arg(8, static_cast<cl_int>(rows)).arg(9, static_cast<cl_int>(cols)).arg(10, static_cast<cl_int>(n));
-    launch_2d(ctx, k, w.layout.groups, chunks);
+    launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   }
 }
 

@@ -157,6 +157,42 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
   }
 }
 
+TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
+  // q / k / v style: 3 parts of one type (rows not multiples of 16) in one matrix.
+  const GgmlType t = GgmlType::kQ4_K;
+  const int64_t cols = 512, n = 5;
+  const std::vector<int64_t> part_rows = {40, 9, 27};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<model::GgufTensor> tensors(part_rows.size());
+  for (size_t i = 0; i < part_rows.size(); ++i) {
+    bytes.push_back(random_weights(t, part_rows[i], cols, 30 + static_cast<uint32_t>(i)));
+    tensors[i].name = "part" + std::to_string(i);
+    tensors[i].type = t;
+    tensors[i].dims = {cols, part_rows[i]};
+    tensors[i].size_bytes = bytes[i].size();
+    tensors[i].data = bytes[i].data();
+  }
+  const DeviceWeight stacked = upload_weight_stacked(*context(), {&tensors[0], &tensors[1], &tensors[2]}, "qkv");
+  EXPECT_EQ(stacked.rows(), 76);
+  const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 31);
+  const std::vector<float> y = device_matmul(stacked, x, n);
+  int64_t first_row = 0;
+  for (size_t i = 0; i < part_rows.size(); ++i) {
+    const std::vector<float> part = device_matmul(upload(t, bytes[i], part_rows[i], cols), x, n);
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<float> got(y.begin() + r * 76 + first_row, y.begin() + r * 76 + first_row + part_rows[i]);
+      EXPECT_EQ(bit_differences(got, row_slice(part, part_rows[i], r, 1)), 0) << "part " << i << " row " << r;
+    }
+    first_row += part_rows[i];
+  }
+  model::GgufTensor other = tensors[1];
+  other.type = GgmlType::kQ6_K;
+  EXPECT_THROW(upload_weight_stacked(*context(), {&tensors[0], &other}, "bad"), ConfigError);
+  other = tensors[1];
+  other.dims = {256, 18};
+  EXPECT_THROW(upload_weight_stacked(*context(), {&tensors[0], &other}, "bad"), ConfigError);
+}
+
 TEST(QuantMatmulChecks, DownloadGivesTheUploadedBlocks) {
   for (GgmlType t : supported_weight_types()) {
     const int64_t cols = cols_for(t, 512);
