@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""specdec's plain forward on the real models, side by side with llama.cpp in the same run.
+
+Per model (same methodology as bench/peer_llamacpp.py, which measures the peer):
+  decode_tok_s      one token per forward after a 16-token prompt, the next input the argmax
+  prefill_tok_s     one forward over --prefill-tokens tokens (logits of the last position)
+  forward_ms[n]     a forward of n = 1, 2, 4, 8, 16 tokens after --context tokens, with logits for
+                    all n (what verifying n - 1 drafts costs); relative_cost[n] = forward_ms[n] /
+                    forward_ms[1]; the request is rolled back after each forward
+  decode_GBps       weight bytes on the device x decode_tok_s
+and the ratios specdec / llama.cpp. The machine's streaming read bandwidth is measured in the
+same run (numpy copy of 512 MiB) for context.
+
+    bash bench/setup_peer.sh            # llama-cpp-python (pinned), once
+    .venv/bin/python bench/model_bench.py [--models ...] [--no-peer] [--out FILE]
+
+Writes bench/out/model_bench.json. Not a test: nothing asserts on timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import specdec  # noqa: E402
+from specdec import _core  # noqa: E402
+
+from peer_llamacpp import DEFAULT_MODELS, N_VALUES  # noqa: E402
+from prompts import LONG  # noqa: E402
+
+
+def host_read_GBps() -> float:
+    a = np.ones(64 << 20, dtype=np.float64)  # 512 MiB
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        a.sum()
+        best = max(best, a.nbytes / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def _timed_step(runner, reqs) -> float:
+    t = time.perf_counter()
+    runner.step(reqs)
+    return time.perf_counter() - t
+
+
+def bench_ours(ctx, name: str, decode_tokens: int, prefill_tokens: int, context: int,
+               repeats: int) -> Dict[str, object]:
+    path = specdec.resolve_model(name)
+    tok = specdec.Tokenizer.from_file(path)
+    ids = tok.encode(LONG)
+    while len(ids) < max(prefill_tokens, context + max(N_VALUES)):
+        ids += ids[1:]
+    runner = _core.ModelRunner(ctx, path, "", 2048, 256 << 20,
+                               max_num_batched_tokens=max(prefill_tokens, 64), max_num_logits=32)
+    # warm-up: every kernel variant built once
+    runner.step([("w", ids[:64], 0, 1)])
+    for n in N_VALUES:
+        runner.step([("w", ids[64:64 + n], 64, n)])
+        runner.truncate("w", 64)
+    runner.free("w")
+
+    prefill = []
+    for _ in range(max(2, repeats // 2)):
+        prefill.append(_timed_step(runner, [("p", ids[:prefill_tokens], 0, 1)]))
+        runner.free("p")
+
+    out = runner.step([("d", ids[:16], 0, 1)])
+    t = int(np.argmax(out["logits"][0]))
+    steps = []
+    for i in range(decode_tokens):
+        t0 = time.perf_counter()
+        out = runner.step([("d", [t], 16 + i, 1)])
+        steps.append(time.perf_counter() - t0)
+        t = int(np.argmax(out["logits"][0]))
+    runner.free("d")
+
+    runner.step([("v", ids[:context], 0, 1)])
+    forward_ms = {}
+    for n in N_VALUES:
+        times = []
+        for _ in range(repeats):
+            times.append(_timed_step(runner, [("v", ids[context:context + n], context, n)]))
+            runner.truncate("v", context)
+        forward_ms[n] = statistics.median(times) * 1e3
+    runner.free("v")
+    decode_s = statistics.median(steps)
+    entry = {
+        "model": name, "weight_bytes": runner.weight_bytes,
+        "attention_backends": sorted(set(runner.attention_backends)),
+        "decode_tok_s": 1.0 / decode_s, "decode_ms_per_token": decode_s * 1e3,
+        "decode_GBps": runner.weight_bytes / decode_s / 1e9,
+        "prefill_tokens": prefill_tokens, "prefill_tok_s": prefill_tokens / min(prefill),
+        "forward_context": context, "forward_ms": {str(n): v for n, v in forward_ms.items()},
+        "relative_cost": {str(n): forward_ms[n] / forward_ms[1] for n in N_VALUES},
+    }
+    print(f"specdec   {name:38s} decode {entry['decode_tok_s']:7.1f} tok/s  prefill "
+          f"{entry['prefill_tok_s']:7.1f} tok/s  n-cost "
+          + " ".join(f"{n}:{entry['relative_cost'][str(n)]:.2f}" for n in N_VALUES), flush=True)
+    return entry
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--prefill-tokens", type=int, default=512)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
+    ap.add_argument("--device", default="")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "model_bench.json"))
+    args = ap.parse_args(argv)
+
+    ctx = _core.Context(args.device)
+    report: Dict[str, object] = {
+        "what": "plain forward: specdec (OpenCL) and llama.cpp (CPU) side by side in one run",
+        "device": ctx.device.name, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load_average_before": os.getloadavg(), "host_read_GBps": host_read_GBps(), "models": []}
+    peer_bench = None
+    if not args.no_peer:
+        import llama_cpp
+        from peer_llamacpp import bench_model as peer_bench
+        report["llama_cpp_python"] = llama_cpp.__version__
+    for name in args.models:
+        ours = bench_ours(ctx, name, args.decode_tokens, args.prefill_tokens, args.context,
+                          args.repeats)
+        entry: Dict[str, object] = {"model": name, "specdec": ours}
+        if peer_bench is not None:
+            peer = peer_bench(name, args.decode_tokens, args.prefill_tokens, args.context,
+                              args.repeats)
+            entry["llama_cpp"] = peer
+            entry["ratio_specdec_over_llama_cpp"] = {
+                "decode_tok_s": ours["decode_tok_s"] / peer["decode_tok_s"],
+                "prefill_tok_s": ours["prefill_tok_s"] / peer["prefill_tok_s"],
+            }
+            print(f"  ratio decode {entry['ratio_specdec_over_llama_cpp']['decode_tok_s']:.2f}x, "
+                  f"prefill {entry['ratio_specdec_over_llama_cpp']['prefill_tok_s']:.2f}x; "
+                  f"4-token forward: specdec {ours['relative_cost']['4']:.2f}x, llama.cpp "
+                  f"{peer['relative_cost']['4']:.2f}x of a 1-token forward", flush=True)
+        report["models"].append(entry)
+    report["load_average_after"] = os.getloadavg()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
