@@ -6,7 +6,8 @@
 // 512 MiB, several times the L3 cache), and timed as one pass of back-to-back matmuls for
 // n = 1, 2, 4, 8, 16 activation rows. GB/s counts the matrices' GGUF bytes per second at n = 1;
 // `vs_n1` is the time of a pass relative to n = 1. The machine's streaming bandwidth is measured
-// in the same run: host reads (1 and all threads) and a device read kernel.
+// in the same run: host reads (1 and all threads) and a device read kernel. Formats no cached
+// model holds run on random blocks; `launch_us` is the fixed cost of one matmul launch.
 // Usage: quant_bench [--quick] [--working-set-mb N] [--reps N] [--models DIR]
 #include <algorithm>
 #include <chrono>
@@ -195,6 +196,44 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
   return j;
 }
 
+// Seconds per matmul launch on a tiny in-cache matrix (16 x 256 Q4_0, n = 1), back to back: the
+// fixed cost every launch pays on this device.
+double launch_seconds(ocl::Context& ctx) {
+  std::vector<float> w(16 * 256, 0.01f);
+  const std::vector<uint8_t> q = quantize(GgmlType::kQ4_0, w.data(), 16, 256);
+  std::vector<DeviceWeight> weights;
+  for (int i = 0; i < 200; ++i) weights.push_back(upload_weight(ctx, GgmlType::kQ4_0, q.data(), q.size(), {256, 16}));
+  return time_pass(ctx, weights, 1, 10) / static_cast<double>(weights.size());
+}
+
+// Formats that no cached model holds, on random blocks of Qwen2.5-1.5B's ffn_up shape.
+struct Synthetic {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<model::GgufTensor> tensors;
+  std::vector<Group> groups;
+};
+
+void add_synthetic(Synthetic& syn, const std::vector<GgmlType>& types) {
+  const int64_t rows = 8960, cols = 1536;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  for (float& v : w) v = dist(rng);
+  syn.bytes.reserve(types.size());
+  syn.tensors.reserve(types.size());
+  for (GgmlType t : types) {
+    syn.bytes.push_back(quantize(t, w.data(), rows, cols));
+    model::GgufTensor tensor;
+    tensor.name = "synthetic";
+    tensor.type = t;
+    tensor.dims = {cols, rows};
+    tensor.size_bytes = syn.bytes.back().size();
+    tensor.data = syn.bytes.back().data();
+    syn.tensors.push_back(tensor);
+  }
+  for (const model::GgufTensor& t : syn.tensors) syn.groups.push_back(Group{t.type, rows, cols, {&t}});
+}
+
 // --quick: small synthetic matrices of every format (a smoke run; numbers mean little).
 nlohmann::json quick_run(ocl::Context& ctx) {
   nlohmann::json out = nlohmann::json::array();
@@ -262,6 +301,22 @@ int main(int argc, char** argv) {
     models.push_back({{"model", p.filename().string()}, {"groups", groups}});
   }
   out["models"] = models;
+  std::vector<GgmlType> missing;
+  for (GgmlType t : supported_weight_types()) {
+    bool seen = false;
+    for (const auto& m : models) {
+      for (const auto& g : m["groups"]) seen = seen || g["type"] == weight_type_name(t);
+    }
+    if (!seen) missing.push_back(t);
+  }
+  Synthetic syn;
+  add_synthetic(syn, missing);
+  std::fprintf(stderr, "synthetic (random blocks, 8960 x 1536)\n");
+  nlohmann::json synthetic = nlohmann::json::array();
+  for (const Group& g : syn.groups) synthetic.push_back(bench_group(*ctx, reader, g, opt));
+  out["synthetic"] = synthetic;
+  out["launch_us"] = launch_seconds(*ctx) * 1e6;
+  std::fprintf(stderr, "launch: %.1f us per matmul launch\n", out["launch_us"].get<double>());
   out["bandwidth_GBps"]["host_read_all_threads_after"] = host_read_GBps(bw_bytes, threads);
   out["bandwidth_GBps"]["device_read_after"] = reader.GBps(5);
   std::printf("%s\n", out.dump(2).c_str());
