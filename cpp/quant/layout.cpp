@@ -85,13 +85,40 @@ void move(uint8_t* rec, uint8_t* blk, int n, bool to_record) {
   else std::memcpy(blk, rec, n);
 }
 
-// Moves one ggml block (row `lane` of its group) to or from its records. `rec[p]` points at the
-// record of plane p. With to_record == false the block is rebuilt from the records.
-void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
+void move_q5_0_bits(uint8_t* rec, uint8_t* blk, int lane, bool to_record) {
+  uint32_t v;
+  if (to_record) {
+    std::memcpy(&v, blk, 4);
+    v = q5_0_to_h(v);
+    std::memcpy(rec + 4 * lane, &v, 4);
+  } else {
+    std::memcpy(&v, rec + 4 * lane, 4);
+    v = h_to_q5_0(v);
+    std::memcpy(blk, &v, 4);
+  }
+}
+
+// Q4_K / Q5_K: 6-bit scales and mins unpacked to bytes, [j][lane] scales then [j][lane] mins.
+void move_k4_scales(uint8_t* sc_rec, uint8_t* packed, int lane, bool to_record) {
+  uint8_t sc[8], m[8];
+  if (to_record) {
+    for (int j = 0; j < 8; ++j) {
+      k4_scale_min(j, packed, &sc[j], &m[j]);
+      sc_rec[j * R + lane] = sc[j];
+      sc_rec[(8 + j) * R + lane] = m[j];
+    }
+  } else {
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = sc_rec[j * R + lane];
+      m[j] = sc_rec[(8 + j) * R + lane];
+    }
+    pack_k4_scales(sc, m, packed);
+  }
+}
+
+// Moves one ggml block of a 32-element format (row `lane` of its group) to or from its records.
+void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
   switch (type) {
-    case GgmlType::kF32: move(rec[0] + 4 * lane, blk, 4, to_record); break;
-    case GgmlType::kF16:
-    case GgmlType::kBF16: move(rec[0] + 2 * lane, blk, 2, to_record); break;
     case GgmlType::kQ8_0:  // qs: 16 vectors of (16 rows x 2 bytes)
       for (int p = 0; p < 16; ++p) move(rec[0] + (p * R + lane) * 2, blk + 2 + 2 * p, 2, to_record);
       move(rec[1] + 2 * lane, blk, 2, to_record);
@@ -105,43 +132,29 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       move(rec[1] + 2 * lane, blk, 2, to_record);           // d
       move(rec[1] + 2 * (R + lane), blk + 2, 2, to_record);  // m
       break;
-    case GgmlType::kQ5_0: {
+    case GgmlType::kQ5_0:
       move4(rec[0], blk + 6, 16, lane, to_record);
-      uint32_t v;
-      if (to_record) {
-        std::memcpy(&v, blk + 2, 4);
-        v = q5_0_to_h(v);
-        std::memcpy(rec[1] + 4 * lane, &v, 4);
-      } else {
-        std::memcpy(&v, rec[1] + 4 * lane, 4);
-        v = h_to_q5_0(v);
-        std::memcpy(blk + 2, &v, 4);
-      }
+      move_q5_0_bits(rec[1], blk + 2, lane, to_record);
       move(rec[2] + 2 * lane, blk, 2, to_record);
       break;
-    }
+    default: break;
+  }
+}
+
+// Moves one ggml block (row `lane` of its group) to or from its records. `rec[p]` points at the
+// record of plane p. With to_record == false the block is rebuilt from the records.
+void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
+  switch (type) {
+    case GgmlType::kF32: move(rec[0] + 4 * lane, blk, 4, to_record); break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: move(rec[0] + 2 * lane, blk, 2, to_record); break;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
       const bool q5 = type == GgmlType::kQ5_K;
-      uint8_t* qs = blk + (q5 ? 48 : 16);
-      move4(rec[0], qs, 128, lane, to_record);
+      move4(rec[0], blk + (q5 ? 48 : 16), 128, lane, to_record);
       if (q5) move4(rec[1], blk + 16, 32, lane, to_record);
-      uint8_t* sc_rec = rec[q5 ? 2 : 1];  // [j][lane] scales, then [j][lane] mins
+      move_k4_scales(rec[q5 ? 2 : 1], blk + 4, lane, to_record);
       uint8_t* dm_rec = rec[q5 ? 3 : 2];
-      uint8_t sc[8], m[8];
-      if (to_record) {
-        for (int j = 0; j < 8; ++j) {
-          k4_scale_min(j, blk + 4, &sc[j], &m[j]);
-          sc_rec[j * R + lane] = sc[j];
-          sc_rec[(8 + j) * R + lane] = m[j];
-        }
-      } else {
-        for (int j = 0; j < 8; ++j) {
-          sc[j] = sc_rec[j * R + lane];
-          m[j] = sc_rec[(8 + j) * R + lane];
-        }
-        pack_k4_scales(sc, m, blk + 4);
-      }
       move(dm_rec + 2 * lane, blk, 2, to_record);            // d
       move(dm_rec + 2 * (R + lane), blk + 2, 2, to_record);  // dmin
       break;
@@ -152,7 +165,7 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       for (int s = 0; s < 16; ++s) move(rec[2] + s * R + lane, blk + 192 + s, 1, to_record);
       move(rec[3] + 2 * lane, blk + 208, 2, to_record);
       break;
-    default: break;
+    default: move_block_32(type, blk, rec, lane, to_record); break;
   }
 }
 

@@ -24,6 +24,62 @@ struct RowInts {
   std::vector<float> m;    // per unit: m (Q4_1), dmin * m (Q4_K, Q5_K)
 };
 
+// The stored integers of one block (unsigned; Q8_0 signed) and its units' factors.
+void decode_block_32(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(b[2 + j]);
+      break;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const uint8_t* qs = b + (type == GgmlType::kQ4_0 ? 2 : 4);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = qs[j] & 0xF;
+        q[j + 16] = qs[j] >> 4;
+      }
+      if (type == GgmlType::kQ4_1) r.m.push_back(f16_at(b + 2));
+      break;
+    }
+    case GgmlType::kQ5_0: {
+      uint32_t qh;
+      std::memcpy(&qh, b + 2, 4);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = (b[6 + j] & 0xF) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
+        q[j + 16] = (b[6 + j] >> 4) | static_cast<int32_t>(((qh >> (j + 16)) & 1u) << 4);
+      }
+      break;
+    }
+    default: break;
+  }
+  r.d.push_back(f16_at(b));
+}
+
+void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
+  if (type == GgmlType::kQ6_K) {
+    const float d = f16_at(b + 208);
+    for (int s = 0; s < 16; ++s) r.d.push_back(static_cast<float>(static_cast<int8_t>(b[192 + s])) * d);
+    for (int e = 0; e < 256; ++e) {
+      const int h = e / 128, m = (e % 128) / 32, l = e % 32;
+      const uint8_t lq = b[64 * h + 32 * (m & 1) + l], hq = b[128 + 32 * h + l];
+      q[e] = (m < 2 ? lq & 0xF : lq >> 4) | (((hq >> (2 * m)) & 3) << 4);
+    }
+    return;
+  }
+  const bool q5 = type == GgmlType::kQ5_K;
+  const uint8_t* qs = b + (q5 ? 48 : 16);
+  const float d = f16_at(b), dmin = f16_at(b + 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, b + 4, &sc, &m);
+    r.d.push_back(static_cast<float>(sc) * d);
+    r.m.push_back(static_cast<float>(m) * dmin);
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t byte = qs[32 * (j / 2) + l];
+      q[32 * j + l] = (j % 2 == 0 ? byte & 0xF : byte >> 4) + (q5 ? ((b[16 + l] >> j) & 1) << 4 : 0);
+    }
+  }
+}
+
 RowInts decode_ints(GgmlType type, const uint8_t* row, int64_t cols) {
   const WeightFormat& f = weight_format(type);
   RowInts r;
@@ -31,61 +87,8 @@ RowInts decode_ints(GgmlType type, const uint8_t* row, int64_t cols) {
   for (int64_t blk = 0; blk < cols / f.block_size; ++blk) {
     const uint8_t* b = row + blk * f.block_bytes;
     int32_t* q = r.q.data() + blk * f.block_size;
-    switch (type) {
-      case GgmlType::kQ8_0:
-        for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(b[2 + j]);
-        r.d.push_back(f16_at(b));
-        break;
-      case GgmlType::kQ4_0:
-      case GgmlType::kQ4_1: {
-        const uint8_t* qs = b + (type == GgmlType::kQ4_0 ? 2 : 4);
-        for (int j = 0; j < 16; ++j) {
-          q[j] = qs[j] & 0xF;
-          q[j + 16] = qs[j] >> 4;
-        }
-        r.d.push_back(f16_at(b));
-        if (type == GgmlType::kQ4_1) r.m.push_back(f16_at(b + 2));
-        break;
-      }
-      case GgmlType::kQ5_0: {
-        uint32_t qh;
-        std::memcpy(&qh, b + 2, 4);
-        for (int j = 0; j < 16; ++j) {
-          q[j] = (b[6 + j] & 0xF) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
-          q[j + 16] = (b[6 + j] >> 4) | static_cast<int32_t>(((qh >> (j + 16)) & 1u) << 4);
-        }
-        r.d.push_back(f16_at(b));
-        break;
-      }
-      case GgmlType::kQ4_K:
-      case GgmlType::kQ5_K: {
-        const bool q5 = type == GgmlType::kQ5_K;
-        const uint8_t* qs = b + (q5 ? 48 : 16);
-        const float d = f16_at(b), dmin = f16_at(b + 2);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t sc, m;
-          k4_scale_min(j, b + 4, &sc, &m);
-          r.d.push_back(static_cast<float>(sc) * d);
-          r.m.push_back(static_cast<float>(m) * dmin);
-          for (int l = 0; l < 32; ++l) {
-            const uint8_t byte = qs[32 * (j / 2) + l];
-            q[32 * j + l] = (j % 2 == 0 ? byte & 0xF : byte >> 4) + (q5 ? ((b[16 + l] >> j) & 1) << 4 : 0);
-          }
-        }
-        break;
-      }
-      case GgmlType::kQ6_K: {
-        const float d = f16_at(b + 208);
-        for (int s = 0; s < 16; ++s) r.d.push_back(static_cast<float>(static_cast<int8_t>(b[192 + s])) * d);
-        for (int e = 0; e < 256; ++e) {
-          const int h = e / 128, m = (e % 128) / 32, l = e % 32;
-          const uint8_t lq = b[64 * h + 32 * (m & 1) + l], hq = b[128 + 32 * h + l];
-          q[e] = (m < 2 ? lq & 0xF : lq >> 4) | (((hq >> (2 * m)) & 3) << 4);
-        }
-        break;
-      }
-      default: break;
-    }
+    if (f.block_size == 256) decode_block_k(type, b, q, r);
+    else decode_block_32(type, b, q, r);
   }
   return r;
 }
