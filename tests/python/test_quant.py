@@ -7,6 +7,8 @@ NumPy over those values, and device rows must be bitwise batch-invariant.
 
 from __future__ import annotations
 
+import functools
+
 import gguf
 import numpy as np
 import pytest
@@ -23,9 +25,14 @@ MODELS = [
 MAX_ROWS = 640  # rows taken from a tensor (the large vocab matrices are sliced)
 
 
+@functools.lru_cache(maxsize=None)
+def reader_of(path: str) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)  # parsing a 262144-token vocabulary takes seconds: once per file
+
+
 def tensors_by_type(path: str) -> dict[str, list]:
     """2-D tensors of a model grouped by ggml type name: the first and the last of each type."""
-    reader = gguf.GGUFReader(path)
+    reader = reader_of(path)
     groups: dict[str, list] = {}
     for t in reader.tensors:
         if len(t.shape) == 2:
@@ -112,8 +119,7 @@ def test_device_matmul_real_tensors(model, real_model, context):
 @pytest.mark.parametrize("model", MODELS)
 def test_embedding_lookup_real_tensors(model, real_model, context):
     path = real_model(model)
-    reader = gguf.GGUFReader(path)
-    t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    t = next(t for t in reader_of(path).tensors if t.name == "token_embd.weight")
     data, rows, cols = raw_rows(t, 4096)
     w = quant.upload_weight(context, type_name(t), data, [cols, rows], t.name)
     ids = [0, 1, 17, rows - 1, 1000]
