@@ -11,6 +11,7 @@ local RoPE base, attention scale) and deepseek2 MLA with dense FFNs. See docs/re
     out = model.forward(tokens, hidden_layers=[3])   # teacher forcing over the whole sequence
     out.logits          # [num_tokens, vocab] float32
     out.hidden_states   # {3: [num_tokens, hidden_size]}: the residual stream after layer 3
+    out.final_hidden    # [num_tokens, hidden_size]: after output_norm (the output head's input)
     outs = model.forward_batch([tokens_a, tokens_b])  # independent sequences, one weight pass
 
 Weights are dequantized when a layer runs (and cached only for small models), so a 1.5B model
@@ -88,6 +89,7 @@ class ForwardOutput:
     logits: np.ndarray                        # [len(logits_for), vocab_size] float32
     hidden_states: Dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [n, hidden]
     positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [n]
+    final_hidden: Optional[np.ndarray] = None  # [n, hidden]: output_norm(x), the head's input
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -260,7 +262,8 @@ class NumpyModel:
         (negative indices count from the last layer)."""
         out = self.forward_batch([tokens], hidden_layers)[0]
         if logits_for is not None:
-            out.logits = out.logits[np.asarray(list(logits_for), dtype=np.int64)]
+            rows = np.asarray(list(logits_for), dtype=np.int64)
+            out.logits, out.final_hidden = out.logits[rows], out.final_hidden[rows]
         return out
 
     def logits(self, tokens: Sequence[int]) -> np.ndarray:
@@ -291,13 +294,14 @@ class NumpyModel:
             x = self._layer(i, x, positions, seq_ids, kv_store)
             if i in wanted:
                 hidden[i] = x.copy()
-        logits = self._logits(x)
+        final = self._norm(x, "output_norm.weight")
+        logits = self._logits(final)
         outs = []
         for i in range(len(seqs)):
             rows = seq_ids == i
             outs.append(ForwardOutput(logits=logits[rows],
                                       hidden_states={k: v[rows] for k, v in hidden.items()},
-                                      positions=positions[rows]))
+                                      positions=positions[rows], final_hidden=final[rows]))
         return outs
 
     def _layer(self, i: int, x: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
@@ -392,9 +396,9 @@ class NumpyModel:
                        c["attn_logit_softcap"])
         return self._linear(o.reshape(n, heads * dv), p + "attn_output")
 
-    def _logits(self, x: np.ndarray) -> np.ndarray:
+    def _logits(self, h: np.ndarray) -> np.ndarray:
+        """h [n, hidden] (after output_norm) -> logits [n, vocab]."""
         c = self.config
-        h = self._norm(x, "output_norm.weight")
         head = "output.weight" if self.tensors.has("output.weight") else "token_embd.weight"
         if self.emulate_llamacpp:
             h = llamacpp_activation(h, self.tensors.type(head))
