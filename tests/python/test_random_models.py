@@ -66,6 +66,7 @@ def test_random_model_loads_and_runs(model_dir, arch, fmt):
     assert np.isfinite(out.logits).all()
     assert sorted(out.hidden_states) == [0, config["num_layers"] - 1]
     assert out.hidden_states[0].shape == (len(ids), config["hidden_size"])
+    assert out.final_hidden.shape == (len(ids), config["hidden_size"])
     assert len(set(out.logits.argmax(-1).tolist())) > len(ids) // 4  # not one constant token
 
 
