@@ -64,6 +64,11 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #endif
     const float16 d = vload_half16(2 * rec, dmp);
     const float16 dmin = vload_half16(2 * rec + 1, dmp);
+    PREFETCH(qs + AHEAD(2048) * 32, 2048);
+    PREFETCH(scp + AHEAD(2048) * 256, 256);
+#if defined(WEIGHT_Q5_K)
+    PREFETCH(qh + AHEAD(2048) * 8, 512);
+#endif
     for (int c = 0; c < 4; ++c) {
       uint16 lo[8], hi[8];
 #pragma unroll
@@ -112,6 +117,9 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
     global const uint16* qh = (global const uint16*)(wbuf + off1) + rec * 16;
     global const char* scp = (global const char*)(wbuf + off2) + rec * 256;
     const float16 d = vload_half16(rec, (global const half*)(wbuf + off3));
+    PREFETCH(ql + AHEAD(2048) * 32, 2048);
+    PREFETCH(qh + AHEAD(2048) * 16, 1024);
+    PREFETCH(scp + AHEAD(2048) * 256, 256);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll

@@ -41,12 +41,14 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
     const size_t rec = (size_t)g * nb + b;
 #if defined(WEIGHT_Q8_0)
     global const ushort16* qs = (global const ushort16*)(wbuf + off0) + rec * 16;
+    PREFETCH(qs + AHEAD(512) * 16, 512);
     S8PAIRS_T w[16];
 #pragma unroll
     for (int p = 0; p < 16; ++p) w[p] = widen_s8pairs(qs[p]);
     const float16 d = vload_half16(rec, (global const half*)(wbuf + off1));
 #else
     global const uint16* qs = (global const uint16*)(wbuf + off0) + rec * 4;
+    PREFETCH(qs + AHEAD(256) * 4, 256);
     const uint16 p0 = qs[0], p1 = qs[1], p2 = qs[2], p3 = qs[3];
     uint16 l0 = lo_nibbles(p0), l1 = lo_nibbles(p1), l2 = lo_nibbles(p2), l3 = lo_nibbles(p3);
     uint16 h0 = hi_nibbles(p0), h1 = hi_nibbles(p1), h2 = hi_nibbles(p2), h3 = hi_nibbles(p3);

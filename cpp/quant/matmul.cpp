@@ -77,7 +77,9 @@ void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_
 }  // namespace
 
 std::string MatmulConfig::options() const {
-  return str_cat("-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "");
+  std::string o = str_cat("-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "");
+  if (const char* pf = std::getenv("SPECDEC_QUANT_PREFETCH")) o += str_cat(" -DQUANT_PREFETCH=", std::atoi(pf));
+  return o;
 }
 
 bool device_has_avx512bw(ocl::Context& ctx) {
