@@ -48,6 +48,7 @@ kernel void matmul_float(global const uchar* wbuf, ulong w_off,
   for (int i = 0; i < NB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   int k = 0;
   for (; k + 8 <= cols; k += 8) {
+    PREFETCH((global const uchar*)(w + (size_t)k * 16) + QUANT_PREFETCH, 8 * 16 * (int)sizeof(w_t));
     const float16 w0 = load_w(w + (size_t)(k + 0) * 16), w1 = load_w(w + (size_t)(k + 1) * 16);
     const float16 w2 = load_w(w + (size_t)(k + 2) * 16), w3 = load_w(w + (size_t)(k + 3) * 16);
     const float16 w4 = load_w(w + (size_t)(k + 4) * 16), w5 = load_w(w + (size_t)(k + 5) * 16);

@@ -77,9 +77,8 @@ void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_
 }  // namespace
 
 std::string MatmulConfig::options() const {
-  std::string o = str_cat("-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "");
-  if (const char* pf = std::getenv("SPECDEC_QUANT_PREFETCH")) o += str_cat(" -DQUANT_PREFETCH=", std::atoi(pf));
-  return o;
+  return str_cat("-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "",
+                 prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
 }
 
 bool device_has_avx512bw(ocl::Context& ctx) {
@@ -115,6 +114,11 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   } else {
     cfg.avx512bw = device_has_avx512bw(ctx);
   }
+  // Software prefetch 2 KiB ahead: on PoCL's CPU device it lifts a GEMV from 70-85 % to 90-100 %
+  // of the streaming bandwidth (the hardware prefetchers alone leave the cores waiting between
+  // bursts of integer work). Only the clang-builtin path has it.
+  cfg.prefetch_bytes = cfg.avx512bw ? 2048 : 0;
+  if (const char* env = std::getenv("SPECDEC_QUANT_PREFETCH")) cfg.prefetch_bytes = std::clamp(std::atoi(env), 0, 1 << 20);
   return cfg;
 }
 

@@ -50,10 +50,12 @@ void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, std::span<const 
 struct MatmulConfig {
   int rows_per_item = 1;  // NB
   bool avx512bw = false;  // the vpmaddubsw / vpmaddwd path (QUANT_AVX512BW)
+  int prefetch_bytes = 0;  // software prefetch distance in the main weight plane (0: none)
   std::string options() const;
 };
 // The configuration matmul uses for n activation rows on ctx's device. Environment overrides
-// (tuning and tests): SPECDEC_QUANT_NB (fixed NB), SPECDEC_QUANT_ISA=portable|avx512bw.
+// (tuning and tests): SPECDEC_QUANT_NB (fixed NB), SPECDEC_QUANT_ISA=portable|avx512bw,
+// SPECDEC_QUANT_PREFETCH (bytes, 0 = off).
 MatmulConfig matmul_config(ocl::Context& ctx, int64_t n);
 // Whether ctx's device compiles the AVX-512 BW builtins (PoCL on such a CPU); probed once per
 // device.
