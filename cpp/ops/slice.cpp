@@ -39,6 +39,7 @@ int reduction_local_size(const ocl::Context& ctx) {
 
 void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local,
                  cl_uint num_rows_arg) {
+  if (rows <= 0) return;  // nothing to do (and no zero-sized launch)
   kernel.arg(num_rows_arg, cl_long{rows});
   if (local == 1) {
     const int64_t groups = 4 * std::max(1, ctx.device().compute_units);
