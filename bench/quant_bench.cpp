@@ -41,7 +41,9 @@ struct Options {
   std::string models;
 };
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Streaming read of `bytes` split over `threads` threads (best of 5).
 double host_read_GBps(size_t bytes, int threads) {
@@ -118,7 +120,9 @@ struct Group {
   GgmlType type;
   int64_t rows, cols;
   std::vector<const model::GgufTensor*> tensors;
-  int64_t bytes() const { return static_cast<int64_t>(tensors.size()) * rows * row_bytes(type, cols); }
+  int64_t bytes() const {
+    return static_cast<int64_t>(tensors.size()) * rows * row_bytes(type, cols);
+  }
 };
 
 // Per type: the (rows, cols) group with the most bytes; 2-D tensors only.
@@ -147,7 +151,8 @@ double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, in
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
   for (float& v : x) v = dist(rng);
-  ocl::Buffer xb(ctx, x.size() * sizeof(float)), yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
+  ocl::Buffer xb(ctx, x.size() * sizeof(float)),
+      yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
   xb.write(ctx, x.data(), x.size() * sizeof(float));
   QuantizedActivations xq;
   if (weight_format(weights[0].type()).block_size > 1) quantize_activations(ctx, xb, n, cols, xq);
@@ -163,7 +168,8 @@ double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, in
   return best;
 }
 
-nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group& g, const Options& opt) {
+nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group& g,
+                           const Options& opt) {
   std::vector<DeviceWeight> weights;
   int64_t bytes = 0, device_bytes = 0;
   for (size_t i = 0; bytes < opt.working_set_bytes && weights.size() < 4096; ++i) {
@@ -171,10 +177,15 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
     bytes += weights.back().source_bytes();
     device_bytes += weights.back().layout.total_bytes;
   }
-  nlohmann::json j = {{"type", weight_type_name(g.type)}, {"rows", g.rows}, {"cols", g.cols},
-                      {"example", g.tensors[0]->name}, {"matrices_in_model", g.tensors.size()},
-                      {"matrices_timed", weights.size()}, {"working_set_MB", static_cast<double>(bytes) / 1e6},
-                      {"device_bytes_ratio", static_cast<double>(device_bytes) / static_cast<double>(bytes)}};
+  nlohmann::json j = {
+      {"type", weight_type_name(g.type)},
+      {"rows", g.rows},
+      {"cols", g.cols},
+      {"example", g.tensors[0]->name},
+      {"matrices_in_model", g.tensors.size()},
+      {"matrices_timed", weights.size()},
+      {"working_set_MB", static_cast<double>(bytes) / 1e6},
+      {"device_bytes_ratio", static_cast<double>(device_bytes) / static_cast<double>(bytes)}};
   const double bw_before = reader.GBps(3);
   const double t1 = time_pass(ctx, weights, 1, opt.reps);
   const double bw_after = reader.GBps(3);
@@ -184,15 +195,18 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
   j["gemv_vs_read"] = gbps / std::max(bw_before, bw_after);
   j["gemv_us_per_matrix"] = t1 / static_cast<double>(weights.size()) * 1e6;
   nlohmann::json scaling = nlohmann::json::object();
-  for (int64_t n : {2, 4, 8, 16}) scaling[std::to_string(n)] = time_pass(ctx, weights, n, opt.reps) / t1;
+  for (int64_t n : {2, 4, 8, 16})
+    scaling[std::to_string(n)] = time_pass(ctx, weights, n, opt.reps) / t1;
   j["vs_n1"] = scaling;
   std::fprintf(stderr,
-               "  %-5s %6lld x %-6lld %5zu x %7.1f MB  %6.2f GB/s (read %5.2f: %3.0f%%)  n=2 %.2f  n=4 %.2f  n=8 %.2f  "
+               "  %-5s %6lld x %-6lld %5zu x %7.1f MB  %6.2f GB/s (read %5.2f: %3.0f%%)  n=2 %.2f  "
+               "n=4 %.2f  n=8 %.2f  "
                "n=16 %.2f\n",
-               weight_type_name(g.type).c_str(), static_cast<long long>(g.rows), static_cast<long long>(g.cols),
-               weights.size(), static_cast<double>(bytes) / 1e6, gbps, j["device_read_GBps"].get<double>(),
-               100.0 * j["gemv_vs_read"].get<double>(), scaling["2"].get<double>(), scaling["4"].get<double>(),
-               scaling["8"].get<double>(), scaling["16"].get<double>());
+               weight_type_name(g.type).c_str(), static_cast<long long>(g.rows),
+               static_cast<long long>(g.cols), weights.size(), static_cast<double>(bytes) / 1e6,
+               gbps, j["device_read_GBps"].get<double>(), 100.0 * j["gemv_vs_read"].get<double>(),
+               scaling["2"].get<double>(), scaling["4"].get<double>(), scaling["8"].get<double>(),
+               scaling["16"].get<double>());
   return j;
 }
 
@@ -202,7 +216,8 @@ double launch_seconds(ocl::Context& ctx) {
   std::vector<float> w(16 * 256, 0.01f);
   const std::vector<uint8_t> q = quantize(GgmlType::kQ4_0, w.data(), 16, 256);
   std::vector<DeviceWeight> weights;
-  for (int i = 0; i < 200; ++i) weights.push_back(upload_weight(ctx, GgmlType::kQ4_0, q.data(), q.size(), {256, 16}));
+  for (int i = 0; i < 200; ++i)
+    weights.push_back(upload_weight(ctx, GgmlType::kQ4_0, q.data(), q.size(), {256, 16}));
   return time_pass(ctx, weights, 1, 10) / static_cast<double>(weights.size());
 }
 
@@ -231,7 +246,8 @@ void add_synthetic(Synthetic& syn, const std::vector<GgmlType>& types) {
     tensor.data = syn.bytes.back().data();
     syn.tensors.push_back(tensor);
   }
-  for (const model::GgufTensor& t : syn.tensors) syn.groups.push_back(Group{t.type, rows, cols, {&t}});
+  for (const model::GgufTensor& t : syn.tensors)
+    syn.groups.push_back(Group{t.type, rows, cols, {&t}});
 }
 
 // --quick: small synthetic matrices of every format (a smoke run; numbers mean little).
@@ -251,14 +267,20 @@ nlohmann::json quick_run(ocl::Context& ctx) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  if (const char* dir = std::getenv("SPECDEC_CACHE_DIR")) o.models = dir;
-  else if (const char* home = std::getenv("HOME")) o.models = std::string(home) + "/.cache/specdec";
+  if (const char* dir = std::getenv("SPECDEC_CACHE_DIR"))
+    o.models = dir;
+  else if (const char* home = std::getenv("HOME"))
+    o.models = std::string(home) + "/.cache/specdec";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") o.quick = true;
-    else if (a == "--working-set-mb" && i + 1 < argc) o.working_set_bytes = std::atoll(argv[++i]) << 20;
-    else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--models" && i + 1 < argc) o.models = argv[++i];
+    if (a == "--quick")
+      o.quick = true;
+    else if (a == "--working-set-mb" && i + 1 < argc)
+      o.working_set_bytes = std::atoll(argv[++i]) << 20;
+    else if (a == "--reps" && i + 1 < argc)
+      o.reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--models" && i + 1 < argc)
+      o.models = argv[++i];
   }
   return o;
 }
@@ -271,8 +293,9 @@ int main(int argc, char** argv) {
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   nlohmann::json out = {{"device", ctx->device().summary()},
                         {"avx512bw_path", device_has_avx512bw(*ctx)},
-                        {"rows_per_item", {{"n1", matmul_config(*ctx, 1).rows_per_item},
-                                           {"n16", matmul_config(*ctx, 16).rows_per_item}}}};
+                        {"rows_per_item",
+                         {{"n1", matmul_config(*ctx, 1).rows_per_item},
+                          {"n16", matmul_config(*ctx, 16).rows_per_item}}}};
   if (opt.quick) {
     out["quick"] = quick_run(*ctx);
     std::printf("%s\n", out.dump(2).c_str());

@@ -45,11 +45,13 @@ Floats to_numpy(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return out;
 }
 
-py::array_t<float> dequantize_py(const py::object& type, const Bytes& data, int64_t rows, int64_t cols) {
+py::array_t<float> dequantize_py(const py::object& type, const Bytes& data, int64_t rows,
+                                 int64_t cols) {
   const GgmlType t = to_type(type);
   const int64_t need = rows * row_bytes(t, cols);
-  check_config(data.size() == need, "data", str_cat(data.size(), " bytes"),
-               str_cat("must be ", need, " bytes for ", rows, " x ", cols, " ", weight_type_name(t)));
+  check_config(
+      data.size() == need, "data", str_cat(data.size(), " bytes"),
+      str_cat("must be ", need, " bytes for ", rows, " x ", cols, " ", weight_type_name(t)));
   std::vector<float> v;
   {
     py::gil_scoped_release release;
@@ -69,7 +71,8 @@ Bytes quantize_py(const py::object& type, const Floats& x) {
 
 Floats matmul_py(ocl::Context& ctx, const DeviceWeight& w, const Floats& x) {
   const auto [n, cols] = rows_cols(x);
-  check_config(cols == w.cols(), "x.shape[1]", cols, str_cat("must equal the weight's cols ", w.cols()));
+  check_config(cols == w.cols(), "x.shape[1]", cols,
+               str_cat("must equal the weight's cols ", w.cols()));
   std::vector<float> y(static_cast<size_t>(n * w.rows()));
   if (n > 0) {
     ocl::Buffer xb(ctx, static_cast<size_t>(n * cols) * sizeof(float));
@@ -81,7 +84,8 @@ Floats matmul_py(ocl::Context& ctx, const DeviceWeight& w, const Floats& x) {
   return to_numpy(y, n, w.rows());
 }
 
-Floats embedding_py(ocl::Context& ctx, const DeviceWeight& w, const std::vector<int32_t>& ids, float scale) {
+Floats embedding_py(ocl::Context& ctx, const DeviceWeight& w, const std::vector<int32_t>& ids,
+                    float scale) {
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<float> y(static_cast<size_t>(n * w.cols()));
   if (n > 0) {
@@ -99,61 +103,81 @@ Floats matmul_reference_py(const py::object& type, const Bytes& data, int64_t ro
   check_config(xc == cols, "x.shape[1]", xc, str_cat("must equal cols ", cols));
   check_config(data.size() == rows * row_bytes(t, cols), "data", str_cat(data.size(), " bytes"),
                str_cat("must be ", rows * row_bytes(t, cols), " bytes"));
-  check_config(numerics == "device" || numerics == "exact", "numerics", numerics, "must be 'device' or 'exact'");
-  const std::vector<float> y = matmul_reference(t, data.data(), rows, cols, x.data(), n,
-                                                numerics == "exact" ? Numerics::kExact : Numerics::kDevice);
+  check_config(numerics == "device" || numerics == "exact", "numerics", numerics,
+               "must be 'device' or 'exact'");
+  const std::vector<float> y =
+      matmul_reference(t, data.data(), rows, cols, x.data(), n,
+                       numerics == "exact" ? Numerics::kExact : Numerics::kDevice);
   return to_numpy(y, n, rows);
 }
 
 }  // namespace
 
 void register_quant(py::module_& parent) {
-  py::module_ m = parent.def_submodule("quant", "Weight formats, dequantization and quantized matmul.");
-  m.def("supported_weight_types", [] {
-    std::vector<std::string> names;
-    for (GgmlType t : supported_weight_types()) names.push_back(weight_format(t).name);
-    return names;
-  }, "ggml names of the weight formats specdec runs.");
-  m.def("is_weight_type_supported", [](const py::object& t) {
-    try {
-      to_type(t);
-      return true;
-    } catch (const UnsupportedError&) {
-      return false;
-    }
-  }, py::arg("type"));
-  m.def("dequantize", &dequantize_py, py::arg("type"), py::arg("data"), py::arg("rows"), py::arg("cols"),
-        "float32 [rows, cols] from ggml blocks (type: ggml name or id).");
+  py::module_ m =
+      parent.def_submodule("quant", "Weight formats, dequantization and quantized matmul.");
+  m.def(
+      "supported_weight_types",
+      [] {
+        std::vector<std::string> names;
+        for (GgmlType t : supported_weight_types()) names.push_back(weight_format(t).name);
+        return names;
+      },
+      "ggml names of the weight formats specdec runs.");
+  m.def(
+      "is_weight_type_supported",
+      [](const py::object& t) {
+        try {
+          to_type(t);
+          return true;
+        } catch (const UnsupportedError&) {
+          return false;
+        }
+      },
+      py::arg("type"));
+  m.def("dequantize", &dequantize_py, py::arg("type"), py::arg("data"), py::arg("rows"),
+        py::arg("cols"), "float32 [rows, cols] from ggml blocks (type: ggml name or id).");
   m.def("quantize", &quantize_py, py::arg("type"), py::arg("x"),
         "ggml blocks (uint8) of a float32 [rows, cols] array (simple round-to-nearest quantizer).");
-  m.def("matmul_reference", &matmul_reference_py, py::arg("type"), py::arg("data"), py::arg("rows"),
-        py::arg("cols"), py::arg("x"), py::arg("numerics") = "device",
-        "Host y = x . W^T: 'device' emulates the kernels' arithmetic, 'exact' is double precision.");
+  m.def(
+      "matmul_reference", &matmul_reference_py, py::arg("type"), py::arg("data"), py::arg("rows"),
+      py::arg("cols"), py::arg("x"), py::arg("numerics") = "device",
+      "Host y = x . W^T: 'device' emulates the kernels' arithmetic, 'exact' is double precision.");
 
   py::class_<DeviceWeight>(m, "DeviceWeight", "A weight matrix on the device in its block format.")
       .def_readonly("name", &DeviceWeight::name)
-      .def_property_readonly("type", [](const DeviceWeight& w) { return std::string(weight_format(w.type()).name); })
+      .def_property_readonly(
+          "type", [](const DeviceWeight& w) { return std::string(weight_format(w.type()).name); })
       .def_property_readonly("rows", &DeviceWeight::rows)
       .def_property_readonly("cols", &DeviceWeight::cols)
       .def_property_readonly("source_bytes", &DeviceWeight::source_bytes)
-      .def_property_readonly("device_bytes", [](const DeviceWeight& w) { return w.layout.total_bytes; })
-      .def("download", [](const DeviceWeight& w, ocl::Context& ctx) {
-        const std::vector<uint8_t> b = w.download(ctx);
-        Bytes out(static_cast<py::ssize_t>(b.size()));
-        std::memcpy(out.mutable_data(), b.data(), b.size());
-        return out;
-      }, py::arg("ctx"), "The matrix in ggml's row-major block format.")
+      .def_property_readonly("device_bytes",
+                             [](const DeviceWeight& w) { return w.layout.total_bytes; })
+      .def(
+          "download",
+          [](const DeviceWeight& w, ocl::Context& ctx) {
+            const std::vector<uint8_t> b = w.download(ctx);
+            Bytes out(static_cast<py::ssize_t>(b.size()));
+            std::memcpy(out.mutable_data(), b.data(), b.size());
+            return out;
+          },
+          py::arg("ctx"), "The matrix in ggml's row-major block format.")
       .def("__repr__", [](const DeviceWeight& w) {
         return str_cat("DeviceWeight(name='", w.name, "', type='", weight_format(w.type()).name,
                        "', rows=", w.rows(), ", cols=", w.cols(), ")");
       });
-  m.def("upload_weight", [](ocl::Context& ctx, const py::object& type, const Bytes& data,
-                            const std::vector<int64_t>& dims, const std::string& name) {
-    return upload_weight(ctx, to_type(type), data.data(), static_cast<size_t>(data.size()), dims, name);
-  }, py::arg("ctx"), py::arg("type"), py::arg("data"), py::arg("dims"), py::arg("name") = "",
-        "Uploads ggml blocks; dims in GGUF order [cols (ne0), rows (ne1)].");
+  m.def(
+      "upload_weight",
+      [](ocl::Context& ctx, const py::object& type, const Bytes& data,
+         const std::vector<int64_t>& dims, const std::string& name) {
+        return upload_weight(ctx, to_type(type), data.data(), static_cast<size_t>(data.size()),
+                             dims, name);
+      },
+      py::arg("ctx"), py::arg("type"), py::arg("data"), py::arg("dims"), py::arg("name") = "",
+      "Uploads ggml blocks; dims in GGUF order [cols (ne0), rows (ne1)].");
   m.def("matmul", &matmul_py, py::arg("ctx"), py::arg("w"), py::arg("x"),
         "y [n, rows] = x [n, cols] . W^T on the device.");
-  m.def("embedding_lookup", &embedding_py, py::arg("ctx"), py::arg("w"), py::arg("ids"), py::arg("scale") = 1.0f,
+  m.def("embedding_lookup", &embedding_py, py::arg("ctx"), py::arg("w"), py::arg("ids"),
+        py::arg("scale") = 1.0f,
         "Rows `ids` of W, dequantized on the device and multiplied by scale.");
 }

@@ -58,8 +58,8 @@ void dequant_q5_0(const uint8_t* b, float* y) {
 
 // Q4_K (qh == nullptr) and Q5_K: 4 chunks of 64 elements, low nibbles = sub-block 2c, high
 // nibbles = sub-block 2c + 1; Q5_K's fifth bit of element l of sub-block j is bit j of qh[l].
-void dequant_q45_k(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float d,
-                   float dmin, float* y) {
+void dequant_q45_k(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float d, float dmin,
+                   float* y) {
   for (int c = 0; c < 4; ++c) {
     uint8_t sc, m;
     k4_scale_min(2 * c, scales, &sc, &m);
@@ -122,22 +122,41 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
     const uint8_t* b = src + i * f.block_bytes;
     float* y = dst + i * f.block_size;
     switch (type) {
-      case GgmlType::kF32: std::memcpy(y, b, 4); break;
-      case GgmlType::kF16: *y = f16(b); break;
+      case GgmlType::kF32:
+        std::memcpy(y, b, 4);
+        break;
+      case GgmlType::kF16:
+        *y = f16(b);
+        break;
       case GgmlType::kBF16: {
         uint16_t bits;
         std::memcpy(&bits, b, 2);
         *y = bf16_bits_to_float(bits);
         break;
       }
-      case GgmlType::kQ8_0: dequant_q8_0(b, y); break;
-      case GgmlType::kQ4_0: dequant_q4_0(b, y); break;
-      case GgmlType::kQ4_1: dequant_q4_1(b, y); break;
-      case GgmlType::kQ5_0: dequant_q5_0(b, y); break;
-      case GgmlType::kQ4_K: dequant_q45_k(b + 4, nullptr, b + 16, f16(b), f16(b + 2), y); break;
-      case GgmlType::kQ5_K: dequant_q45_k(b + 4, b + 16, b + 48, f16(b), f16(b + 2), y); break;
-      case GgmlType::kQ6_K: dequant_q6_k(b, y); break;
-      default: break;  // weight_format() rejected it
+      case GgmlType::kQ8_0:
+        dequant_q8_0(b, y);
+        break;
+      case GgmlType::kQ4_0:
+        dequant_q4_0(b, y);
+        break;
+      case GgmlType::kQ4_1:
+        dequant_q4_1(b, y);
+        break;
+      case GgmlType::kQ5_0:
+        dequant_q5_0(b, y);
+        break;
+      case GgmlType::kQ4_K:
+        dequant_q45_k(b + 4, nullptr, b + 16, f16(b), f16(b + 2), y);
+        break;
+      case GgmlType::kQ5_K:
+        dequant_q45_k(b + 4, b + 16, b + 48, f16(b), f16(b + 2), y);
+        break;
+      case GgmlType::kQ6_K:
+        dequant_q6_k(b, y);
+        break;
+      default:
+        break;  // weight_format() rejected it
     }
   }
 }
@@ -146,7 +165,8 @@ std::vector<float> dequantize(GgmlType type, const uint8_t* src, int64_t rows, i
   check_config(rows >= 0, "rows", rows, "must be >= 0");
   const int64_t rb = row_bytes(type, cols);
   std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(type, src + r * rb, out.data() + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(type, src + r * rb, out.data() + r * cols, cols);
   return out;
 }
 

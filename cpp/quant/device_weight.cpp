@@ -6,7 +6,9 @@
 
 namespace specdec::quant {
 
-int64_t DeviceWeight::source_bytes() const { return layout.rows * row_bytes(layout.type, layout.cols); }
+int64_t DeviceWeight::source_bytes() const {
+  return layout.rows * row_bytes(layout.type, layout.cols);
+}
 
 std::vector<uint8_t> DeviceWeight::download(ocl::Context& ctx) const {
   std::vector<uint8_t> packed(static_cast<size_t>(layout.total_bytes));
@@ -21,7 +23,8 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
     throw UnsupportedError(str_cat(who, ": weight format ", weight_type_name(type),
                                    " is not supported; supported: ", supported_weight_type_list()));
   }
-  check_config(!dims.empty() && dims.size() <= 4, who + ".dims", dims.size(), "must have 1 to 4 dims");
+  check_config(!dims.empty() && dims.size() <= 4, who + ".dims", dims.size(),
+               "must have 1 to 4 dims");
   int64_t rows = 1;
   for (size_t i = 1; i < dims.size(); ++i) {
     check_config(dims[i] > 0 && rows <= (int64_t{1} << 40) / dims[i], who + ".dims", dims[i],
@@ -50,7 +53,8 @@ DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor) {
                        tensor.dims, tensor.name);
 }
 
-DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<const model::GgufTensor*>& parts,
+DeviceWeight upload_weight_stacked(ocl::Context& ctx,
+                                   const std::vector<const model::GgufTensor*>& parts,
                                    const std::string& name) {
   check_config(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
   const model::GgufTensor& first = *parts[0];
@@ -58,10 +62,12 @@ DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<const mo
   int64_t rows = 0;
   size_t bytes = 0;
   for (const model::GgufTensor* t : parts) {
-    check_config(t->type == first.type, t->name + ".type", weight_type_name(t->type),
-                 str_cat("must equal ", first.name, "'s ", weight_type_name(first.type), " to stack"));
+    check_config(
+        t->type == first.type, t->name + ".type", weight_type_name(t->type),
+        str_cat("must equal ", first.name, "'s ", weight_type_name(first.type), " to stack"));
     check_config(!t->dims.empty() && t->dims[0] == first.dims[0], t->name + ".dims[0]",
-                 t->dims.empty() ? 0 : t->dims[0], str_cat("must equal ", first.name, "'s ", first.dims[0], " to stack"));
+                 t->dims.empty() ? 0 : t->dims[0],
+                 str_cat("must equal ", first.name, "'s ", first.dims[0], " to stack"));
     int64_t r = 1;
     for (size_t i = 1; i < t->dims.size(); ++i) r *= t->dims[i];
     rows += r;

@@ -38,7 +38,8 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
 // matmul launch computes them all (q/k/v or gate/up projections of a layer: on PoCL every launch
 // costs ~10 µs, as much as a small matrix's data). Rows of part i follow those of parts < i; each
 // output element is bitwise the same as with the part alone. ConfigError when types or cols differ.
-DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<const model::GgufTensor*>& parts,
+DeviceWeight upload_weight_stacked(ocl::Context& ctx,
+                                   const std::vector<const model::GgufTensor*>& parts,
                                    const std::string& name);
 
 }  // namespace specdec::quant

@@ -9,11 +9,11 @@ namespace specdec::quant {
 namespace {
 
 const WeightFormat kFormats[] = {
-    {GgmlType::kF32, "f32", 1, 4},        {GgmlType::kF16, "f16", 1, 2},
-    {GgmlType::kBF16, "bf16", 1, 2},      {GgmlType::kQ8_0, "q8_0", 32, 34},
-    {GgmlType::kQ4_0, "q4_0", 32, 18},    {GgmlType::kQ4_1, "q4_1", 32, 20},
-    {GgmlType::kQ5_0, "q5_0", 32, 22},    {GgmlType::kQ4_K, "q4_K", 256, 144},
-    {GgmlType::kQ5_K, "q5_K", 256, 176},  {GgmlType::kQ6_K, "q6_K", 256, 210},
+    {GgmlType::kF32, "f32", 1, 4},       {GgmlType::kF16, "f16", 1, 2},
+    {GgmlType::kBF16, "bf16", 1, 2},     {GgmlType::kQ8_0, "q8_0", 32, 34},
+    {GgmlType::kQ4_0, "q4_0", 32, 18},   {GgmlType::kQ4_1, "q4_1", 32, 20},
+    {GgmlType::kQ5_0, "q5_0", 32, 22},   {GgmlType::kQ4_K, "q4_K", 256, 144},
+    {GgmlType::kQ5_K, "q5_K", 256, 176}, {GgmlType::kQ6_K, "q6_K", 256, 210},
 };
 
 const WeightFormat* find_format(GgmlType type) {
@@ -51,8 +51,8 @@ std::string weight_type_name(GgmlType type) {
   if (const WeightFormat* f = find_format(type)) return f->name;
   const auto id = static_cast<uint32_t>(type);
   const model::GgmlTypeInfo* info = model::ggml_type_info(id);
-  return str_cat("type ", id, " (", info != nullptr && info->name != nullptr ? info->name : "unknown",
-                 ")");
+  return str_cat("type ", id, " (",
+                 info != nullptr && info->name != nullptr ? info->name : "unknown", ")");
 }
 
 const WeightFormat& weight_format(GgmlType type) {

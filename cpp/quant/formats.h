@@ -15,9 +15,9 @@ using model::GgmlType;
 // Elements per block and bytes per block of a supported type.
 struct WeightFormat {
   GgmlType type;
-  const char* name;       // ggml's name: "f32", "q4_K", ...
-  int64_t block_size;     // elements per block (1 for F32/F16/BF16)
-  int64_t block_bytes;    // bytes per block
+  const char* name;     // ggml's name: "f32", "q4_K", ...
+  int64_t block_size;   // elements per block (1 for F32/F16/BF16)
+  int64_t block_bytes;  // bytes per block
 };
 
 // The supported types, in the order above.

@@ -18,17 +18,28 @@ struct PlaneSpec {
 // Planes per type; record bytes are for one (group of 16 rows, block).
 std::vector<PlaneSpec> plane_specs(GgmlType type) {
   switch (type) {
-    case GgmlType::kF32: return {{"w", 4 * R}};
+    case GgmlType::kF32:
+      return {{"w", 4 * R}};
     case GgmlType::kF16:
-    case GgmlType::kBF16: return {{"w", 2 * R}};
-    case GgmlType::kQ8_0: return {{"qs", 32 * R}, {"d", 2 * R}};
-    case GgmlType::kQ4_0: return {{"qs", 16 * R}, {"d", 2 * R}};
-    case GgmlType::kQ4_1: return {{"qs", 16 * R}, {"dm", 4 * R}};
-    case GgmlType::kQ5_0: return {{"qs", 16 * R}, {"qh", 4 * R}, {"d", 2 * R}};
-    case GgmlType::kQ4_K: return {{"qs", 128 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
-    case GgmlType::kQ5_K: return {{"qs", 128 * R}, {"qh", 32 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
-    case GgmlType::kQ6_K: return {{"ql", 128 * R}, {"qh", 64 * R}, {"sc", 16 * R}, {"d", 2 * R}};
-    default: weight_format(type); return {};  // throws UnsupportedError
+    case GgmlType::kBF16:
+      return {{"w", 2 * R}};
+    case GgmlType::kQ8_0:
+      return {{"qs", 32 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_0:
+      return {{"qs", 16 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_1:
+      return {{"qs", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ5_0:
+      return {{"qs", 16 * R}, {"qh", 4 * R}, {"d", 2 * R}};
+    case GgmlType::kQ4_K:
+      return {{"qs", 128 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ5_K:
+      return {{"qs", 128 * R}, {"qh", 32 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ6_K:
+      return {{"ql", 128 * R}, {"qh", 64 * R}, {"sc", 16 * R}, {"d", 2 * R}};
+    default:
+      weight_format(type);
+      return {};  // throws UnsupportedError
   }
 }
 
@@ -75,14 +86,18 @@ void pack_k4_scales(const uint8_t* sc, const uint8_t* m, uint8_t* q) {
 void move4(uint8_t* rec, uint8_t* blk, int n, int lane, bool to_record) {
   for (int t = 0; t < n / 4; ++t) {
     uint8_t* r = rec + (t * R + lane) * 4;
-    if (to_record) std::memcpy(r, blk + 4 * t, 4);
-    else std::memcpy(blk + 4 * t, r, 4);
+    if (to_record)
+      std::memcpy(r, blk + 4 * t, 4);
+    else
+      std::memcpy(blk + 4 * t, r, 4);
   }
 }
 
 void move(uint8_t* rec, uint8_t* blk, int n, bool to_record) {
-  if (to_record) std::memcpy(rec, blk, n);
-  else std::memcpy(blk, rec, n);
+  if (to_record)
+    std::memcpy(rec, blk, n);
+  else
+    std::memcpy(blk, rec, n);
 }
 
 void move_q5_0_bits(uint8_t* rec, uint8_t* blk, int lane, bool to_record) {
@@ -129,7 +144,7 @@ void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, b
       break;
     case GgmlType::kQ4_1:
       move4(rec[0], blk + 4, 16, lane, to_record);
-      move(rec[1] + 2 * lane, blk, 2, to_record);           // d
+      move(rec[1] + 2 * lane, blk, 2, to_record);            // d
       move(rec[1] + 2 * (R + lane), blk + 2, 2, to_record);  // m
       break;
     case GgmlType::kQ5_0:
@@ -137,7 +152,8 @@ void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, b
       move_q5_0_bits(rec[1], blk + 2, lane, to_record);
       move(rec[2] + 2 * lane, blk, 2, to_record);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -145,9 +161,13 @@ void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, b
 // record of plane p. With to_record == false the block is rebuilt from the records.
 void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
   switch (type) {
-    case GgmlType::kF32: move(rec[0] + 4 * lane, blk, 4, to_record); break;
+    case GgmlType::kF32:
+      move(rec[0] + 4 * lane, blk, 4, to_record);
+      break;
     case GgmlType::kF16:
-    case GgmlType::kBF16: move(rec[0] + 2 * lane, blk, 2, to_record); break;
+    case GgmlType::kBF16:
+      move(rec[0] + 2 * lane, blk, 2, to_record);
+      break;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
       const bool q5 = type == GgmlType::kQ5_K;
@@ -160,12 +180,14 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       break;
     }
     case GgmlType::kQ6_K:
-      move4(rec[0], blk, 128, lane, to_record);        // ql
-      move4(rec[1], blk + 128, 64, lane, to_record);   // qh
+      move4(rec[0], blk, 128, lane, to_record);       // ql
+      move4(rec[1], blk + 128, 64, lane, to_record);  // qh
       for (int s = 0; s < 16; ++s) move(rec[2] + s * R + lane, blk + 192 + s, 1, to_record);
       move(rec[3] + 2 * lane, blk + 208, 2, to_record);
       break;
-    default: move_block_32(type, blk, rec, lane, to_record); break;
+    default:
+      move_block_32(type, blk, rec, lane, to_record);
+      break;
   }
 }
 
@@ -192,7 +214,8 @@ const Plane& DeviceLayout::plane(const std::string& name) const {
   for (const Plane& p : planes) {
     if (p.name == name) return p;
   }
-  throw UnsupportedError(str_cat("layout of ", weight_type_name(type), " has no plane '", name, "'"));
+  throw UnsupportedError(
+      str_cat("layout of ", weight_type_name(type), " has no plane '", name, "'"));
 }
 
 DeviceLayout device_layout(GgmlType type, int64_t rows, int64_t cols) {
@@ -222,7 +245,8 @@ std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src) {
 }
 
 std::vector<uint8_t> unpack(const DeviceLayout& layout, const uint8_t* packed) {
-  std::vector<uint8_t> blocks(static_cast<size_t>(layout.rows * row_bytes(layout.type, layout.cols)));
+  std::vector<uint8_t> blocks(
+      static_cast<size_t>(layout.rows * row_bytes(layout.type, layout.cols)));
   walk(layout, blocks.data(), const_cast<uint8_t*>(packed), false);
   return blocks;
 }

@@ -32,18 +32,22 @@ Family family(GgmlType type) {
   switch (type) {
     case GgmlType::kF32:
     case GgmlType::kF16:
-    case GgmlType::kBF16: return Family::kFloat;
+    case GgmlType::kBF16:
+      return Family::kFloat;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K: return Family::kK;
-    default: return Family::kQ32;
+    case GgmlType::kQ6_K:
+      return Family::kK;
+    default:
+      return Family::kQ32;
   }
 }
 
 // "-DWEIGHT_Q4_K" for q4_K.
 std::string weight_define(GgmlType type) {
   std::string name = weight_format(type).name;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
   return "-DWEIGHT_" + name;
 }
 
@@ -54,8 +58,9 @@ cl_ulong plane_offset(const DeviceWeight& w, size_t i) {
 void check_holds(const ocl::Buffer& buf, int64_t n, int64_t width, size_t elem_bytes,
                  const std::string& field, const std::string& shape) {
   const auto need = static_cast<size_t>(n) * static_cast<size_t>(width) * elem_bytes;
-  check_config(buf.get() != nullptr && buf.size_bytes() >= need, field, str_cat(buf.size_bytes(), " bytes"),
-               str_cat("must hold ", shape, " = ", n, " x ", width, " elements (", need, " bytes)"));
+  check_config(
+      buf.get() != nullptr && buf.size_bytes() >= need, field, str_cat(buf.size_bytes(), " bytes"),
+      str_cat("must hold ", shape, " = ", n, " x ", width, " elements (", need, " bytes)"));
 }
 
 // Work-items per work-group along dim 0 (SPECDEC_QUANT_LOCAL, tuning): the global size is rounded
@@ -77,8 +82,9 @@ void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_
 }  // namespace
 
 std::string MatmulConfig::options() const {
-  return str_cat("-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "",
-                 prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
+  return str_cat(
+      "-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "",
+      prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
 }
 
 bool device_has_avx512bw(ocl::Context& ctx) {
@@ -118,7 +124,8 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   // of the streaming bandwidth (the hardware prefetchers alone leave the cores waiting between
   // bursts of integer work). Only the clang-builtin path has it.
   cfg.prefetch_bytes = cfg.avx512bw ? 2048 : 0;
-  if (const char* env = std::getenv("SPECDEC_QUANT_PREFETCH")) cfg.prefetch_bytes = std::clamp(std::atoi(env), 0, 1 << 20);
+  if (const char* env = std::getenv("SPECDEC_QUANT_PREFETCH"))
+    cfg.prefetch_bytes = std::clamp(std::atoi(env), 0, 1 << 20);
   return cfg;
 }
 
@@ -155,25 +162,32 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     check_holds(x, n, cols, sizeof(float), "x", "[n, cols]");
     ocl::Kernel k = ctx.kernel("quant_matmul_float", "matmul_float", options);
     k.arg(0, w.buffer).arg(1, plane_offset(w, 0)).arg(2, x).arg(3, y);
-    k.arg(4, static_cast<cl_int>(rows)).arg(5, static_cast<cl_int>(cols)).arg(6, static_cast<cl_int>(n));
+    k.arg(4, static_cast<cl_int>(rows))
+        .arg(5, static_cast<cl_int>(cols))
+        .arg(6, static_cast<cl_int>(n));
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
     return;
   }
   check_config(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
-               str_cat(xq.n, " x ", xq.cols), str_cat("must be quantize_activations of x [", n, ", ", cols, "]"));
+               str_cat(xq.n, " x ", xq.cols),
+               str_cat("must be quantize_activations of x [", n, ", ", cols, "]"));
   if (fam == Family::kQ32) {
     ocl::Kernel k = ctx.kernel("quant_matmul_q", "matmul_q", options);
     k.arg(0, w.buffer);
     for (cl_uint p = 0; p < 3; ++p) k.arg(1 + p, plane_offset(w, p));
     k.arg(4, xq.q8).arg(5, xq.q16).arg(6, xq.rec).arg(7, y);
-    k.arg(8, static_cast<cl_int>(rows)).arg(9, static_cast<cl_int>(cols)).arg(10, static_cast<cl_int>(n));
+    k.arg(8, static_cast<cl_int>(rows))
+        .arg(9, static_cast<cl_int>(cols))
+        .arg(10, static_cast<cl_int>(n));
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   } else {
     ocl::Kernel k = ctx.kernel("quant_matmul_k", "matmul_k", options);
     k.arg(0, w.buffer);
     for (cl_uint p = 0; p < 4; ++p) k.arg(1 + p, plane_offset(w, p));
     k.arg(5, xq.q8).arg(6, xq.rec).arg(7, y);
-    k.arg(8, static_cast<cl_int>(rows)).arg(9, static_cast<cl_int>(cols)).arg(10, static_cast<cl_int>(n));
+    k.arg(8, static_cast<cl_int>(rows))
+        .arg(9, static_cast<cl_int>(cols))
+        .arg(10, static_cast<cl_int>(n));
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   }
 }

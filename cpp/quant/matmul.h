@@ -48,8 +48,8 @@ void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, std::span<const 
 
 // Kernel tuning for one call: activation rows per work-item (NB) and the integer-dot path.
 struct MatmulConfig {
-  int rows_per_item = 1;  // NB
-  bool avx512bw = false;  // the vpmaddubsw / vpmaddwd path (QUANT_AVX512BW)
+  int rows_per_item = 1;   // NB
+  bool avx512bw = false;   // the vpmaddubsw / vpmaddwd path (QUANT_AVX512BW)
   int prefetch_bytes = 0;  // software prefetch distance in the main weight plane (0: none)
   std::string options() const;
 };

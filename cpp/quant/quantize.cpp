@@ -39,7 +39,8 @@ void quant_q8_0(const float* x, uint8_t* b) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(b, d);
-  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  for (int j = 0; j < 32; ++j)
+    b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
 }
 
 void quant_q4_0(const float* x, uint8_t* b) {
@@ -128,7 +129,8 @@ void quant_q4_k(const float* x, uint8_t* b) {
   quant_q45_k(x, 15, b, b + 4, q);
   uint8_t* qs = b + 16;
   for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    for (int l = 0; l < 32; ++l)
+      qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
   }
 }
 
@@ -173,8 +175,8 @@ void quant_q6_k(const float* x, uint8_t* b) {
       const uint8_t* e = q + 128 * n + l;
       ql[64 * n + l] = static_cast<uint8_t>((e[0] & 0xF) | ((e[64] & 0xF) << 4));
       ql[64 * n + l + 32] = static_cast<uint8_t>((e[32] & 0xF) | ((e[96] & 0xF) << 4));
-      qh[32 * n + l] =
-          static_cast<uint8_t>((e[0] >> 4) | ((e[32] >> 4) << 2) | ((e[64] >> 4) << 4) | ((e[96] >> 4) << 6));
+      qh[32 * n + l] = static_cast<uint8_t>((e[0] >> 4) | ((e[32] >> 4) << 2) |
+                                            ((e[64] >> 4) << 4) | ((e[96] >> 4) << 6));
     }
   }
 }
@@ -189,21 +191,40 @@ void quantize_row(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
     const float* x = src + i * f.block_size;
     uint8_t* b = dst + i * f.block_bytes;
     switch (type) {
-      case GgmlType::kF32: std::memcpy(b, x, 4); break;
-      case GgmlType::kF16: put_f16(b, *x); break;
+      case GgmlType::kF32:
+        std::memcpy(b, x, 4);
+        break;
+      case GgmlType::kF16:
+        put_f16(b, *x);
+        break;
       case GgmlType::kBF16: {
         const uint16_t bits = float_to_bf16_bits(*x);
         std::memcpy(b, &bits, 2);
         break;
       }
-      case GgmlType::kQ8_0: quant_q8_0(x, b); break;
-      case GgmlType::kQ4_0: quant_q4_0(x, b); break;
-      case GgmlType::kQ4_1: quant_q4_1(x, b); break;
-      case GgmlType::kQ5_0: quant_q5_0(x, b); break;
-      case GgmlType::kQ4_K: quant_q4_k(x, b); break;
-      case GgmlType::kQ5_K: quant_q5_k(x, b); break;
-      case GgmlType::kQ6_K: quant_q6_k(x, b); break;
-      default: break;
+      case GgmlType::kQ8_0:
+        quant_q8_0(x, b);
+        break;
+      case GgmlType::kQ4_0:
+        quant_q4_0(x, b);
+        break;
+      case GgmlType::kQ4_1:
+        quant_q4_1(x, b);
+        break;
+      case GgmlType::kQ5_0:
+        quant_q5_0(x, b);
+        break;
+      case GgmlType::kQ4_K:
+        quant_q4_k(x, b);
+        break;
+      case GgmlType::kQ5_K:
+        quant_q5_k(x, b);
+        break;
+      case GgmlType::kQ6_K:
+        quant_q6_k(x, b);
+        break;
+      default:
+        break;
     }
   }
 }

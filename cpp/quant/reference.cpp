@@ -49,7 +49,8 @@ void decode_block_32(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
   r.d.push_back(f16_at(b));
 }
@@ -57,7 +58,8 @@ void decode_block_32(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
 void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
   if (type == GgmlType::kQ6_K) {
     const float d = f16_at(b + 208);
-    for (int s = 0; s < 16; ++s) r.d.push_back(static_cast<float>(static_cast<int8_t>(b[192 + s])) * d);
+    for (int s = 0; s < 16; ++s)
+      r.d.push_back(static_cast<float>(static_cast<int8_t>(b[192 + s])) * d);
     for (int e = 0; e < 256; ++e) {
       const int h = e / 128, m = (e % 128) / 32, l = e % 32;
       const uint8_t lq = b[64 * h + 32 * (m & 1) + l], hq = b[128 + 32 * h + l];
@@ -75,7 +77,8 @@ void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
     r.m.push_back(static_cast<float>(m) * dmin);
     for (int l = 0; l < 32; ++l) {
       const uint8_t byte = qs[32 * (j / 2) + l];
-      q[32 * j + l] = (j % 2 == 0 ? byte & 0xF : byte >> 4) + (q5 ? ((b[16 + l] >> j) & 1) << 4 : 0);
+      q[32 * j + l] =
+          (j % 2 == 0 ? byte & 0xF : byte >> 4) + (q5 ? ((b[16 + l] >> j) & 1) << 4 : 0);
     }
   }
 }
@@ -87,8 +90,10 @@ RowInts decode_ints(GgmlType type, const uint8_t* row, int64_t cols) {
   for (int64_t blk = 0; blk < cols / f.block_size; ++blk) {
     const uint8_t* b = row + blk * f.block_bytes;
     int32_t* q = r.q.data() + blk * f.block_size;
-    if (f.block_size == 256) decode_block_k(type, b, q, r);
-    else decode_block_32(type, b, q, r);
+    if (f.block_size == 256)
+      decode_block_k(type, b, q, r);
+    else
+      decode_block_32(type, b, q, r);
   }
   return r;
 }
@@ -141,7 +146,8 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
         acc = std::fma(static_cast<float>(sb) * w.d[2 * b + 1], dx, acc);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return acc;

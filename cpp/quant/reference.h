@@ -19,7 +19,8 @@ enum class Numerics { kExact, kDevice };
 
 // y [n, rows] for W = rows x cols in `type`'s row-major ggml blocks at w, x [n, cols].
 std::vector<float> matmul_reference(GgmlType type, const uint8_t* w, int64_t rows, int64_t cols,
-                                    const float* x, int64_t n, Numerics numerics = Numerics::kDevice);
+                                    const float* x, int64_t n,
+                                    Numerics numerics = Numerics::kDevice);
 
 // Activation rows quantised per 32-block exactly as kernels/quant_activation.cl does.
 struct HostActivations {

@@ -15,8 +15,8 @@ using namespace specdec::quant::testing;
 
 namespace {
 
-std::vector<float> device_lookup(const DeviceWeight& w, const std::vector<int32_t>& ids, float scale,
-                                 bool host_ids) {
+std::vector<float> device_lookup(const DeviceWeight& w, const std::vector<int32_t>& ids,
+                                 float scale, bool host_ids) {
   ocl::Context& ctx = *context();
   ocl::Buffer out(ctx, ids.size() * static_cast<size_t>(w.cols()) * sizeof(float));
   if (host_ids) {
@@ -44,7 +44,8 @@ TEST_P(QuantEmbedding, RowsMatchDequantizeBitwise) {
     const std::vector<float> y = device_lookup(w, ids, scale, true);
     std::vector<float> expect;
     for (int32_t id : ids) {
-      for (int64_t k = 0; k < cols; ++k) expect.push_back(ref[static_cast<size_t>(id * cols + k)] * scale);
+      for (int64_t k = 0; k < cols; ++k)
+        expect.push_back(ref[static_cast<size_t>(id * cols + k)] * scale);
     }
     EXPECT_EQ(bit_differences(y, expect), 0) << weight_type_name(t) << " scale " << scale;
   }
@@ -63,6 +64,8 @@ TEST_P(QuantEmbedding, OutOfRangeIdsAreClampedOnDeviceAndRejectedOnHost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantEmbedding, ::testing::ValuesIn(supported_weight_types()),
-                         [](const auto& info) { return std::string(weight_format(info.param).name); });
+                         [](const auto& info) {
+                           return std::string(weight_format(info.param).name);
+                         });
 
 }  // namespace

@@ -93,7 +93,7 @@ TEST(QuantFormat, Q5_0AndQ4_1KnownBlocks) {
 
 TEST(QuantFormat, Q4_KKnownBlock) {
   uint8_t b[144] = {};
-  put_f16(b, 0.5f);    // d
+  put_f16(b, 0.5f);       // d
   put_f16(b + 2, 0.25f);  // dmin
   // sub-block 1: scale 3, min 2; sub-block 6: scale 40 (0b101000), min 33 (0b100001)
   b[4 + 1] = 3;
@@ -101,8 +101,8 @@ TEST(QuantFormat, Q4_KKnownBlock) {
   b[4 + 10] = (40 & 0xF) | ((33 & 0xF) << 4);
   b[4 + 2] |= (40 >> 4) << 6;
   b[4 + 6] |= (33 >> 4) << 6;
-  for (int l = 0; l < 32; ++l) b[16 + l] = static_cast<uint8_t>(7 << 4);       // sub-block 1: q = 7
-  for (int l = 0; l < 32; ++l) b[16 + 96 + l] = static_cast<uint8_t>(9);        // sub-block 6: q = 9
+  for (int l = 0; l < 32; ++l) b[16 + l] = static_cast<uint8_t>(7 << 4);  // sub-block 1: q = 7
+  for (int l = 0; l < 32; ++l) b[16 + 96 + l] = static_cast<uint8_t>(9);  // sub-block 6: q = 9
   float y[256];
   dequantize_row(GgmlType::kQ4_K, b, y, 256);
   EXPECT_EQ(y[32], 0.5f * 3 * 7 - 0.25f * 2);
@@ -114,8 +114,8 @@ TEST(QuantFormat, Q6_KKnownBlock) {
   uint8_t b[210] = {};
   put_f16(b + 208, 0.5f);
   b[192 + 5] = static_cast<uint8_t>(-3);  // sub-block 5 = elements 80..95 (half 0, m = 1, l >= 16)
-  b[32 + 20] = 0x0A;                        // ql[l + 32] low nibble, l = 20 -> element 52
-  b[128 + 20] = 0x3 << 2;                   // qh bits 2-3 of l = 20
+  b[32 + 20] = 0x0A;                      // ql[l + 32] low nibble, l = 20 -> element 52
+  b[128 + 20] = 0x3 << 2;                 // qh bits 2-3 of l = 20
   float y[256];
   dequantize_row(GgmlType::kQ6_K, b, y, 256);
   EXPECT_EQ(y[52], 0.0f);  // sub-block 3 has scale 0
@@ -164,7 +164,8 @@ class QuantLayout : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(QuantLayout, RepackUnpackRoundTrip) {
   const GgmlType type = GetParam();
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 256}, {16, 512}, {37, 768}}) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 256}, {16, 512}, {37, 768}}) {
     const int64_t c = weight_format(type).block_size == 1 ? cols - 3 : cols;
     const std::vector<float> x = gaussian(static_cast<size_t>(rows * c), 5);
     const std::vector<uint8_t> q = quantize(type, x.data(), rows, c);
@@ -189,7 +190,9 @@ TEST_P(QuantLayout, RandomBytesRoundTrip) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLayout, ::testing::ValuesIn(supported_weight_types()),
-                         [](const auto& info) { return std::string(weight_format(info.param).name); });
+                         [](const auto& info) {
+                           return std::string(weight_format(info.param).name);
+                         });
 
 TEST(QuantLayout, BadShapes) {
   EXPECT_THROW(device_layout(GgmlType::kQ4_0, 0, 32), ConfigError);

@@ -54,16 +54,20 @@ int64_t cols_for(GgmlType t, int64_t cols) {
   return bs == 1 ? cols : std::max<int64_t>(bs, cols / bs * bs);
 }
 
-void check_against_reference(GgmlType type, int64_t rows, int64_t cols, const std::vector<int64_t>& ns,
-                             uint32_t seed) {
+void check_against_reference(GgmlType type, int64_t rows, int64_t cols,
+                             const std::vector<int64_t>& ns, uint32_t seed) {
   const std::vector<uint8_t> wq = random_weights(type, rows, cols, seed);
   const DeviceWeight w = upload(type, wq, rows, cols);
   for (int64_t n : ns) {
-    SCOPED_TRACE(::testing::Message() << weight_type_name(type) << " " << rows << "x" << cols << " n=" << n);
-    const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), seed + static_cast<uint32_t>(n));
+    SCOPED_TRACE(::testing::Message()
+                 << weight_type_name(type) << " " << rows << "x" << cols << " n=" << n);
+    const std::vector<float> x =
+        gaussian(static_cast<size_t>(n * cols), seed + static_cast<uint32_t>(n));
     const std::vector<float> y = device_matmul(w, x, n);
-    const std::vector<float> dev = matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kDevice);
-    const std::vector<float> exact = matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kExact);
+    const std::vector<float> dev =
+        matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kDevice);
+    const std::vector<float> exact =
+        matmul_reference(type, wq.data(), rows, cols, x.data(), n, Numerics::kExact);
     const double scale = product_scale(type, wq, rows, cols, x, n);
     ASSERT_GT(scale, 0.0);
     double max_dev = 0.0, err2 = 0.0;
@@ -71,10 +75,12 @@ void check_against_reference(GgmlType type, int64_t rows, int64_t cols, const st
       max_dev = std::max(max_dev, static_cast<double>(std::fabs(y[i] - dev[i])));
       err2 += static_cast<double>(y[i] - exact[i]) * (y[i] - exact[i]);
     }
-    EXPECT_LE(max_dev, 1e-6 * scale) << bit_differences(y, dev) << " of " << y.size() << " differ in bits";
+    EXPECT_LE(max_dev, 1e-6 * scale)
+        << bit_differences(y, dev) << " of " << y.size() << " differ in bits";
     if (std::getenv("SPECDEC_QUANT_TEST_VERBOSE") != nullptr) {
-      std::printf("%s %lldx%lld n=%lld: %lld of %zu differ in bits from kDevice\n", weight_type_name(type).c_str(),
-                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
+      std::printf("%s %lldx%lld n=%lld: %lld of %zu differ in bits from kDevice\n",
+                  weight_type_name(type).c_str(), static_cast<long long>(rows),
+                  static_cast<long long>(cols), static_cast<long long>(n),
                   static_cast<long long>(bit_differences(y, dev)), y.size());
     }
     EXPECT_LE(std::sqrt(err2 / y.size()), (is_float(type) ? 1e-5 : 2e-2) * scale);
@@ -87,15 +93,15 @@ TEST_P(QuantMatmul, SmallShapesAllBatchSizes) {
   const GgmlType t = GetParam();
   const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 8, 16, 17, 64};
   check_against_reference(t, 1, cols_for(t, 256), ns, 1);
-  check_against_reference(t, 37, cols_for(t, 512), ns, 2);    // rows not a multiple of 16
-  check_against_reference(t, 48, cols_for(t, 172), ns, 3);    // stories260K's ffn length
+  check_against_reference(t, 37, cols_for(t, 512), ns, 2);  // rows not a multiple of 16
+  check_against_reference(t, 48, cols_for(t, 172), ns, 3);  // stories260K's ffn length
   check_against_reference(t, 130, cols_for(t, 1024), {1, 4, 17, 70}, 4);  // n > 64: two chunks
 }
 
 TEST_P(QuantMatmul, RealShapes) {
   const GgmlType t = GetParam();
-  check_against_reference(t, 896, cols_for(t, 4864), {1, 5}, 5);   // Qwen2.5-0.5B ffn_down
-  check_against_reference(t, 1536, cols_for(t, 8960), {1, 3}, 6);  // Qwen2.5-1.5B ffn_down
+  check_against_reference(t, 896, cols_for(t, 4864), {1, 5}, 5);    // Qwen2.5-0.5B ffn_down
+  check_against_reference(t, 1536, cols_for(t, 8960), {1, 3}, 6);   // Qwen2.5-1.5B ffn_down
   check_against_reference(t, 8960, cols_for(t, 1536), {1, 17}, 7);  // Qwen2.5-1.5B ffn_up
 }
 
@@ -133,21 +139,27 @@ TEST_P(QuantMatmulIntegerPaths, PortableAndAvx512AgreeBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul, ::testing::ValuesIn(supported_weight_types()),
-                         [](const auto& info) { return std::string(weight_format(info.param).name); });
+                         [](const auto& info) {
+                           return std::string(weight_format(info.param).name);
+                         });
 INSTANTIATE_TEST_SUITE_P(BlockFormats, QuantMatmulIntegerPaths,
-                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
-                         [](const auto& info) { return std::string(weight_format(info.param).name); });
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                           GgmlType::kQ6_K),
+                         [](const auto& info) {
+                           return std::string(weight_format(info.param).name);
+                         });
 
 TEST(QuantMatmulChecks, BadBuffersAndShapes) {
   ocl::Context& ctx = *context();
   const std::vector<uint8_t> wq = random_weights(GgmlType::kQ4_0, 32, 64, 1);
   const DeviceWeight w = upload(GgmlType::kQ4_0, wq, 32, 64);
   ocl::Buffer x(ctx, 64 * 4), y(ctx, 32 * 4);
-  EXPECT_THROW(matmul(ctx, w, x, 2, y), ConfigError);   // x too small for n = 2
+  EXPECT_THROW(matmul(ctx, w, x, 2, y), ConfigError);  // x too small for n = 2
   EXPECT_THROW(matmul(ctx, w, x, -1, y), ConfigError);
   EXPECT_NO_THROW(matmul(ctx, w, x, 0, y));
-  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}), ConfigError);
+  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}),
+               ConfigError);
   EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
   try {
     upload_weight(ctx, GgmlType::kIQ4_NL, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
@@ -172,7 +184,8 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
     tensors[i].size_bytes = bytes[i].size();
     tensors[i].data = bytes[i].data();
   }
-  const DeviceWeight stacked = upload_weight_stacked(*context(), {&tensors[0], &tensors[1], &tensors[2]}, "qkv");
+  const DeviceWeight stacked =
+      upload_weight_stacked(*context(), {&tensors[0], &tensors[1], &tensors[2]}, "qkv");
   EXPECT_EQ(stacked.rows(), 76);
   const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 31);
   const std::vector<float> y = device_matmul(stacked, x, n);
@@ -180,8 +193,10 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
   for (size_t i = 0; i < part_rows.size(); ++i) {
     const std::vector<float> part = device_matmul(upload(t, bytes[i], part_rows[i], cols), x, n);
     for (int64_t r = 0; r < n; ++r) {
-      const std::vector<float> got(y.begin() + r * 76 + first_row, y.begin() + r * 76 + first_row + part_rows[i]);
-      EXPECT_EQ(bit_differences(got, row_slice(part, part_rows[i], r, 1)), 0) << "part " << i << " row " << r;
+      const std::vector<float> got(y.begin() + r * 76 + first_row,
+                                   y.begin() + r * 76 + first_row + part_rows[i]);
+      EXPECT_EQ(bit_differences(got, row_slice(part, part_rows[i], r, 1)), 0)
+          << "part " << i << " row " << r;
     }
     first_row += part_rows[i];
   }

@@ -33,17 +33,20 @@ inline std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) 
 }
 
 // A rows x cols matrix of `type` holding quantised Gaussian values (ggml row-major blocks).
-inline std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+inline std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols,
+                                           uint32_t seed) {
   const std::vector<float> w = gaussian(static_cast<size_t>(rows * cols), seed, 0.05f);
   return quantize(type, w.data(), rows, cols);
 }
 
-inline DeviceWeight upload(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+inline DeviceWeight upload(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows,
+                           int64_t cols) {
   return upload_weight(*context(), type, bytes.data(), bytes.size(), {cols, rows}, "w");
 }
 
 // y [n, rows] = x [n, cols] . W^T on the device.
-inline std::vector<float> device_matmul(const DeviceWeight& w, const std::vector<float>& x, int64_t n) {
+inline std::vector<float> device_matmul(const DeviceWeight& w, const std::vector<float>& x,
+                                        int64_t n) {
   ocl::Context& ctx = *context();
   ocl::Buffer xb(ctx, std::max<size_t>(x.size(), 1) * sizeof(float));
   if (!x.empty()) xb.write(ctx, x.data(), x.size() * sizeof(float));
@@ -55,7 +58,8 @@ inline std::vector<float> device_matmul(const DeviceWeight& w, const std::vector
 }
 
 // Rows [first, first + count) of a row-major [*, width] matrix.
-inline std::vector<float> row_slice(const std::vector<float>& m, int64_t width, int64_t first, int64_t count) {
+inline std::vector<float> row_slice(const std::vector<float>& m, int64_t width, int64_t first,
+                                    int64_t count) {
   return {m.begin() + first * width, m.begin() + (first + count) * width};
 }
 
