@@ -42,6 +42,12 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
                str_cat("must be ", expected, " for ", rows, " rows of ", dims[0], " ",
                        weight_format(type).name, " elements"));
   check_config(data != nullptr, who + ".data", "null", "must point at the tensor's bytes");
+  if (layout.total_bytes > ctx.device().max_alloc_bytes) {
+    throw UnsupportedError(str_cat(who, ": ", layout.total_bytes, " bytes on the device exceed ",
+                                   ctx.device().name, "'s largest allocation (",
+                                   ctx.device().max_alloc_bytes,
+                                   " bytes); on PoCL, POCL_MEMORY_LIMIT raises it"));
+  }
   const std::vector<uint8_t> packed = repack(layout, data);
   DeviceWeight w{who, layout, ocl::Buffer(ctx, packed.size(), CL_MEM_READ_ONLY)};
   w.buffer.write(ctx, packed.data(), packed.size());
