@@ -192,7 +192,8 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
   group.backend->forward(ctx, md[ag], params, view, tensor, s.qb, s.attn);
 
-  matmul(ctx, w.wo, s.attn, t, s.proj);
+  quant::quantize_activations(ctx, s.attn, t, static_cast<int64_t>(w.wo.cols()), s.xq);
+  quant::matmul(ctx, w.wo, s.attn, s.xq, t, s.proj);
   if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, d);
   if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
   ops::add(ctx, s.x, s.proj, t * d);
@@ -202,7 +203,8 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
   quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
   ops::gated_activation(ctx, s.gate, s.up, s.gate, t, c.intermediate_size, c.activation);
-  quant::matmul(ctx, w.down, s.gate, t, s.proj);
+  quant::quantize_activations(ctx, s.gate, t, c.intermediate_size, s.xq);
+  quant::matmul(ctx, w.down, s.gate, s.xq, t, s.proj);
   if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   ops::add(ctx, s.x, s.proj, t * d);
 }
@@ -273,7 +275,8 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   if (m > 0) {
     s.rows.write(ctx, rows.data(), rows.size() * 4);
     ops::gather_rows(ctx, s.x, s.rows, s.xs, t, m, d);
-    quant::matmul(ctx, weights_.lm_head(), s.xs, m, s.logits);
+    quant::quantize_activations(ctx, s.xs, m, d, s.xq);
+    quant::matmul(ctx, weights_.lm_head(), s.xs, s.xq, m, s.logits);
     if (config_.final_logit_softcap > 0) {
       ops::softcap(ctx, s.logits, m * config_.vocab_size, static_cast<float>(config_.final_logit_softcap));
     }
