@@ -149,6 +149,13 @@ class LLM:
             req.finish_reason = "stop"
         elif tid in p.stop_token_ids:
             req.finish_reason, req.stop_reason = "stop", tid
+        if req.finish_reason is None:
+            if p.max_tokens is not None and len(req.output_ids) >= p.max_tokens:
+                req.finish_reason = "length"
+            elif len(req.all_ids) >= self.runner.max_model_len:
+                req.finish_reason = "length"
+        if not p.stop and req.finish_reason is None:
+            return  # the text is decoded once, at the end (not every token)
         text = self.tokenizer.decode(req.output_ids, special=not p.skip_special_tokens)
         for s in p.stop:
             i = text.find(s)
@@ -157,11 +164,6 @@ class LLM:
                 req.finish_reason, req.stop_reason = "stop", s
                 break
         req.text = text
-        if req.finish_reason is None:
-            if p.max_tokens is not None and len(req.output_ids) >= p.max_tokens:
-                req.finish_reason = "length"
-            elif len(req.all_ids) >= self.runner.max_model_len:
-                req.finish_reason = "length"
 
     def _sample(self, req: _Request, logits: np.ndarray) -> int:
         p = req.params

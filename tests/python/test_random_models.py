@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+import gguf  # noqa: F401  (a test dependency: scripts/setup.sh installs it; never skipped)
 
 import specdec  # noqa: E402
 from specdec.testing import ARCHITECTURES, WEIGHT_FORMATS, write_random_model  # noqa: E402
