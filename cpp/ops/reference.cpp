@@ -197,4 +197,26 @@ void log_softmax_rows(std::span<const float> logits, std::span<float> out, std::
   }
 }
 
+void head_matmul(std::span<const float> w, std::span<const float> x, std::span<float> y,
+                 int64_t num_tokens, int heads, int rows, int cols, int64_t x_head_stride,
+                 int64_t y_head_stride) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* xr = x.data() + (t * heads + h) * x_head_stride;
+      for (int r = 0; r < rows; ++r) {
+        const float* wr = w.data() + (int64_t{h} * rows + r) * cols;
+        float lane[16] = {};
+        for (int k = 0; k < cols; k += 16) {
+          for (int j = 0; j < 16 && k + j < cols; ++j) lane[j] = lane[j] + wr[k + j] * xr[k + j];
+        }
+        float s8[8], s4[4], s2[2];
+        for (int j = 0; j < 8; ++j) s8[j] = lane[j] + lane[j + 8];
+        for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
+        for (int j = 0; j < 2; ++j) s2[j] = s4[j] + s4[j + 2];
+        y[at((t * heads + h) * y_head_stride + r)] = s2[0] + s2[1];
+      }
+    }
+  }
+}
+
 }  // namespace specdec::ops::ref

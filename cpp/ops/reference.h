@@ -41,6 +41,10 @@ void split_columns(std::span<const float> src, std::span<float> dst_a, std::span
                    std::span<float> dst_c, int64_t rows, int a, int b, int c);
 void gather_columns(std::span<const float> src, std::span<const int32_t> cols, std::span<float> dst,
                     int64_t rows, int dim);
+// head_matmul (ops/heads.h): the same 16-lane block order and lane tree as the kernel.
+void head_matmul(std::span<const float> w, std::span<const float> x, std::span<float> y,
+                 int64_t num_tokens, int heads, int rows, int cols, int64_t x_head_stride,
+                 int64_t y_head_stride);
 
 // Order key of the sampling ops: larger value -> larger key, -0 == +0, NaN -> 0 (lowest).
 uint32_t order_key(float f);

@@ -11,35 +11,9 @@
 #include "ops/rope.h"
 #include "ops/rows.h"
 #include "quant/matmul.h"
+#include "runner/blocks.h"
 
 namespace specdec::runner {
-
-// Device buffers of one step, sized for max_num_batched_tokens tokens.
-struct ModelRunner::Scratch {
-  Scratch(ocl::Context& ctx, const model::ModelConfig& c, int64_t t, int64_t max_logits) {
-    auto f32 = [&](int64_t n) { return ocl::Buffer(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
-    const int64_t q = int64_t{c.num_q_heads} * c.head_size, kv = int64_t{c.num_kv_heads} * c.head_size;
-    const int64_t v = int64_t{c.num_kv_heads} * c.head_size_v, o = int64_t{c.num_q_heads} * c.head_size_v;
-    x = f32(t * c.hidden_size);
-    h = f32(t * c.hidden_size);
-    proj = f32(t * c.hidden_size);
-    qb = f32(t * q);
-    kb = f32(t * kv);
-    vb = f32(t * v);
-    attn = f32(t * o);
-    gate = f32(t * c.intermediate_size);
-    up = f32(t * c.intermediate_size);
-    ids = f32(t);
-    positions = f32(t);
-    rows = f32(max_logits);
-    xs = f32(max_logits * c.hidden_size);
-    logits = f32(max_logits * c.vocab_size);
-  }
-  ocl::Buffer x, h, proj, qb, kb, vb, attn, gate, up, ids, positions, rows, xs, logits;
-  quant::QuantizedActivations xq;
-  std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
-  std::vector<int> layer_rope;              // table index per layer, -1: NoPE
-};
 
 namespace {
 
@@ -83,7 +57,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
     : ctx_(std::move(ctx)), options_(options), file_(model::GgufFile::open(path)),
       config_(model::config_from_gguf(file_)) {
   const auto& c = config_;
-  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "linear") {
+  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "linear") {  // YaRN: not yet
     throw UnsupportedError(str_cat("rope scaling '", c.rope_scaling_type, "' is not supported yet "
                                    "(supported: none, linear)"));
   }
@@ -93,7 +67,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
                                       ctx_->device().type);
   cache_ = std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts);
   manager_ = std::make_unique<kv::KvCacheManager>(kv_config_);
-  scratch_ = std::make_unique<Scratch>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
+  scratch_ = std::make_unique<StepBuffers>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
   // RoPE tables: linear scaling applies to global layers only when local layers have their own
   // base (Gemma 3), else to every layer.
   std::vector<std::pair<double, double>> keys;
@@ -148,65 +122,28 @@ void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const
                str_cat("at most max_num_logits = ", options_.max_num_logits));
 }
 
+// One decoder layer on the normed input s.h (the previous layer's fused add + norm). Leaves the
+// residual stream in s.x and, in s.h, its norm with `next_norm` (the next layer's attn_norm, or
+// the output norm after the last layer): each residual add is fused with the norm after it.
 void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t t) {
   const auto& c = config_;
   const LayerWeights& w = weights_.layers[il];
-  const model::LayerConfig& lc = c.layers[il];
-  Scratch& s = *scratch_;
+  StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  const std::string name = str_cat("layers.", il);
-  const bool owns_kv = lc.kv_sharing_target < 0;
+  const LayerStep step{ctx, c, setup_, *cache_, md, s, t};
 
-  ops::rms_norm(ctx, s.x, w.attn_norm, s.h, t, d, eps, off);
-  quant::quantize_activations(ctx, s.h, t, d, s.xq);
-  quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
-  if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, static_cast<int>(w.wq.rows()));
-  if (owns_kv) {
-    quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
-    if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, static_cast<int>(w.wk.rows()));
-    if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, static_cast<int>(w.wv.rows()));
-  }
-  if (c.qk_norm) {
-    ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
-    if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
-  }
-  if (s.layer_rope[il] >= 0) {
-    const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
-    ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
-    if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
-  }
-  const int ag = setup_.layer_to_attention_group.at(name);
-  const attn::AttentionGroup& group = setup_.attention_groups[ag];
-  const kv::LayerKvView& view = cache_->view(name);
-  const ocl::Buffer& tensor = cache_->tensor_of(name);
-  if (owns_kv) {
-    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md[ag].slot_mapping, static_cast<int>(t));
-    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md[ag].slot_mapping, static_cast<int>(t));
-  }
-  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
-                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
-  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, c.num_q_heads, scale);
-  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
-  group.backend->forward(ctx, md[ag], params, view, tensor, s.qb, s.attn);
-
-  quant::quantize_activations(ctx, s.attn, t, static_cast<int64_t>(w.wo.cols()), s.xq);
-  quant::matmul(ctx, w.wo, s.attn, s.xq, t, s.proj);
-  if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, d);
+  if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
+  else gqa_attention(step, il, w);
   if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
-  ops::add(ctx, s.x, s.proj, t * d);
+  ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off);
 
-  ops::rms_norm(ctx, s.x, w.ffn_norm, s.h, t, d, eps, off);
-  quant::quantize_activations(ctx, s.h, t, d, s.xq);
-  quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
-  quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
-  ops::gated_activation(ctx, s.gate, s.up, s.gate, t, c.intermediate_size, c.activation);
-  quant::quantize_activations(ctx, s.gate, t, c.intermediate_size, s.xq);
-  quant::matmul(ctx, w.down, s.gate, s.xq, t, s.proj);
+  gated_ffn(step, w);
   if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
-  ops::add(ctx, s.x, s.proj, t * d);
+  const ocl::Buffer& next_norm =
+      il + 1 < c.num_layers ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
+  ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off);
 }
 
 StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers) {
@@ -247,34 +184,32 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     out.logits_start.push_back(static_cast<int64_t>(rows.size()));
   }
   const int64_t t = static_cast<int64_t>(ids.size());
-  Scratch& s = *scratch_;
+  StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
   const int d = config_.hidden_size;
   s.ids.write(ctx, ids.data(), ids.size() * 4);
   s.positions.write(ctx, positions.data(), positions.size() * 4);
   const std::vector<attn::AttentionMetadata> md = attn::build_step_metadata(ctx, setup_, *manager_, sched);
   quant::embedding_lookup(ctx, weights_.token_embd, s.ids, t, s.x, static_cast<float>(config_.embedding_scale));
-  auto capture = [&](int layer) {
+  auto capture = [&](int layer, const ocl::Buffer& from) {
     for (int l : hidden_layers) {
       if (l != layer) continue;
       std::vector<float> h(static_cast<size_t>(t * d));
-      s.x.read(ctx, h.data(), h.size() * 4);
+      from.read(ctx, h.data(), h.size() * 4);
       out.hidden[layer] = std::move(h);
     }
   };
+  const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
+  ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off);
   for (int il = 0; il < config_.num_layers; ++il) {
     run_layer(il, md, t);
-    capture(il);
+    capture(il, s.x);  // the residual stream after the layer
   }
-  const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
+  capture(-1, s.h);  // after the final norm
   const int64_t m = static_cast<int64_t>(rows.size());
-  if (m > 0 || !hidden_layers.empty()) {
-    ops::rms_norm(ctx, s.x, weights_.output_norm, s.x, t, d, eps, off);
-    capture(-1);
-  }
   if (m > 0) {
     s.rows.write(ctx, rows.data(), rows.size() * 4);
-    ops::gather_rows(ctx, s.x, s.rows, s.xs, t, m, d);
+    ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
     quant::quantize_activations(ctx, s.xs, m, d, s.xq);
     quant::matmul(ctx, weights_.lm_head(), s.xs, s.xq, m, s.logits);
     if (config_.final_logit_softcap > 0) {

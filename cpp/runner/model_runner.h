@@ -26,6 +26,8 @@
 
 namespace specdec::runner {
 
+struct StepBuffers;
+
 struct RunnerOptions {
   std::string attention_backend;           // "" / "auto" or a backend name
   int64_t max_model_len = 0;               // 0: the context length, capped to what the budget holds
@@ -82,7 +84,6 @@ class ModelRunner {
   ocl::Context& context() { return *ctx_; }
 
  private:
-  struct Scratch;
   void check_requests(const std::vector<StepRequest>& requests) const;
   void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens);
 
@@ -95,7 +96,7 @@ class ModelRunner {
   attn::AttentionSetup setup_;
   std::unique_ptr<kv::KvCacheAllocation> cache_;
   std::unique_ptr<kv::KvCacheManager> manager_;
-  std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<StepBuffers> scratch_;
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
 };
 

@@ -1,5 +1,7 @@
 #include "runner/model_weights.h"
 
+#include <optional>
+
 #include "common/errors.h"
 #include "model/gguf.h"
 #include "quant/dequantize.h"
@@ -22,6 +24,41 @@ class Loader {
     return w;
   }
 
+  // Several matrices stacked into one (quant::upload_weight_stacked) when they share a weight
+  // type; nothing (and nothing uploaded) otherwise.
+  std::optional<quant::DeviceWeight> stacked(const std::vector<std::string>& names, const std::string& name) {
+    std::vector<const model::GgufTensor*> parts;
+    for (const auto& n : names) parts.push_back(&file_.tensor(n));
+    for (const auto* t : parts) {
+      if (t->type != parts[0]->type) return std::nullopt;
+    }
+    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, parts, name);
+    for (const auto* t : parts) done(*t);
+    return w;
+  }
+
+  // The whole tensor dequantized to f32 on the host.
+  std::vector<float> floats(const std::string& name) {
+    const model::GgufTensor& t = file_.tensor(name);
+    std::vector<float> v(static_cast<size_t>(t.num_elements));
+    quant::dequantize_row(t.type, t.data, v.data(), t.num_elements);
+    return v;
+  }
+
+  // f32 data uploaded as one buffer; `sources` are counted as loaded.
+  ocl::Buffer upload(const std::vector<float>& v, const std::vector<std::string>& sources) {
+    ocl::Buffer b(ctx_, v.size() * sizeof(float));
+    b.write(ctx_, v.data(), v.size() * sizeof(float));
+    for (const auto& n : sources) done(file_.tensor(n), false);
+    device_ += static_cast<int64_t>(v.size() * sizeof(float));
+    return b;
+  }
+
+  // A tensor the model does not need (a KV-sharing layer's k and v): counted as done.
+  void skip(const std::string& name) {
+    if (const model::GgufTensor* t = file_.find_tensor(name)) done(*t, false);
+  }
+
   // A 1-D f32 vector (norm weight, bias), dequantized on the host when stored otherwise;
   // empty when the tensor is absent.
   ocl::Buffer vector(const std::string& name) {
@@ -35,11 +72,13 @@ class Loader {
     return b;
   }
 
-  int64_t bytes_done() const { return done_; }
+  int64_t device_bytes() const { return device_; }
 
  private:
-  void done(const model::GgufTensor& t) {
+  // Progress over the file's bytes; device bytes only for what was uploaded as stored.
+  void done(const model::GgufTensor& t, bool uploaded = true) {
     done_ += static_cast<int64_t>(t.size_bytes);
+    if (uploaded) device_ += static_cast<int64_t>(t.size_bytes);
     if (progress_) progress_(done_, total_);
   }
 
@@ -48,18 +87,118 @@ class Loader {
   const LoadProgress& progress_;
   int64_t total_ = 0;
   int64_t done_ = 0;
+  int64_t device_ = 0;
 };
 
 std::string blk(int il, const char* name) { return str_cat("blk.", il, ".", name); }
 
 }  // namespace
 
+namespace {
+
+std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
+  std::vector<float> out;
+  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+void load_gqa_attention(Loader& load, const model::ModelConfig& c, int il, LayerWeights& l) {
+  const std::string q = blk(il, "attn_q.weight"), k = blk(il, "attn_k.weight"),
+                    v = blk(il, "attn_v.weight");
+  const bool owns_kv = c.layers[il].kv_sharing_target < 0;
+  if (owns_kv) l.wqkv = load.stacked({q, k, v}, blk(il, "attn_qkv.weight"));
+  if (l.wqkv) {
+    if (c.qkv_bias) {
+      const auto bq = load.floats(blk(il, "attn_q.bias")), bk = load.floats(blk(il, "attn_k.bias")),
+                 bv = load.floats(blk(il, "attn_v.bias"));
+      l.bqkv = load.upload(concat({&bq, &bk, &bv}),
+                           {blk(il, "attn_q.bias"), blk(il, "attn_k.bias"), blk(il, "attn_v.bias")});
+    }
+  } else {
+    l.wq = load.matrix(q);
+    l.bq = load.vector(blk(il, "attn_q.bias"));
+    if (owns_kv) {
+      l.wk = load.matrix(k);
+      l.wv = load.matrix(v);
+      l.bk = load.vector(blk(il, "attn_k.bias"));
+      l.bv = load.vector(blk(il, "attn_v.bias"));
+    } else {
+      for (const char* n : {"attn_k.weight", "attn_v.weight", "attn_k.bias", "attn_v.bias"})
+        load.skip(blk(il, n));
+    }
+  }
+  l.wo = load.matrix(blk(il, "attn_output.weight"));
+  l.bo = load.vector(blk(il, "attn_output.bias"));
+  if (c.qk_norm) {
+    l.q_norm = load.vector(blk(il, "attn_q_norm.weight"));
+    l.k_norm = load.vector(blk(il, "attn_k_norm.weight"));
+  }
+}
+
+// W_UK and W_UV per head, f32 (small: heads x kv_lora x (nope + v)), from attn_k_b / attn_v_b or
+// from the older attn_kv_b [heads * (nope + v), kv_lora] (rows of a head: nope k rows, v rows).
+void load_mla_up_projections(Loader& load, const model::GgufFile& file, const model::ModelConfig& c,
+                             int il, LayerWeights& l) {
+  const auto& m = c.mla;
+  const int64_t heads = c.num_q_heads, lora = m.kv_lora_rank, nope = m.qk_nope_head_dim,
+                dv = m.v_head_dim;
+  const std::string kv_b = blk(il, "attn_kv_b.weight"), k_b = blk(il, "attn_k_b.weight"),
+                    v_b = blk(il, "attn_v_b.weight");
+  if (file.find_tensor(k_b) != nullptr && file.find_tensor(v_b) != nullptr) {
+    l.w_uk = load.upload(load.floats(k_b), {k_b});  // [heads, lora, nope] already
+    l.w_uv = load.upload(load.floats(v_b), {v_b});  // [heads, dv, lora] already
+    load.skip(kv_b);
+    return;
+  }
+  if (file.find_tensor(kv_b) == nullptr) {
+    throw FormatError(str_cat("GGUF tensors '", k_b, "' and '", v_b, "' (or the older '", kv_b,
+                              "') are missing; an MLA layer needs them (file ", file.source(), ")"));
+  }
+  const std::vector<float> w = load.floats(kv_b);  // [heads * (nope + dv), lora]
+  std::vector<float> uk(static_cast<size_t>(heads * lora * nope)), uv(static_cast<size_t>(heads * dv * lora));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* head = w.data() + h * (nope + dv) * lora;
+    for (int64_t j = 0; j < nope; ++j)
+      for (int64_t r = 0; r < lora; ++r) uk[static_cast<size_t>((h * lora + r) * nope + j)] = head[j * lora + r];
+    for (int64_t v = 0; v < dv; ++v)
+      for (int64_t r = 0; r < lora; ++r)
+        uv[static_cast<size_t>((h * dv + v) * lora + r)] = head[(nope + v) * lora + r];
+  }
+  l.w_uk = load.upload(uk, {kv_b});
+  l.w_uv = load.upload(uv, {});
+  load.skip(k_b);
+  load.skip(v_b);
+}
+
+void load_mla_attention(Loader& load, const model::GgufFile& file, const model::ModelConfig& c,
+                        int il, LayerWeights& l) {
+  if (c.mla.q_lora_rank > 0) {
+    l.wq_a = load.matrix(blk(il, "attn_q_a.weight"));
+    l.q_a_norm = load.vector(blk(il, "attn_q_a_norm.weight"));
+    l.wq = load.matrix(blk(il, "attn_q_b.weight"));
+  } else {
+    l.wq = load.matrix(blk(il, "attn_q.weight"));
+  }
+  l.wkv_a = load.matrix(blk(il, "attn_kv_a_mqa.weight"));
+  l.kv_a_norm = load.vector(blk(il, "attn_kv_a_norm.weight"));
+  load_mla_up_projections(load, file, c, il, l);
+  l.wo = load.matrix(blk(il, "attn_output.weight"));
+}
+
+void load_ffn(Loader& load, int il, LayerWeights& l) {
+  const std::string gate = blk(il, "ffn_gate.weight"), up = blk(il, "ffn_up.weight");
+  l.gate_up = load.stacked({gate, up}, blk(il, "ffn_gate_up.weight"));
+  if (!l.gate_up) {
+    l.gate = load.matrix(gate);
+    l.up = load.matrix(up);
+  }
+  l.down = load.matrix(blk(il, "ffn_down.weight"));
+}
+
+}  // namespace
+
 ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress) {
-  if (config.architecture == "deepseek2") {
-    throw UnsupportedError("the deepseek2 (MLA) forward is not implemented yet; supported: llama, "
-                           "qwen2, qwen3, gemma3");
-  }
   check_model_tensors(file, config);
   Loader load(ctx, file, progress);
   ModelWeights w;
@@ -69,29 +208,20 @@ ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
   for (int il = 0; il < config.num_layers; ++il) {
     LayerWeights l;
     l.attn_norm = load.vector(blk(il, "attn_norm.weight"));
-    l.wq = load.matrix(blk(il, "attn_q.weight"));
-    l.wk = load.matrix(blk(il, "attn_k.weight"));
-    l.wv = load.matrix(blk(il, "attn_v.weight"));
-    l.wo = load.matrix(blk(il, "attn_output.weight"));
-    l.bq = load.vector(blk(il, "attn_q.bias"));
-    l.bk = load.vector(blk(il, "attn_k.bias"));
-    l.bv = load.vector(blk(il, "attn_v.bias"));
-    l.bo = load.vector(blk(il, "attn_output.bias"));
-    if (config.qk_norm) {
-      l.q_norm = load.vector(blk(il, "attn_q_norm.weight"));
-      l.k_norm = load.vector(blk(il, "attn_k_norm.weight"));
+    if (config.layers[il].attention == model::LayerAttention::kMla) {
+      load_mla_attention(load, file, config, il, l);
+    } else {
+      load_gqa_attention(load, config, il, l);
     }
     if (config.post_norms) {
       l.post_attn_norm = load.vector(blk(il, "post_attention_norm.weight"));
       l.post_ffn_norm = load.vector(blk(il, "post_ffw_norm.weight"));
     }
     l.ffn_norm = load.vector(blk(il, "ffn_norm.weight"));
-    l.gate = load.matrix(blk(il, "ffn_gate.weight"));
-    l.up = load.matrix(blk(il, "ffn_up.weight"));
-    l.down = load.matrix(blk(il, "ffn_down.weight"));
+    load_ffn(load, il, l);
     w.layers.push_back(std::move(l));
   }
-  w.device_bytes = load.bytes_done();
+  w.device_bytes = load.device_bytes();
   return w;
 }
 

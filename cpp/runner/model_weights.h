@@ -23,8 +23,23 @@ struct LayerWeights {
   ocl::Buffer attn_norm, ffn_norm;             // [hidden]
   ocl::Buffer q_norm, k_norm;                  // [head_size] (QK norm), else empty
   ocl::Buffer post_attn_norm, post_ffn_norm;   // [hidden] (Gemma 3), else empty
+
+  // Attention (GQA). q, k and v of one weight type are stacked into wqkv ([q + k + v, hidden],
+  // one launch) and the separate wq / wk / wv stay empty; otherwise they are apart. A layer
+  // reading another layer's KV loads wq only.
+  std::optional<quant::DeviceWeight> wqkv;
   quant::DeviceWeight wq, wk, wv, wo;          // [q, hidden], [kv, hidden], [v, hidden], [hidden, o]
   ocl::Buffer bq, bk, bv, bo;                  // biases, else empty
+  ocl::Buffer bqkv;                            // [q + k + v] with wqkv and biases, else empty
+
+  // Attention (MLA, DeepSeek-V2). wq is attn_q_b after wq_a / q_a_norm (q LoRA) or attn_q.
+  quant::DeviceWeight wq_a, wkv_a;             // [q_lora, hidden] (or empty), [lora + rope, hidden]
+  ocl::Buffer q_a_norm, kv_a_norm;             // [q_lora], [kv_lora]
+  ocl::Buffer w_uk;  // f32 [heads, kv_lora, nope]: q_nope -> latent (absorbed into the query)
+  ocl::Buffer w_uv;  // f32 [heads, v, kv_lora]: latent attention output -> v
+
+  // Gated FFN: gate and up of one type stacked into gate_up ([2 ff, hidden]), else apart.
+  std::optional<quant::DeviceWeight> gate_up;
   quant::DeviceWeight gate, up, down;          // [ff, hidden], [ff, hidden], [hidden, ff]
 };
 
@@ -42,7 +57,7 @@ struct ModelWeights {
 using LoadProgress = std::function<void(int64_t, int64_t)>;
 
 // Checks the tensors (runner/tensor_names.h) and uploads them. UnsupportedError for an
-// architecture or weight type without a device path here (MLA: not yet).
+// architecture or weight type without a device path here.
 ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress = {});
 

@@ -29,7 +29,11 @@ void mla_tensors(const model::ModelConfig& c, int il, std::vector<TensorRef>& ou
   }
   out.push_back({blk(il, "attn_kv_a_mqa"), {d, m.kv_lora_rank + m.qk_rope_head_dim}});
   out.push_back({blk(il, "attn_kv_a_norm"), {m.kv_lora_rank}});
-  out.push_back({blk(il, "attn_kv_b"), {m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim)}});
+  // Older files hold W_UK and W_UV in one attn_kv_b; current converters split it per head into
+  // attn_k_b and attn_v_b. One of the two forms must be there (load_weights checks which).
+  out.push_back({blk(il, "attn_kv_b"), {m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim)}, false});
+  out.push_back({blk(il, "attn_k_b"), {m.qk_nope_head_dim, m.kv_lora_rank, h}, false});
+  out.push_back({blk(il, "attn_v_b"), {m.kv_lora_rank, m.v_head_dim, h}, false});
   out.push_back({blk(il, "attn_output"), {h * m.v_head_dim, d}});
 }
 

@@ -67,6 +67,36 @@ def test_invariance_real_models(context, real_model, name):
                       tok.encode("The quick brown fox jumps over the lazy dog."), steps=5)
 
 
+@pytest.mark.parametrize("arch", ["deepseek2", "deepseek2-kvb", "llama-chunked", "llama-kvshare"])
+def test_invariance_random_models(context, tmp_path, arch):
+    """Architectures without a small real model: MLA (both kv_b forms) through OCL_MLA, chunked
+    local attention, KV-sharing layers."""
+    from specdec.testing import write_random_model
+    path = str(tmp_path / f"{arch}.gguf")
+    write_random_model(path, arch, "Q4_K", seed=5)
+    r = _runner(context, path)
+    if arch.startswith("deepseek2"):
+        assert set(r.attention_backends) == {"OCL_MLA"}
+        assert [g.spec.kind for g in r.kv_config.groups] == ["mla"]
+    rng = np.random.default_rng(2)
+    _check_invariance(context, path, [int(t) for t in rng.integers(3, 300, 21)],
+                      [int(t) for t in rng.integers(3, 300, 9)], steps=5)
+
+
+def test_mla_backends_agree(context, tmp_path):
+    from specdec.testing import write_random_model
+    path = str(tmp_path / "mla.gguf")
+    write_random_model(path, "deepseek2", "Q8_0", seed=6)
+    prompt = [int(t) for t in np.random.default_rng(3).integers(3, 300, 30)]
+    results = {}
+    for backend in ("OCL_MLA", "REFERENCE"):
+        r = _runner(context, path, backend)
+        assert set(r.attention_backends) == {backend}
+        results[backend] = _greedy_decode(r, "x", prompt, 12)
+    assert results["OCL_MLA"][0] == results["REFERENCE"][0]
+    np.testing.assert_allclose(results["OCL_MLA"][1], results["REFERENCE"][1], rtol=0, atol=1e-3)
+
+
 def test_backends_agree_on_greedy_tokens(context, real_model):
     path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
     prompt = specdec.Tokenizer.from_file(path).encode("import numpy as np\n\ndef softmax(x):")

@@ -22,7 +22,8 @@ from reference.numpy_model import NumpyModel
 
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 FLOAT_FORMATS = ("F32", "F16", "BF16")
-RUNNER_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "llama-chunked", "llama-kvshare")
+RUNNER_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "llama-chunked", "llama-kvshare", "deepseek2",
+                "deepseek2-kvb")
 TEXTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
     "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
@@ -86,13 +87,6 @@ def test_random_models_match_reference(context, random_dir, arch, fmt):
     # (Measured: every flip at a relative margin <= 0.027, medians 0.04-0.11.)
     assert all(margin[i] < 0.03 for i in flips), [(i, margin[i]) for i in flips]
     assert len(flips) <= 6
-
-
-def test_mla_is_refused_clearly(context, random_dir):
-    path = str(random_dir / "deepseek2.gguf")
-    write_random_model(path, "deepseek2", "Q8_0", seed=1)
-    with pytest.raises(specdec.UnsupportedError, match="deepseek2"):
-        _core.ModelRunner(context, path, "", 64, 16 << 20)
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m",

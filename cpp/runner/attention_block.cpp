@@ -1,0 +1,70 @@
+// The GQA attention block (runner/blocks.h): llama, qwen2 (QKV bias), qwen3 / gemma3 (QK norm),
+// sliding-window, chunked-local and KV-sharing layers differ only in the config and in the
+// layer's KV-cache group and attention backend.
+#include <cmath>
+
+#include "common/errors.h"
+#include "kv/cache_ops.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/rows.h"
+#include "runner/blocks.h"
+
+namespace specdec::runner {
+
+void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
+  const model::ModelConfig& c = st.config;
+  StepBuffers& s = st.s;
+  ocl::Context& ctx = st.ctx;
+  const int64_t t = st.num_tokens;
+  const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
+  const bool owns_kv = c.layers[il].kv_sharing_target < 0;
+  const int q = c.num_q_heads * c.head_size, k = c.num_kv_heads * c.head_size,
+            v = c.num_kv_heads * c.head_size_v;
+
+  quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
+  if (w.wqkv) {  // one launch for q, k and v (and one for their biases), then apart
+    quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
+    if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);
+    ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, q, k, v);
+  } else {
+    quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
+    if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, q);
+    if (owns_kv) {
+      quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
+      quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
+      if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, k);
+      if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, v);
+    }
+  }
+  if (c.qk_norm) {
+    ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
+    if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
+  }
+  if (s.layer_rope[il] >= 0) {
+    const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
+    ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
+    if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
+  }
+  const std::string name = str_cat("layers.", il);
+  const int ag = st.setup.layer_to_attention_group.at(name);
+  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
+  const attn::AttentionMetadata& md = st.metadata[ag];
+  const kv::LayerKvView& view = st.cache.view(name);
+  const ocl::Buffer& tensor = st.cache.tensor_of(name);
+  if (owns_kv) {
+    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md.slot_mapping, static_cast<int>(t));
+    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md.slot_mapping, static_cast<int>(t));
+  }
+  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
+                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
+  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, c.num_q_heads, scale);
+  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
+  group.backend->forward(ctx, md, params, view, tensor, s.qb, s.attn);
+
+  project(st, w.wo, s.attn, s.proj);
+  if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);
+}
+
+}  // namespace specdec::runner

@@ -1,0 +1,71 @@
+// StepBuffers, the projection helper and the gated FFN block (runner/blocks.h).
+#include <algorithm>
+
+#include "ops/elementwise.h"
+#include "ops/rows.h"
+#include "runner/blocks.h"
+
+namespace specdec::runner {
+
+StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t t, int64_t max_logits) {
+  auto f32 = [&](int64_t n) { return ocl::Buffer(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
+  const int64_t heads = c.num_q_heads;
+  int64_t q = heads * c.head_size, k = int64_t{c.num_kv_heads} * c.head_size;
+  int64_t v = int64_t{c.num_kv_heads} * c.head_size_v, o = heads * c.head_size_v;
+  int64_t fused = std::max(q + k + v, 2 * int64_t{c.intermediate_size});
+  int64_t o_v = 0;
+  if (c.architecture == "deepseek2") {
+    const auto& m = c.mla;
+    const int64_t row = int64_t{m.kv_lora_rank} + m.qk_rope_head_dim;
+    fused = std::max({fused, heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), row, int64_t{m.q_lora_rank}});
+    q = std::max(q, heads * row);
+    k = std::max(k, int64_t{m.kv_lora_rank});
+    v = std::max(v, int64_t{m.qk_rope_head_dim});
+    // attn holds the raw queries first ([t, heads, nope + rope], rotated in place from offset
+    // nope: the rope op's span then ends nope elements past the last head), later the latent
+    // output [t, heads, lora].
+    o = std::max({o, heads * m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)});
+    o_v = heads * m.v_head_dim;
+  }
+  x = f32(t * c.hidden_size);
+  h = f32(t * c.hidden_size);
+  proj = f32(t * c.hidden_size);
+  this->fused = f32(t * fused);
+  qb = f32(t * q);
+  kb = f32(t * k);
+  vb = f32(t * v);
+  attn = f32(t * o + (c.architecture == "deepseek2" ? c.mla.qk_nope_head_dim : 0));
+  attn_v = f32(t * o_v);
+  gate = f32(t * c.intermediate_size);
+  up = f32(t * c.intermediate_size);
+  ids = f32(t);
+  positions = f32(t);
+  rows = f32(max_logits);
+  xs = f32(max_logits * c.hidden_size);
+  logits = f32(max_logits * c.vocab_size);
+}
+
+void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {
+  quant::quantize_activations(st.ctx, x, st.num_tokens, w.cols(), st.s.xq);
+  quant::matmul(st.ctx, w, x, st.s.xq, st.num_tokens, y);
+}
+
+void gated_ffn(const LayerStep& st, const LayerWeights& w) {
+  StepBuffers& s = st.s;
+  ocl::Context& ctx = st.ctx;
+  const int64_t t = st.num_tokens;
+  const int ff = st.config.intermediate_size;
+  quant::quantize_activations(ctx, s.h, t, st.config.hidden_size, s.xq);
+  if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
+    quant::matmul(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
+    ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
+                          2 * int64_t{ff});
+  } else {
+    quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
+    quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
+    ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation);
+  }
+  project(st, w.down, s.gate, s.proj);
+}
+
+}  // namespace specdec::runner

@@ -1,0 +1,66 @@
+// The building blocks of a decoder layer, shared by every architecture (an architecture is the
+// ModelConfig's choice among them: biases, QK norm, post norms, activation, MLA or GQA):
+//   gqa_attention   q/k/v projections (stacked when their types agree) + biases, QK norm, RoPE,
+//                   K/V written through the layer's KV-cache group, the layer's attention
+//                   backend, output projection (llama, qwen2, qwen3, gemma3, chunked, KV-sharing)
+//   mla_attention   DeepSeek-V2 multi-head latent attention in absorbed form on the mla_latent
+//                   cache: one latent row (c_kv, k_rope) per token shared by all heads
+//   gated_ffn       SwiGLU / GELU-tanh FFN (gate and up stacked when their types agree)
+// Each reads the normed input in StepBuffers::h and leaves its output in StepBuffers::proj; the
+// runner does the norms and residual adds around them. Internal to the runner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/groups.h"
+#include "kv/allocator.h"
+#include "model/config.h"
+#include "ocl/context.h"
+#include "ops/rope.h"
+#include "quant/matmul.h"
+#include "runner/model_weights.h"
+
+namespace specdec::runner {
+
+// Device buffers of one step, sized for max_num_batched_tokens tokens (f32 unless noted).
+struct StepBuffers {
+  StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t max_tokens, int64_t max_logits);
+
+  ocl::Buffer x;          // [t, hidden] residual stream
+  ocl::Buffer h;          // [t, hidden] normed input of the next block
+  ocl::Buffer proj;       // [t, hidden] output of a block
+  ocl::Buffer fused;      // [t, widest stacked projection] (qkv, gate_up, MLA's q / kv_a)
+  ocl::Buffer qb, kb, vb; // [t, q], [t, k], [t, v] (MLA: query [t, heads, lora + rope], c_kv, k_rope)
+  ocl::Buffer attn;       // [t, heads * head_size_v] attention output (MLA: latent output)
+  ocl::Buffer attn_v;     // MLA: [t, heads * v_head_dim]
+  ocl::Buffer gate, up;   // [t, ff]
+  ocl::Buffer ids, positions;  // int32 [t]
+  ocl::Buffer rows;       // int32 [max_logits]
+  ocl::Buffer xs;         // [max_logits, hidden]
+  ocl::Buffer logits;     // [max_logits, vocab]
+  quant::QuantizedActivations xq;
+  std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
+  std::vector<int> layer_rope;              // table index per layer, -1: NoPE
+};
+
+// What a block needs of the step.
+struct LayerStep {
+  ocl::Context& ctx;
+  const model::ModelConfig& config;
+  const attn::AttentionSetup& setup;
+  kv::KvCacheAllocation& cache;
+  const std::vector<attn::AttentionMetadata>& metadata;  // per attention group
+  StepBuffers& s;
+  int64_t num_tokens;
+};
+
+void gqa_attention(const LayerStep& step, int il, const LayerWeights& w);
+void mla_attention(const LayerStep& step, int il, const LayerWeights& w);
+void gated_ffn(const LayerStep& step, const LayerWeights& w);
+
+// y [t, w.rows()] = x [t, w.cols()] . W^T with x quantised first (one launch more for quantised
+// weights; F32 / F16 / BF16 weights read x directly).
+void project(const LayerStep& step, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y);
+
+}  // namespace specdec::runner

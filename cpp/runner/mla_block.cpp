@@ -1,0 +1,75 @@
+// The MLA attention block (runner/blocks.h), DeepSeek-V2 style, in absorbed form:
+//   c_kv, k_rope = split(h . W_KV_A); c_kv = rms_norm(c_kv); k_rope = rope(k_rope)
+//   q = h . W_Q (or rms_norm(h . W_Q_A) . W_Q_B), per head [q_nope, q_rope]; q_rope = rope(q_rope)
+//   query[h] = [W_UK[h] q_nope[h], q_rope[h]]       (W_UK[h]: [kv_lora, nope])
+//   latent[h] = attention over the cached rows [c_kv, k_rope] (OCL_MLA: one row per token for all
+//               heads, scale 1 / sqrt(nope + rope) as in the decompressed form)
+//   out = concat_h(W_UV[h] latent[h]) . W_O          (W_UV[h]: [v, kv_lora])
+// q_nope . k_nope = q_nope . (W_UK^T c_kv) = (W_UK q_nope) . c_kv, so this equals attention with
+// per-head decompressed K and V, while the cache holds kv_lora + rope values per token.
+#include <cmath>
+
+#include "common/errors.h"
+#include "kv/cache_ops.h"
+#include "ops/heads.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/rows.h"
+#include "runner/blocks.h"
+
+namespace specdec::runner {
+
+void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
+  const model::ModelConfig& c = st.config;
+  const model::MlaConfig& m = c.mla;
+  StepBuffers& s = st.s;
+  ocl::Context& ctx = st.ctx;
+  const int64_t t = st.num_tokens;
+  const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
+  const int heads = c.num_q_heads, nope = m.qk_nope_head_dim, rot = m.qk_rope_head_dim,
+            lora = m.kv_lora_rank, dv = m.v_head_dim;
+  const int qk = nope + rot, row = lora + rot;
+
+  // the token's latent row: c_kv -> kb [t, lora], k_rope -> vb [t, rope]
+  quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
+  quant::matmul(ctx, w.wkv_a, s.h, s.xq, t, s.fused);
+  ops::split_columns(ctx, s.fused, s.kb, s.vb, s.vb, t, lora, rot, 0);
+  ops::rms_norm(ctx, s.kb, w.kv_a_norm, s.kb, t, lora, eps, off);
+
+  // raw queries -> attn [t, heads, nope + rope]
+  if (m.q_lora_rank > 0) {
+    quant::matmul(ctx, w.wq_a, s.h, s.xq, t, s.fused);
+    ops::rms_norm(ctx, s.fused, w.q_a_norm, s.fused, t, m.q_lora_rank, eps, off);
+    project(st, w.wq, s.fused, s.attn);
+  } else {
+    quant::matmul(ctx, w.wq, s.h, s.xq, t, s.attn);
+  }
+  check_config(s.layer_rope[il] >= 0, "layers[" + std::to_string(il) + "].use_rope", 0,
+               "true for MLA layers (their k_rope part is rotated)");
+  const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
+  ops::rope(ctx, ops::Slice(s.attn, nope), s.positions, t, heads, qk, table);
+  ops::rope(ctx, s.vb, s.positions, t, 1, rot, table);
+
+  // query [t, heads, lora + rope] = [W_UK q_nope, q_rope]
+  ops::head_matmul(ctx, w.w_uk, s.attn, s.qb, t, heads, lora, nope, qk, row);
+  ops::copy_2d(ctx, ops::Slice(s.attn, nope), ops::Slice(s.qb, lora), t * heads, rot, qk, row);
+
+  const std::string name = str_cat("layers.", il);
+  const int ag = st.setup.layer_to_attention_group.at(name);
+  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
+  const attn::AttentionMetadata& md = st.metadata[ag];
+  const kv::LayerKvView& view = st.cache.view(name);
+  const ocl::Buffer& tensor = st.cache.tensor_of(name);
+  kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md.slot_mapping, static_cast<int>(t));
+  kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md.slot_mapping, static_cast<int>(t));
+  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
+                                            : 1.0f / std::sqrt(static_cast<float>(qk));
+  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, heads, scale);
+  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
+  group.backend->forward(ctx, md, params, view, tensor, s.qb, s.attn);  // latent [t, heads, lora]
+
+  ops::head_matmul(ctx, w.w_uv, s.attn, s.attn_v, t, heads, dv, lora, lora, dv);
+  project(st, w.wo, s.attn_v, s.proj);
+}
+
+}  // namespace specdec::runner
