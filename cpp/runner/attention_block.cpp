@@ -23,10 +23,17 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const int q = c.num_q_heads * c.head_size, k = c.num_kv_heads * c.head_size,
             v = c.num_kv_heads * c.head_size_v;
 
+  const int rope_index = s.layer_rope[il];
+  bool rotated = false;
   quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
   if (w.wqkv) {  // one launch for q, k and v (and one for their biases), then apart
     quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);
+    if (!c.qk_norm && rope_index >= 0) {  // q and k heads are adjacent: one launch rotates both
+      ops::rope(ctx, s.fused, s.positions, t, c.num_q_heads + c.num_kv_heads, c.head_size,
+                s.rope_tables[rope_index], q + k + v);
+      rotated = true;
+    }
     ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, q, k, v);
   } else {
     quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
@@ -42,8 +49,8 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
     if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
   }
-  if (s.layer_rope[il] >= 0) {
-    const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
+  if (rope_index >= 0 && !rotated) {
+    const ops::RopeTable& table = s.rope_tables[rope_index];
     ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
     if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
   }
