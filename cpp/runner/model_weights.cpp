@@ -199,6 +199,12 @@ void load_ffn(Loader& load, int il, LayerWeights& l) {
 
 ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress) {
+  for (int il = 0; il < config.num_layers; ++il) {
+    if (file.find_tensor(blk(il, "ffn_gate_inp.weight")) != nullptr) {
+      throw UnsupportedError(str_cat("layer ", il, " of ", file.source(), " is a mixture-of-experts "
+                                     "FFN (", config.num_experts, " experts); specdec runs dense FFNs only"));
+    }
+  }
   check_model_tensors(file, config);
   Loader load(ctx, file, progress);
   ModelWeights w;

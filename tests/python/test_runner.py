@@ -97,6 +97,15 @@ def test_mla_backends_agree(context, tmp_path):
     np.testing.assert_allclose(results["OCL_MLA"][1], results["REFERENCE"][1], rtol=0, atol=1e-3)
 
 
+def test_moe_layers_are_refused_clearly(context, tmp_path):
+    from specdec.testing import write_random_model
+    path = str(tmp_path / "moe.gguf")
+    write_random_model(path, "deepseek2", "Q8_0", seed=1,
+                       extra_tensors={"blk.1.ffn_gate_inp.weight": np.zeros((4, 128), np.float32)})
+    with pytest.raises(specdec.UnsupportedError, match="layer 1 .* mixture-of-experts"):
+        _runner(context, path)
+
+
 def test_backends_agree_on_greedy_tokens(context, real_model):
     path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
     prompt = specdec.Tokenizer.from_file(path).encode("import numpy as np\n\ndef softmax(x):")

@@ -1,8 +1,10 @@
 """Test helpers that ship with specdec: random GGUF models of every architecture and weight
-format (``random_model``) and the quantizers they use (``quantize``). Needs the ``gguf`` package
+format (``random_model``), the quantizers they use (``quantize``) and dequantized twins of real
+model files (``twin``). Needs the ``gguf`` package
 (``pip install specdec[test]``); ``import specdec`` does not import this package."""
 
 from specdec.testing.quantize import WEIGHT_FORMATS
 from specdec.testing.random_model import ARCHITECTURES, write_random_model
+from specdec.testing.twin import write_twin
 
-__all__ = ["ARCHITECTURES", "WEIGHT_FORMATS", "write_random_model"]
+__all__ = ["ARCHITECTURES", "WEIGHT_FORMATS", "write_random_model", "write_twin"]

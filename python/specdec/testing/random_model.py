@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 from gguf import GGUFWriter
@@ -242,10 +242,13 @@ def _write_metadata(w: GGUFWriter, b: _Builder, arch: str, tok: TokenizerSpec) -
 
 
 def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama",
-                       weight_format: str = "F32", seed: int = 0, vocab_size: int = 320) -> str:
+                       weight_format: str = "F32", seed: int = 0, vocab_size: int = 320,
+                       extra_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
     """Writes a random model of ``architecture`` (a variant in ARCHITECTURES) whose matrices are
     in ``weight_format`` (WEIGHT_FORMATS; a matrix whose rows do not fit its blocks falls back to
-    Q8_0, then F16, as llama.cpp's quantizer does; norms and biases are F32). Returns the path."""
+    Q8_0, then F16, as llama.cpp's quantizer does; norms and biases are F32). ``extra_tensors``
+    (name -> array, stored F32) are added as they are: tests of files with tensors a model should
+    not have. Returns the path."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"architecture = {architecture!r}: expected one of "
                          f"{', '.join(ARCHITECTURES)}")
@@ -263,6 +266,8 @@ def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama
     for name, data, fmt in b.tensors:
         stored, qtype = quantize(data, fmt)
         w.add_tensor(name, stored, raw_dtype=qtype if stored.dtype == np.uint8 else None)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -170,8 +170,23 @@ def llamacpp_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.
     return (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
 
 
+def int8_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
+    """x as specdec's quantized matmuls see it (docs/quant.md): for block-format weights, int8 per
+    32 values with d = amax / 127 kept in f32, q = round-half-away(x * (1 / d)); float weights
+    (F32 / F16 / BF16) read x as it is."""
+    T = GGMLQuantizationType
+    if weight_type in (T.F32, T.F16, T.BF16):
+        return x
+    b = np.ascontiguousarray(x, np.float32).reshape(-1, 32)
+    d = np.abs(b).max(-1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    y = b * inv
+    q = np.trunc(y + np.copysign(np.float32(0.5), y))
+    return (q * d).astype(np.float32).reshape(x.shape)
+
+
 def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float,
-               softcap: float, f16: bool = False) -> np.ndarray:
+               softcap: float, f16: bool = False, kv_f16: bool = False) -> np.ndarray:
     """softmax(q k^T * scale + mask) v per head; GQA: query head h reads KV head h // group.
 
     q [n, Hq, D], k [m, Hkv, D], v [m, Hkv, Dv] -> [n, Hq, Dv]. Scores and softmax in float64.
@@ -179,6 +194,8 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray,
     """
     if f16:
         q, k, v = (t.astype(np.float16).astype(np.float32) for t in (q, k, v))
+    if kv_f16:  # an f16 KV cache
+        k, v = (t.astype(np.float16).astype(np.float32) for t in (k, v))
     group = q.shape[1] // k.shape[1]
     kk = np.repeat(k, group, axis=1).astype(np.float64)
     vv = np.repeat(v, group, axis=1).astype(np.float64)
@@ -209,11 +226,15 @@ class NumpyModel:
     """Teacher-forced forward of a GGUF model in NumPy (float32, float64 where cheap)."""
 
     def __init__(self, path: Union[str, os.PathLike], cache_weights: Optional[bool] = None,
-                 emulate_llamacpp: bool = False) -> None:
+                 emulate_llamacpp: bool = False, int8_activations: bool = False) -> None:
         """``emulate_llamacpp``: round matmul inputs as llama.cpp's CPU backend does (Q8
-        activations, f16 K/V cache and attention inputs); a diagnostic, not the reference."""
+        activations, f16 K/V cache and attention inputs); a diagnostic, not the reference.
+        ``int8_activations``: round matmul inputs as specdec's quantized matmuls do
+        (``int8_activation``) and K/V to f16 as specdec's default cache: the model's arithmetic
+        as specdec defines it, everything else exact."""
         self.path = os.fspath(path)
         self.emulate_llamacpp = emulate_llamacpp
+        self.int8_activations = int8_activations
         self.tensors = GgufTensors(self.path)
         self.config = json.loads(specdec.load_model_config(self.path, progress=False).to_json())
         arch = self.config["architecture"]
@@ -246,6 +267,8 @@ class NumpyModel:
         """x [n, in] @ W^T (+ bias): W is GGUF {in, out}, NumPy [out, in]."""
         if self.emulate_llamacpp:
             x = llamacpp_activation(x, self.tensors.type(prefix + ".weight"))
+        if self.int8_activations:
+            x = int8_activation(x, self.tensors.type(prefix + ".weight"))
         y = x @ self.weight(prefix + ".weight").T
         if self.tensors.has(prefix + ".bias"):
             y = y + self.weight(prefix + ".bias")
@@ -359,7 +382,8 @@ class NumpyModel:
             kv_store[i] = (k, v)
         scale = c["attention_scale"] or 1.0 / math.sqrt(d)
         mask = attention_mask(layer, positions, seq_ids)
-        o = _attention(q, k, v, mask, scale, c["attn_logit_softcap"], self.emulate_llamacpp)
+        o = _attention(q, k, v, mask, scale, c["attn_logit_softcap"], self.emulate_llamacpp,
+                       self.int8_activations)
         return self._linear(o.reshape(n, hq * dv), p + "attn_output")
 
     def _mla_attention(self, i: int, h: np.ndarray, positions: np.ndarray,
@@ -402,6 +426,8 @@ class NumpyModel:
         head = "output.weight" if self.tensors.has("output.weight") else "token_embd.weight"
         if self.emulate_llamacpp:
             h = llamacpp_activation(h, self.tensors.type(head))
+        if self.int8_activations:
+            h = int8_activation(h, self.tensors.type(head))
         vocab = self.tensors.num_rows(head)
         out = np.empty((h.shape[0], vocab), dtype=np.float32)
         if self._cache is not None:
