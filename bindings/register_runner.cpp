@@ -108,6 +108,10 @@ void register_runner(py::module_& m) {
       .def("free", &runner::ModelRunner::free, py::arg("request_id"))
       .def("has_request", &runner::ModelRunner::has_request, py::arg("request_id"))
       .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::arg("request_id"))
+      .def("num_blocks_needed", &runner::ModelRunner::num_blocks_needed, py::arg("request_id"),
+           py::arg("num_computed_tokens"), py::arg("num_new_tokens"),
+           "New KV blocks per group a step would take (upper bound: window frees not subtracted).")
+      .def("num_free_blocks", &runner::ModelRunner::num_free_blocks, "Free KV blocks per group.")
       .def_property_readonly("config", &runner::ModelRunner::config, py::return_value_policy::copy)
       .def_property_readonly("kv_config", &runner::ModelRunner::kv_config, py::return_value_policy::copy)
       .def_property_readonly("max_model_len", &runner::ModelRunner::max_model_len)

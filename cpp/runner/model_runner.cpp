@@ -238,6 +238,20 @@ void ModelRunner::free(const std::string& request_id) {
 
 bool ModelRunner::has_request(const std::string& request_id) const { return lengths_.contains(request_id); }
 
+std::vector<int64_t> ModelRunner::num_blocks_needed(const std::string& request_id, int64_t num_computed,
+                                                    int64_t num_new) const {
+  std::vector<int64_t> out;
+  for (int g = 0; g < manager_->num_groups(); ++g)
+    out.push_back(manager_->num_blocks_needed(request_id, num_computed, num_new, g));
+  return out;
+}
+
+std::vector<int64_t> ModelRunner::num_free_blocks() const {
+  std::vector<int64_t> out;
+  for (int g = 0; g < manager_->num_groups(); ++g) out.push_back(manager_->num_free_blocks(g));
+  return out;
+}
+
 int64_t ModelRunner::num_cached_tokens(const std::string& request_id) const {
   const auto it = lengths_.find(request_id);
   return it == lengths_.end() ? 0 : it->second;

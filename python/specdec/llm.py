@@ -6,6 +6,9 @@
 
 Requests run together: each step is one forward over a ragged batch holding one decode token of
 every running request and prefill chunks of waiting ones (up to ``max_num_batched_tokens``).
+The scheduler reserves each step's KV blocks before running it; when the cache is full it
+preempts the most recently admitted request (its blocks are freed; it goes back to the front of
+the queue and is recomputed later from its prompt and the tokens it had produced), as vLLM does.
 """
 
 from __future__ import annotations
@@ -60,10 +63,48 @@ class _Request:
     stop_reason: Union[int, str, None] = None
     text: str = ""
     first_token_time: Optional[float] = None
+    prompt_logprobs_done: bool = False
+    num_preemptions: int = 0
 
     @property
     def all_ids(self) -> List[int]:
         return self.prompt_ids + self.output_ids
+
+    @property
+    def prefill_ids(self) -> List[int]:
+        """What the next prefill computes: the prompt, or after a preemption the prompt and every
+        token produced so far (the next token is sampled from the last position's logits)."""
+        return self.prompt_ids + self.output_ids
+
+
+class _Blocks:
+    """KV blocks per group reserved for the step being built, against the runner's free blocks.
+    Sums of per-request needs are an upper bound (sliding windows may give blocks back)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.reserved = [0] * len(runner.num_free_blocks())
+
+    def take(self, r: "_Request", n: int) -> bool:
+        need = self.runner.num_blocks_needed(r.request_id, r.num_computed, n)
+        free = self.runner.num_free_blocks()
+        if any(a > f - used for a, f, used in zip(need, free, self.reserved)):
+            return False
+        self.reserved = [used + a for used, a in zip(self.reserved, need)]
+        return True
+
+    def largest_chunk(self, r: "_Request", n: int) -> int:
+        """The most of the next n prefill tokens of r whose blocks fit (0 if none)."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            need = self.runner.num_blocks_needed(r.request_id, r.num_computed, mid)
+            free = self.runner.num_free_blocks()
+            if all(a <= f - used for a, f, used in zip(need, free, self.reserved)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
 
 class LLM:
@@ -189,6 +230,75 @@ class LLM:
             req.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0],
                                                          self._decode_token))
 
+    # ---- scheduling ----
+    def _preempt(self, r: _Request, waiting: List[_Request], running: List[_Request]) -> None:
+        """Frees r's blocks and puts it back at the front of the queue, to be recomputed."""
+        if r in running:
+            running.remove(r)
+        if r in waiting:
+            waiting.remove(r)
+        if self.runner.has_request(r.request_id):
+            self.runner.free(r.request_id)
+        r.num_computed = 0
+        if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+            del r.prompt_logprobs[1:]  # recomputed with the prompt
+        r.num_preemptions += 1
+        self.num_preemptions += 1
+        waiting.insert(0, r)
+
+    def _schedule(self, waiting: List[_Request], running: List[_Request]):
+        """One step: a decode token for every running request (oldest first), then prefill
+        chunks of waiting requests, all within the free KV blocks. When a running request's
+        token does not fit, the most recently admitted request holding blocks is preempted."""
+        blocks = _Blocks(self.runner)
+        batch, owners = [], []
+        budget = self.max_num_batched_tokens
+        i = 0
+        while i < len(running):
+            r = running[i]
+            if blocks.take(r, 1):
+                batch.append((r.request_id, [r.output_ids[-1]], r.num_computed, 1))
+                owners.append((r, "decode", 0))
+                budget -= 1
+                i += 1
+                continue
+            # short of blocks: a partly prefilled waiting request goes first, then the newest
+            # running one (possibly r itself)
+            partial = [w for w in waiting if w.num_computed > 0]
+            victim = partial[-1] if partial else running[-1]
+            self._preempt(victim, waiting, running)
+        num_seqs = len(running)
+        for r in list(waiting):
+            if budget <= 0 or num_seqs >= self.max_num_seqs:
+                break
+            left = len(r.prefill_ids) - r.num_computed
+            chunk = min(budget, left)
+            if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+                chunk = min(chunk, 128)
+            chunk = blocks.largest_chunk(r, chunk)
+            if chunk == 0:
+                if not batch:  # alone and still short: nothing else holds blocks to wait for
+                    need = self.runner.num_blocks_needed(r.request_id, r.num_computed, 1)
+                    raise ValueError(
+                        f"kv_cache_memory_bytes: request {r.request_id} cannot get a KV block even "
+                        f"with nothing else running (needs {need}, free "
+                        f"{self.runner.num_free_blocks()}); give a larger kv_cache_memory_bytes")
+                break  # first come, first served: later requests wait too
+            blocks.take(r, chunk)
+            last = chunk == left
+            if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+                num_logits = chunk
+            else:
+                num_logits = 1 if last else 0
+            batch.append((r.request_id, r.prefill_ids[r.num_computed:r.num_computed + chunk],
+                          r.num_computed, num_logits))
+            owners.append((r, "prefill", chunk))
+            budget -= chunk
+            num_seqs += 1
+            if not last:
+                break  # a chunked prompt continues next step, before later ones start
+        return batch, owners
+
     # ---- the loop ----
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
@@ -204,34 +314,15 @@ class LLM:
         if len(params) != len(plist):
             raise ValueError(f"sampling_params: {len(params)} given for {len(plist)} prompts")
         reqs = [self._make_request(p, sp) for p, sp in zip(plist, params)]
-        waiting, running, done = list(reqs), [], []
+        waiting, running = list(reqs), []
         streams = {r.request_id: self.tokenizer.stream_decoder() for r in reqs}
         t_start = time.monotonic()
         prefill_tokens = decode_tokens = 0
         prefill_time = decode_time = 0.0
+        self.num_preemptions = 0
         try:
             while waiting or running:
-                batch, owners = [], []
-                budget = self.max_num_batched_tokens
-                for r in running:  # one decode token each
-                    batch.append((r.request_id, [r.output_ids[-1]], r.num_computed, 1))
-                    owners.append((r, "decode", 0))
-                    budget -= 1
-                while waiting and budget > 0 and len(running) + sum(1 for o in owners if o[1] == "prefill") < self.max_num_seqs:
-                    r = waiting[0]
-                    chunk = min(budget, len(r.prompt_ids) - r.num_computed)
-                    if r.prompt_logprobs is not None:
-                        chunk = min(chunk, 128)
-                    last = r.num_computed + chunk == len(r.prompt_ids)
-                    num_logits = chunk if r.prompt_logprobs is not None else (1 if last else 0)
-                    batch.append((r.request_id, r.prompt_ids[r.num_computed:r.num_computed + chunk],
-                                  r.num_computed, num_logits))
-                    owners.append((r, "prefill", chunk))
-                    budget -= chunk
-                    if last:
-                        waiting.pop(0)
-                    else:
-                        break
+                batch, owners = self._schedule(waiting, running)
                 t0 = time.monotonic()
                 out = self.runner.step(batch)
                 dt = time.monotonic() - t0
@@ -247,13 +338,16 @@ class LLM:
                 for i, (r, kind, chunk) in enumerate(owners):
                     rows = logits[starts[i]:starts[i + 1]]
                     if kind == "prefill":
-                        if r.prompt_logprobs is not None:
+                        if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
                             self._prompt_logprobs(r, rows, r.num_computed)
                         r.num_computed += chunk
-                        if r.num_computed < len(r.prompt_ids):
+                        if r.num_computed < len(r.prefill_ids):
                             continue
+                        r.prompt_logprobs_done = True
+                        waiting.remove(r)
                         running.append(r)
-                        r.first_token_time = time.monotonic()
+                        if r.first_token_time is None:
+                            r.first_token_time = time.monotonic()
                     else:
                         r.num_computed += 1
                     tid = self._sample(r, rows[-1])
@@ -266,7 +360,6 @@ class LLM:
                     if r.finish_reason is not None:
                         running.remove(r)
                         self.runner.free(r.request_id)
-                        done.append(r)
         finally:
             for r in reqs:
                 if self.runner.has_request(r.request_id):
@@ -276,6 +369,7 @@ class LLM:
             "prefill_tokens_per_s": prefill_tokens / prefill_time if prefill_time else 0.0,
             "decode_tokens": decode_tokens, "decode_seconds": decode_time,
             "decode_tokens_per_s": decode_tokens / decode_time if decode_time else 0.0,
+            "num_preemptions": self.num_preemptions,
             "total_seconds": time.monotonic() - t_start}
         return [self._output(r) for r in reqs]
 

@@ -125,3 +125,32 @@ def test_chat_generation_real_model(real_model):
         [{"role": "user", "content": "Write a Python function that adds two numbers."}])
     o = llm.generate(prompt, specdec.SamplingParams(temperature=0, max_tokens=120))[0].outputs[0]
     assert "def " in o.text and "return" in o.text and "+" in o.text
+
+
+def test_full_kv_cache_preempts_and_recomputes():
+    """More requests than the cache holds: the scheduler preempts the newest (vLLM's recompute
+    preemption) instead of failing, and every output equals the request run alone."""
+    small = specdec.LLM(STORIES, max_model_len=128, kv_cache_memory_bytes=200_000, progress=False)
+    free = small.runner.num_free_blocks()
+    assert len(free) == 1 and 10 <= free[0] <= 30, free
+    prompts = ["Once upon a time", "The dog", "Lily went to the park", "Tom had a red ball",
+               "One day, a little bird", "The sun was"]
+    params = specdec.SamplingParams(temperature=0, max_tokens=70, ignore_eos=True)
+    outs = small.generate(prompts, params)
+    assert small.last_metrics["num_preemptions"] > 0
+    alone = specdec.LLM(STORIES, max_model_len=128, kv_cache_memory_bytes="4MiB", progress=False)
+    for p, o in zip(prompts, outs):
+        want = alone.generate(p, params)[0].outputs[0]
+        assert o.outputs[0].token_ids == want.token_ids, p
+        assert o.outputs[0].finish_reason == "length"
+    assert small.runner.num_free_blocks() == free  # everything returned
+    # prompt logprobs survive a preemption (not duplicated)
+    lp = specdec.SamplingParams(temperature=0, max_tokens=70, ignore_eos=True, prompt_logprobs=1)
+    outs = small.generate(prompts, lp)
+    for o in outs:
+        assert len(o.prompt_logprobs) == len(o.prompt_token_ids)
+
+
+def test_kv_cache_too_small_for_one_request_is_a_clear_error():
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        specdec.LLM(STORIES, max_model_len=128, kv_cache_memory_bytes=20_000, progress=False)
