@@ -26,17 +26,22 @@ runner::StepRequest to_request(const py::handle& h) {
   return r;
 }
 
-py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vector<int>& hidden_layers) {
+py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vector<int>& hidden_layers,
+              bool return_logits) {
   std::vector<runner::StepRequest> reqs;
   for (const auto& h : requests) reqs.push_back(to_request(h));
   runner::StepOutput out;
   {
     py::gil_scoped_release release;
-    out = r.step(reqs, hidden_layers);
+    out = r.step(reqs, hidden_layers, return_logits);
   }
   const int64_t m = out.logits_start.back();
-  py::array_t<float> logits({m, out.vocab_size});
+  py::array_t<float> logits({return_logits ? m : 0, out.vocab_size});
   std::copy(out.logits.begin(), out.logits.end(), logits.mutable_data());
+  py::array_t<int32_t> argmax(m);
+  std::copy(out.argmax.begin(), out.argmax.end(), argmax.mutable_data());
+  py::array_t<float> argmax_logprob(m);
+  std::copy(out.argmax_logprob.begin(), out.argmax_logprob.end(), argmax_logprob.mutable_data());
   py::dict hidden;
   for (auto& [layer, h] : out.hidden) {
     const int64_t d = r.config().hidden_size;
@@ -47,6 +52,8 @@ py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vecto
   py::dict d;
   d["logits"] = logits;
   d["logits_start"] = out.logits_start;
+  d["argmax"] = argmax;
+  d["argmax_logprob"] = argmax_logprob;
   d["hidden"] = hidden;
   return d;
 }
@@ -101,9 +108,11 @@ void register_runner(py::module_& m) {
            py::arg("max_num_batched_tokens") = 512, py::arg("max_num_logits") = 128,
            py::arg("progress") = nullptr)
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
+           py::arg("return_logits") = true,
            "requests: [(request_id, tokens, num_computed_tokens, num_logits)]. Returns {'logits': "
-           "[rows, vocab] float32, 'logits_start': first row per request (+ total), 'hidden': "
-           "{layer: [tokens, hidden]}}.")
+           "[rows, vocab] float32 (0 rows with return_logits=False), 'logits_start': first row per "
+           "request (+ total), 'argmax': int32 [rows] (ties: lowest id), 'argmax_logprob': "
+           "float32 [rows], both reduced on the device, 'hidden': {layer: [tokens, hidden]}}.")
       .def("truncate", &runner::ModelRunner::truncate, py::arg("request_id"), py::arg("num_tokens"))
       .def("free", &runner::ModelRunner::free, py::arg("request_id"))
       .def("has_request", &runner::ModelRunner::has_request, py::arg("request_id"))

@@ -10,6 +10,7 @@
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/rows.h"
+#include "ops/sampling.h"
 #include "quant/matmul.h"
 #include "runner/blocks.h"
 
@@ -146,7 +147,8 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off);
 }
 
-StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers) {
+StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers,
+                             bool return_logits) {
   check_requests(requests);
   for (int l : hidden_layers) {
     check_config(l >= -1 && l < config_.num_layers, "hidden_layers", l,
@@ -215,8 +217,21 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     if (config_.final_logit_softcap > 0) {
       ops::softcap(ctx, s.logits, m * config_.vocab_size, static_cast<float>(config_.final_logit_softcap));
     }
-    out.logits.resize(static_cast<size_t>(m * config_.vocab_size));
-    s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+    const int vocab = config_.vocab_size;
+    ops::argmax(ctx, s.logits, s.argmax, m, vocab);
+    ops::logsumexp_rows(ctx, s.logits, s.lse, m, vocab);
+    ops::gather_columns(ctx, s.logits, s.argmax, s.picked, m, vocab);
+    out.argmax.resize(static_cast<size_t>(m));
+    s.argmax.read(ctx, out.argmax.data(), out.argmax.size() * 4);
+    std::vector<float> lse(static_cast<size_t>(m));
+    out.argmax_logprob.resize(static_cast<size_t>(m));
+    s.lse.read(ctx, lse.data(), lse.size() * 4);
+    s.picked.read(ctx, out.argmax_logprob.data(), lse.size() * 4);
+    for (size_t i = 0; i < lse.size(); ++i) out.argmax_logprob[i] -= lse[i];
+    if (return_logits) {
+      out.logits.resize(static_cast<size_t>(m * vocab));
+      s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+    }
   }
   for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
   return out;

@@ -50,6 +50,9 @@ struct StepOutput {
   int64_t vocab_size = 0;
   std::vector<float> logits;         // [sum of num_logits, vocab_size], requests in order
   std::vector<int64_t> logits_start; // [num_requests + 1] first row of each request
+  // Per logit row, reduced on the device (so greedy decoding needs no logits transfer):
+  std::vector<int32_t> argmax;       // the token with the largest logit (ties: the lowest id)
+  std::vector<float> argmax_logprob; // its log-probability: logit - logsumexp(row)
   // hidden[layer] = [num_tokens, hidden_size]: the residual stream after that layer (-1: after
   // the final norm), for the layers asked for.
   std::map<int, std::vector<float>> hidden;
@@ -66,7 +69,10 @@ class ModelRunner {
   // Runs one step. ConfigError for a bad request (ids out of range, too many tokens or logits,
   // a length above max_model_len, a token count that does not follow the cache); a step that
   // does not fit the free KV blocks is an error naming the group and leaves nothing changed.
-  StepOutput step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers = {});
+  // return_logits = false leaves StepOutput::logits empty (argmax and its logprob are always
+  // there): the [rows, vocab] transfer is skipped.
+  StepOutput step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers = {},
+                  bool return_logits = true);
 
   // Rolls a request back to num_tokens (speculative rejection); frees the blocks past it.
   void truncate(const std::string& request_id, int64_t num_tokens);

@@ -323,8 +323,13 @@ class LLM:
         try:
             while waiting or running:
                 batch, owners = self._schedule(waiting, running)
+                # greedy requests without logprobs use the device's argmax: no logits transfer
+                need_logits = any(not r.params.greedy or r.params.logprobs is not None
+                                  or (kind == "prefill" and r.prompt_logprobs is not None
+                                      and not r.prompt_logprobs_done)
+                                  for r, kind, _ in owners)
                 t0 = time.monotonic()
-                out = self.runner.step(batch)
+                out = self.runner.step(batch, return_logits=need_logits)
                 dt = time.monotonic() - t0
                 n_pre = sum(o[2] for o in owners if o[1] == "prefill")
                 n_dec = len(owners) - sum(1 for o in owners if o[1] == "prefill")
@@ -350,7 +355,12 @@ class LLM:
                             r.first_token_time = time.monotonic()
                     else:
                         r.num_computed += 1
-                    tid = self._sample(r, rows[-1])
+                    last = starts[i + 1] - 1
+                    if r.params.greedy and r.params.logprobs is None:
+                        tid = int(out["argmax"][last])
+                        r.cumulative_logprob += float(out["argmax_logprob"][last])
+                    else:
+                        tid = self._sample(r, rows[-1])
                     r.output_ids.append(tid)
                     self._finish_check(r, tid)
                     if on_token is not None:

@@ -157,3 +157,19 @@ def test_bad_requests_name_the_field(context):
         r.truncate("a", 5)
     with pytest.raises(ValueError, match="request_id = zz"):
         r.free("zz")
+
+
+def test_device_argmax_and_logprob_match_the_logits(context, real_model):
+    path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    prompt = specdec.Tokenizer.from_file(path).encode("import numpy as np\n\ndef softmax(x):")
+    r = _runner(context, path)
+    full = r.step([("a", prompt, 0, len(prompt))])
+    logits = full["logits"].astype(np.float64)
+    np.testing.assert_array_equal(full["argmax"], logits.argmax(1))
+    m = logits.max(1)
+    lse = m + np.log(np.exp(logits - m[:, None]).sum(1))
+    np.testing.assert_allclose(full["argmax_logprob"], m - lse, rtol=0, atol=2e-4)
+    r.truncate("a", len(prompt) - 3)
+    lean = r.step([("a", prompt[-3:], len(prompt) - 3, 3)], return_logits=False)
+    assert lean["logits"].shape == (0, logits.shape[1])
+    np.testing.assert_array_equal(lean["argmax"], full["argmax"][-3:])
