@@ -20,19 +20,6 @@ inline float16 load_w(global const w_t* p) { return as_float16(convert_uint16(vl
 #error "define WEIGHT_F32, WEIGHT_F16 or WEIGHT_BF16"
 #endif
 
-#ifndef NB
-#define NB 1
-#endif
-
-inline void store_rows(global float* y, float16 v, int row0, int rows) {
-  if (row0 + 16 <= rows) {
-    vstore16(v, 0, y + row0);
-  } else {
-    float tmp[16];
-    vstore16(v, 0, tmp);
-    for (int r = 0; r < rows - row0; ++r) y[row0 + r] = tmp[r];
-  }
-}
 
 kernel void matmul_float(global const uchar* wbuf, ulong w_off,
                          global const float* x,  // [n, cols]

@@ -11,19 +11,6 @@
 // where s = the exact integer dot of the stored unsigned weight integers with the int8 activations.
 #include "quant_common.clh"
 
-#ifndef NB
-#define NB 1
-#endif
-
-inline void store_rows(global float* y, float16 v, int row0, int rows) {
-  if (row0 + 16 <= rows) {
-    vstore16(v, 0, y + row0);
-  } else {
-    float tmp[16];
-    vstore16(v, 0, tmp);
-    for (int r = 0; r < rows - row0; ++r) y[row0 + r] = tmp[r];
-  }
-}
 
 // Bit j of every byte of h, moved to bit 4 (Q5_K's fifth bits); j is a constant after unrolling.
 inline uint16 bit_to_4(uint16 h, int j) {

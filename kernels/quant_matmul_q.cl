@@ -10,19 +10,6 @@
 //   Q4_1:               acc = fma((float)s * d_w, d_x, acc); acc = fma(m_w, d_x * sum(xq), acc)
 #include "quant_common.clh"
 
-#ifndef NB
-#define NB 1
-#endif
-
-inline void store_rows(global float* y, float16 v, int row0, int rows) {
-  if (row0 + 16 <= rows) {
-    vstore16(v, 0, y + row0);
-  } else {
-    float tmp[16];
-    vstore16(v, 0, tmp);
-    for (int r = 0; r < rows - row0; ++r) y[row0 + r] = tmp[r];
-  }
-}
 
 kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off2,
                      global const char* xq,       // [n, cols]
