@@ -43,9 +43,7 @@ StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t
   rows = f32(max_logits);
   xs = f32(max_logits * c.hidden_size);
   logits = f32(max_logits * c.vocab_size);
-  argmax = f32(max_logits);
-  lse = f32(max_logits);
-  picked = f32(max_logits);
+  reduced = f32(3 * max_logits);
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {

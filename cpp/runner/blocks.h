@@ -39,7 +39,7 @@ struct StepBuffers {
   ocl::Buffer rows;       // int32 [max_logits]
   ocl::Buffer xs;         // [max_logits, hidden]
   ocl::Buffer logits;     // [max_logits, vocab]
-  ocl::Buffer argmax, lse, picked;  // int32 / f32 / f32 [max_logits]: per-row reductions
+  ocl::Buffer reduced;    // [3, max_logits]: argmax (int32), logsumexp, logit at argmax
   quant::QuantizedActivations xq;
   std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
   std::vector<int> layer_rope;              // table index per layer, -1: NoPE

@@ -1,6 +1,7 @@
 #include "runner/model_runner.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "attention/registry.h"
 #include "common/errors.h"
@@ -218,16 +219,17 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
       ops::softcap(ctx, s.logits, m * config_.vocab_size, static_cast<float>(config_.final_logit_softcap));
     }
     const int vocab = config_.vocab_size;
-    ops::argmax(ctx, s.logits, s.argmax, m, vocab);
-    ops::logsumexp_rows(ctx, s.logits, s.lse, m, vocab);
-    ops::gather_columns(ctx, s.logits, s.argmax, s.picked, m, vocab);
+    // [argmax ids | logsumexp | logit at argmax], m each, read back in one transfer
+    const ops::Slice ids(s.reduced, 0), lse(s.reduced, m), picked(s.reduced, 2 * m);
+    ops::argmax(ctx, s.logits, ids, m, vocab);
+    ops::logsumexp_rows(ctx, s.logits, lse, m, vocab);
+    ops::gather_columns(ctx, s.logits, ids, picked, m, vocab);
+    std::vector<float> reduced(static_cast<size_t>(3 * m));
+    s.reduced.read(ctx, reduced.data(), reduced.size() * 4);
     out.argmax.resize(static_cast<size_t>(m));
-    s.argmax.read(ctx, out.argmax.data(), out.argmax.size() * 4);
-    std::vector<float> lse(static_cast<size_t>(m));
+    std::memcpy(out.argmax.data(), reduced.data(), static_cast<size_t>(m) * 4);
     out.argmax_logprob.resize(static_cast<size_t>(m));
-    s.lse.read(ctx, lse.data(), lse.size() * 4);
-    s.picked.read(ctx, out.argmax_logprob.data(), lse.size() * 4);
-    for (size_t i = 0; i < lse.size(); ++i) out.argmax_logprob[i] -= lse[i];
+    for (int64_t i = 0; i < m; ++i) out.argmax_logprob[i] = reduced[2 * m + i] - reduced[m + i];
     if (return_logits) {
       out.logits.resize(static_cast<size_t>(m * vocab));
       s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
