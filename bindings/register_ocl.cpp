@@ -87,5 +87,25 @@ void register_ocl(py::module_& m) {
            py::arg("name"), py::arg("source"), py::arg("options") = "",
            "Builds OpenCL C source (cached by name and options); OpenCLError with the build log on failure.")
       .def_property_readonly("num_cached_programs", &specdec::ocl::Context::num_cached_programs)
-      .def("finish", &specdec::ocl::Context::finish);
+      .def("finish", &specdec::ocl::Context::finish)
+      .def_property_readonly("profiling", &specdec::ocl::Context::profiling,
+                             "Whether kernels are timed (SPECDEC_PROFILE set at creation).")
+      .def("take_profile", [](specdec::ocl::Context& c) {
+            const auto p = c.take_profile();
+            py::list kernels;
+            for (const auto& k : p.kernels) {
+              py::dict d;
+              d["kernel"] = k.kernel;
+              d["launches"] = k.launches;
+              d["device_us"] = k.device_us;
+              kernels.append(d);
+            }
+            py::dict out;
+            out["kernels"] = kernels;
+            out["span_us"] = p.span_us;
+            return out;
+          },
+          "Waits for the queue; per kernel (first-launch order) the launches and device "
+          "microseconds since the last call, and the span first queued -> last ended. Empty "
+          "unless SPECDEC_PROFILE was set when the context was created.");
 }

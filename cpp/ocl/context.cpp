@@ -1,5 +1,6 @@
 #include "ocl/context.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 
@@ -28,7 +29,9 @@ Context::Context(const DeviceInfo& device) : device_(device) {
       CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(device.platform), 0};
   context_ = clCreateContext(props, 1, &device.id, nullptr, nullptr, &err);
   check(err, "clCreateContext", device.name);
-  queue_ = clCreateCommandQueue(context_, device.id, 0, &err);
+  const char* profile = std::getenv("SPECDEC_PROFILE");
+  profiling_ = profile != nullptr && *profile != '\0' && std::string(profile) != "0";
+  queue_ = clCreateCommandQueue(context_, device.id, profiling_ ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
   if (err != CL_SUCCESS) {
     clReleaseContext(context_);
     check(err, "clCreateCommandQueue", device.name);
@@ -36,6 +39,7 @@ Context::Context(const DeviceInfo& device) : device_(device) {
 }
 
 Context::~Context() {
+  for (auto& [name, event] : launches_) clReleaseEvent(event);
   for (auto& [key, kernel] : kernels_) clReleaseKernel(kernel);
   for (auto& [key, program] : programs_) clReleaseProgram(program);
   if (queue_ != nullptr) clReleaseCommandQueue(queue_);
@@ -168,9 +172,42 @@ void Kernel::launch(const Context& ctx, cl_uint dims, const size_t* global, cons
   for (cl_uint i = 0; i < dims; ++i) {
     if (global[i] == 0) return;  // nothing to do (e.g. an empty batch or a zero-sized part)
   }
+  cl_event event = nullptr;
   check(clEnqueueNDRangeKernel(ctx.queue(), kernel_, dims, nullptr, global, local, 0, nullptr,
-                               nullptr),
+                               ctx.profiling() ? &event : nullptr),
         "clEnqueueNDRangeKernel", name_);
+  if (event != nullptr) ctx.record_launch(name_, event);
+}
+
+void Context::record_launch(const std::string& kernel, cl_event event) const {
+  launches_.emplace_back(kernel, event);
+}
+
+Context::Profile Context::take_profile() {
+  finish();
+  Profile p;
+  std::map<std::string, size_t> index;
+  cl_ulong first = 0, last = 0;
+  for (auto& [name, event] : launches_) {
+    cl_ulong queued = 0, start = 0, end = 0;
+    check(clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_QUEUED, sizeof(queued), &queued, nullptr),
+          "clGetEventProfilingInfo", name);
+    check(clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr),
+          "clGetEventProfilingInfo", name);
+    check(clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr),
+          "clGetEventProfilingInfo", name);
+    clReleaseEvent(event);
+    if (first == 0 || queued < first) first = queued;
+    last = std::max(last, end);
+    auto [it, fresh] = index.try_emplace(name, p.kernels.size());
+    if (fresh) p.kernels.push_back({name, 0, 0.0});
+    KernelProfile& k = p.kernels[it->second];
+    k.launches += 1;
+    k.device_us += static_cast<double>(end - start) * 1e-3;
+  }
+  launches_.clear();
+  p.span_us = last > first ? static_cast<double>(last - first) * 1e-3 : 0.0;
+  return p;
 }
 
 }  // namespace specdec::ocl

@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "ocl/cl.h"
 #include "ocl/device.h"
@@ -44,6 +45,23 @@ class Context {
   cl_program build(const std::string& name, const std::string& source, const std::string& options);
   size_t num_cached_programs() const { return programs_.size(); }
 
+  // Kernel profiling, on when SPECDEC_PROFILE is set at creation (the queue then records
+  // timestamps: every launch keeps an event until take_profile()). take_profile() waits for the
+  // queue and returns, per kernel name in first-launch order, the launches and the device time
+  // (start to end of each), and the span from the first launch queued to the last one ended.
+  struct KernelProfile {
+    std::string kernel;
+    int64_t launches = 0;
+    double device_us = 0;
+  };
+  struct Profile {
+    std::vector<KernelProfile> kernels;
+    double span_us = 0;  // first launch queued -> last launch ended
+  };
+  bool profiling() const { return profiling_; }
+  Profile take_profile();
+  void record_launch(const std::string& kernel, cl_event event) const;
+
  private:
   DeviceInfo device_;
   cl_context context_ = nullptr;
@@ -53,6 +71,8 @@ class Context {
   std::map<std::pair<cl_program, std::string>, cl_kernel> kernels_;
   // (program, kernel, options) -> kernel: the per-launch lookup, before any source is hashed.
   std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> launch_cache_;
+  bool profiling_ = false;
+  mutable std::vector<std::pair<std::string, cl_event>> launches_;  // while profiling
 };
 
 // A device buffer. Move-only.

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Where a forward's time goes: per kernel, launches and device time for decode steps (and a
+k-token verify step) of a model, from OpenCL event timestamps (SPECDEC_PROFILE=1).
+
+    .venv/bin/python bench/profile_step.py [--model NAME_OR_PATH] [--steps 20] [--tokens 1]
+        [--out bench/out/profile_step.json]
+
+Per kernel: launches per step, device µs per step, µs per launch. `span_us` is the queue time
+from the first launch queued to the last ended; `gap_us` = span - the sum of device times: what
+launching costs beyond the kernels' own work (host enqueue, scheduling, idle between kernels).
+Not a test; the numbers are for reading, like every benchmark here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ["SPECDEC_PROFILE"] = "1"  # before the context exists
+
+import numpy as np  # noqa: E402
+
+import specdec  # noqa: E402
+from specdec import _core  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct-q4_1")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--tokens", type=int, default=1, help="tokens per step (k + 1 for a verify)")
+    ap.add_argument("--device", default="")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "profile_step.json"))
+    args = ap.parse_args()
+    path = specdec.resolve_model(args.model)
+    ctx = specdec.Context(args.device) if args.device else specdec.Context()
+    runner = _core.ModelRunner(ctx, path, "", 512, 256 << 20)
+    prompt = list(range(3, 3 + 32))
+    runner.step([("p", prompt, 0, 1)])
+    n = len(prompt)
+    for _ in range(3):  # warm-up: kernels built
+        runner.step([("p", prompt[:args.tokens], n, args.tokens)])
+        runner.truncate("p", n)
+    ctx.take_profile()
+    wall = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        runner.step([("p", prompt[:args.tokens], n, args.tokens)], return_logits=False)
+        wall.append(time.perf_counter() - t)
+        runner.truncate("p", n)
+    prof = ctx.take_profile()
+    s = args.steps
+    rows = [{"kernel": k["kernel"], "launches_per_step": k["launches"] / s,
+             "device_us_per_step": k["device_us"] / s, "us_per_launch": k["device_us"] / k["launches"]}
+            for k in prof["kernels"]]
+    rows.sort(key=lambda r: -r["device_us_per_step"])
+    device = sum(r["device_us_per_step"] for r in rows)
+    launches = sum(r["launches_per_step"] for r in rows)
+    out = {"model": args.model, "tokens_per_step": args.tokens, "steps": s,
+           "device": ctx.device.name if hasattr(ctx, "device") else "",
+           "wall_ms_per_step_median": float(np.median(wall)) * 1e3,
+           "span_us_per_step": prof["span_us"] / s, "device_us_per_step": device,
+           "gap_us_per_step": prof["span_us"] / s - device, "launches_per_step": launches,
+           "kernels": rows}
+    print(f"{args.model}: {args.tokens} token(s)/step, wall {out['wall_ms_per_step_median']:.2f} ms "
+          f"(median), {launches:.0f} launches, device {device / 1e3:.2f} ms, gaps "
+          f"{out['gap_us_per_step'] / 1e3:.2f} ms ({out['gap_us_per_step'] / launches:.1f} µs per launch)")
+    print(f"{'kernel':34s} {'launches':>8s} {'µs/step':>9s} {'µs/launch':>9s}")
+    for r in rows:
+        print(f"{r['kernel']:34s} {r['launches_per_step']:8.1f} {r['device_us_per_step']:9.1f} "
+              f"{r['us_per_launch']:9.1f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
