@@ -103,6 +103,7 @@ void register_ocl(py::module_& m) {
             py::dict out;
             out["kernels"] = kernels;
             out["span_us"] = p.span_us;
+            out["dropped"] = p.dropped;
             return out;
           },
           "Waits for the queue; per kernel (first-launch order) the launches and device "

@@ -299,6 +299,13 @@ int64_t KvCacheManager::num_blocks_needed(const std::string& request_id,
                                            num_computed_tokens + num_new_tokens);
 }
 
+int64_t KvCacheManager::num_reclaimable_blocks(const std::string& request_id,
+                                              int64_t num_computed_tokens, int group_id) const {
+  check_group_id(group_id);
+  const RequestState& current = state_or_empty(request_id);
+  return groups_[group_id]->num_reclaimable_blocks(current.groups[group_id], num_computed_tokens);
+}
+
 bool KvCacheManager::can_allocate(const std::string& request_id, int64_t num_computed_tokens,
                                   int64_t num_new_tokens) const {
   const RequestState& current = state_or_empty(request_id);

@@ -130,6 +130,10 @@ class KvCacheManager {
                             int64_t num_new_tokens, int group_id) const;
   bool can_allocate(const std::string& request_id, int64_t num_computed_tokens,
                     int64_t num_new_tokens) const;
+  // Blocks of the request that fell out of group_id's window by num_computed_tokens and that
+  // allocate_slots gives back before taking new ones (0 for full attention and unknown requests).
+  int64_t num_reclaimable_blocks(const std::string& request_id, int64_t num_computed_tokens,
+                                 int group_id) const;
 
   // Speculative rollback: num_tokens becomes the request's length; keeps cdiv(num_tokens,
   // block_size) entries per group and frees the rest. ConfigError when num_tokens exceeds the

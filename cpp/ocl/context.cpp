@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <utility>
 
 #include "common/errors.h"
 #include "ocl/kernel_sources.h"
@@ -180,15 +181,28 @@ void Kernel::launch(const Context& ctx, cl_uint dims, const size_t* global, cons
 }
 
 void Context::record_launch(const std::string& kernel, cl_event event) const {
+  if (launches_.size() >= kMaxProfiledLaunches) {  // nobody is taking the profile: keep memory bounded
+    clReleaseEvent(event);
+    ++dropped_launches_;
+    return;
+  }
   launches_.emplace_back(kernel, event);
 }
 
 Context::Profile Context::take_profile() {
   finish();
+  // The events leave launches_ first and are released on every path (a failed query throws).
+  struct Events {
+    std::vector<std::pair<std::string, cl_event>> list;
+    ~Events() {
+      for (auto& [name, event] : list) clReleaseEvent(event);
+    }
+  } events{std::exchange(launches_, {})};
   Profile p;
+  p.dropped = std::exchange(dropped_launches_, 0);
   std::map<std::string, size_t> index;
   cl_ulong first = 0, last = 0;
-  for (auto& [name, event] : launches_) {
+  for (auto& [name, event] : events.list) {
     cl_ulong queued = 0, start = 0, end = 0;
     check(clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_QUEUED, sizeof(queued), &queued, nullptr),
           "clGetEventProfilingInfo", name);
@@ -196,7 +210,6 @@ Context::Profile Context::take_profile() {
           "clGetEventProfilingInfo", name);
     check(clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr),
           "clGetEventProfilingInfo", name);
-    clReleaseEvent(event);
     if (first == 0 || queued < first) first = queued;
     last = std::max(last, end);
     auto [it, fresh] = index.try_emplace(name, p.kernels.size());
@@ -205,7 +218,6 @@ Context::Profile Context::take_profile() {
     k.launches += 1;
     k.device_us += static_cast<double>(end - start) * 1e-3;
   }
-  launches_.clear();
   p.span_us = last > first ? static_cast<double>(last - first) * 1e-3 : 0.0;
   return p;
 }

@@ -37,7 +37,9 @@ class Context {
   // Kernel `kernel_name` of the embedded program `program` built with `options`
   // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options, source); the kernel
   // object is created once too and shared: arguments are set right before every launch, so
-  // callers must not launch from several threads at once (the bindings hold the GIL).
+  // one thread at a time may use a Context (and everything on it: runners, ops). The Python
+  // bindings release the GIL during ModelRunner.step: do not step runners that share a context
+  // from several Python threads.
   Kernel kernel(const std::string& program, const std::string& kernel_name,
                 const std::string& options = "");
   // Builds `source` as program `name` (cached like embedded programs). A failed build throws
@@ -56,8 +58,10 @@ class Context {
   };
   struct Profile {
     std::vector<KernelProfile> kernels;
-    double span_us = 0;  // first launch queued -> last launch ended
+    double span_us = 0;    // first launch queued -> last launch ended
+    int64_t dropped = 0;   // launches past kMaxProfiledLaunches since the last call (not timed)
   };
+  static constexpr size_t kMaxProfiledLaunches = 1 << 20;
   bool profiling() const { return profiling_; }
   Profile take_profile();
   void record_launch(const std::string& kernel, cl_event event) const;
@@ -73,6 +77,7 @@ class Context {
   std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> launch_cache_;
   bool profiling_ = false;
   mutable std::vector<std::pair<std::string, cl_event>> launches_;  // while profiling
+  mutable int64_t dropped_launches_ = 0;
 };
 
 // A device buffer. Move-only.

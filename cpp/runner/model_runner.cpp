@@ -258,8 +258,11 @@ bool ModelRunner::has_request(const std::string& request_id) const { return leng
 std::vector<int64_t> ModelRunner::num_blocks_needed(const std::string& request_id, int64_t num_computed,
                                                     int64_t num_new) const {
   std::vector<int64_t> out;
-  for (int g = 0; g < manager_->num_groups(); ++g)
-    out.push_back(manager_->num_blocks_needed(request_id, num_computed, num_new, g));
+  for (int g = 0; g < manager_->num_groups(); ++g) {
+    const int64_t gross = manager_->num_blocks_needed(request_id, num_computed, num_new, g);
+    const int64_t back = manager_->num_reclaimable_blocks(request_id, num_computed, g);
+    out.push_back(std::max<int64_t>(0, gross - back));
+  }
   return out;
 }
 

@@ -79,9 +79,10 @@ class ModelRunner {
   // Ends a request and returns its blocks.
   void free(const std::string& request_id);
   bool has_request(const std::string& request_id) const;
-  // For schedulers: new blocks a step of num_new tokens after num_computed tokens would take from
-  // each KV-cache group (an unknown request counts as new; blocks a sliding window gives back are
-  // not subtracted, so sums over requests are an upper bound), and the free blocks per group.
+  // For schedulers: free blocks a step of num_new tokens after num_computed tokens would take from
+  // each KV-cache group, net of the blocks the request's own sliding window gives back first (an
+  // unknown request counts as new; a request that gives back more than it takes counts 0, so
+  // sums over requests are an upper bound), and the free blocks per group.
   std::vector<int64_t> num_blocks_needed(const std::string& request_id, int64_t num_computed,
                                          int64_t num_new) const;
   std::vector<int64_t> num_free_blocks() const;

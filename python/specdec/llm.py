@@ -127,10 +127,12 @@ class LLM:
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs = {max_num_seqs}: at least 1")
         self.max_num_seqs = max_num_seqs
+        # logit rows per step: a decode row per running request, or prompt-logprobs chunks
+        self.max_num_logits = max(128, max_num_seqs)
         self.runner = _core.ModelRunner(
             self.context, self.model_path, attention_backend or "", max_model_len,
             parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes"), block_size,
-            kv_cache_dtype, max_num_batched_tokens, 128,
+            kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
             _load_progress(stream) if stream else None)
         self.config = self.runner.config
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -253,6 +255,7 @@ class LLM:
         blocks = _Blocks(self.runner)
         batch, owners = [], []
         budget = self.max_num_batched_tokens
+        rows_left = self.max_num_logits  # logit rows of the whole step
         i = 0
         while i < len(running):
             r = running[i]
@@ -260,6 +263,7 @@ class LLM:
                 batch.append((r.request_id, [r.output_ids[-1]], r.num_computed, 1))
                 owners.append((r, "decode", 0))
                 budget -= 1
+                rows_left -= 1
                 i += 1
                 continue
             # short of blocks: a partly prefilled waiting request goes first, then the newest
@@ -269,12 +273,12 @@ class LLM:
             self._preempt(victim, waiting, running)
         num_seqs = len(running)
         for r in list(waiting):
-            if budget <= 0 or num_seqs >= self.max_num_seqs:
+            if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:
                 break
             left = len(r.prefill_ids) - r.num_computed
             chunk = min(budget, left)
             if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                chunk = min(chunk, 128)
+                chunk = min(chunk, rows_left)  # a logit row per prompt token
             chunk = blocks.largest_chunk(r, chunk)
             if chunk == 0:
                 if not batch:  # alone and still short: nothing else holds blocks to wait for
@@ -294,6 +298,7 @@ class LLM:
                           r.num_computed, num_logits))
             owners.append((r, "prefill", chunk))
             budget -= chunk
+            rows_left -= num_logits
             num_seqs += 1
             if not last:
                 break  # a chunked prompt continues next step, before later ones start

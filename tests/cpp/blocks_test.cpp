@@ -155,6 +155,21 @@ TEST(KvCacheManagerTest, SlidingWindow8Block4) {
   EXPECT_EQ(kv.num_free_blocks(0), 9);
 }
 
+// What a scheduler counts before a step: the new blocks, and the blocks the request's own
+// window gives back first (allocate_slots frees them before taking new ones).
+TEST(KvCacheManagerTest, ReclaimableBlocksOfTheWindow) {
+  KvCacheManager kv(make_config({{sliding(4, 8), 10}, {full(4), 10}}));
+  EXPECT_EQ(kv.num_reclaimable_blocks("new", 0, 0), 0);
+  ASSERT_TRUE(kv.allocate_slots("r", 0, 11).ok);  // blocks for tokens 0..10
+  EXPECT_EQ(kv.num_reclaimable_blocks("r", 10, 0), 0);  // a query at 10 still sees token 3
+  EXPECT_EQ(kv.num_reclaimable_blocks("r", 11, 0), 1);  // at 11 it sees [4, 11]: block 0 goes
+  EXPECT_EQ(kv.num_reclaimable_blocks("r", 11, 1), 0);  // full attention never gives back
+  EXPECT_EQ(kv.num_blocks_needed("r", 11, 2, 0), 1);
+  const int64_t before = kv.num_free_blocks(0);
+  ASSERT_TRUE(kv.allocate_slots("r", 11, 2).ok);
+  EXPECT_EQ(kv.num_free_blocks(0), before + 1 - 1);  // one back, one taken
+}
+
 // Chunk 8, block 4: a query at c sees [8 * floor(c / 8), c].
 TEST(KvCacheManagerTest, ChunkedLocalChunk8Block4) {
   KvCacheManager kv(make_config({{chunked(4, 8), 10}}));

@@ -154,3 +154,20 @@ def test_full_kv_cache_preempts_and_recomputes():
 def test_kv_cache_too_small_for_one_request_is_a_clear_error():
     with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
         specdec.LLM(STORIES, max_model_len=128, kv_cache_memory_bytes=20_000, progress=False)
+
+
+def test_prompt_logprobs_of_long_prompts_share_the_logit_rows_of_a_step(llm):
+    """Two 100-token prompts with prompt logprobs and a plain one: more prompt rows than one step's
+    128 logit rows; the scheduler splits them instead of failing."""
+    ids = llm.tokenizer.encode("Once upon a time there was a little dog. " * 12)[:100]
+    assert len(ids) == 100
+    prompts = [{"prompt_token_ids": ids}, "The cat", {"prompt_token_ids": ids[::-1]}]
+    params = [specdec.SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=2),
+              specdec.SamplingParams(temperature=0, max_tokens=3),
+              specdec.SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=1)]
+    outs = llm.generate(prompts, params)
+    assert len(outs[0].prompt_logprobs) == 100 and len(outs[2].prompt_logprobs) == 100
+    assert outs[1].prompt_logprobs is None
+    alone = llm.generate({"prompt_token_ids": ids}, params[0])[0]
+    assert [None if d is None else sorted(d) for d in alone.prompt_logprobs] == \
+        [None if d is None else sorted(d) for d in outs[0].prompt_logprobs]

@@ -173,3 +173,28 @@ def test_device_argmax_and_logprob_match_the_logits(context, real_model):
     lean = r.step([("a", prompt[-3:], len(prompt) - 3, 3)], return_logits=False)
     assert lean["logits"].shape == (0, logits.shape[1])
     np.testing.assert_array_equal(lean["argmax"], full["argmax"][-3:])
+
+
+def test_profiling_times_every_launch(context):
+    import os
+    import subprocess
+    import sys
+    assert not context.profiling and context.take_profile()["kernels"] == []
+    code = f"""
+import specdec
+from specdec import _core
+ctx = specdec.Context()
+assert ctx.profiling
+r = _core.ModelRunner(ctx, {STORIES!r}, "", 64, 1 << 20)
+r.step([("a", [1, 2, 3], 0, 1)])
+p = ctx.take_profile()
+names = {{k["kernel"] for k in p["kernels"]}}
+assert {{"rms_norm", "embedding_lookup", "argmax"}} <= names, names
+assert all(k["launches"] >= 1 and k["device_us"] >= 0 for k in p["kernels"])
+assert p["span_us"] >= max(k["device_us"] for k in p["kernels"]) and p["dropped"] == 0
+assert ctx.take_profile()["kernels"] == []
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPECDEC_PROFILE": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
