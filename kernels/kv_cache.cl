@@ -31,6 +31,35 @@ __kernel void kv_cache_write(
   for (int dim = lane; dim < width; dim += LANES) store_elem(dst, dim, row[dim]);
 }
 
+// K and V of the new tokens in one launch (get_global_id(2): 0 = K, 1 = V), each part from its own
+// rows: token t's heads of a part start at src + src_off + t * src_stride, so the k and v columns of
+// a fused [t, q + k + v] projection are read where they lie. A part with 0 heads writes nothing.
+// global size: (LANES * max(k_heads, v_heads), num_tokens, 2), local size: (LANES, 1, 1)
+__kernel void kv_cache_write_kv(
+    __global const float* k_src, const long k_src_off, const long k_src_stride,
+    __global const float* v_src, const long v_src_off, const long v_src_stride,
+    __global const int* slot_mapping, __global cache_t* cache, const int block_size,
+    const long k_offset, const long k_stride_block, const long k_stride_slot,
+    const long k_stride_head, const int k_heads, const int k_width,
+    const long v_offset, const long v_stride_block, const long v_stride_slot,
+    const long v_stride_head, const int v_heads, const int v_width) {
+  const int lane = get_local_id(0);
+  const int head = get_group_id(0);
+  const int token = get_global_id(1);
+  const int is_v = get_global_id(2);
+  const int slot = slot_mapping[token];
+  const int heads = is_v ? v_heads : k_heads;
+  if (slot < 0 || head >= heads) return;
+  const long block = slot / block_size;
+  const long pos = slot - block * block_size;
+  const int width = is_v ? v_width : k_width;
+  __global cache_t* dst = cache + (is_v ? v_offset + block * v_stride_block + pos * v_stride_slot + head * v_stride_head
+                                        : k_offset + block * k_stride_block + pos * k_stride_slot + head * k_stride_head);
+  __global const float* row = is_v ? v_src + v_src_off + token * v_src_stride + (long)head * width
+                                   : k_src + k_src_off + token * k_src_stride + (long)head * width;
+  for (int dim = lane; dim < width; dim += LANES) store_elem(dst, dim, row[dim]);
+}
+
 // Reads rows back through the slot mapping (the inverse of kv_cache_write); slot -1 gives 0.
 // global size: (LANES * num_heads, num_tokens), local size: (LANES, 1)
 __kernel void kv_cache_gather(

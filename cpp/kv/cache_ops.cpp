@@ -71,6 +71,54 @@ void kv_cache_write(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvVi
   k.launch(ctx, 2, global, local);
 }
 
+void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+                       const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
+                       int num_tokens) {
+  if (num_tokens == 0 || (view.k.empty() && view.v.empty())) return;
+  auto stride = [](const KvRows& r, const KvPartView& p) {
+    const int64_t row = int64_t{p.num_heads} * p.width;
+    check_config(r.token_stride == 0 || r.token_stride >= row, "kv rows token_stride", r.token_stride,
+                 str_cat("0 or at least num_heads * width = ", row));
+    return r.token_stride == 0 ? row : r.token_stride;
+  };
+  auto check_rows = [&](const KvRows& r, const KvPartView& p, const char* what) {
+    if (p.empty()) return;
+    check_config(r.buffer != nullptr && r.buffer->get() != nullptr, what, "none", "a device buffer");
+    const int64_t need = (r.offset + int64_t{num_tokens - 1} * stride(r, p) + int64_t{p.num_heads} * p.width) * 4;
+    check_config(r.offset >= 0 && static_cast<int64_t>(r.buffer->size_bytes()) >= need, what,
+                 str_cat(r.buffer->size_bytes(), " bytes"), str_cat("at least ", need, " bytes"));
+  };
+  check_rows(k, view.k, "kv_cache_write_kv.k");
+  check_rows(v, view.v, "kv_cache_write_kv.v");
+  const KvRows& any = view.k.empty() ? v : k;
+  ocl::Kernel kern = ctx.kernel("kv_cache", "kv_cache_write_kv", cache_define(view.spec.dtype, lanes(ctx)));
+  auto part_args = [&](cl_uint first, const KvRows& r, const KvPartView& p) {
+    const bool on = !p.empty();
+    kern.arg(first, on ? *r.buffer : *any.buffer)
+        .arg(first + 1, cl_long{on ? r.offset : 0})
+        .arg(first + 2, cl_long{on ? stride(r, p) : 0});
+  };
+  auto view_args = [&](cl_uint first, const KvPartView& p) {
+    const bool on = !p.empty();
+    kern.arg(first, cl_long{p.offset})
+        .arg(first + 1, cl_long{p.stride_block})
+        .arg(first + 2, cl_long{p.stride_slot})
+        .arg(first + 3, cl_long{p.stride_head})
+        .arg(first + 4, cl_int{on ? p.num_heads : 0})
+        .arg(first + 5, cl_int{on ? p.width : 0});
+  };
+  part_args(0, k, view.k);
+  part_args(3, v, view.v);
+  kern.arg(6, slot_mapping).arg(7, cache).arg(8, cl_int{view.spec.block_size});
+  view_args(9, view.k);
+  view_args(15, view.v);
+  const size_t n = static_cast<size_t>(lanes(ctx));
+  const int heads = std::max(view.k.empty() ? 0 : view.k.num_heads, view.v.empty() ? 0 : view.v.num_heads);
+  const size_t global[3] = {static_cast<size_t>(heads) * n, static_cast<size_t>(num_tokens), 2};
+  const size_t local[3] = {n, 1, 1};
+  kern.launch(ctx, 3, global, local);
+}
+
 void kv_cache_gather(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
                      KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,
                      int num_tokens) {

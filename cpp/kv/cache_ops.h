@@ -24,6 +24,19 @@ void check_slot_mapping(const LayerKvView& view, const std::vector<int32_t>& slo
 void kv_cache_write(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
                     KvPart part, const ocl::Buffer& src, const ocl::Buffer& slot_mapping,
                     int num_tokens);
+// Rows of new K or V values for kv_cache_write_kv: token t's heads start at element
+// offset + t * token_stride of buffer (token_stride 0: num_heads * width, contiguous).
+struct KvRows {
+  const ocl::Buffer* buffer = nullptr;
+  int64_t offset = 0;
+  int64_t token_stride = 0;
+};
+
+// Device: K and V in one launch (each exactly as kv_cache_write writes it), the rows read where
+// they lie (e.g. the k and v columns of a fused qkv projection). A part of width 0 is skipped.
+void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+                       const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
+                       int num_tokens);
 // Device: reads `part` at each slot into dst [num_tokens, num_heads, width] (f32).
 void kv_cache_gather(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
                      KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,

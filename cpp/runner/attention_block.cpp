@@ -24,17 +24,30 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
             v = c.num_kv_heads * c.head_size_v;
 
   const int rope_index = s.layer_rope[il];
-  bool rotated = false;
+  bool normed = false, rotated = false;
+  const ocl::Buffer* query = &s.qb;
+  kv::KvRows k_rows{&s.kb, 0, 0}, v_rows{&s.vb, 0, 0};
   quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
-  if (w.wqkv) {  // one launch for q, k and v (and one for their biases), then apart
+  if (w.wqkv) {  // one launch for q, k and v (and one for their biases)
     quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);
-    if (!c.qk_norm && rope_index >= 0) {  // q and k heads are adjacent: one launch rotates both
+    if (t == 1) {  // one token (decode): q, k and v lie contiguous in the fused row, no split
+      if (c.qk_norm) {
+        ops::rms_norm(ctx, s.fused, w.q_norm, s.fused, c.num_q_heads, c.head_size, eps, off);
+        ops::rms_norm(ctx, ops::Slice(s.fused, q), w.k_norm, ops::Slice(s.fused, q), c.num_kv_heads,
+                      c.head_size, eps, off);
+        normed = true;
+      }
+      query = &s.fused;
+      k_rows = {&s.fused, q, 0};
+      v_rows = {&s.fused, q + k, 0};
+    }
+    if ((t == 1 || !c.qk_norm) && rope_index >= 0) {  // q and k heads adjacent: one launch
       ops::rope(ctx, s.fused, s.positions, t, c.num_q_heads + c.num_kv_heads, c.head_size,
                 s.rope_tables[rope_index], q + k + v);
       rotated = true;
     }
-    ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, q, k, v);
+    if (t > 1) ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, q, k, v);
   } else {
     quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
     if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, q);
@@ -45,7 +58,7 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
       if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, v);
     }
   }
-  if (c.qk_norm) {
+  if (c.qk_norm && !normed) {
     ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
     if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
   }
@@ -60,15 +73,12 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const attn::AttentionMetadata& md = st.metadata[ag];
   const kv::LayerKvView& view = st.cache.view(name);
   const ocl::Buffer& tensor = st.cache.tensor_of(name);
-  if (owns_kv) {
-    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md.slot_mapping, static_cast<int>(t));
-    kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md.slot_mapping, static_cast<int>(t));
-  }
+  if (owns_kv) kv::kv_cache_write_kv(ctx, tensor, view, k_rows, v_rows, md.slot_mapping, static_cast<int>(t));
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(c.head_size));
   attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, c.num_q_heads, scale);
   params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
-  group.backend->forward(ctx, md, params, view, tensor, s.qb, s.attn);
+  group.backend->forward(ctx, md, params, view, tensor, *query, s.attn);
 
   project(st, w.wo, s.attn, s.proj);
   if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);

@@ -60,8 +60,7 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const attn::AttentionMetadata& md = st.metadata[ag];
   const kv::LayerKvView& view = st.cache.view(name);
   const ocl::Buffer& tensor = st.cache.tensor_of(name);
-  kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kK, s.kb, md.slot_mapping, static_cast<int>(t));
-  kv::kv_cache_write(ctx, tensor, view, kv::KvPart::kV, s.vb, md.slot_mapping, static_cast<int>(t));
+  kv::kv_cache_write_kv(ctx, tensor, view, {&s.kb, 0, 0}, {&s.vb, 0, 0}, md.slot_mapping, static_cast<int>(t));
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(qk));
   attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, heads, scale);

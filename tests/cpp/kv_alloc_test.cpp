@@ -147,6 +147,59 @@ TEST(KvAlloc, HybridGroupsDoNotOverlap) {
   }
 }
 
+// kv_cache_write_kv: K and V in one launch, read from inside a fused [t, q + k + v] row, give the
+// bytes of two kv_cache_write_ref calls on contiguous rows (GQA layouts and the MLA latent row).
+using WriteKvCase = std::tuple<DType, KvLayout, std::string>;
+class WriteKvFusedRows : public ::testing::TestWithParam<WriteKvCase> {};
+
+TEST_P(WriteKvFusedRows, MatchesTwoReferenceWrites) {
+  const auto [dtype, layout, example] = GetParam();
+  const auto config = plan_kv_cache(example_model_layers(example, 16, dtype), 0, 1024, {2048, 12, ""});
+  KvCacheAllocation cache(context(), config, {}, layout);  // MLA layers take mla_latent anyway
+  auto& ctx = cache.context();
+  const std::string layer = "layers.1";
+  const LayerKvView& w = cache.view(layer);
+  std::mt19937 rng(7);
+  const int num_tokens = 37;
+  const auto slots = shuffled_slots(w.num_blocks, w.spec.block_size, num_tokens, rng);
+  ocl::Buffer slot_buf(ctx, slots.size() * 4);
+  slot_buf.write(ctx, slots.data(), slots.size() * 4);
+  const int64_t q = 40, kw = int64_t{w.k.num_heads} * w.k.width, vw = int64_t{w.v.num_heads} * w.v.width;
+  const int64_t row = q + kw + vw + 3;  // 3 columns of padding after v
+  const auto fused = random_rows(static_cast<size_t>(num_tokens * row), rng);
+  std::vector<float> k(static_cast<size_t>(num_tokens * kw)), v(static_cast<size_t>(num_tokens * vw));
+  for (int t = 0; t < num_tokens; ++t) {
+    std::copy_n(fused.begin() + t * row + q, kw, k.begin() + t * kw);
+    std::copy_n(fused.begin() + t * row + q + kw, vw, v.begin() + t * vw);
+  }
+  ocl::Buffer src(ctx, fused.size() * 4);
+  src.write(ctx, fused.data(), fused.size() * 4);
+  kv_cache_write_kv(ctx, cache.tensor_of(layer), w, {&src, q, row}, {&src, q + kw, row}, slot_buf, num_tokens);
+  std::vector<uint8_t> expected(cache.tensor_of(layer).size_bytes(), 0);
+  kv_cache_write_ref(expected, w, KvPart::kK, k, slots);
+  kv_cache_write_ref(expected, w, KvPart::kV, v, slots);
+  EXPECT_TRUE(cache.read_tensor(w.tensor_index) == expected) << "raw bytes differ from the reference";
+  // a token stride below the row is refused, naming the field
+  try {
+    kv_cache_write_kv(ctx, cache.tensor_of(layer), w, {&src, q, kw - 1}, {&src, q + kw, row}, slot_buf, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("token_stride"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesAndLayouts, WriteKvFusedRows,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                       ::testing::Values(KvLayout::kKvMajor, KvLayout::kBlockMajor),
+                       ::testing::Values(std::string("smollm2-135m"), std::string("gemma3-270m"),
+                                         std::string("deepseek-v2-lite"))),
+    [](const ::testing::TestParamInfo<WriteKvCase>& info) {
+      return dtype_name(std::get<0>(info.param)) + "_" + layout_name(std::get<1>(info.param)) + "_" +
+             (std::get<2>(info.param) == "deepseek-v2-lite" ? std::string("mla")
+                                                            : std::get<2>(info.param).substr(0, 6));
+    });
+
 TEST(KvAlloc, BadSlotsAndDtypes) {
   const auto config = plan_kv_cache(example_model_layers("smollm2-135m", 16, DType::kF16), 0, 256, {2048, 4, ""});
   const auto views = make_layer_views(config, {});
