@@ -170,7 +170,7 @@ class _Progress:
                               f"{rate:6.1f} MiB/s")
             if final:
                 self.stream.write("\n")
-        elif final or pct // 10 > self.last_pct // 10:
+        elif (final and pct != self.last_pct) or pct // 10 > self.last_pct // 10:
             self.stream.write(f"{self.label}: {pct}% ({self.done / 2**20:.1f} of "
                               f"{self.total / 2**20:.1f} MiB)\n")
             self.last_pct = pct

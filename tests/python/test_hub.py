@@ -155,3 +155,20 @@ def test_real_model_cached_and_valid(real_model):
     path = real_model("smollm2-135m-instruct-q4_1")
     assert specdec.list_models()[0]["status"] == "valid"
     assert specdec.resolve_model("smollm2-135m-instruct-q4_1") == path
+
+
+def test_progress_without_a_terminal_prints_each_tenth_once():
+    import io
+    from specdec.hub import _Progress
+    out = io.StringIO()
+    p = _Progress("x", 100, out)
+    for _ in range(10):
+        p.advance(10)
+    p.finish()
+    lines = out.getvalue().splitlines()
+    assert [l.split(": ")[1].split("%")[0] for l in lines] == [str(10 * i) for i in range(1, 11)]
+    out = io.StringIO()
+    p = _Progress("x", 100, out)
+    p.advance(55)
+    p.finish()
+    assert out.getvalue() == "x: 55% (0.0 of 0.0 MiB)\n"  # finish() does not repeat the line
