@@ -67,18 +67,9 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
     if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
   }
-  const std::string name = str_cat("layers.", il);
-  const int ag = st.setup.layer_to_attention_group.at(name);
-  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
-  const attn::AttentionMetadata& md = st.metadata[ag];
-  const kv::LayerKvView& view = st.cache.view(name);
-  const ocl::Buffer& tensor = st.cache.tensor_of(name);
-  if (owns_kv) kv::kv_cache_write_kv(ctx, tensor, view, k_rows, v_rows, md.slot_mapping, static_cast<int>(t));
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(c.head_size));
-  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, c.num_q_heads, scale);
-  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
-  group.backend->forward(ctx, md, params, view, tensor, *query, s.attn);
+  write_kv_and_attend(st, il, owns_kv ? &k_rows : nullptr, &v_rows, *query, scale, s.attn);
 
   project(st, w.wo, s.attn, s.proj);
   if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);

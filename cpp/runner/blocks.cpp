@@ -1,6 +1,7 @@
 // StepBuffers, the projection helper and the gated FFN block (runner/blocks.h).
 #include <algorithm>
 
+#include "common/errors.h"
 #include "ops/elementwise.h"
 #include "ops/rows.h"
 #include "runner/blocks.h"
@@ -44,6 +45,21 @@ StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t
   xs = f32(max_logits * c.hidden_size);
   logits = f32(max_logits * c.vocab_size);
   reduced = f32(3 * max_logits);
+}
+
+void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const kv::KvRows* v,
+                         const ocl::Buffer& query, float scale, ocl::Buffer& out) {
+  const std::string name = str_cat("layers.", il);
+  const int ag = st.setup.layer_to_attention_group.at(name);
+  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
+  const attn::AttentionMetadata& md = st.metadata[ag];
+  const kv::LayerKvView& view = st.cache.view(name);
+  const ocl::Buffer& tensor = st.cache.tensor_of(name);
+  if (k != nullptr) kv::kv_cache_write_kv(st.ctx, tensor, view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
+  attn::AttentionLayerParams params =
+      attn::AttentionLayerParams::from_spec(group.spec, st.config.num_q_heads, scale);
+  params.logit_softcap = static_cast<float>(st.config.attn_logit_softcap);
+  group.backend->forward(st.ctx, md, params, view, tensor, query, out);
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {

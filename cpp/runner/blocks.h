@@ -15,6 +15,7 @@
 
 #include "attention/groups.h"
 #include "kv/allocator.h"
+#include "kv/cache_ops.h"
 #include "model/config.h"
 #include "ocl/context.h"
 #include "ops/rope.h"
@@ -59,6 +60,13 @@ struct LayerStep {
 void gqa_attention(const LayerStep& step, int il, const LayerWeights& w);
 void mla_attention(const LayerStep& step, int il, const LayerWeights& w);
 void gated_ffn(const LayerStep& step, const LayerWeights& w);
+
+// The attention step shared by both attention blocks: writes the new K/V rows through the layer's
+// KV-cache group slot mapping (k == nullptr: a KV-sharing layer writes nothing), then attends with
+// the layer's backend: query [t, heads, head_size] -> out [t, heads, head_size_v], with `scale` and
+// the model's logit softcap.
+void write_kv_and_attend(const LayerStep& step, int il, const kv::KvRows* k, const kv::KvRows* v,
+                         const ocl::Buffer& query, float scale, ocl::Buffer& out);
 
 // y [t, w.rows()] = x [t, w.cols()] . W^T with x quantised first (one launch more for quantised
 // weights; F32 / F16 / BF16 weights read x directly).

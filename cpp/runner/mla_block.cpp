@@ -54,18 +54,10 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   ops::head_matmul(ctx, w.w_uk, s.attn, s.qb, t, heads, lora, nope, qk, row);
   ops::copy_2d(ctx, ops::Slice(s.attn, nope), ops::Slice(s.qb, lora), t * heads, rot, qk, row);
 
-  const std::string name = str_cat("layers.", il);
-  const int ag = st.setup.layer_to_attention_group.at(name);
-  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
-  const attn::AttentionMetadata& md = st.metadata[ag];
-  const kv::LayerKvView& view = st.cache.view(name);
-  const ocl::Buffer& tensor = st.cache.tensor_of(name);
-  kv::kv_cache_write_kv(ctx, tensor, view, {&s.kb, 0, 0}, {&s.vb, 0, 0}, md.slot_mapping, static_cast<int>(t));
+  const kv::KvRows latent{&s.kb, 0, 0}, k_rope{&s.vb, 0, 0};  // the cache row's two parts
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(qk));
-  attn::AttentionLayerParams params = attn::AttentionLayerParams::from_spec(group.spec, heads, scale);
-  params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
-  group.backend->forward(ctx, md, params, view, tensor, s.qb, s.attn);  // latent [t, heads, lora]
+  write_kv_and_attend(st, il, &latent, &k_rope, s.qb, scale, s.attn);  // latent [t, heads, lora]
 
   ops::head_matmul(ctx, w.w_uv, s.attn, s.attn_v, t, heads, dv, lora, lora, dv);
   project(st, w.wo, s.attn_v, s.proj);
