@@ -68,6 +68,8 @@ def main() -> int:
            "span_us_per_step": prof["span_us"] / s, "device_us_per_step": device,
            "gap_us_per_step": prof["span_us"] / s - device, "launches_per_step": launches,
            "kernels": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"{args.model}: {args.tokens} token(s)/step, wall {out['wall_ms_per_step_median']:.2f} ms "
           f"(median), {launches:.0f} launches, device {device / 1e3:.2f} ms, gaps "
           f"{out['gap_us_per_step'] / 1e3:.2f} ms ({out['gap_us_per_step'] / launches:.1f} µs per launch)")
@@ -75,8 +77,6 @@ def main() -> int:
     for r in rows:
         print(f"{r['kernel']:34s} {r['launches_per_step']:8.1f} {r['device_us_per_step']:9.1f} "
               f"{r['us_per_launch']:9.1f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
     return 0
 
 
