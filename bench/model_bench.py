@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import specdec  # noqa: E402
 from specdec import _core  # noqa: E402
 
-from peer_llamacpp import DEFAULT_MODELS, N_VALUES  # noqa: E402
+from peer_llamacpp import DEFAULT_MODELS, N_VALUES, forward_costs, summary_line  # noqa: E402
 from prompts import LONG  # noqa: E402
 
 
@@ -90,13 +90,12 @@ def bench_ours(ctx, name: str, decode_tokens: int, prefill_tokens: int, context:
     runner.free("d")
 
     runner.step([("v", ids[:context], 0, 1)])
-    times: Dict[int, List[float]] = {n: [] for n in N_VALUES}
-    for _ in range(repeats):  # rounds over all n, as peer_llamacpp.py: drift hits every n alike
-        for n in N_VALUES:
-            times[n].append(_timed_step(runner, [("v", ids[context:context + n], context, n)]))
-            runner.truncate("v", context)
-    best = {n: min(v) * 1e3 for n, v in times.items()}
-    median = {n: statistics.median(v) * 1e3 for n, v in times.items()}
+    def forward(n: int) -> float:
+        t = _timed_step(runner, [("v", ids[context:context + n], context, n)])
+        runner.truncate("v", context)
+        return t
+
+    costs = forward_costs(forward, repeats)
     runner.free("v")
     decode_s = statistics.median(steps)
     entry = {
@@ -105,15 +104,9 @@ def bench_ours(ctx, name: str, decode_tokens: int, prefill_tokens: int, context:
         "decode_tok_s": 1.0 / decode_s, "decode_ms_per_token": decode_s * 1e3,
         "decode_GBps": runner.weight_bytes / decode_s / 1e9,
         "prefill_tokens": prefill_tokens, "prefill_tok_s": prefill_tokens / min(prefill),
-        "forward_context": context, "forward_repeats": repeats,
-        "forward_ms_best": {str(n): v for n, v in best.items()},
-        "forward_ms_median": {str(n): v for n, v in median.items()},
-        "relative_cost": {str(n): best[n] / best[1] for n in N_VALUES},        # from best times
-        "relative_cost_median": {str(n): median[n] / median[1] for n in N_VALUES},
+        "forward_context": context, **costs,
     }
-    print(f"specdec   {name:38s} decode {entry['decode_tok_s']:7.1f} tok/s  prefill "
-          f"{entry['prefill_tok_s']:7.1f} tok/s  n-cost "
-          + " ".join(f"{n}:{entry['relative_cost'][str(n)]:.2f}" for n in N_VALUES), flush=True)
+    print(summary_line(f"specdec   {name:38s}", entry), flush=True)
     return entry
 
 

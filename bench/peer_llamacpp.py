@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -97,14 +97,8 @@ def bench_model(name: str, decode_tokens: int, prefill_tokens: int, context: int
         steps.append(peer.forward([tok], 16 + i, False))
         tok = peer.last_argmax()
 
-    # n-token forwards, round-robin over n so that load from elsewhere hits every n alike.
     peer.forward(ids[:context], 0, False)
-    times: Dict[int, List[float]] = {n: [] for n in N_VALUES}
-    for _ in range(repeats):
-        for n in N_VALUES:
-            times[n].append(peer.forward(ids[context:context + n], context, True))
-    best = {n: min(v) * 1e3 for n, v in times.items()}
-    median = {n: statistics.median(v) * 1e3 for n, v in times.items()}
+    costs = forward_costs(lambda n: peer.forward(ids[context:context + n], context, True), repeats)
     decode_s = statistics.median(steps)
     decode_best = float(np.percentile(steps, 10))
     size = os.path.getsize(path)
@@ -116,16 +110,34 @@ def bench_model(name: str, decode_tokens: int, prefill_tokens: int, context: int
         "decode_GBps": size / decode_s / 1e9,
         "prefill_tokens": prefill_tokens, "prefill_tok_s": prefill_tokens / min(prefill),
         "prefill_tok_s_median": prefill_tokens / statistics.median(prefill),
-        "forward_context": context, "forward_repeats": repeats,
+        "forward_context": context, **costs,
+    }
+    print(summary_line(name.ljust(40), entry), flush=True)
+    return entry
+
+
+def forward_costs(forward: Callable[[int], float], repeats: int) -> Dict[str, object]:
+    """Times forward(n) (seconds) for every n in N_VALUES, in `repeats` rounds over all n (load from
+    elsewhere then hits every n alike): best and median ms, and both relative to n = 1."""
+    times: Dict[int, List[float]] = {n: [] for n in N_VALUES}
+    for _ in range(repeats):
+        for n in N_VALUES:
+            times[n].append(forward(n))
+    best = {n: min(v) * 1e3 for n, v in times.items()}
+    median = {n: statistics.median(v) * 1e3 for n, v in times.items()}
+    return {
+        "forward_repeats": repeats,
         "forward_ms_best": {str(n): v for n, v in best.items()},
         "forward_ms_median": {str(n): v for n, v in median.items()},
         "relative_cost": {str(n): best[n] / best[1] for n in N_VALUES},        # from best times
         "relative_cost_median": {str(n): median[n] / median[1] for n in N_VALUES},
     }
-    print(f"{name:40s} decode {entry['decode_tok_s']:7.1f} tok/s  prefill "
-          f"{entry['prefill_tok_s']:7.1f} tok/s  n-cost "
-          + " ".join(f"{n}:{entry['relative_cost'][str(n)]:.2f}" for n in N_VALUES), flush=True)
-    return entry
+
+
+def summary_line(label: str, entry: Dict[str, object]) -> str:
+    return (f"{label} decode {entry['decode_tok_s']:7.1f} tok/s  prefill "
+            f"{entry['prefill_tok_s']:7.1f} tok/s  n-cost "
+            + " ".join(f"{n}:{entry['relative_cost'][str(n)]:.2f}" for n in N_VALUES))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
