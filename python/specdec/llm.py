@@ -64,16 +64,11 @@ class _Request:
     text: str = ""
     first_token_time: Optional[float] = None
     prompt_logprobs_done: bool = False
-    num_preemptions: int = 0
 
     @property
     def all_ids(self) -> List[int]:
-        return self.prompt_ids + self.output_ids
-
-    @property
-    def prefill_ids(self) -> List[int]:
-        """What the next prefill computes: the prompt, or after a preemption the prompt and every
-        token produced so far (the next token is sampled from the last position's logits)."""
+        """The prompt and every token produced so far: what a prefill computes (after a
+        preemption too: the next token is sampled from the last position's logits)."""
         return self.prompt_ids + self.output_ids
 
 
@@ -85,11 +80,16 @@ class _Blocks:
         self.runner = runner
         self.reserved = [0] * len(runner.num_free_blocks())
 
-    def take(self, r: "_Request", n: int) -> bool:
+    def _fits(self, r: "_Request", n: int) -> bool:
         need = self.runner.num_blocks_needed(r.request_id, r.num_computed, n)
         free = self.runner.num_free_blocks()
-        if any(a > f - used for a, f, used in zip(need, free, self.reserved)):
+        return all(a <= f - used for a, f, used in zip(need, free, self.reserved))
+
+    def take(self, r: "_Request", n: int) -> bool:
+        """Reserves the blocks of r's next n tokens; False (nothing reserved) when they do not fit."""
+        if not self._fits(r, n):
             return False
+        need = self.runner.num_blocks_needed(r.request_id, r.num_computed, n)
         self.reserved = [used + a for used, a in zip(self.reserved, need)]
         return True
 
@@ -98,12 +98,7 @@ class _Blocks:
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            need = self.runner.num_blocks_needed(r.request_id, r.num_computed, mid)
-            free = self.runner.num_free_blocks()
-            if all(a <= f - used for a, f, used in zip(need, free, self.reserved)):
-                lo = mid
-            else:
-                hi = mid - 1
+            lo, hi = (mid, hi) if self._fits(r, mid) else (lo, mid - 1)
         return lo
 
 
@@ -244,7 +239,6 @@ class LLM:
         r.num_computed = 0
         if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
             del r.prompt_logprobs[1:]  # recomputed with the prompt
-        r.num_preemptions += 1
         self.num_preemptions += 1
         waiting.insert(0, r)
 
@@ -275,7 +269,7 @@ class LLM:
         for r in list(waiting):
             if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:
                 break
-            left = len(r.prefill_ids) - r.num_computed
+            left = len(r.all_ids) - r.num_computed
             chunk = min(budget, left)
             if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
                 chunk = min(chunk, rows_left)  # a logit row per prompt token
@@ -294,7 +288,7 @@ class LLM:
                 num_logits = chunk
             else:
                 num_logits = 1 if last else 0
-            batch.append((r.request_id, r.prefill_ids[r.num_computed:r.num_computed + chunk],
+            batch.append((r.request_id, r.all_ids[r.num_computed:r.num_computed + chunk],
                           r.num_computed, num_logits))
             owners.append((r, "prefill", chunk))
             budget -= chunk
@@ -351,7 +345,7 @@ class LLM:
                         if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
                             self._prompt_logprobs(r, rows, r.num_computed)
                         r.num_computed += chunk
-                        if r.num_computed < len(r.prefill_ids):
+                        if r.num_computed < len(r.all_ids):
                             continue
                         r.prompt_logprobs_done = True
                         waiting.remove(r)
