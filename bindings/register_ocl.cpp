@@ -12,6 +12,21 @@ using specdec::ocl::DeviceInfo;
 
 namespace {
 
+std::vector<std::string> cpu_feature_list(const DeviceInfo& d) {
+  const specdec::ocl::CpuFeatures f = specdec::ocl::cpu_features(d);
+  std::vector<std::string> out;
+  const std::string s = f.summary();
+  if (s == "none") return out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(' ', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
 py::dict device_dict(const DeviceInfo& d) {
   py::dict out;
   out["index"] = d.index;
@@ -33,6 +48,7 @@ py::dict device_dict(const DeviceInfo& d) {
   out["fp16"] = d.fp16;
   out["fp64"] = d.fp64;
   out["subgroups"] = d.subgroups;
+  out["cpu_features"] = cpu_feature_list(d);
   return out;
 }
 
@@ -60,6 +76,9 @@ void register_ocl(py::module_& m) {
       .def_readonly("fp64", &DeviceInfo::fp64)
       .def_readonly("subgroups", &DeviceInfo::subgroups)
       .def_readonly("extensions", &DeviceInfo::extensions)
+      .def_property_readonly("cpu_features", &cpu_feature_list,
+                             "x86 SIMD features of the CPU a CPU device runs on (cpuid): avx2, "
+                             "fma, avx512f, avx512bw, avx512vnni; [] for other devices.")
       .def("as_dict", &device_dict)
       .def("summary", &DeviceInfo::summary)
       .def("__repr__", [](const DeviceInfo& d) {
@@ -87,6 +106,8 @@ void register_ocl(py::module_& m) {
            py::arg("name"), py::arg("source"), py::arg("options") = "",
            "Builds OpenCL C source (cached by name and options); OpenCLError with the build log on failure.")
       .def_property_readonly("num_cached_programs", &specdec::ocl::Context::num_cached_programs)
+      .def("build_logs", &specdec::ocl::Context::build_logs,
+           "(program [options], log) of every program built so far whose build log is not empty.")
       .def("finish", &specdec::ocl::Context::finish)
       .def_property_readonly("profiling", &specdec::ocl::Context::profiling,
                              "Whether kernels are timed (SPECDEC_PROFILE set at creation).")

@@ -6,7 +6,11 @@
 
 #include "common/dtype.h"
 #include "common/errors.h"
+#include "model/config.h"
+#include "model/gguf.h"
 #include "runner/model_runner.h"
+#include "runner/model_weights.h"
+#include "tokenizer/tokenizer.h"
 #include "sampling/sampler.h"
 
 namespace py = pybind11;
@@ -113,14 +117,14 @@ void register_runner(py::module_& m) {
            "[rows, vocab] float32 (0 rows with return_logits=False), 'logits_start': first row per "
            "request (+ total), 'argmax': int32 [rows] (ties: lowest id), 'argmax_logprob': "
            "float32 [rows], both reduced on the device, 'hidden': {layer: [tokens, hidden]}}.")
-      .def("truncate", &runner::ModelRunner::truncate, py::arg("request_id"), py::arg("num_tokens"))
-      .def("free", &runner::ModelRunner::free, py::arg("request_id"))
-      .def("has_request", &runner::ModelRunner::has_request, py::arg("request_id"))
-      .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::arg("request_id"))
-      .def("num_blocks_needed", &runner::ModelRunner::num_blocks_needed, py::arg("request_id"),
+      .def("truncate", &runner::ModelRunner::truncate, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"), py::arg("num_tokens"))
+      .def("free", &runner::ModelRunner::free, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
+      .def("has_request", &runner::ModelRunner::has_request, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
+      .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
+      .def("num_blocks_needed", &runner::ModelRunner::num_blocks_needed, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"),
            py::arg("num_computed_tokens"), py::arg("num_new_tokens"),
            "New KV blocks per group a step would take (upper bound: window frees not subtracted).")
-      .def("num_free_blocks", &runner::ModelRunner::num_free_blocks, "Free KV blocks per group.")
+      .def("num_free_blocks", &runner::ModelRunner::num_free_blocks, py::call_guard<py::gil_scoped_release>(), "Free KV blocks per group.")
       .def_property_readonly("config", &runner::ModelRunner::config, py::return_value_policy::copy)
       .def_property_readonly("kv_config", &runner::ModelRunner::kv_config, py::return_value_policy::copy)
       .def_property_readonly("max_model_len", &runner::ModelRunner::max_model_len)
@@ -131,6 +135,20 @@ void register_runner(py::module_& m) {
         for (const auto& g : r.attention().attention_groups) names.push_back(g.backend->name());
         return names;
       });
+
+  m.def(
+      "check_model_file",
+      [](const std::string& path) {
+        py::gil_scoped_release release;
+        const model::GgufFile file = model::GgufFile::open(path);
+        const model::ModelConfig config = model::config_from_gguf(file);
+        runner::check_loadable(file, config);
+        tokenizer::Tokenizer::from_gguf(file);
+      },
+      py::arg("path"),
+      "Checks a GGUF file as a ModelRunner does when it loads it (configuration, every tensor's "
+      "presence, shape and weight format, the tokenizer) without touching a device: FormatError "
+      "or UnsupportedError naming what is wrong.");
 
   py::class_<sampling::Generator>(m, "SamplingGenerator", "A request's seeded random stream.")
       .def(py::init<uint64_t>(), py::arg("seed"))

@@ -56,10 +56,10 @@ void register_tokenizer(py::module_& m) {
           py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
       .def(
           "decode",
-          [](const Tokenizer& t, const std::vector<int32_t>& ids, bool special) {
-            return to_str(t.decode(ids, special));
+          [](const Tokenizer& t, const std::vector<int32_t>& ids, bool special, bool continuation) {
+            return to_str(t.decode(ids, special, continuation));
           },
-          py::arg("ids"), py::arg("special") = false)
+          py::arg("ids"), py::arg("special") = false, py::arg("continuation") = false)
       .def(
           "decode_bytes",
           [](const Tokenizer& t, const std::vector<int32_t>& ids, bool special) {
@@ -94,6 +94,19 @@ void register_tokenizer(py::module_& m) {
           },
           py::arg("messages"), py::arg("add_generation_prompt") = true,
           "Renders (role, content) pairs with the file's chat template.")
+      .def(
+          "encode_chat",
+          [](const Tokenizer& t, const std::vector<std::pair<std::string, std::string>>& messages,
+             bool add_generation_prompt, bool add_special) {
+            std::vector<ChatMessage> chat;
+            for (const auto& [role, content] : messages) chat.push_back({role, content});
+            py::gil_scoped_release release;
+            return t.encode_chat(chat, add_generation_prompt, add_special);
+          },
+          py::arg("messages"), py::arg("add_generation_prompt") = true,
+          py::arg("add_special") = true,
+          "Token ids of (role, content) pairs rendered with the chat template: the template's "
+          "markers are control tokens, the contents are never parsed for control tokens.")
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("kind",
                              [](const Tokenizer& t) { return tokenizer_kind_name(t.kind()); })
@@ -114,8 +127,8 @@ void register_tokenizer(py::module_& m) {
 
   py::class_<StreamDecoder>(m, "StreamDecoder",
                             "Detokenizes one id at a time without splitting a UTF-8 character.")
-      .def(py::init<const Tokenizer&, bool>(), py::arg("tokenizer"), py::arg("special") = false,
-           py::keep_alive<1, 2>())
+      .def(py::init<const Tokenizer&, bool, bool>(), py::arg("tokenizer"),
+           py::arg("special") = false, py::arg("continuation") = false, py::keep_alive<1, 2>())
       .def(
           "push", [](StreamDecoder& d, int32_t id) { return to_str(d.push(id)); }, py::arg("id"))
       .def("flush", [](StreamDecoder& d) { return to_str(d.flush()); })

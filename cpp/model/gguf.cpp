@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "common/errors.h"
+#include "common/utf8.h"
 
 namespace specdec::model {
 
@@ -53,6 +54,11 @@ uint64_t min_value_bytes(GgufType type) {
 
 bool is_gguf_type(uint32_t id) { return id <= static_cast<uint32_t>(GgufType::kFloat64); }
 
+std::string hex_byte(uint8_t b) {
+  const char* digits = "0123456789abcdef";
+  return {digits[b >> 4], digits[b & 15]};
+}
+
 std::string quoted(std::string_view text) {
   std::string out = "'";
   for (char c : text.substr(0, 80)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
@@ -93,7 +99,7 @@ class GgufParser {
 
  private:
   [[noreturn]] void fail(const std::string& message) const {
-    throw FormatError(str_cat("GGUF ", message, " (file ", out_.source(), ")"));
+    throw FormatError(valid_utf8(str_cat("GGUF ", message, " (file ", out_.source(), ")")));
   }
 
   uint64_t left() const { return size_ - pos_; }
@@ -122,6 +128,11 @@ class GgufParser {
                    left(), " bytes left in the file"));
     }
     std::string text(reinterpret_cast<const char*>(data_ + pos_), length);
+    // GGUF strings are UTF-8 (the format says so, and a Python str cannot hold anything else).
+    if (const size_t bad = invalid_utf8_offset(text); bad != std::string_view::npos) {
+      fail(str_cat(context_, ": ", what, " at byte ", at, " is not valid UTF-8 (byte 0x",
+                   hex_byte(static_cast<uint8_t>(text[bad])), " at byte ", pos_ + bad, ")"));
+    }
     pos_ += length;
     return text;
   }

@@ -33,7 +33,9 @@ class FdCloser {
 }  // namespace
 
 MappedFile MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a regular
+  // file); it changes nothing for regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw_path_error(path, str_cat("cannot open model file: ", std::strerror(errno)));
   }
@@ -42,7 +44,12 @@ MappedFile MappedFile::open(const std::string& path) {
   if (::fstat(fd, &info) != 0) {
     throw_path_error(path, str_cat("cannot stat model file: ", std::strerror(errno)));
   }
-  if (!S_ISREG(info.st_mode)) throw_path_error(path, "expected a regular file");
+  if (!S_ISREG(info.st_mode)) {
+    throw_path_error(path, S_ISDIR(info.st_mode)    ? "is a directory, not a regular file"
+                           : S_ISFIFO(info.st_mode) ? "is a FIFO (named pipe), not a regular file"
+                           : S_ISCHR(info.st_mode)  ? "is a character device, not a regular file"
+                                                    : "is not a regular file");
+  }
   MappedFile file;
   file.source_ = path;
   file.size_ = static_cast<size_t>(info.st_size);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "common/utf8.h"
 
 namespace specdec::model {
 namespace {
@@ -39,41 +40,6 @@ const DTypeInfo& dtype_info(SafetensorsDType dtype) {
     if (info.dtype == dtype) return info;
   }
   throw UnsupportedError("unknown SafetensorsDType value");  // unreachable for valid enums
-}
-
-// Length of the well-formed UTF-8 sequence at the start of `text`, or 0 if there is none.
-size_t utf8_sequence_bytes(std::string_view text) {
-  const auto lead = static_cast<uint8_t>(text[0]);
-  if (lead < 0x80) return 1;
-  const size_t length = lead >= 0xF8   ? 0
-                        : lead >= 0xF0 ? 4
-                        : lead >= 0xE0 ? 3
-                        : lead >= 0xC0 ? 2
-                                       : 0;
-  if (length == 0 || length > text.size()) return 0;
-  uint32_t code_point = lead & (0x7F >> length);
-  for (size_t i = 1; i < length; ++i) {
-    const auto next = static_cast<uint8_t>(text[i]);
-    if ((next & 0xC0) != 0x80) return 0;
-    code_point = (code_point << 6) | (next & 0x3F);
-  }
-  const uint32_t min_code_point = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
-  const bool surrogate = code_point >= 0xD800 && code_point <= 0xDFFF;
-  return code_point < min_code_point || code_point > 0x10FFFF || surrogate ? 0 : length;
-}
-
-// `text` with every byte that is not part of well-formed UTF-8 replaced by '?'. Messages quote
-// file bytes (names cut mid-character, the JSON parser's "last read" token) and the bindings
-// turn them into Python str, which must be valid UTF-8.
-std::string valid_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  while (!text.empty()) {
-    const size_t length = utf8_sequence_bytes(text);
-    out += length == 0 ? std::string_view("?") : text.substr(0, length);
-    text.remove_prefix(std::max<size_t>(length, 1));
-  }
-  return out;
 }
 
 // `text` in double quotes, cut to kMaxQuotedChars so hostile names cannot bloat messages.

@@ -53,9 +53,33 @@ std::shared_ptr<Context> Context::create(const std::string& selector) {
 
 void Context::finish() const { SPECDEC_CL_CHECK(clFinish(queue_)); }
 
+namespace {
+
+// "-w" (no compiler warnings: a successful build prints nothing) unless SPECDEC_CL_WARNINGS=1.
+const char* warning_option() {
+  static const char* option = [] {
+    const char* env = std::getenv("SPECDEC_CL_WARNINGS");
+    return env != nullptr && std::string(env) == "1" ? "" : " -w";
+  }();
+  return option;
+}
+
+}  // namespace
+
+size_t Context::num_cached_programs() const {
+  auto guard = lock();
+  return programs_.size();
+}
+
+std::vector<std::pair<std::string, std::string>> Context::build_logs() const {
+  auto guard = lock();
+  return build_logs_;
+}
+
 cl_program Context::build(const std::string& name, const std::string& source,
                           const std::string& options) {
-  std::string full_options = "-cl-std=CL1.2 " + options;
+  auto guard = lock();
+  std::string full_options = "-cl-std=CL1.2 " + options + warning_option();
   if (const char* extra = std::getenv("SPECDEC_CL_BUILD_OPTIONS")) full_options += std::string(" ") + extra;
   const auto key = std::make_tuple(name, full_options, std::hash<std::string>{}(source));
   if (auto it = programs_.find(key); it != programs_.end()) return it->second;
@@ -73,15 +97,19 @@ cl_program Context::build(const std::string& name, const std::string& source,
           str_cat("program '", name, "' with options '", full_options, "' on ", device_.name,
                   "; build log:\n", log));
   }
+  if (std::string log = build_log(program, device_.id); !log.empty() && log != "(no build log)") {
+    build_logs_.emplace_back(name + " [" + full_options + "]", std::move(log));
+  }
   programs_.emplace(key, program);
   return program;
 }
 
 Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
                        const std::string& options) {
+  auto guard = lock();
   auto fast_key = std::make_tuple(program, kernel_name, options);
   if (auto it = launch_cache_.find(fast_key); it != launch_cache_.end()) {
-    return Kernel(it->second, kernel_name);
+    return Kernel(it->second, kernel_name, std::move(guard));
   }
   cl_program p = build(program, kernel_source(program), options);
   const auto key = std::make_pair(p, kernel_name);
@@ -95,7 +123,7 @@ Kernel Context::kernel(const std::string& program, const std::string& kernel_nam
     kernels_.emplace(key, k);
   }
   launch_cache_.emplace(std::move(fast_key), k);
-  return Kernel(k, kernel_name);
+  return Kernel(k, kernel_name, std::move(guard));
 }
 
 Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags) : size_bytes_(size_bytes) {
@@ -157,7 +185,8 @@ void Buffer::fill_zero(const Context& ctx) {
                                        nullptr));
 }
 
-Kernel::Kernel(cl_kernel kernel, std::string name) : kernel_(kernel), name_(std::move(name)) {
+Kernel::Kernel(cl_kernel kernel, std::string name, std::unique_lock<std::recursive_mutex> lock)
+    : kernel_(kernel), name_(std::move(name)), lock_(std::move(lock)) {
   SPECDEC_CL_CHECK(clRetainKernel(kernel_));
 }
 
@@ -165,7 +194,8 @@ Kernel::~Kernel() {
   if (kernel_ != nullptr) clReleaseKernel(kernel_);
 }
 
-Kernel::Kernel(Kernel&& other) noexcept : kernel_(other.kernel_), name_(std::move(other.name_)) {
+Kernel::Kernel(Kernel&& other) noexcept
+    : kernel_(other.kernel_), name_(std::move(other.name_)), lock_(std::move(other.lock_)) {
   other.kernel_ = nullptr;
 }
 
@@ -190,6 +220,7 @@ void Context::record_launch(const std::string& kernel, cl_event event) const {
 }
 
 Context::Profile Context::take_profile() {
+  auto guard = lock();
   finish();
   // The events leave launches_ first and are released on every path (a failed query throws).
   struct Events {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -36,16 +37,24 @@ class Context {
 
   // Kernel `kernel_name` of the embedded program `program` built with `options`
   // (SPECDEC_CL_BUILD_OPTIONS is appended). Built once per (program, options, source); the kernel
-  // object is created once too and shared: arguments are set right before every launch, so
-  // one thread at a time may use a Context (and everything on it: runners, ops). The Python
-  // bindings release the GIL during ModelRunner.step: do not step runners that share a context
-  // from several Python threads.
+  // object is created once too and shared, its arguments set right before every launch. So that
+  // several threads may use one Context, the returned Kernel holds the context's (recursive)
+  // lock from creation to destruction: set the arguments and launch, then let it go (never keep
+  // a Kernel beyond one launch sequence). Everything else on a Context is thread-safe: OpenCL
+  // queue calls are, and the program caches are guarded by the same lock.
   Kernel kernel(const std::string& program, const std::string& kernel_name,
                 const std::string& options = "");
-  // Builds `source` as program `name` (cached like embedded programs). A failed build throws
-  // OclError carrying the program name, the options and the full build log.
+  // Builds `source` as program `name` (cached like embedded programs). The build prints nothing:
+  // compiler warnings are off (-w) unless SPECDEC_CL_WARNINGS=1. A failed build throws OclError
+  // carrying the program name, the options and the full build log.
   cl_program build(const std::string& name, const std::string& source, const std::string& options);
-  size_t num_cached_programs() const { return programs_.size(); }
+  size_t num_cached_programs() const;
+  // The build log of every program built so far whose log is not empty (warnings, notes), by
+  // program name and options: kept so that a caller can show them (tests check there are none).
+  std::vector<std::pair<std::string, std::string>> build_logs() const;
+  // The lock a Kernel holds; taken by anything that must not interleave with other threads'
+  // launches on this context (recursive: a thread may take it again).
+  std::unique_lock<std::recursive_mutex> lock() const { return std::unique_lock(mu_); }
 
   // Kernel profiling, on when SPECDEC_PROFILE is set at creation (the queue then records
   // timestamps: every launch keeps an event until take_profile()). take_profile() waits for the
@@ -75,7 +84,9 @@ class Context {
   std::map<std::pair<cl_program, std::string>, cl_kernel> kernels_;
   // (program, kernel, options) -> kernel: the per-launch lookup, before any source is hashed.
   std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> launch_cache_;
+  std::vector<std::pair<std::string, std::string>> build_logs_;
   bool profiling_ = false;
+  mutable std::recursive_mutex mu_;
   mutable std::vector<std::pair<std::string, cl_event>> launches_;  // while profiling
   mutable int64_t dropped_launches_ = 0;
 };
@@ -107,8 +118,8 @@ class Buffer {
 // A kernel object with typed argument setting. Move-only.
 class Kernel {
  public:
-  // Takes a reference of its own to `kernel`.
-  Kernel(cl_kernel kernel, std::string name);
+  // Takes a reference of its own to `kernel`; holds `lock` (the context's) while it lives.
+  Kernel(cl_kernel kernel, std::string name, std::unique_lock<std::recursive_mutex> lock = {});
   ~Kernel();
   Kernel(Kernel&& other) noexcept;
   Kernel& operator=(Kernel&&) = delete;
@@ -129,6 +140,7 @@ class Kernel {
  private:
   cl_kernel kernel_ = nullptr;
   std::string name_;
+  std::unique_lock<std::recursive_mutex> lock_;
 };
 
 }  // namespace specdec::ocl

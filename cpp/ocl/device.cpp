@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <utility>
 
 #include "common/errors.h"
 #include "ocl/error.h"
@@ -122,6 +123,33 @@ const DeviceInfo* match(const std::vector<DeviceInfo>& devices, const std::strin
 }
 
 }  // namespace
+
+std::string CpuFeatures::summary() const {
+  std::string out;
+  const std::pair<bool, const char*> names[] = {{avx2, "avx2"},         {fma, "fma"},
+                                                {avx512f, "avx512f"},   {avx512bw, "avx512bw"},
+                                                {avx512vnni, "avx512vnni"}};
+  for (const auto& [on, name] : names) {
+    if (on) out += (out.empty() ? "" : " ") + std::string(name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+CpuFeatures cpu_features(const DeviceInfo& device) {
+  CpuFeatures f;
+  if (device.type != "cpu") return f;
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  // libgcc / compiler-rt read cpuid and XCR0: a feature is reported only when the OS saves its
+  // registers too.
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+#endif
+  return f;
+}
 
 std::string DeviceInfo::summary() const {
   return str_cat(index, ": [", platform_index, ":", device_index, "] ", name, " (", type, ", ",

@@ -44,6 +44,20 @@ struct DeviceInfo {
   std::string summary() const;  // one line a person can read
 };
 
+// x86 SIMD features of the CPU that an OpenCL CPU device runs on (the host: PoCL's CPU devices and
+// other CPU runtimes execute here), read with cpuid, the OS's enabling of the AVX / AVX-512
+// register state included. All false for other device types and on non-x86 hosts. Kernels choose
+// their integer-dot paths from these instead of compiling probe kernels.
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vnni = false;
+  std::string summary() const;  // "avx2 fma avx512f avx512bw" or "none"
+};
+CpuFeatures cpu_features(const DeviceInfo& device);
+
 // Every device of every platform; an empty list when there is no OpenCL platform.
 std::vector<DeviceInfo> list_devices();
 

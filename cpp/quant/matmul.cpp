@@ -94,7 +94,9 @@ bool device_has_avx512bw(ocl::Context& ctx) {
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = known.find(key); it != known.end()) return it->second;
   bool ok = false;
-  if (ctx.device().type == "cpu") {
+  // The CPU must have AVX-512 BW (cpuid), and the device's compiler must know the builtins: the
+  // probe is compiled only where it should build, so that no failed build prints errors.
+  if (ocl::cpu_features(ctx.device()).avx512bw) {
     try {
       ctx.build("quant_probe", kProbeSource, "");
       ok = true;

@@ -59,10 +59,6 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
     : ctx_(std::move(ctx)), options_(options), file_(model::GgufFile::open(path)),
       config_(model::config_from_gguf(file_)) {
   const auto& c = config_;
-  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "linear") {  // YaRN: not yet
-    throw UnsupportedError(str_cat("rope scaling '", c.rope_scaling_type, "' is not supported yet "
-                                   "(supported: none, linear)"));
-  }
   weights_ = load_weights(*ctx_, file_, c, progress);
   kv_config_ = plan(c, options_);
   setup_ = attn::initialize_attention(kv_config_, layer_infos(c), options_.attention_backend,
@@ -150,6 +146,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
 
 StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers,
                              bool return_logits) {
+  std::lock_guard<std::mutex> guard(mu_);
   check_requests(requests);
   for (int l : hidden_layers) {
     check_config(l >= -1 && l < config_.num_layers, "hidden_layers", l,
@@ -240,6 +237,7 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
 }
 
 void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
+  std::lock_guard<std::mutex> guard(mu_);
   check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
   check_config(num_tokens >= 0 && num_tokens <= lengths_[request_id], "num_tokens", num_tokens,
                str_cat("in [0, ", lengths_[request_id], "] (the tokens in the cache)"));
@@ -248,15 +246,20 @@ void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
 }
 
 void ModelRunner::free(const std::string& request_id) {
+  std::lock_guard<std::mutex> guard(mu_);
   check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
   manager_->free(request_id);
   lengths_.erase(request_id);
 }
 
-bool ModelRunner::has_request(const std::string& request_id) const { return lengths_.contains(request_id); }
+bool ModelRunner::has_request(const std::string& request_id) const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return lengths_.contains(request_id);
+}
 
 std::vector<int64_t> ModelRunner::num_blocks_needed(const std::string& request_id, int64_t num_computed,
                                                     int64_t num_new) const {
+  std::lock_guard<std::mutex> guard(mu_);
   std::vector<int64_t> out;
   for (int g = 0; g < manager_->num_groups(); ++g) {
     const int64_t gross = manager_->num_blocks_needed(request_id, num_computed, num_new, g);
@@ -267,12 +270,14 @@ std::vector<int64_t> ModelRunner::num_blocks_needed(const std::string& request_i
 }
 
 std::vector<int64_t> ModelRunner::num_free_blocks() const {
+  std::lock_guard<std::mutex> guard(mu_);
   std::vector<int64_t> out;
   for (int g = 0; g < manager_->num_groups(); ++g) out.push_back(manager_->num_free_blocks(g));
   return out;
 }
 
 int64_t ModelRunner::num_cached_tokens(const std::string& request_id) const {
+  std::lock_guard<std::mutex> guard(mu_);
   const auto it = lengths_.find(request_id);
   return it == lengths_.end() ? 0 : it->second;
 }

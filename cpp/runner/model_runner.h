@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,8 @@ struct StepOutput {
   std::map<int, std::vector<float>> hidden;
 };
 
+// Thread-safe: step and the request calls below are serialised by the runner's own lock (one step
+// at a time; several runners on one Context interleave their launches safely, see Context).
 class ModelRunner {
  public:
   // Loads the GGUF model at `path` onto ctx's device, plans and allocates its KV cache and
@@ -111,6 +114,7 @@ class ModelRunner {
   std::unique_ptr<kv::KvCacheManager> manager_;
   std::unique_ptr<StepBuffers> scratch_;
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
+  mutable std::mutex mu_;                   // guards everything a step or request call touches
 };
 
 }  // namespace specdec::runner

@@ -5,6 +5,7 @@
 #include "common/errors.h"
 #include "model/gguf.h"
 #include "quant/dequantize.h"
+#include "quant/formats.h"
 #include "runner/tensor_names.h"
 
 namespace specdec::runner {
@@ -197,8 +198,11 @@ void load_ffn(Loader& load, int il, LayerWeights& l) {
 
 }  // namespace
 
-ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
-                          const model::ModelConfig& config, const LoadProgress& progress) {
+void check_loadable(const model::GgufFile& file, const model::ModelConfig& config) {
+  if (!config.rope_scaling_type.empty() && config.rope_scaling_type != "linear") {  // YaRN: not yet
+    throw UnsupportedError(str_cat("rope scaling '", config.rope_scaling_type, "' of ", file.source(),
+                                   " is not supported yet (supported: none, linear)"));
+  }
   for (int il = 0; il < config.num_layers; ++il) {
     if (file.find_tensor(blk(il, "ffn_gate_inp.weight")) != nullptr) {
       throw UnsupportedError(str_cat("layer ", il, " of ", file.source(), " is a mixture-of-experts "
@@ -206,6 +210,23 @@ ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
     }
   }
   check_model_tensors(file, config);
+  std::vector<TensorRef> refs = global_tensors(config);
+  for (int il = 0; il < config.num_layers; ++il) {
+    for (auto& r : layer_tensors(config, il)) refs.push_back(std::move(r));
+  }
+  for (const TensorRef& r : refs) {
+    const model::GgufTensor* t = find(file, r);
+    if (t != nullptr && !quant::is_weight_type_supported(t->type)) {
+      throw UnsupportedError(str_cat("tensor '", t->name, "' of ", file.source(), " is stored as ",
+                                     quant::weight_type_name(t->type), ", a weight format specdec "
+                                     "cannot read (supported: specdec.quant.supported_weight_types())"));
+    }
+  }
+}
+
+ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
+                          const model::ModelConfig& config, const LoadProgress& progress) {
+  check_loadable(file, config);
   Loader load(ctx, file, progress);
   ModelWeights w;
   w.token_embd = load.matrix("token_embd.weight");

@@ -56,7 +56,13 @@ struct ModelWeights {
 // (bytes done, bytes total): called after every tensor.
 using LoadProgress = std::function<void(int64_t, int64_t)>;
 
-// Checks the tensors (runner/tensor_names.h) and uploads them. UnsupportedError for an
+// Everything load_weights checks before it uploads: the architecture's features (no MoE, no YaRN
+// yet), every tensor present with its shape (runner/tensor_names.h) and in a weight format the
+// device kernels read. FormatError / UnsupportedError naming the tensor. `specdec inspect` runs it
+// too, so that it accepts exactly the files a runner loads.
+void check_loadable(const model::GgufFile& file, const model::ModelConfig& config);
+
+// Checks the tensors (check_loadable) and uploads them. UnsupportedError for an
 // architecture or weight type without a device path here.
 ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress = {});

@@ -72,11 +72,31 @@ std::string trim(std::string_view text) {
   return std::string(text.substr(begin, end - begin));
 }
 
-std::string apply_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt) {
-  std::string out;
+// Appends to a RenderedChat, recording which bytes the template wrote.
+class ChatWriter {
+ public:
+  void markup(std::string_view text) {
+    if (text.empty()) return;
+    const size_t begin = out_.text.size();
+    out_.text += text;
+    if (!out_.markup.empty() && out_.markup.back().second == begin) {
+      out_.markup.back().second = out_.text.size();  // extends the previous range
+    } else {
+      out_.markup.emplace_back(begin, out_.text.size());
+    }
+  }
+  void content(std::string_view text) { out_.text += text; }
+  RenderedChat take() { return std::move(out_); }
+
+ private:
+  RenderedChat out_;
+};
+
+RenderedChat render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                           bool add_generation_prompt) {
+  ChatWriter out;
   if (!t.default_system_prompt.empty() && messages.front().role != "system") {
-    out += str_cat(kImStart, "system\n", t.default_system_prompt, kImEnd, "\n");
+    out.markup(str_cat(kImStart, "system\n", t.default_system_prompt, kImEnd, "\n"));
   }
   for (const ChatMessage& m : messages) {
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
@@ -84,20 +104,18 @@ std::string apply_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& 
                                      "' is not supported by the ChatML "
                                      "renderer; supported roles: system, user, assistant"));
     }
-    out += str_cat(kImStart, m.role, "\n", m.content, kImEnd, "\n");
+    out.markup(str_cat(kImStart, m.role, "\n"));
+    out.content(m.content);
+    out.markup(str_cat(kImEnd, "\n"));
   }
-  if (add_generation_prompt) out += str_cat(kImStart, "assistant\n");
-  return out;
+  if (add_generation_prompt) out.markup(str_cat(kImStart, "assistant\n"));
+  return out.take();
 }
 
-std::string apply_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string first_user_prefix;
+RenderedChat render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   size_t first = 0;
-  if (messages.front().role == "system") {
-    first_user_prefix = messages.front().content + "\n\n";
-    first = 1;
-  }
-  std::string out;
+  if (messages.front().role == "system") first = 1;
+  ChatWriter out;
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     const bool even = (i - first) % 2 == 0;
@@ -106,12 +124,16 @@ std::string apply_gemma(const std::vector<ChatMessage>& messages, bool add_gener
                         "Gemma conversations alternate user/assistant/user/... after an "
                         "optional first system message");
     }
-    const std::string role = m.role == "assistant" ? "model" : m.role;
-    out += str_cat(kStartOfTurn, role, "\n", i == first ? first_user_prefix : "", trim(m.content),
-                   "<end_of_turn>\n");
+    // the role is the caller's text (the template renders any role at an assistant turn)
+    out.markup(kStartOfTurn);
+    out.content(m.role == "assistant" ? std::string("model") : m.role);
+    out.markup("\n");
+    if (i == first && first == 1) out.content(messages.front().content + "\n\n");
+    out.content(trim(m.content));
+    out.markup("<end_of_turn>\n");
   }
-  if (add_generation_prompt) out += str_cat(kStartOfTurn, "model\n");
-  return out;
+  if (add_generation_prompt) out.markup(str_cat(kStartOfTurn, "model\n"));
+  return out.take();
 }
 
 }  // namespace
@@ -147,11 +169,16 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
                                  "(<start_of_turn>)"));
 }
 
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) const {
+  if (messages.empty()) throw ConfigError("messages", "[]", "at least one message is required");
+  return kind == ChatTemplateKind::kChatMl ? render_chatml(*this, messages, add_generation_prompt)
+                                           : render_gemma(messages, add_generation_prompt);
+}
+
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const {
-  if (messages.empty()) throw ConfigError("messages", "[]", "at least one message is required");
-  return kind == ChatTemplateKind::kChatMl ? apply_chatml(*this, messages, add_generation_prompt)
-                                           : apply_gemma(messages, add_generation_prompt);
+  return render(messages, add_generation_prompt).text;
 }
 
 }  // namespace specdec::tokenizer

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specdec::tokenizer {
@@ -24,6 +25,15 @@ struct ChatMessage {
 
 enum class ChatTemplateKind { kChatMl, kGemma };
 
+// A rendered conversation: the text, and the byte ranges [begin, end) the template itself wrote
+// (its markers such as <|im_start|> and the roles' framing). Everything else came from the
+// messages. Tokenizer::encode_chat parses control tokens only inside `markup`, so text in a
+// message can never become a control token.
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> markup;
+};
+
 struct ChatTemplate {
   ChatTemplateKind kind = ChatTemplateKind::kChatMl;
   std::string default_system_prompt;  // ChatML only; empty when the template injects none
@@ -33,6 +43,7 @@ struct ChatTemplate {
   // Throws ConfigError for an empty conversation or roles the template rejects, and
   // UnsupportedError for roles this renderer does not implement (e.g. ChatML "tool").
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 };
 
 // "chatml" or "gemma".

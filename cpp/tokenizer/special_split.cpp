@@ -9,14 +9,29 @@ bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 // Splits the text fragment `f` at every occurrence of special token `id` (llama.cpp semantics,
 // including its lstrip/rstrip of adjacent white space).
+// Whether [begin, end) lies inside one of `ranges` (sorted, disjoint).
+bool inside(const SpecialSplitter::Ranges& ranges, size_t begin, size_t end) {
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                             [](size_t pos, const auto& r) { return pos < r.first; });
+  if (it == ranges.begin()) return false;
+  --it;
+  return it->first <= begin && end <= it->second;
+}
+
 void split_fragment(const Vocab& v, std::string_view text, const Fragment& f, int32_t id,
-                    std::vector<Fragment>& out) {
+                    const SpecialSplitter::Ranges* special_ranges, std::vector<Fragment>& out) {
   const std::string& token = v.tokens[id].text;
   const uint32_t attr = v.tokens[id].attr;
+  const bool restricted = special_ranges != nullptr && (attr & (kAttrControl | kAttrUnknown));
   const size_t end = f.offset + f.length;
   size_t cursor = f.offset;
+  size_t from = cursor;  // where the search goes on (past matches that are not taken)
   while (true) {
-    const size_t match = text.substr(0, end).find(token, cursor);
+    size_t match = text.substr(0, end).find(token, from);
+    while (restricted && match != std::string_view::npos &&
+           !inside(*special_ranges, match, match + token.size())) {
+      match = text.substr(0, end).find(token, match + 1);  // message text: not a control token
+    }
     if (match == std::string_view::npos) {
       if (cursor < end) out.push_back(Fragment{kNoToken, cursor, end - cursor});
       return;
@@ -31,6 +46,7 @@ void split_fragment(const Vocab& v, std::string_view text, const Fragment& f, in
     if (attr & kAttrRstrip) {
       while (cursor < end && is_ascii_space(text[cursor])) ++cursor;
     }
+    from = cursor;
   }
 }
 
@@ -78,18 +94,19 @@ std::vector<int32_t> SpecialSplitter::occurring(std::string_view text, bool pars
   return ids;
 }
 
-std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special) const {
+std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special,
+                                             const Ranges* special_ranges) const {
   std::vector<Fragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back(Fragment{kNoToken, 0, text.size()});
-  for (int32_t id : occurring(text, parse_special)) {
+  for (int32_t id : occurring(text, parse_special || special_ranges != nullptr)) {
     std::vector<Fragment> next;
     next.reserve(fragments.size() + 2);
     for (const Fragment& f : fragments) {
       if (f.token != kNoToken) {
         next.push_back(f);
       } else {
-        split_fragment(*vocab_, text, f, id, next);
+        split_fragment(*vocab_, text, f, id, special_ranges, next);
       }
     }
     fragments = std::move(next);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/vocab.h"
@@ -26,8 +27,13 @@ struct Fragment {
 class SpecialSplitter {
  public:
   explicit SpecialSplitter(const Vocab& vocab);
-  // Fragments of `text` in order; text fragments are never empty.
-  std::vector<Fragment> split(std::string_view text, bool parse_special) const;
+  // Byte ranges [begin, end) of the text, sorted and disjoint.
+  using Ranges = std::vector<std::pair<size_t, size_t>>;
+  // Fragments of `text` in order; text fragments are never empty. With `special_ranges`, control
+  // and unknown tokens are parsed only where they lie wholly inside one of the ranges (a chat
+  // template's own markup), whatever parse_special says.
+  std::vector<Fragment> split(std::string_view text, bool parse_special,
+                              const Ranges* special_ranges = nullptr) const;
 
  private:
   bool eligible(int32_t id, bool parse_special) const;

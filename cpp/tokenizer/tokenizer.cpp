@@ -46,12 +46,25 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  return encode_fragments(text, add_special, parse_special, nullptr);
+}
+
+std::vector<int32_t> Tokenizer::encode_chat(const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt, bool add_special) const {
+  const RenderedChat chat =
+      ChatTemplate::parse(vocab_->chat_template).render(messages, add_generation_prompt);
+  return encode_fragments(chat.text, add_special, false, &chat.markup);
+}
+
+std::vector<int32_t> Tokenizer::encode_fragments(
+    std::string_view text, bool add_special, bool parse_special,
+    const std::vector<std::pair<size_t, size_t>>* special_ranges) const {
   const Vocab& v = *vocab_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && v.add_bos) out.push_back(v.special.bos);
   bool after_special = true;  // SPM: a text run at the start or after a special token
-  for (const Fragment& f : splitter_->split(text, parse_special)) {
+  for (const Fragment& f : splitter_->split(text, parse_special, special_ranges)) {
     if (f.token != kNoToken) {
       out.push_back(f.token);
       after_special = true;
@@ -91,9 +104,10 @@ void Tokenizer::append_piece(int32_t id, bool special, bool& strip_space, std::s
   strip_space = false;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) const {
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special,
+                              bool continuation) const {
   std::string out;
-  bool strip_space = vocab_->add_space_prefix;
+  bool strip_space = vocab_->add_space_prefix && !continuation;
   for (int32_t id : ids) append_piece(id, special, strip_space, out);
   return out;
 }
@@ -124,8 +138,11 @@ std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messa
   return ChatTemplate::parse(vocab_->chat_template).apply(messages, add_generation_prompt);
 }
 
-StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool special)
-    : tokenizer_(&tokenizer), special_(special), strip_space_(tokenizer.add_space_prefix()) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool special, bool continuation)
+    : tokenizer_(&tokenizer),
+      special_(special),
+      continuation_(continuation),
+      strip_space_(tokenizer.add_space_prefix() && !continuation) {}
 
 std::string StreamDecoder::push(int32_t id) {
   tokenizer_->append_piece(id, special_, strip_space_, pending_);
@@ -143,7 +160,7 @@ std::string StreamDecoder::flush() {
 
 void StreamDecoder::reset() {
   pending_.clear();
-  strip_space_ = tokenizer_->add_space_prefix();
+  strip_space_ = tokenizer_->add_space_prefix() && !continuation_;
 }
 
 }  // namespace specdec::tokenizer

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/gguf.h"
@@ -39,7 +40,10 @@ class Tokenizer {
   // The bytes of `ids` concatenated. Control and unknown tokens are rendered only when `special`;
   // with add_space_prefix (SPM) the space that encode puts at the start of each text run (the text
   // start and after each special token) is removed. Throws ConfigError for an id out of range.
-  std::string decode(const std::vector<int32_t>& ids, bool special = false) const;
+  // continuation: the ids continue a text (generated tokens after a prompt), so the space prefix
+  // of the first piece is kept.
+  std::string decode(const std::vector<int32_t>& ids, bool special = false,
+                     bool continuation = false) const;
   // The bytes of one token (may be part of a UTF-8 character); control/unknown tokens give their
   // text when `special`, else "".
   std::string token_to_piece(int32_t id, bool special = true) const;
@@ -69,12 +73,22 @@ class Tokenizer {
   // Renders a conversation with the file's chat template (see chat_template.h).
   std::string apply_chat_template(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt = true) const;
+  // Token ids of a conversation rendered with the chat template: the template's own markers
+  // become control tokens, while the messages' text is never parsed for them (a user writing
+  // "<|im_end|><|im_start|>system" gets that text, not a new system turn). Equal to
+  // encode(apply_chat_template(...), add_special, true) whenever no message contains
+  // control-token text.
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt = true, bool add_special = true) const;
 
   const Vocab& vocab() const { return *vocab_; }
 
  private:
   explicit Tokenizer(Vocab vocab);
   void check_id(int32_t id) const;
+  std::vector<int32_t> encode_fragments(
+      std::string_view text, bool add_special, bool parse_special,
+      const std::vector<std::pair<size_t, size_t>>* special_ranges) const;
 
   std::shared_ptr<const Vocab> vocab_;
   std::shared_ptr<const SpecialSplitter> splitter_;
@@ -86,7 +100,8 @@ class Tokenizer {
 // must outlive the decoder.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool special = false);
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool special = false,
+                         bool continuation = false);
   std::string push(int32_t id);
   std::string flush();
   // Forgets pending bytes and starts a new text (as after construction).
@@ -95,6 +110,7 @@ class StreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool special_;
+  bool continuation_;
   bool strip_space_;
   std::string pending_;
 };

@@ -1,16 +1,28 @@
-"""The ``specdec`` command line."""
+"""The ``specdec`` command line.
+
+Every user error is one line on stderr, ``specdec: error: <field> = <value>: <what is allowed>``,
+and exit status 2; arguments are checked before any model is fetched or loaded. Ctrl-C stops at
+once with one line (``specdec: interrupted``) and exit status 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
-from typing import Optional, Sequence
+import threading
+from typing import Callable, Optional, Sequence
 
 import specdec
 from specdec import _core
+from specdec._checks import check_text, unicode_problem
 from specdec.kv import format_kv_plan, parse_bytes
+from specdec.llm import check_attention_backend
+
+KV_DTYPES = ("f32", "f16", "bf16", "int8")
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
@@ -27,7 +39,8 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         print(f"      vendor {d.vendor}; driver {d.driver_version}; {d.opencl_c_version}; "
               f"max alloc {d.max_alloc_bytes >> 20} MiB; local mem {d.local_mem_bytes >> 10} KiB; "
               f"max work-group {d.max_work_group_size}; fp16 {'yes' if d.fp16 else 'no'}; "
-              f"fp64 {'yes' if d.fp64 else 'no'}")
+              f"fp64 {'yes' if d.fp64 else 'no'}"
+              + (f"; CPU features {' '.join(d.cpu_features) or 'none'}" if d.type == "cpu" else ""))
     chosen = specdec.select_device("")
     print(f"default device (SPECDEC_DEVICE or auto): {chosen.index}: {chosen.name}")
     return 0
@@ -68,30 +81,45 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(specdec.format_inspect(info))
+    if not info["runnable"]:  # described, but LLM would refuse it: say so in the status too
+        return _fail(f"{info['path']}: specdec cannot run this model: {info['unsupported']}")
     return 0
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    llm = specdec.LLM(args.model, device=args.device, attention_backend=args.attention_backend,
-                      max_model_len=args.max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
-                      progress=True)
-    prompt = args.prompt
-    if args.chat:
-        prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                   add_generation_prompt=True)
+    # everything is checked before the model is fetched or its weights are loaded
+    prompt = check_text("--prompt", args.prompt)
     params = specdec.SamplingParams(temperature=args.temperature, top_k=args.top_k,
                                     top_p=args.top_p, seed=args.seed, max_tokens=args.max_tokens)
+    check_attention_backend(args.attention_backend, "--attention-backend")
+    if args.device is not None:
+        specdec.select_device(check_text("--device", args.device))
+    parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
+    path = specdec.resolve_model(args.model, progress=True)
+    max_model_len = args.max_model_len
+    if max_model_len is None:  # the model's context, up to 4096
+        max_model_len = min(4096, specdec.load_model_config(path).context_length)
+    llm = specdec.LLM(path, device=args.device, attention_backend=args.attention_backend,
+                      max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
+                      progress=True)
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
                      f"{llm.context.device.name}]\n")
-    if not args.chat:
-        sys.stdout.write(args.prompt)
 
     def emit(_rid: str, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    out = llm.generate(prompt, params, on_token=emit)[0]
+    if args.chat:
+        messages = [{"role": "user", "content": prompt}]
+        if args.parse_special:  # the user's text may carry control tokens: their choice
+            text = llm.tokenizer.apply_chat_template(messages)
+            out = llm.generate(text, params, on_token=emit, parse_special=True)[0]
+        else:
+            out = llm.chat(messages, params, on_token=emit)[0]
+    else:
+        sys.stdout.write(prompt)
+        out = llm.generate(prompt, params, on_token=emit, parse_special=args.parse_special)[0]
     m = llm.last_metrics
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -187,18 +215,66 @@ def _int_in(lo: int, hi: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+            raise argparse.ArgumentTypeError(f"{text!r}: not an integer; an integer in "
+                                             f"[{lo}, {hi}]") from None
         if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is outside [{lo}, {hi}]")
+            raise argparse.ArgumentTypeError(f"{text!r}: outside [{lo}, {hi}]")
         return value
+    return parse
+
+
+def _float_in(allowed: str, ok: Callable[[float], bool]):
+    """An argparse type: a finite float for which ``ok`` holds, else an error naming ``allowed``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number; {allowed}") from None
+        if not math.isfinite(value) or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: {allowed}")
+        return value
+    return parse
+
+
+def _choice(allowed: Sequence[str]):
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(allowed)}")
+        return text.lower()
     return parse
 
 
 MAX_TOKENS = 1 << 40
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors as one line, ``specdec: error: ...``, exit 2 (subcommands too)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # "argument --dtype: 'fp8': one of ..." -> "--dtype = 'fp8': one of ..."
+        m = re.match(r"argument ([^:]+): (.*)", message, re.S)
+        if m:
+            flag, rest = m.group(1).split("/")[-1], m.group(2)
+            message = f"{flag} = {rest}" if rest[:1] in "'\"" else f"{flag}: {rest}"
+        sys.exit(_fail(message))
+
+
+def _one_line(message: str) -> str:
+    out = ""
+    for line in (line.strip() for line in str(message).splitlines()):
+        if line:
+            out += ("" if not out else " " if out.endswith(":") else "; ") + line
+    return out or "(no message)"
+
+
+def _fail(message: str, status: int = 2) -> int:
+    sys.stderr.write(f"specdec: error: {_one_line(message)}\n")
+    sys.stderr.flush()
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    parser = _Parser(prog="specdec", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"specdec {specdec.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -216,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the drafter needs non-causal attention (DFlash)")
     p.add_argument("--device-type", help="cpu, gpu, ... (default: the type of the selected device)")
     p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16, help="tokens per block (default 16)")
-    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16")
+    p.add_argument("--dtype", type=_choice(KV_DTYPES), default="f16",
+                   help="KV-cache dtype: f32, f16, bf16, int8")
     p.set_defaults(func=_cmd_backends)
 
     p = sub.add_parser("kv-plan", help="print the KV-cache plan of a model")
@@ -231,9 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most new tokens of one request in one step (default 2048)")
     p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16,
                    help="tokens per block (default 16)")
-    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
+    p.add_argument("--dtype", type=_choice(KV_DTYPES), default="f16",
+                   help="KV-cache dtype: f32, f16, bf16, int8")
     p.add_argument("--drafter-example", help="also plan this example as the drafter, same budget")
-    p.add_argument("--drafter-fraction", type=float, default=None,
+    p.add_argument("--drafter-fraction", type=_float_in("a number in (0, 1)", lambda v: 0 < v < 1),
+                   default=None,
                    help="drafter's share of the budget (default: proportional to need)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_kv_plan)
@@ -257,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,
                    help="tokens per request (default: context length, or what fits)")
     p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16, help="tokens per block")
-    p.add_argument("--dtype", default="f16", help="KV-cache dtype: f32, f16, bf16, int8")
+    p.add_argument("--dtype", type=_choice(KV_DTYPES), default="f16",
+                   help="KV-cache dtype: f32, f16, bf16, int8")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_inspect)
 
@@ -266,30 +346,85 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--max-tokens", type=_int_in(1, MAX_TOKENS), default=128, help="default 128")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0: all tokens")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=_float_in("a finite number >= 0", lambda v: v >= 0),
+                   default=0.0, help="0 (default) is greedy")
+    p.add_argument("--top-k", type=_int_in(-1, (1 << 31) - 1), default=0,
+                   help="0 or -1: all tokens")
+    p.add_argument("--top-p", type=_float_in("a number in (0, 1]", lambda v: 0 < v <= 1),
+                   default=1.0)
     p.add_argument("--seed", type=_int_in(0, (1 << 63) - 1), default=None)
     p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
     p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
-    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=4096,
-                   help="tokens per request (default 4096; 0: the model's context)")
+    p.add_argument("--max-model-len", type=_int_in(2, MAX_TOKENS), default=None,
+                   help="tokens per request (default: the model's context length, at most 4096)")
+    p.add_argument("--parse-special", action="store_true",
+                   help="control-token text in the prompt (e.g. <|im_start|>) becomes control "
+                        "tokens (default: it stays text)")
     p.add_argument("--kv-cache-memory", default="1GiB", help="KV-cache budget (default 1GiB)")
     p.set_defaults(func=_cmd_generate)
     return parser
 
 
+def _run_interruptible(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Runs the command in a worker thread so that Ctrl-C is seen at once, even while a long step
+    runs in C++ (which Python cannot interrupt): the main thread prints one line and leaves."""
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["status"] = func(args)
+        except BaseException as err:  # handed to the main thread
+            result["error"] = err
+
+    worker = threading.Thread(target=work, name="specdec-command", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        _interrupted()
+    if "error" in result:
+        raise result["error"]
+    return int(result.get("status") or 0)
+
+
+def _interrupted() -> None:
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed pipe must not hide the message
+        pass
+    sys.stderr.write("\nspecdec: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)  # the worker may be inside a device step: do not wait for it
+
+
+USER_ERRORS: tuple = (ValueError, specdec.FetchError, UnicodeError, OSError)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already printed
+        return done.code if isinstance(done.code, int) else 0
+    except KeyboardInterrupt:
+        _interrupted()
+    for name, value in vars(args).items():  # argv that is not UTF-8 arrives as lone surrogates
+        if isinstance(value, str) and unicode_problem(value):
+            return _fail(f"--{name.replace('_', '-')} = {value!r}: {unicode_problem(value)}; "
+                         "arguments must be valid UTF-8")
+    try:
+        return _run_interruptible(args.func, args)
     except BrokenPipeError:  # output piped into head & co.
         sys.stdout = open(os.devnull, "w")
         return 0
-    except (ValueError, _core.OpenCLError, specdec.FetchError) as err:
-        print(f"specdec {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        _interrupted()
+    except _core.OpenCLError as err:  # the device failed: not the user's error, full message
+        sys.stderr.write(f"specdec: OpenCL error: {err}\n")
+        return 1
+    except USER_ERRORS as err:
+        return _fail(str(err))
 
 
 if __name__ == "__main__":

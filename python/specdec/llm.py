@@ -9,25 +9,56 @@ every running request and prefill chunks of waiting ones (up to ``max_num_batche
 The scheduler reserves each step's KV blocks before running it; when the cache is full it
 preempts the most recently admitted request (its blocks are freed; it goes back to the front of
 the queue and is recomputed later from its prompt and the tokens it had produced), as vLLM does.
+
+Thread safety: one ``LLM`` may be shared by several threads. ``generate`` and ``chat`` calls are
+served one after another (each holds the LLM's lock for its whole run; a call from another thread
+waits), so every output is exactly what the call gets alone. Underneath, the C++ runner serialises
+its steps too, and kernel launches on one OpenCL context never interleave their arguments.
+
+Prompt text is tokenized as text: control-token text such as ``<|im_start|>`` written in a prompt
+or in a chat message stays text unless the caller opts in with ``parse_special=True`` (raw prompts
+that carry their own control tokens). ``chat`` renders messages with the model's chat template,
+whose own markers are the only control tokens.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from specdec import _core
+from specdec._checks import (check_bool, check_int, check_messages, check_text, check_token_ids,
+                             error)
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
 from specdec.outputs import (CompletionOutput, RequestOutput, SamplingParams,
                              position_logprobs)
 from specdec.tokenizer import Tokenizer
 
-PromptType = Union[str, Dict[str, List[int]]]
+PromptType = Union[str, Dict[str, Any]]
+Message = Mapping[str, str]
+
+
+def check_attention_backend(value: Any, field: str = "attention_backend") -> Optional[str]:
+    """None / "" / "auto", or the name of a registered backend (any case); ValueError otherwise,
+    before anything is loaded."""
+    if value is None:
+        return None
+    name = check_text(field, value, "None, 'auto' or a backend name")
+    if name in ("", "auto"):
+        return None
+    known = [b["name"] for b in _core.attention_backends()]
+    if name.upper() not in known:
+        raise error(field, value, f"None, 'auto' or one of {', '.join(known)}")
+    return name
+
+
 
 
 def _load_progress(stream) -> Callable[[int, int], None]:
@@ -115,18 +146,38 @@ class LLM:
                  kv_cache_memory_bytes: Union[int, str] = "1GiB", block_size: int = 16,
                  kv_cache_dtype: str = "f16", max_num_batched_tokens: int = 512,
                  max_num_seqs: int = 16, progress: bool = True) -> None:
-        self.model_path = resolve_model(model, progress=progress)
+        # every argument is checked before anything is fetched or loaded
+        if not isinstance(model, (str, os.PathLike)):
+            raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
+        check_text("model", os.fspath(model), "a GGUF path or a catalog name", empty_ok=False)
+        if device is not None:
+            check_text("device", device, "None or a device selector (an index, P:D, gpu, cpu or "
+                       "part of a name)")
+        attention_backend = check_attention_backend(attention_backend)
+        check_int("max_model_len", max_model_len, 0, None,
+                  "0 (the model's context length) or an integer >= 2")
+        if max_model_len == 1:
+            raise error("max_model_len", max_model_len,
+                        "0 (the model's context length) or at least 2 (a prompt token and a "
+                        "generated one)")
+        kv_bytes = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        check_int("block_size", block_size, 1, 1 << 16)
+        check_text("kv_cache_dtype", kv_cache_dtype, "'f32', 'f16', 'bf16' or 'int8'")
+        check_int("max_num_batched_tokens", max_num_batched_tokens, 1, 1 << 30)
+        check_int("max_num_seqs", max_num_seqs, 1, 1 << 20)
+        check_bool("progress", progress)
+        self._lock = threading.Lock()
+        self._owner: Optional[int] = None
+        self.model_path = resolve_model(os.fspath(model), progress=progress)
         self.context = _core.Context(device or "")
         stream = sys.stderr if progress else None
         self.tokenizer = Tokenizer.from_file(self.model_path)
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs = {max_num_seqs}: at least 1")
         self.max_num_seqs = max_num_seqs
         # logit rows per step: a decode row per running request, or prompt-logprobs chunks
         self.max_num_logits = max(128, max_num_seqs)
         self.runner = _core.ModelRunner(
             self.context, self.model_path, attention_backend or "", max_model_len,
-            parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes"), block_size,
+            kv_bytes, block_size,
             kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
             _load_progress(stream) if stream else None)
         self.config = self.runner.config
@@ -139,7 +190,7 @@ class LLM:
         """Builds the kernels a prefill and a decode use (OpenCL compiles on first launch; PoCL
         caches the binaries on disk), so the first request's timings measure the model."""
         n = max(1, min(17, self.runner.max_model_len - 1, self.max_num_batched_tokens))
-        rid = "__warm_up__"
+        rid = "warm-up"
         self.runner.step([(rid, [0] * n, 0, 1)])
         self.runner.step([(rid, [0], n, 1)])
         self.runner.free(rid)
@@ -148,22 +199,33 @@ class LLM:
         return self.tokenizer
 
     # ---- requests ----
-    def _make_request(self, prompt: PromptType, params: SamplingParams) -> _Request:
+    def _prompt_ids(self, prompt: Any, field: str, parse_special: bool) -> tuple:
+        """(text, token ids) of one prompt, checked."""
+        allowed = 'a string or {"prompt_token_ids": [...]} (optionally with "prompt": text)'
         if isinstance(prompt, str):
-            text, ids = prompt, self.tokenizer.encode(prompt, add_special=True, parse_special=True)
-        elif isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            text, ids = prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
+            text = check_text(field, prompt, allowed)
+            ids = self.tokenizer.encode(text, add_special=True, parse_special=parse_special)
+        elif isinstance(prompt, Mapping):
+            unknown = sorted(set(prompt) - {"prompt_token_ids", "prompt"}, key=str)
+            if "prompt_token_ids" not in prompt or unknown:
+                raise error(field, prompt, allowed + (f"; unknown keys {unknown}" if unknown else ""))
+            text = prompt.get("prompt")
+            if text is not None:
+                check_text(f"{field}['prompt']", text, "None or the prompt's text")
+            ids = check_token_ids(f"{field}['prompt_token_ids']", prompt["prompt_token_ids"],
+                                  self.config.vocab_size)
         else:
-            raise ValueError(f"prompt = {prompt!r:.80}: a string or {{'prompt_token_ids': [...]}}")
+            raise error(field, prompt, allowed)
         if not ids:
-            raise ValueError("prompt: empty (no tokens); give at least one token")
-        vocab = self.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt_token_ids: {bad[0]} is not a token id in [0, {vocab})")
+            raise error(field, prompt, "a prompt of at least one token")
         if len(ids) >= self.runner.max_model_len:
-            raise ValueError(f"prompt: {len(ids)} tokens; at most max_model_len - 1 = "
+            raise ValueError(f"{field}: {len(ids)} tokens; at most max_model_len - 1 = "
                              f"{self.runner.max_model_len - 1} fit with one generated token")
+        return text, ids
+
+    def _make_request(self, prompt: Any, params: SamplingParams, field: str = "prompt",
+                      parse_special: bool = False) -> _Request:
+        text, ids = self._prompt_ids(prompt, field, parse_special)
         rid = str(self._next_id)
         self._next_id += 1
         gen = None
@@ -194,7 +256,8 @@ class LLM:
                 req.finish_reason = "length"
         if not p.stop and req.finish_reason is None:
             return  # the text is decoded once, at the end (not every token)
-        text = self.tokenizer.decode(req.output_ids, special=not p.skip_special_tokens)
+        text = self.tokenizer.decode(req.output_ids, special=not p.skip_special_tokens,
+                                     continuation=True)
         for s in p.stop:
             i = text.find(s)
             if i >= 0:
@@ -301,20 +364,81 @@ class LLM:
     # ---- the loop ----
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-                 on_token: Optional[Callable[[str, str], None]] = None) -> List[RequestOutput]:
+                 on_token: Optional[Callable[[str, str], None]] = None,
+                 parse_special: bool = False) -> List[RequestOutput]:
         """Generates for every prompt; outputs in prompt order. ``on_token(request_id, text)``
-        receives each request's new text as it is produced (streaming)."""
-        single = isinstance(prompts, (str, dict))
+        receives each request's new text as it is produced (streaming). ``parse_special=True``
+        lets control-token text in string prompts (``<|im_start|>``) become control tokens (raw
+        prompts that carry their own template); by default it stays text.
+
+        Safe to call from several threads: calls are served one after another."""
+        if isinstance(prompts, (bytes, bytearray)):
+            raise error("prompts", prompts, "a string, a token-ids dict or a list of them (decode "
+                        "bytes to str first)")
+        single = isinstance(prompts, (str, Mapping))
+        if not single and not isinstance(prompts, (list, tuple)):
+            raise error("prompts", prompts, "a string, a token-ids dict or a list of them")
         plist = [prompts] if single else list(prompts)
+        return self._run(plist, sampling_params, on_token, parse_special, "prompts", not single)
+
+    def chat(self, messages: Union[Sequence[Message], Sequence[Sequence[Message]]],
+             sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+             on_token: Optional[Callable[[str, str], None]] = None,
+             add_generation_prompt: bool = True) -> List[RequestOutput]:
+        """Generates replies to conversations (``[{"role": ..., "content": ...}, ...]``, or a list
+        of them) rendered with the model's chat template. The template's markers are the only
+        control tokens: message text is never parsed for them."""
+        check_bool("add_generation_prompt", add_generation_prompt)
+        if isinstance(messages, (list, tuple)) and messages and all(
+                isinstance(c, (list, tuple)) for c in messages):
+            convos = list(messages)
+        else:
+            convos = [messages]
+        prompts = []
+        for i, convo in enumerate(convos):
+            field = "messages" if len(convos) == 1 else f"messages[{i}]"
+            pairs = check_messages(convo, field)
+            ids = self.tokenizer._core.encode_chat(pairs, add_generation_prompt, True)
+            prompts.append({"prompt": self.tokenizer._core.apply_chat_template(
+                pairs, add_generation_prompt), "prompt_token_ids": ids})
+        return self._run(prompts, sampling_params, on_token, False, "messages", len(convos) > 1)
+
+    def _run(self, plist: List[Any], sampling_params: Any, on_token: Any, parse_special: bool,
+             field: str, indexed: bool) -> List[RequestOutput]:
+        check_bool("parse_special", parse_special)
+        if on_token is not None and not callable(on_token):
+            raise error("on_token", on_token, "None or a callable (request_id, text)")
         if sampling_params is None:
             sampling_params = SamplingParams()
-        params = ([sampling_params] * len(plist) if isinstance(sampling_params, SamplingParams)
-                  else list(sampling_params))
-        if len(params) != len(plist):
-            raise ValueError(f"sampling_params: {len(params)} given for {len(plist)} prompts")
-        reqs = [self._make_request(p, sp) for p, sp in zip(plist, params)]
+        if isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(plist)
+        elif isinstance(sampling_params, (list, tuple)) and all(
+                isinstance(p, SamplingParams) for p in sampling_params):
+            params = list(sampling_params)
+            if len(params) != len(plist):
+                raise ValueError(f"sampling_params: {len(params)} given for {len(plist)} prompts; "
+                                 "give one SamplingParams, or one per prompt")
+        else:
+            raise error("sampling_params", sampling_params,
+                        "None, a SamplingParams or a list of them (one per prompt)")
+        for p in params:
+            p._validate()  # fields may have been changed since construction
+        if self._owner == threading.get_ident():
+            raise RuntimeError("LLM.generate was called from inside its own on_token callback; "
+                               "call it after the running generate returns")
+        with self._lock:
+            self._owner = threading.get_ident()
+            try:
+                reqs = [self._make_request(p, sp, f"{field}[{i}]" if indexed else field,
+                                           parse_special)
+                        for i, (p, sp) in enumerate(zip(plist, params))]
+                return self._loop(reqs, on_token)
+            finally:
+                self._owner = None
+
+    def _loop(self, reqs: List[_Request], on_token: Any) -> List[RequestOutput]:
         waiting, running = list(reqs), []
-        streams = {r.request_id: self.tokenizer.stream_decoder() for r in reqs}
+        streams = {r.request_id: self.tokenizer.stream_decoder(continuation=True) for r in reqs}
         t_start = time.monotonic()
         prefill_tokens = decode_tokens = 0
         prefill_time = decode_time = 0.0

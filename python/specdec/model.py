@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Union
 
 from specdec import _core
 from specdec.hub import resolve_model
@@ -93,6 +93,15 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     """
     path = _resolve(path_or_name, progress)
     config = _core.load_model_config(path)
+    unsupported = None
+    if not Path(path).is_dir() and not path.endswith(".json"):
+        # a GGUF file: the checks of loading it (tensors, weight formats, tokenizer), so that
+        # inspect accepts exactly what LLM runs. A broken file raises FormatError; a sound file
+        # that specdec cannot run yet (MoE, YaRN, a weight format) is still described, with why.
+        try:
+            _core.check_model_file(path)
+        except _core.UnsupportedError as err:
+            unsupported = str(err)
     files = _read_files(path)
     budget = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
     layers = config.layer_kv_specs(block_size, dtype)
@@ -101,6 +110,7 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     plan = plan_kv_cache(config.layer_kv_specs(block_size, dtype, length), budget, length,
                          model_name=config.name or Path(path).name)
     return {"path": path, "config": json.loads(config.to_json()), "files": files,
+            "runnable": unsupported is None, "unsupported": unsupported,
             "kv_cache": {"budget_bytes": budget, "block_size": block_size, "dtype": dtype,
                          "max_model_len": length, "max_model_len_that_fits": fits,
                          "plan": json.loads(plan.to_json())},
@@ -156,6 +166,8 @@ def format_inspect(info: Dict[str, Any]) -> str:
         flags = ", ".join(f"{k} {tok[k]}" for k in ("add_bos_token", "add_eos_token", "add_space_prefix") if k in tok)
         if flags:
             lines.append(f"    flags       {flags}")
+    if not info.get("runnable", True):
+        lines.append(f"  runnable      no: {info['unsupported']}")
     lines.append(f"  KV cache      budget {_size(kv['budget_bytes'])}, {kv['dtype']}, block {kv['block_size']}: "
                  f"longest request that fits {kv['max_model_len_that_fits']} tokens "
                  f"(context {c['context_length']}); plan for {kv['max_model_len']}")

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from specdec._checks import (INT32_MAX, check_bool, check_int, check_real, check_text,
+                             check_token_ids, error, is_int)
 
 
 @dataclass
@@ -30,37 +34,52 @@ class SamplingParams:
     n: int = 1
 
     def __post_init__(self) -> None:
-        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        self.stop_token_ids = list(self.stop_token_ids or [])
         self._validate()
 
     def _validate(self) -> None:
-        def bad(name: str, allowed: str) -> ValueError:
-            return ValueError(f"SamplingParams.{name} = {getattr(self, name)!r}: {allowed}")
+        def f(name: str) -> str:
+            return f"SamplingParams.{name}"
 
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
-                or self.temperature < 0:
-            raise bad("temperature", "a finite number >= 0 (0 is greedy)")
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            raise bad("top_k", "-1 or 0 (all tokens) or a positive integer")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise bad("top_p", "a number in (0, 1]")
-        if not isinstance(self.min_p, (int, float)) or not 0 <= self.min_p <= 1:
-            raise bad("min_p", "a number in [0, 1]")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
-            raise bad("seed", "None or an integer in [0, 2^64)")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
-            raise bad("max_tokens", "None (up to the model length) or an integer >= 1")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise bad("stop", "a non-empty string or a list of them")
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "a list of token ids >= 0")
+        self.temperature = check_real(f("temperature"), self.temperature,
+                                      "a finite number >= 0 (0 is greedy)", lambda v: v >= 0)
+        self.top_k = check_int(f("top_k"), self.top_k, -1, INT32_MAX,
+                               f"-1 or 0 (all tokens) or a positive integer up to {INT32_MAX}")
+        self.top_p = check_real(f("top_p"), self.top_p, "a number in (0, 1]",
+                                lambda v: 0 < v <= 1)
+        self.min_p = check_real(f("min_p"), self.min_p, "a number in [0, 1]",
+                                lambda v: 0 <= v <= 1)
+        if self.seed is not None:
+            self.seed = check_int(f("seed"), self.seed, 0, 2**64 - 1,
+                                  "None or an integer in [0, 2^64)")
+        if self.max_tokens is not None:
+            self.max_tokens = check_int(f("max_tokens"), self.max_tokens, 1, None,
+                                        "None (up to the model length) or an integer >= 1")
+        stop = self.stop
+        allowed = "None, a non-empty string or a list of non-empty strings"
+        if stop is None:
+            stop = []
+        elif isinstance(stop, str):
+            stop = [stop]
+        elif not isinstance(stop, (list, tuple)):
+            raise error(f("stop"), stop, allowed)
+        for i, s in enumerate(stop):
+            check_text(f(f"stop[{i}]") if isinstance(self.stop, (list, tuple)) else f("stop"),
+                       s, allowed, empty_ok=False)
+        self.stop = list(stop)
+        ids = self.stop_token_ids
+        if ids is None:
+            ids = []
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple, np.ndarray)):
+            raise error(f("stop_token_ids"), ids, "None or a list of token ids (integers >= 0)")
+        self.stop_token_ids = check_token_ids(f("stop_token_ids"), ids)
+        self.ignore_eos = check_bool(f("ignore_eos"), self.ignore_eos)
+        self.skip_special_tokens = check_bool(f("skip_special_tokens"), self.skip_special_tokens)
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or not 0 <= v <= 1000):
-                raise bad(name, "None or an integer in [0, 1000]")
-        if self.n != 1:
-            raise bad("n", "1 (several completions per prompt are not supported yet)")
+            if v is not None:
+                setattr(self, name, check_int(f(name), v, 0, 1000, "None or an integer in [0, 1000]"))
+        if not is_int(self.n) or self.n != 1:
+            raise error(f("n"), self.n, "1 (several completions per prompt are not supported yet)")
 
     @property
     def greedy(self) -> bool:

@@ -11,6 +11,7 @@ import os
 from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
 from specdec import _core
+from specdec._checks import check_bool, check_messages, check_text
 
 __all__ = ["Tokenizer", "StreamDecoder"]
 
@@ -32,8 +33,9 @@ class StreamDecoder:
     """Detokenizes one id at a time: ``push`` returns the text completed so far (holding back an
     unfinished UTF-8 character), ``flush`` what is left. The pieces joined equal ``decode``."""
 
-    def __init__(self, tokenizer: "Tokenizer", special: bool = False) -> None:
-        self._core = _core.StreamDecoder(tokenizer._core, special)
+    def __init__(self, tokenizer: "Tokenizer", special: bool = False,
+                 continuation: bool = False) -> None:
+        self._core = _core.StreamDecoder(tokenizer._core, special, continuation)
 
     def push(self, token_id: int) -> str:
         return self._core.push(token_id)
@@ -65,13 +67,20 @@ class Tokenizer:
                parse_special: bool = False) -> List[int]:
         """Token ids of ``text``. ``add_special`` adds BOS/EOS as the file says;
         ``parse_special`` turns control-token text such as ``<|im_start|>`` into its id.
-        ``bytes`` are tokenized as is (invalid UTF-8 allowed)."""
-        return self._core.encode(text, add_special, parse_special)
+        ``bytes`` are tokenized as is (invalid UTF-8 allowed); a str must be valid Unicode."""
+        if not isinstance(text, (bytes, bytearray)):
+            check_text("text", text, "a str or bytes")
+        check_bool("add_special", add_special)
+        check_bool("parse_special", parse_special)
+        return self._core.encode(bytes(text) if isinstance(text, bytearray) else text,
+                                 add_special, parse_special)
 
-    def decode(self, ids: Iterable[int], special: bool = False) -> str:
+    def decode(self, ids: Iterable[int], special: bool = False, continuation: bool = False) -> str:
         """Text of ``ids``; control tokens are rendered only when ``special``. Invalid UTF-8 in
-        the result is replaced by U+FFFD (``decode_bytes`` gives the raw bytes)."""
-        return self._core.decode(list(ids), special)
+        the result is replaced by U+FFFD (``decode_bytes`` gives the raw bytes).
+        ``continuation``: the ids continue a text (tokens generated after a prompt), so the
+        leading space that SPM vocabularies strip at the start of a text is kept."""
+        return self._core.decode(list(ids), special, continuation)
 
     def decode_bytes(self, ids: Iterable[int], special: bool = False) -> bytes:
         return self._core.decode_bytes(list(ids), special)
@@ -94,21 +103,25 @@ class Tokenizer:
     def is_eog(self, token_id: int) -> bool:
         return self._core.is_eog(token_id)
 
-    def stream_decoder(self, special: bool = False) -> StreamDecoder:
-        return StreamDecoder(self, special)
+    def stream_decoder(self, special: bool = False, continuation: bool = False) -> StreamDecoder:
+        return StreamDecoder(self, special, continuation)
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
-                            add_generation_prompt: bool = True) -> str:
+                            add_generation_prompt: bool = True,
+                            tokenize: bool = False) -> Union[str, List[int]]:
         """Renders ``[{"role": ..., "content": ...}, ...]`` with the file's chat template
-        (ChatML or Gemma); UnsupportedError for other templates or none. Encode the result with
-        ``parse_special=True``."""
-        pairs = []
-        for i, m in enumerate(messages):
-            try:
-                pairs.append((str(m["role"]), str(m["content"])))
-            except (KeyError, TypeError):
-                raise ValueError(f"messages[{i}] = {m!r}: expected a dict with 'role' and "
-                                 "'content'") from None
+        (ChatML or Gemma); UnsupportedError for other templates or none.
+
+        ``tokenize=True`` returns the token ids (BOS as the file says): the template's markers
+        are control tokens and the messages' text is never parsed for control tokens, so a
+        message holding ``<|im_end|><|im_start|>system`` cannot open a turn. The rendered string
+        (``tokenize=False``) loses that distinction: encoding it with ``parse_special=True``
+        would turn such text into control tokens."""
+        pairs = check_messages(messages)
+        check_bool("add_generation_prompt", add_generation_prompt)
+        check_bool("tokenize", tokenize)
+        if tokenize:
+            return list(self._core.encode_chat(pairs, add_generation_prompt, True))
         return self._core.apply_chat_template(pairs, add_generation_prompt)
 
     @property

@@ -1,12 +1,18 @@
 // OpenCL runtime: device discovery and choice, buffers, program cache, readable errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "common/errors.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
 #include "ocl/kernel_sources.h"
+#include "ops/elementwise.h"
 
 using namespace specdec;
 using namespace specdec::ocl;
@@ -140,4 +146,42 @@ TEST(Ocl, KernelDirOverride) {
   setenv("SPECDEC_KERNEL_DIR", "/nonexistent", 1);
   EXPECT_THROW(kernel_source("kv_cache"), ConfigError);
   unsetenv("SPECDEC_KERNEL_DIR");
+}
+
+// Several threads launching the same cached kernel objects with their own arguments: each Kernel
+// holds the context's lock from creation to launch, so no thread's arguments leak into another
+// thread's launch (clSetKernelArg on a shared cl_kernel is the one OpenCL call that is not
+// thread-safe). Each thread scales its own buffer by 2^(t+1) and back, many times: a leaked
+// buffer or factor leaves a value off by a power of two.
+TEST(Ocl, ThreadsShareOneContext) {
+  auto ctx = Context::create();
+  constexpr int kThreads = 4, kRounds = 300, kN = 1024;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Buffer x(*ctx, kN * sizeof(float));
+      std::vector<float> host(kN, static_cast<float>(t + 1));
+      x.write(*ctx, host.data(), kN * sizeof(float));
+      const float up = std::ldexp(1.0f, t + 1), down = std::ldexp(1.0f, -(t + 1));
+      for (int r = 0; r < kRounds; ++r) {
+        ops::scale(*ctx, x, kN, r % 2 == 0 ? up : down);
+        if (r % 50 == 49) ctx->build("thread_test_" + std::to_string(t), "kernel void k() {}", "");
+      }
+      x.read(*ctx, host.data(), kN * sizeof(float));
+      for (float v : host) wrong += v != static_cast<float>(t + 1);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Ocl, CpuFeaturesOnlyForCpuDevices) {
+  for (const DeviceInfo& d : list_devices()) {
+    const CpuFeatures f = cpu_features(d);
+    if (d.type != "cpu") {
+      EXPECT_EQ(f.summary(), "none") << d.name;
+    }
+    EXPECT_TRUE(!f.avx512bw || f.avx512f) << d.name;  // BW implies F
+  }
 }

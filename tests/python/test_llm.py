@@ -1,5 +1,6 @@
 """specdec.LLM / SamplingParams / outputs (vLLM's names and shapes) and `specdec generate`."""
 
+import re
 import math
 from pathlib import Path
 
@@ -97,10 +98,10 @@ def test_bad_params_and_prompts(llm):
     for kw, field in [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
                       ({"top_k": -5}, "top_k"), ({"max_tokens": 0}, "max_tokens"),
                       ({"min_p": 2}, "min_p"), ({"logprobs": -1}, "logprobs"), ({"n": 2}, "n"),
-                      ({"stop": [""]}, "stop")]:
-        with pytest.raises(ValueError, match=f"SamplingParams.{field} ="):
+                      ({"stop": [""]}, "stop[0]")]:
+        with pytest.raises(ValueError, match=re.escape(f"SamplingParams.{field} =")):
             specdec.SamplingParams(**kw)
-    with pytest.raises(ValueError, match="prompt_token_ids: 9999"):
+    with pytest.raises(ValueError, match=r"prompt_token_ids'\]\[1\] = 9999: a token id in"):
         llm.generate({"prompt_token_ids": [1, 9999]})
     with pytest.raises(ValueError, match="max_model_len"):
         llm.generate({"prompt_token_ids": [1] * 200})
@@ -121,10 +122,13 @@ def test_generate_cli(capsys):
 def test_chat_generation_real_model(real_model):
     llm = specdec.LLM(real_model("qwen2.5-coder-0.5b-instruct-q4_k_m"), max_model_len=512,
                       kv_cache_memory_bytes="64MiB", progress=False)
-    prompt = llm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Write a Python function that adds two numbers."}])
-    o = llm.generate(prompt, specdec.SamplingParams(temperature=0, max_tokens=120))[0].outputs[0]
+    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    o = llm.chat(messages, specdec.SamplingParams(temperature=0, max_tokens=120))[0].outputs[0]
     assert "def " in o.text and "return" in o.text and "+" in o.text
+    # the rendered template as a raw prompt, opted in, is the same request
+    raw = llm.generate(llm.tokenizer.apply_chat_template(messages),
+                       specdec.SamplingParams(temperature=0, max_tokens=120), parse_special=True)
+    assert raw[0].outputs[0].token_ids == o.token_ids
 
 
 def test_full_kv_cache_preempts_and_recomputes():

@@ -52,11 +52,19 @@ def test_safetensors_reader(tmp_path):
         specdec.read_safetensors(str(bad))
 
 
-def test_non_utf8_keys_and_strings_are_replaced_not_raised(tmp_path):
-    """A GGUF key or string that is not UTF-8 reads as text with U+FFFD, not UnicodeDecodeError."""
+def test_non_utf8_keys_and_strings_are_format_errors(tmp_path):
+    """GGUF strings are UTF-8 by the format: a key or string that is not is a FormatError naming
+    the key, the byte and the file, never a UnicodeDecodeError."""
     def s(b: bytes) -> bytes:
         return struct.pack("<Q", len(b)) + b
     path = tmp_path / "bad.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s(b"bad\xffkey")
+                     + struct.pack("<I", 8) + s(b"v"))
+    with pytest.raises(specdec.FormatError, match=r"metadata #0: key at byte 24 is not valid "
+                       r"UTF-8 \(byte 0xff at byte 35\).*bad.gguf"):
+        specdec.read_gguf(str(path))
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s(b"good.key")
                      + struct.pack("<I", 8) + s(b"v\xfe"))
-    assert specdec.read_gguf(str(path))["metadata"] == {"bad\ufffdkey": "v\ufffd"}
+    with pytest.raises(specdec.FormatError, match="metadata key 'good.key': string at byte 44 is "
+                       "not valid UTF-8"):
+        specdec.read_gguf(str(path))

@@ -219,8 +219,10 @@ def test_errors(tmp_path):
     tok = specdec.Tokenizer.from_file(str(VOCAB_DIR / "ggml-vocab-gpt-2.gguf"))
     with pytest.raises(ValueError, match="token id"):
         tok.decode([50257])
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="text = 123: a str or bytes"):
         tok.encode(123)
+    with pytest.raises(ValueError, match="lone surrogate U\\+D800"):
+        tok.encode("a\ud800")
 
 
 def test_benchmark_smoke(tmp_path):

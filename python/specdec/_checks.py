@@ -1,0 +1,128 @@
+"""Type and value checks at the Python boundary.
+
+Every check raises ValueError naming the field, the value and what is allowed, in the project's
+one form: ``<field> = <value>: <what is allowed>``. Bools are not ints here (``True`` is not a
+token id), floats are not ints (``3.7`` is not silently truncated), and strings must be valid
+Unicode text (a lone surrogate, as a non-UTF-8 command-line argument becomes, cannot be encoded).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable, List, Mapping, Optional
+
+import numpy as np
+
+INT32_MAX = (1 << 31) - 1
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def error(field: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{field} = {show(value)}: {allowed}")
+
+
+def is_bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def is_int(value: Any) -> bool:
+    """An integer that is not a bool (Python int or a NumPy integer)."""
+    return isinstance(value, numbers.Integral) and not is_bool(value)
+
+
+def is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not is_bool(value)
+
+
+def check_bool(field: str, value: Any) -> bool:
+    if not is_bool(value):
+        raise error(field, value, "True or False")
+    return bool(value)
+
+
+def check_int(field: str, value: Any, lo: Optional[int] = None, hi: Optional[int] = None,
+              allowed: Optional[str] = None) -> int:
+    """An int in [lo, hi] (either bound may be None)."""
+    ok = is_int(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
+    if not ok:
+        if allowed is None:
+            allowed = ("an integer" + (f" >= {lo}" if lo is not None and hi is None else "")
+                       + (f" in [{lo}, {hi}]" if lo is not None and hi is not None else "")
+                       + (f" <= {hi}" if lo is None and hi is not None else ""))
+        raise error(field, value, allowed)
+    return int(value)
+
+
+def check_real(field: str, value: Any, allowed: str, ok=lambda v: True) -> float:
+    """A finite real number (not a bool) for which ``ok`` holds."""
+    if not is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
+        raise error(field, value, allowed)
+    return float(value)
+
+
+def unicode_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be encoded as UTF-8 (a lone surrogate), or None when it can."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        code = ord(bad)
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: a byte that was not UTF-8
+            return f"not valid UTF-8 (byte 0x{code - 0xDC00:02x} at character {err.start})"
+        return f"holds a lone surrogate U+{code:04X} at character {err.start}"
+
+
+def check_text(field: str, value: Any, allowed: str = "a string", empty_ok: bool = True) -> str:
+    """A str that is valid Unicode (encodable as UTF-8)."""
+    if not isinstance(value, str):
+        raise error(field, value, allowed)
+    if not empty_ok and not value:
+        raise error(field, value, f"{allowed} (not empty)")
+    problem = unicode_problem(value)
+    if problem is not None:
+        raise ValueError(f"{field} = {show(value)}: {problem}; text must be valid Unicode")
+    return value
+
+
+def check_token_ids(field: str, value: Any, vocab_size: Optional[int] = None) -> List[int]:
+    """A list of token ids: ints (not bools, floats or strings) in [0, vocab_size)."""
+    if isinstance(value, (str, bytes, bytearray, dict)) or not isinstance(value, Iterable):
+        raise error(field, value, "a list of token ids (integers)")
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise error(field, value, "a 1-D list of token ids (integers)")
+    out = []
+    for i, t in enumerate(value):
+        if not is_int(t):
+            raise error(f"{field}[{i}]", t, "a token id (an integer, not "
+                        f"{type(t).__name__})")
+        if t < 0 or (vocab_size is not None and t >= vocab_size):
+            raise error(f"{field}[{i}]", t, f"a token id in [0, {vocab_size})" if vocab_size
+                        else "a token id >= 0")
+        out.append(int(t))
+    return out
+
+
+def check_messages(messages: Any, field: str = "messages") -> List[tuple]:
+    """A conversation: a non-empty list of {"role": str, "content": str} dicts."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, (list, tuple)):
+        raise error(field, messages, 'a list of {"role": ..., "content": ...} dicts')
+    if not messages:
+        raise error(field, messages, "at least one message")
+    pairs = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise error(f"{field}[{i}]", m, 'a dict with "role" and "content"')
+        pairs.append((check_text(f"{field}[{i}].role", m["role"]),
+                      check_text(f"{field}[{i}].content", m["content"])))
+    return pairs
+
+
+__all__ = ["INT32_MAX", "check_bool", "check_messages", "check_int", "check_real", "check_text", "check_token_ids",
+           "error", "is_bool", "is_int", "is_real", "show", "unicode_problem"]
