@@ -404,11 +404,7 @@ TEST(GgufTest, DeeplyNestedArraysAreRejected) {
 // Regression (libFuzzer, fuzz/corpus/gguf/crash-getter_error_non_utf8_key.gguf): the typed getters
 // put the key into the message unquoted, so a key with invalid UTF-8 gave a message that Python
 // cannot decode (UnicodeDecodeError instead of FormatError). Keys are now quoted like the parser's.
-TEST(GgufTest, GetterErrorsQuoteTheKeyAsAscii) {
-  const std::string key = "bad\xff\xfe key";
-  Writer w;
-  w.header(3, 0, 1).key(key, GgufType::kUint8).put<uint8_t>(1);
-  const GgufFile file = GgufFile::from_bytes(w.bytes);
+TEST(GgufTest, StringsMustBeUtf8AndGetterErrorsQuoteTheKeyAsAscii) {
   const auto expect_ascii_error = [](const auto& get, const std::string& needle) {
     try {
       get();
@@ -420,8 +416,26 @@ TEST(GgufTest, GetterErrorsQuoteTheKeyAsAscii) {
           << message;
     }
   };
-  expect_ascii_error([&] { file.get_u32(key); }, "'bad?? key': expected uint32");
-  expect_ascii_error([&] { file.get_string_array(key); }, "'bad?? key': expected array");
+  // GGUF strings are UTF-8: a key, a string value or a string in an array that is not fails the
+  // read, naming where (and the bytes never reach Python as a str that cannot hold them)
+  Writer bad_key;
+  bad_key.header(3, 0, 1).key("bad\xff\xfe key", GgufType::kUint8).put<uint8_t>(1);
+  expect_ascii_error([&] { GgufFile::from_bytes(bad_key.bytes); },
+                     "metadata #0: key at byte 24 is not valid UTF-8 (byte 0xff at byte 35)");
+  Writer bad_value;
+  bad_value.header(3, 0, 1).key("general.name", GgufType::kString).str("ok\xc3(");
+  expect_ascii_error([&] { GgufFile::from_bytes(bad_value.bytes); },
+                     "metadata key 'general.name': string at byte");
+  for (const char* overlong : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    Writer w;
+    w.header(3, 0, 1).key("k", GgufType::kString).str(overlong);  // overlong, surrogate, > U+10FFFF
+    EXPECT_THROW(GgufFile::from_bytes(w.bytes), FormatError) << overlong;
+  }
+  Writer good;
+  good.header(3, 0, 1).key("ok key", GgufType::kString).str("caf\xc3\xa9 \xf0\x9f\x99\x82");
+  const GgufFile file = GgufFile::from_bytes(good.bytes);
+  EXPECT_EQ(file.get_string("ok key"), "caf\xc3\xa9 \xf0\x9f\x99\x82");
+  expect_ascii_error([&] { file.get_u32("ok key"); }, "'ok key': expected uint32");
   expect_ascii_error([&] { file.get_string("\xc3"); }, "'?' is missing");
   expect_ascii_error([&] { file.tensor("\xc3"); }, "tensor '?' is missing");
 }
