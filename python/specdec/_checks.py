@@ -61,9 +61,13 @@ def check_int(field: str, value: Any, lo: Optional[int] = None, hi: Optional[int
 
 def check_real(field: str, value: Any, allowed: str, ok=lambda v: True) -> float:
     """A finite real number (not a bool) for which ``ok`` holds."""
-    if not is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
+    try:
+        number = float(value) if is_real(value) else math.nan
+    except OverflowError:  # an int beyond the float range
+        number = math.inf
+    if not math.isfinite(number) or not ok(number):
         raise error(field, value, allowed)
-    return float(value)
+    return number
 
 
 def unicode_problem(text: str) -> Optional[str]:

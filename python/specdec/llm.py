@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -151,8 +151,10 @@ class LLM:
             raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
         check_text("model", os.fspath(model), "a GGUF path or a catalog name", empty_ok=False)
         if device is not None:
-            check_text("device", device, "None or a device selector (an index, P:D, gpu, cpu or "
-                       "part of a name)")
+            if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+                device = str(device)  # an index
+            check_text("device", device, "None, an index, or a device selector ('P:D', 'gpu', "
+                       "'cpu' or part of a name)")
         attention_backend = check_attention_backend(attention_backend)
         check_int("max_model_len", max_model_len, 0, None,
                   "0 (the model's context length) or an integer >= 2")
@@ -168,8 +170,8 @@ class LLM:
         check_bool("progress", progress)
         self._lock = threading.Lock()
         self._owner: Optional[int] = None
+        self.context = _core.Context(device or "")  # a bad device fails before any download
         self.model_path = resolve_model(os.fspath(model), progress=progress)
-        self.context = _core.Context(device or "")
         stream = sys.stderr if progress else None
         self.tokenizer = Tokenizer.from_file(self.model_path)
         self.max_num_seqs = max_num_seqs
@@ -376,7 +378,7 @@ class LLM:
             raise error("prompts", prompts, "a string, a token-ids dict or a list of them (decode "
                         "bytes to str first)")
         single = isinstance(prompts, (str, Mapping))
-        if not single and not isinstance(prompts, (list, tuple)):
+        if not single and not isinstance(prompts, Iterable):
             raise error("prompts", prompts, "a string, a token-ids dict or a list of them")
         plist = [prompts] if single else list(prompts)
         return self._run(plist, sampling_params, on_token, parse_special, "prompts", not single)

