@@ -367,6 +367,27 @@ def _interrupt(args, wait_on, pattern):
             proc.kill()
 
 
+def test_ctrl_c_while_the_cli_starts_is_one_line():
+    """The console script handles SIGINT before it imports specdec (NumPy, the C++ core)."""
+    script = Path(sys.executable).with_name("specdec")
+    if not script.exists():
+        pytest.skip("the specdec console script is not installed next to this Python")
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import re"], check=True)  # what the script does first
+    startup = time.monotonic() - t0  # the interpreter alone: signals before this are Python's
+    for delay in (startup * 1.5 + 0.03, startup * 3 + 0.1, 0.5):
+        proc = subprocess.Popen([str(script), "generate", "--model", str(STORIES), "--prompt",
+                                 "Once", "--max-tokens", "100"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode == 0:
+            continue  # it finished first
+        assert proc.returncode == 130 and "Traceback" not in err.decode(), (delay, err.decode())
+        assert err.decode().strip().splitlines()[-1] == "specdec: interrupted"
+
+
 def test_ctrl_c_stops_at_once_with_one_line(real_model):
     model = real_model("smollm2-135m-instruct-q4_1")
     # while decoding (tokens streamed): exit 130, one line, no traceback
