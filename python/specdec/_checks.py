@@ -49,14 +49,12 @@ def check_bool(field: str, value: Any) -> bool:
 def check_int(field: str, value: Any, lo: Optional[int] = None, hi: Optional[int] = None,
               allowed: Optional[str] = None) -> int:
     """An int in [lo, hi] (either bound may be None)."""
-    ok = is_int(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        if allowed is None:
-            allowed = ("an integer" + (f" >= {lo}" if lo is not None and hi is None else "")
-                       + (f" in [{lo}, {hi}]" if lo is not None and hi is not None else "")
-                       + (f" <= {hi}" if lo is None and hi is not None else ""))
-        raise error(field, value, allowed)
-    return int(value)
+    if is_int(value) and (lo is None or value >= lo) and (hi is None or value <= hi):
+        return int(value)
+    if allowed is None:
+        bounds = [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""]
+        allowed = " ".join(["an integer", " and ".join(b for b in bounds if b)]).strip()
+    raise error(field, value, allowed)
 
 
 def check_real(field: str, value: Any, allowed: str, ok=lambda v: True) -> float:

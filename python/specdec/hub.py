@@ -25,10 +25,12 @@ import fcntl
 import hashlib
 import json
 import os
-import threading
+import shutil
+import stat as _stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -381,7 +383,6 @@ def _sweep_leftovers(model: CatalogModel, directory: Path) -> None:
     """Removes what an interrupted fetch of ``model`` left (its temporary file and download
     directory: the process was killed, or Ctrl-C ended it at once). Only this model's names,
     and only under its lock, so no running fetch is touched."""
-    import shutil
     for p in directory.glob(f".{model.file_name}.*.partial"):
         _remove_quietly(p)
     for p in directory.glob(f".{model.name}.fetch-*"):
@@ -443,7 +444,6 @@ def resolve_model(path_or_name: str, *, progress: bool = True) -> str:
 
 def check_model_file(p: Path, given: str) -> None:
     """ValueError unless ``p`` is a regular file (a directory, FIFO, device or socket is named)."""
-    import stat as _stat
     try:
         mode = p.stat().st_mode
     except OSError as err:

@@ -59,8 +59,6 @@ def check_attention_backend(value: Any, field: str = "attention_backend") -> Opt
     return name
 
 
-
-
 def _load_progress(stream) -> Callable[[int, int], None]:
     state = {"last": 0.0, "start": time.monotonic()}
 
@@ -156,12 +154,9 @@ class LLM:
             check_text("device", device, "None, an index, or a device selector ('P:D', 'gpu', "
                        "'cpu' or part of a name)")
         attention_backend = check_attention_backend(attention_backend)
-        check_int("max_model_len", max_model_len, 0, None,
-                  "0 (the model's context length) or an integer >= 2")
-        if max_model_len == 1:
-            raise error("max_model_len", max_model_len,
-                        "0 (the model's context length) or at least 2 (a prompt token and a "
-                        "generated one)")
+        allowed = "0 (the model's context length) or at least 2 (a prompt token and a generated one)"
+        if check_int("max_model_len", max_model_len, 0, None, allowed) == 1:
+            raise error("max_model_len", max_model_len, allowed)
         kv_bytes = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
         check_int("block_size", block_size, 1, 1 << 16)
         check_text("kv_cache_dtype", kv_cache_dtype, "'f32', 'f16', 'bf16' or 'int8'")
@@ -398,11 +393,11 @@ class LLM:
             convos = [messages]
         prompts = []
         for i, convo in enumerate(convos):
-            field = "messages" if len(convos) == 1 else f"messages[{i}]"
-            pairs = check_messages(convo, field)
-            ids = self.tokenizer._core.encode_chat(pairs, add_generation_prompt, True)
-            prompts.append({"prompt": self.tokenizer._core.apply_chat_template(
-                pairs, add_generation_prompt), "prompt_token_ids": ids})
+            check_messages(convo, "messages" if len(convos) == 1 else f"messages[{i}]")
+            tok = self.tokenizer
+            prompts.append({"prompt": tok.apply_chat_template(convo, add_generation_prompt),
+                            "prompt_token_ids": tok.apply_chat_template(
+                                convo, add_generation_prompt, tokenize=True)})
         return self._run(prompts, sampling_params, on_token, False, "messages", len(convos) > 1)
 
     def _run(self, plist: List[Any], sampling_params: Any, on_token: Any, parse_special: bool,
