@@ -12,6 +12,7 @@ void register_model(py::module_& m);
 void register_tokenizer(py::module_& m);
 void register_quant(py::module_& m);
 void register_runner(py::module_& m);
+void register_spec(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
   register_tokenizer(m);
   register_quant(m);
   register_runner(m);
+  register_spec(m);
 }

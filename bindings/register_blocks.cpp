@@ -21,12 +21,14 @@ void register_blocks(py::module_& m) {
                              "Block tables of every request over every KV-cache group of a plan.")
       .def(py::init<const KvCacheConfig&>(), py::arg("config"))
       .def("allocate_slots", &KvCacheManager::allocate_slots, py::arg("request_id"),
-           py::arg("num_computed_tokens"), py::arg("num_new_tokens"),
-           "Frees blocks that left a window or chunk, then covers num_computed_tokens + "
+           py::arg("num_computed_tokens"), py::arg("num_new_tokens"), py::arg("num_committed_tokens") = -1,
+           "Frees blocks that left a window or chunk (as seen from num_committed_tokens, -1: "
+           "num_computed_tokens), then covers num_computed_tokens + "
            "num_new_tokens tokens in every group. All or nothing; out of blocks is a result "
            "(ok=False), not an exception.")
       .def("num_blocks_needed", &KvCacheManager::num_blocks_needed, py::arg("request_id"),
-           py::arg("num_computed_tokens"), py::arg("num_new_tokens"), py::arg("group_id"))
+           py::arg("num_computed_tokens"), py::arg("num_new_tokens"), py::arg("group_id"),
+           py::arg("num_committed_tokens") = -1)
       .def("can_allocate", &KvCacheManager::can_allocate, py::arg("request_id"),
            py::arg("num_computed_tokens"), py::arg("num_new_tokens"))
       .def("truncate", &KvCacheManager::truncate, py::arg("request_id"), py::arg("num_tokens"),

@@ -20,13 +20,14 @@ namespace {
 
 runner::StepRequest to_request(const py::handle& h) {
   const auto t = h.cast<py::tuple>();
-  check_config(t.size() == 4, "request", t.size(),
-               "a tuple (request_id, tokens, num_computed_tokens, num_logits)");
+  check_config(t.size() == 4 || t.size() == 5, "request", t.size(),
+               "a tuple (request_id, tokens, num_computed_tokens, num_logits[, num_committed_tokens])");
   runner::StepRequest r;
   r.request_id = t[0].cast<std::string>();
   r.tokens = t[1].cast<std::vector<int32_t>>();
   r.num_computed_tokens = t[2].cast<int64_t>();
   r.num_logits = t[3].cast<int>();
+  if (t.size() == 5) r.num_committed_tokens = t[4].cast<int64_t>();
   return r;
 }
 
@@ -80,7 +81,7 @@ const float* row(const py::array_t<float, py::array::c_style | py::array::forcec
 }  // namespace
 
 void register_runner(py::module_& m) {
-  py::class_<runner::ModelRunner>(m, "ModelRunner",
+  py::class_<runner::ModelRunner, std::shared_ptr<runner::ModelRunner>>(m, "ModelRunner",
                                   "One model on one device: weights, KV cache, attention backends, "
                                   "and one forward per step over a ragged batch.")
       .def(py::init([](std::shared_ptr<ocl::Context> ctx, const std::string& path,
@@ -104,7 +105,7 @@ void register_runner(py::module_& m) {
                };
              }
              py::gil_scoped_release release;
-             return std::make_unique<runner::ModelRunner>(ctx, path, o, cb);
+             return std::make_shared<runner::ModelRunner>(ctx, path, o, cb);
            }),
            py::arg("context"), py::arg("path"), py::arg("attention_backend") = "",
            py::arg("max_model_len") = 0, py::arg("kv_cache_memory_bytes") = int64_t{1} << 30,
@@ -122,7 +123,7 @@ void register_runner(py::module_& m) {
       .def("has_request", &runner::ModelRunner::has_request, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
       .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
       .def("num_blocks_needed", &runner::ModelRunner::num_blocks_needed, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"),
-           py::arg("num_computed_tokens"), py::arg("num_new_tokens"),
+           py::arg("num_computed_tokens"), py::arg("num_new_tokens"), py::arg("num_committed_tokens") = -1,
            "New KV blocks per group a step would take (upper bound: window frees not subtracted).")
       .def("num_free_blocks", &runner::ModelRunner::num_free_blocks, py::call_guard<py::gil_scoped_release>(), "Free KV blocks per group.")
       .def_property_readonly("config", &runner::ModelRunner::config, py::return_value_policy::copy)

@@ -266,14 +266,25 @@ AllocationResult KvCacheManager::find_shortfall(const RequestState& state,
   return AllocationResult{};
 }
 
+namespace {
+int64_t free_point(int64_t num_computed_tokens, int64_t num_committed_tokens) {
+  check_config(num_committed_tokens >= -1, "num_committed_tokens", num_committed_tokens,
+               "-1 (all computed tokens are committed) or a count >= 0");
+  return num_committed_tokens < 0 ? num_computed_tokens
+                                  : std::min(num_computed_tokens, num_committed_tokens);
+}
+}  // namespace
+
 AllocationResult KvCacheManager::allocate_slots(const std::string& request_id,
                                                 int64_t num_computed_tokens,
-                                                int64_t num_new_tokens) {
+                                                int64_t num_new_tokens,
+                                                int64_t num_committed_tokens) {
   auto it = requests_.find(request_id);
   const RequestState& current = it == requests_.end() ? empty_state_ : it->second;
   check_allocation_args(current, num_computed_tokens, num_new_tokens);
   const int64_t num_tokens = num_computed_tokens + num_new_tokens;
-  const AllocationResult result = find_shortfall(current, num_computed_tokens, num_tokens);
+  const int64_t committed = free_point(num_computed_tokens, num_committed_tokens);
+  const AllocationResult result = find_shortfall(current, committed, num_tokens);
   if (!result.ok) return result;
 
   if (it == requests_.end()) {
@@ -282,7 +293,7 @@ AllocationResult KvCacheManager::allocate_slots(const std::string& request_id,
   }
   RequestState& request = it->second;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    groups_[g]->remove_skipped_blocks(request.groups[g], num_computed_tokens);
+    groups_[g]->remove_skipped_blocks(request.groups[g], committed);
     groups_[g]->allocate(request.groups[g], num_tokens);
   }
   request.num_slot_tokens = std::max(request.num_slot_tokens, num_tokens);
@@ -291,8 +302,9 @@ AllocationResult KvCacheManager::allocate_slots(const std::string& request_id,
 
 int64_t KvCacheManager::num_blocks_needed(const std::string& request_id,
                                           int64_t num_computed_tokens, int64_t num_new_tokens,
-                                          int group_id) const {
+                                          int group_id, int64_t num_committed_tokens) const {
   check_group_id(group_id);
+  free_point(num_computed_tokens, num_committed_tokens);  // validates it; frees never add need
   const RequestState& current = state_or_empty(request_id);
   check_allocation_args(current, num_computed_tokens, num_new_tokens);
   return groups_[group_id]->num_new_blocks(current.groups[group_id],

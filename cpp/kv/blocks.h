@@ -122,12 +122,18 @@ class KvCacheManager {
   // short, nothing changes in any group and the result names the group. The first call creates
   // the request. ConfigError for a negative count, num_computed_tokens above the tokens that have
   // slots or below the start of the still-allocated window, or a total above max_model_len.
+  //
+  // num_committed_tokens (speculative decoding): the tokens that can no longer be rolled back;
+  // window / chunk blocks are freed only as seen from there (-1: num_computed_tokens), so a later
+  // truncate back to num_committed_tokens still finds its window. A drafter passes the accepted
+  // length while it decodes draft tokens past it.
   AllocationResult allocate_slots(const std::string& request_id, int64_t num_computed_tokens,
-                                  int64_t num_new_tokens);
+                                  int64_t num_new_tokens, int64_t num_committed_tokens = -1);
   // New blocks allocate_slots would take from group_id's pool (after window freeing). An unknown
   // request counts as a new one.
   int64_t num_blocks_needed(const std::string& request_id, int64_t num_computed_tokens,
-                            int64_t num_new_tokens, int group_id) const;
+                            int64_t num_new_tokens, int group_id,
+                            int64_t num_committed_tokens = -1) const;
   bool can_allocate(const std::string& request_id, int64_t num_computed_tokens,
                     int64_t num_new_tokens) const;
   // Blocks of the request that fell out of group_id's window by num_computed_tokens and that

@@ -156,7 +156,8 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   std::vector<attn::ScheduledRequest> sched;
   for (const auto& r : requests) {
     const kv::AllocationResult a = manager_->allocate_slots(
-        r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size()));
+        r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size()),
+        r.num_committed_tokens);
     if (!a.ok) {
       for (const auto& done : sched) {
         if (done.num_computed_tokens == 0) manager_->free(done.request_id);
@@ -258,12 +259,13 @@ bool ModelRunner::has_request(const std::string& request_id) const {
 }
 
 std::vector<int64_t> ModelRunner::num_blocks_needed(const std::string& request_id, int64_t num_computed,
-                                                    int64_t num_new) const {
+                                                    int64_t num_new, int64_t num_committed) const {
   std::lock_guard<std::mutex> guard(mu_);
   std::vector<int64_t> out;
+  const int64_t freed_from = num_committed < 0 ? num_computed : std::min(num_computed, num_committed);
   for (int g = 0; g < manager_->num_groups(); ++g) {
-    const int64_t gross = manager_->num_blocks_needed(request_id, num_computed, num_new, g);
-    const int64_t back = manager_->num_reclaimable_blocks(request_id, num_computed, g);
+    const int64_t gross = manager_->num_blocks_needed(request_id, num_computed, num_new, g, num_committed);
+    const int64_t back = manager_->num_reclaimable_blocks(request_id, freed_from, g);
     out.push_back(std::max<int64_t>(0, gross - back));
   }
   return out;

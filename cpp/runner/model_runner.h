@@ -45,6 +45,9 @@ struct StepRequest {
   std::vector<int32_t> tokens;      // the new tokens, at positions num_computed_tokens, ...
   int64_t num_computed_tokens = 0;  // tokens already in the cache
   int num_logits = 1;               // logits for the last num_logits new tokens (0: none)
+  // Speculative decoding: tokens that can no longer be rolled back (-1: all computed ones).
+  // Sliding-window blocks are freed only as seen from here, so truncate() back to it works.
+  int64_t num_committed_tokens = -1;
 };
 
 struct StepOutput {
@@ -87,7 +90,7 @@ class ModelRunner {
   // unknown request counts as new; a request that gives back more than it takes counts 0, so
   // sums over requests are an upper bound), and the free blocks per group.
   std::vector<int64_t> num_blocks_needed(const std::string& request_id, int64_t num_computed,
-                                         int64_t num_new) const;
+                                         int64_t num_new, int64_t num_committed = -1) const;
   std::vector<int64_t> num_free_blocks() const;
   int64_t num_cached_tokens(const std::string& request_id) const;
 

@@ -57,6 +57,9 @@ from specdec.hub import (
     resolve_model,
 )
 from specdec.llm import LLM
+from specdec import engine, proposers
+from specdec.proposers import Proposer
+from specdec.speculative import SpeculativeConfig
 from specdec.outputs import CompletionOutput, Logprob, RequestOutput, SamplingParams
 from specdec.model import ModelConfig, format_inspect, inspect_model, load_model_config
 from specdec.tokenizer import StreamDecoder, Tokenizer
@@ -73,6 +76,10 @@ __version__ = "0.1.0"
 __all__ = [
     "quant",
     "LLM",
+    "Proposer",
+    "SpeculativeConfig",
+    "engine",
+    "proposers",
     "CompletionOutput",
     "Logprob",
     "RequestOutput",

@@ -1,24 +1,25 @@
-"""``specdec.LLM``: plain generation (no speculation yet) with vLLM's names and output shapes.
+"""``specdec.LLM``: generation, plain or speculative, with vLLM's names and output shapes.
 
-    llm = specdec.LLM(model="qwen2.5-coder-0.5b-instruct-q4_k_m")
+    llm = specdec.LLM(model="qwen2.5-coder-1.5b-instruct-q4_k_m",
+                      speculative_config={"method": "draft_model",
+                                          "model": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+                                          "num_speculative_tokens": 4})
     out = llm.generate(["def fib(n):"], specdec.SamplingParams(temperature=0, max_tokens=32))
-    print(out[0].outputs[0].text)
+    print(out[0].outputs[0].text, out[0].metrics["mean_acceptance_length"])
 
-Requests run together: each step is one forward over a ragged batch holding one decode token of
-every running request and prefill chunks of waiting ones (up to ``max_num_batched_tokens``).
-The scheduler reserves each step's KV blocks before running it; when the cache is full it
-preempts the most recently admitted request (its blocks are freed; it goes back to the front of
-the queue and is recomputed later from its prompt and the tokens it had produced), as vLLM does.
+``LLM`` is a thin API over the engine (``specdec.engine``): requests go to one ``LLMEngine`` loop,
+whose step proposes drafts (n-gram, suffix tree, a draft model with its own KV cache and attention
+backends, or a Python ``specdec.Proposer``), verifies every running request's ``[last token +
+draft]`` rows in one batched target forward, accepts losslessly (greedy: the target's argmax;
+sampling: rejection sampling) and rolls the rejected rows back. Without ``speculative_config``
+the same step runs with empty drafts: plain decoding.
 
-Thread safety: one ``LLM`` may be shared by several threads. ``generate`` and ``chat`` calls are
-served one after another (each holds the LLM's lock for its whole run; a call from another thread
-waits), so every output is exactly what the call gets alone. Underneath, the C++ runner serialises
-its steps too, and kernel launches on one OpenCL context never interleave their arguments.
+Thread safety: one ``LLM`` may be shared by threads; ``generate``/``chat``/``stream`` calls from
+several threads join the same engine loop (their requests share each forward) and every output is
+what the request gets alone (batch-invariant kernels, per-request seeds).
 
 Prompt text is tokenized as text: control-token text such as ``<|im_start|>`` written in a prompt
-or in a chat message stays text unless the caller opts in with ``parse_special=True`` (raw prompts
-that carry their own control tokens). ``chat`` renders messages with the model's chat template,
-whose own markers are the only control tokens.
+or in a chat message stays text unless the caller opts in with ``parse_special=True``.
 """
 
 from __future__ import annotations
@@ -27,18 +28,19 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from specdec import _core
 from specdec._checks import (check_bool, check_int, check_messages, check_text, check_token_ids,
                              error)
+from specdec.engine import EngineCore, LLMEngine, Request, StreamOutput
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
-from specdec.outputs import (CompletionOutput, RequestOutput, SamplingParams,
-                             position_logprobs)
+from specdec.model import load_model_config
+from specdec.outputs import RequestOutput, SamplingParams
+from specdec.speculative import build_speculation
 from specdec.tokenizer import Tokenizer
 
 PromptType = Union[str, Dict[str, Any]]
@@ -76,61 +78,6 @@ def _load_progress(stream) -> Callable[[int, int], None]:
     return report
 
 
-@dataclass
-class _Request:
-    request_id: str
-    prompt: Optional[str]
-    prompt_ids: List[int]
-    params: SamplingParams
-    generator: Optional["_core.SamplingGenerator"]
-    output_ids: List[int] = field(default_factory=list)
-    logprobs: Optional[list] = None
-    prompt_logprobs: Optional[list] = None
-    cumulative_logprob: float = 0.0
-    num_computed: int = 0
-    finish_reason: Optional[str] = None
-    stop_reason: Union[int, str, None] = None
-    text: str = ""
-    first_token_time: Optional[float] = None
-    prompt_logprobs_done: bool = False
-
-    @property
-    def all_ids(self) -> List[int]:
-        """The prompt and every token produced so far: what a prefill computes (after a
-        preemption too: the next token is sampled from the last position's logits)."""
-        return self.prompt_ids + self.output_ids
-
-
-class _Blocks:
-    """KV blocks per group reserved for the step being built, against the runner's free blocks.
-    Sums of per-request needs are an upper bound (sliding windows may give blocks back)."""
-
-    def __init__(self, runner) -> None:
-        self.runner = runner
-        self.reserved = [0] * len(runner.num_free_blocks())
-
-    def _fits(self, r: "_Request", n: int) -> bool:
-        need = self.runner.num_blocks_needed(r.request_id, r.num_computed, n)
-        free = self.runner.num_free_blocks()
-        return all(a <= f - used for a, f, used in zip(need, free, self.reserved))
-
-    def take(self, r: "_Request", n: int) -> bool:
-        """Reserves the blocks of r's next n tokens; False (nothing reserved) when they do not fit."""
-        if not self._fits(r, n):
-            return False
-        need = self.runner.num_blocks_needed(r.request_id, r.num_computed, n)
-        self.reserved = [used + a for used, a in zip(self.reserved, need)]
-        return True
-
-    def largest_chunk(self, r: "_Request", n: int) -> int:
-        """The most of the next n prefill tokens of r whose blocks fit (0 if none)."""
-        lo, hi = 0, n
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self._fits(r, mid) else (lo, mid - 1)
-        return lo
-
-
 class LLM:
     """A model on an OpenCL device, ready to generate.
 
@@ -143,7 +90,8 @@ class LLM:
                  attention_backend: Optional[str] = None, max_model_len: int = 0,
                  kv_cache_memory_bytes: Union[int, str] = "1GiB", block_size: int = 16,
                  kv_cache_dtype: str = "f16", max_num_batched_tokens: int = 512,
-                 max_num_seqs: int = 16, progress: bool = True) -> None:
+                 max_num_seqs: int = 16, progress: bool = True,
+                 speculative_config: Any = None) -> None:
         # every argument is checked before anything is fetched or loaded
         if not isinstance(model, (str, os.PathLike)):
             raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
@@ -163,34 +111,56 @@ class LLM:
         check_int("max_num_batched_tokens", max_num_batched_tokens, 1, 1 << 30)
         check_int("max_num_seqs", max_num_seqs, 1, 1 << 20)
         check_bool("progress", progress)
-        self._lock = threading.Lock()
-        self._owner: Optional[int] = None
+        speculation = build_speculation(speculative_config)  # the config alone: checked now
+        self._local = threading.local()
         self.context = _core.Context(device or "")  # a bad device fails before any download
         self.model_path = resolve_model(os.fspath(model), progress=progress)
         stream = sys.stderr if progress else None
         self.tokenizer = Tokenizer.from_file(self.model_path)
         self.max_num_seqs = max_num_seqs
-        # logit rows per step: a decode row per running request, or prompt-logprobs chunks
-        self.max_num_logits = max(128, max_num_seqs)
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.speculative_config = speculation.config
+        k = speculation.config.num_speculative_tokens if speculation.config is not None else 0
+        # logit rows per step: 1 + k verify rows per running request, or prompt-logprobs chunks
+        self.max_num_logits = max(128, max_num_seqs * (1 + k))
+        drafter_path = speculation.resolve_drafter(progress)
+        if drafter_path is not None:
+            _core.spec.check_vocab_compatible(self.model_path, drafter_path)
+        self.kv_split = speculation.split_budget(self.model_path, drafter_path, kv_bytes, max_model_len,
+                                                 block_size, kv_cache_dtype, max_num_batched_tokens)
         self.runner = _core.ModelRunner(
             self.context, self.model_path, attention_backend or "", max_model_len,
-            kv_bytes, block_size,
+            self.kv_split["target_bytes"], block_size,
             kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
             _load_progress(stream) if stream else None)
         self.config = self.runner.config
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.drafter = None
+        if drafter_path is not None:
+            self.drafter = speculation.load_drafter(
+                self.context, drafter_path, self.runner.max_model_len, self.kv_split["drafter_bytes"],
+                block_size, kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
+                _load_progress(stream) if stream else None)
+        self.proposer = speculation.make_proposer(self.runner, self.drafter)
         self._next_id = 0
+        self._id_lock = threading.Lock()
         self.last_metrics: Dict[str, float] = {}
         self._warm_up()
+        self.engine = LLMEngine(EngineCore(
+            self.runner, self.tokenizer, self.proposer, k,
+            speculation.config.disable_by_batch_size if speculation.config is not None else 0,
+            max_num_seqs, max_num_batched_tokens, self.max_num_logits))
 
     def _warm_up(self) -> None:
         """Builds the kernels a prefill and a decode use (OpenCL compiles on first launch; PoCL
         caches the binaries on disk), so the first request's timings measure the model."""
-        n = max(1, min(17, self.runner.max_model_len - 1, self.max_num_batched_tokens))
-        rid = "warm-up"
-        self.runner.step([(rid, [0] * n, 0, 1)])
-        self.runner.step([(rid, [0], n, 1)])
-        self.runner.free(rid)
+        for runner in (self.runner, self.drafter):
+            if runner is None:
+                continue
+            n = max(1, min(17, runner.max_model_len - 1, self.max_num_batched_tokens))
+            rid = "warm-up"
+            runner.step([(rid, [0] * n, 0, 1)])
+            runner.step([(rid, [0], n, 1)])
+            runner.free(rid)
 
     def get_tokenizer(self) -> Tokenizer:
         return self.tokenizer
@@ -221,144 +191,25 @@ class LLM:
         return text, ids
 
     def _make_request(self, prompt: Any, params: SamplingParams, field: str = "prompt",
-                      parse_special: bool = False) -> _Request:
+                      parse_special: bool = False, stream: bool = False) -> Request:
         text, ids = self._prompt_ids(prompt, field, parse_special)
-        rid = str(self._next_id)
-        self._next_id += 1
+        with self._id_lock:
+            rid = str(self._next_id)
+            self._next_id += 1
         gen = None
         if not params.greedy:
             seed = params.seed if params.seed is not None else int.from_bytes(
                 np.random.default_rng().bytes(8), "little")
             gen = _core.SamplingGenerator(seed)
-        req = _Request(rid, text, ids, params, gen)
+        req = Request(rid, text, params, _core.spec.Sequence(rid, ids), gen)
         if params.logprobs is not None:
             req.logprobs = []
         if params.prompt_logprobs is not None:
             req.prompt_logprobs = [None]
+        if stream:
+            req.stream = self.tokenizer.stream_decoder(continuation=True)
         return req
 
-    def _decode_token(self, tid: int) -> str:
-        return self.tokenizer.decode([tid], special=True)
-
-    def _finish_check(self, req: _Request, tid: int) -> None:
-        p = req.params
-        if not p.ignore_eos and self.tokenizer.is_eog(tid):
-            req.finish_reason = "stop"
-        elif tid in p.stop_token_ids:
-            req.finish_reason, req.stop_reason = "stop", tid
-        if req.finish_reason is None:
-            if p.max_tokens is not None and len(req.output_ids) >= p.max_tokens:
-                req.finish_reason = "length"
-            elif len(req.all_ids) >= self.runner.max_model_len:
-                req.finish_reason = "length"
-        if not p.stop and req.finish_reason is None:
-            return  # the text is decoded once, at the end (not every token)
-        text = self.tokenizer.decode(req.output_ids, special=not p.skip_special_tokens,
-                                     continuation=True)
-        for s in p.stop:
-            i = text.find(s)
-            if i >= 0:
-                text = text[:i]
-                req.finish_reason, req.stop_reason = "stop", s
-                break
-        req.text = text
-
-    def _sample(self, req: _Request, logits: np.ndarray) -> int:
-        p = req.params
-        if p.greedy:
-            tid = int(np.argmax(logits))  # first maximum: ties -> lowest id, as the C++ sampler
-        else:
-            tid = _core.sample_token(logits, p.temperature, p.top_k, p.top_p, p.min_p, req.generator)
-        top, of_ids, ranks = _core.token_logprobs(logits, p.logprobs or 0, [tid])
-        req.cumulative_logprob += of_ids[0]
-        if req.logprobs is not None:
-            req.logprobs.append(position_logprobs(top, tid, of_ids[0], ranks[0], self._decode_token))
-        return tid
-
-    def _prompt_logprobs(self, req: _Request, logits: np.ndarray, start: int) -> None:
-        # logits row j is the model after prompt token start + j: it scores token start + j + 1.
-        n = req.params.prompt_logprobs or 0
-        for j in range(logits.shape[0]):
-            pos = start + j + 1
-            if pos >= len(req.prompt_ids):
-                break
-            actual = req.prompt_ids[pos]
-            top, of_ids, ranks = _core.token_logprobs(logits[j], n, [actual])
-            req.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0],
-                                                         self._decode_token))
-
-    # ---- scheduling ----
-    def _preempt(self, r: _Request, waiting: List[_Request], running: List[_Request]) -> None:
-        """Frees r's blocks and puts it back at the front of the queue, to be recomputed."""
-        if r in running:
-            running.remove(r)
-        if r in waiting:
-            waiting.remove(r)
-        if self.runner.has_request(r.request_id):
-            self.runner.free(r.request_id)
-        r.num_computed = 0
-        if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-            del r.prompt_logprobs[1:]  # recomputed with the prompt
-        self.num_preemptions += 1
-        waiting.insert(0, r)
-
-    def _schedule(self, waiting: List[_Request], running: List[_Request]):
-        """One step: a decode token for every running request (oldest first), then prefill
-        chunks of waiting requests, all within the free KV blocks. When a running request's
-        token does not fit, the most recently admitted request holding blocks is preempted."""
-        blocks = _Blocks(self.runner)
-        batch, owners = [], []
-        budget = self.max_num_batched_tokens
-        rows_left = self.max_num_logits  # logit rows of the whole step
-        i = 0
-        while i < len(running):
-            r = running[i]
-            if blocks.take(r, 1):
-                batch.append((r.request_id, [r.output_ids[-1]], r.num_computed, 1))
-                owners.append((r, "decode", 0))
-                budget -= 1
-                rows_left -= 1
-                i += 1
-                continue
-            # short of blocks: a partly prefilled waiting request goes first, then the newest
-            # running one (possibly r itself)
-            partial = [w for w in waiting if w.num_computed > 0]
-            victim = partial[-1] if partial else running[-1]
-            self._preempt(victim, waiting, running)
-        num_seqs = len(running)
-        for r in list(waiting):
-            if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:
-                break
-            left = len(r.all_ids) - r.num_computed
-            chunk = min(budget, left)
-            if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                chunk = min(chunk, rows_left)  # a logit row per prompt token
-            chunk = blocks.largest_chunk(r, chunk)
-            if chunk == 0:
-                if not batch:  # alone and still short: nothing else holds blocks to wait for
-                    need = self.runner.num_blocks_needed(r.request_id, r.num_computed, 1)
-                    raise ValueError(
-                        f"kv_cache_memory_bytes: request {r.request_id} cannot get a KV block even "
-                        f"with nothing else running (needs {need}, free "
-                        f"{self.runner.num_free_blocks()}); give a larger kv_cache_memory_bytes")
-                break  # first come, first served: later requests wait too
-            blocks.take(r, chunk)
-            last = chunk == left
-            if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                num_logits = chunk
-            else:
-                num_logits = 1 if last else 0
-            batch.append((r.request_id, r.all_ids[r.num_computed:r.num_computed + chunk],
-                          r.num_computed, num_logits))
-            owners.append((r, "prefill", chunk))
-            budget -= chunk
-            rows_left -= num_logits
-            num_seqs += 1
-            if not last:
-                break  # a chunked prompt continues next step, before later ones start
-        return batch, owners
-
-    # ---- the loop ----
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
                  on_token: Optional[Callable[[str, str], None]] = None,
@@ -400,114 +251,125 @@ class LLM:
                                 convo, add_generation_prompt, tokenize=True)})
         return self._run(prompts, sampling_params, on_token, False, "messages", len(convos) > 1)
 
-    def _run(self, plist: List[Any], sampling_params: Any, on_token: Any, parse_special: bool,
-             field: str, indexed: bool) -> List[RequestOutput]:
-        check_bool("parse_special", parse_special)
-        if on_token is not None and not callable(on_token):
-            raise error("on_token", on_token, "None or a callable (request_id, text)")
+    def _params_list(self, sampling_params: Any, n: int) -> List[SamplingParams]:
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
-            params = [sampling_params] * len(plist)
+            params = [sampling_params] * n
         elif isinstance(sampling_params, (list, tuple)) and all(
                 isinstance(p, SamplingParams) for p in sampling_params):
             params = list(sampling_params)
-            if len(params) != len(plist):
-                raise ValueError(f"sampling_params: {len(params)} given for {len(plist)} prompts; "
+            if len(params) != n:
+                raise ValueError(f"sampling_params: {len(params)} given for {n} prompts; "
                                  "give one SamplingParams, or one per prompt")
         else:
             raise error("sampling_params", sampling_params,
                         "None, a SamplingParams or a list of them (one per prompt)")
         for p in params:
             p._validate()  # fields may have been changed since construction
-        if self._owner == threading.get_ident():
+        return params
+
+    def _run(self, plist: List[Any], sampling_params: Any, on_token: Any, parse_special: bool,
+             field: str, indexed: bool) -> List[RequestOutput]:
+        check_bool("parse_special", parse_special)
+        if on_token is not None and not callable(on_token):
+            raise error("on_token", on_token, "None or a callable (request_id, text)")
+        params = self._params_list(sampling_params, len(plist))
+        if getattr(self._local, "in_callback", False):
             raise RuntimeError("LLM.generate was called from inside its own on_token callback; "
                                "call it after the running generate returns")
-        with self._lock:
-            self._owner = threading.get_ident()
-            try:
-                reqs = [self._make_request(p, sp, f"{field}[{i}]" if indexed else field,
-                                           parse_special)
-                        for i, (p, sp) in enumerate(zip(plist, params))]
-                return self._loop(reqs, on_token)
-            finally:
-                self._owner = None
-
-    def _loop(self, reqs: List[_Request], on_token: Any) -> List[RequestOutput]:
-        waiting, running = list(reqs), []
-        streams = {r.request_id: self.tokenizer.stream_decoder(continuation=True) for r in reqs}
+        reqs = [self._make_request(p, sp, f"{field}[{i}]" if indexed else field, parse_special,
+                                   stream=on_token is not None)
+                for i, (p, sp) in enumerate(zip(plist, params))]
+        outputs: Dict[str, RequestOutput] = {}
+        before = self.engine.core.stats.as_dict()
         t_start = time.monotonic()
-        prefill_tokens = decode_tokens = 0
-        prefill_time = decode_time = 0.0
-        self.num_preemptions = 0
+        for item in self._iterate(reqs):
+            if on_token is not None and item.new_text:
+                self._local.in_callback = True
+                try:
+                    on_token(item.request_id, item.new_text)
+                finally:
+                    self._local.in_callback = False
+            if item.output is not None:
+                outputs[item.request_id] = item.output
+        self.last_metrics = self._call_metrics(before, [outputs[r.request_id] for r in reqs],
+                                               time.monotonic() - t_start)
+        return [outputs[r.request_id] for r in reqs]
+
+    def _iterate(self, reqs: List[Request]):
+        """Adds reqs to the engine and yields their StreamOutputs; aborts them if the caller
+        stops early (an exception, Ctrl-C, a closed generator)."""
+        sink = None
+        for r in reqs:
+            sink = self.engine.add_request(r, sink)
+        done = set()
         try:
-            while waiting or running:
-                batch, owners = self._schedule(waiting, running)
-                # greedy requests without logprobs use the device's argmax: no logits transfer
-                need_logits = any(not r.params.greedy or r.params.logprobs is not None
-                                  or (kind == "prefill" and r.prompt_logprobs is not None
-                                      and not r.prompt_logprobs_done)
-                                  for r, kind, _ in owners)
-                t0 = time.monotonic()
-                out = self.runner.step(batch, return_logits=need_logits)
-                dt = time.monotonic() - t0
-                n_pre = sum(o[2] for o in owners if o[1] == "prefill")
-                n_dec = len(owners) - sum(1 for o in owners if o[1] == "prefill")
-                if n_pre:
-                    prefill_tokens += n_pre
-                    prefill_time += dt * n_pre / (n_pre + n_dec)
-                if n_dec:
-                    decode_tokens += n_dec
-                    decode_time += dt * n_dec / (n_pre + n_dec)
-                logits, starts = out["logits"], out["logits_start"]
-                for i, (r, kind, chunk) in enumerate(owners):
-                    rows = logits[starts[i]:starts[i + 1]]
-                    if kind == "prefill":
-                        if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                            self._prompt_logprobs(r, rows, r.num_computed)
-                        r.num_computed += chunk
-                        if r.num_computed < len(r.all_ids):
-                            continue
-                        r.prompt_logprobs_done = True
-                        waiting.remove(r)
-                        running.append(r)
-                        if r.first_token_time is None:
-                            r.first_token_time = time.monotonic()
-                    else:
-                        r.num_computed += 1
-                    last = starts[i + 1] - 1
-                    if r.params.greedy and r.params.logprobs is None:
-                        tid = int(out["argmax"][last])
-                        r.cumulative_logprob += float(out["argmax_logprob"][last])
-                    else:
-                        tid = self._sample(r, rows[-1])
-                    r.output_ids.append(tid)
-                    self._finish_check(r, tid)
-                    if on_token is not None:
-                        piece = streams[r.request_id].push(tid)
-                        if piece:
-                            on_token(r.request_id, piece)
-                    if r.finish_reason is not None:
-                        running.remove(r)
-                        self.runner.free(r.request_id)
+            for item in self.engine.iterate(sink, [r.request_id for r in reqs]):
+                if item.finished:
+                    done.add(item.request_id)
+                yield item
         finally:
             for r in reqs:
-                if self.runner.has_request(r.request_id):
-                    self.runner.free(r.request_id)
-        self.last_metrics = {
-            "prefill_tokens": prefill_tokens, "prefill_seconds": prefill_time,
-            "prefill_tokens_per_s": prefill_tokens / prefill_time if prefill_time else 0.0,
-            "decode_tokens": decode_tokens, "decode_seconds": decode_time,
-            "decode_tokens_per_s": decode_tokens / decode_time if decode_time else 0.0,
-            "num_preemptions": self.num_preemptions,
-            "total_seconds": time.monotonic() - t_start}
-        return [self._output(r) for r in reqs]
+                if r.request_id not in done:
+                    self.engine.abort_request(r.request_id)
 
-    def _output(self, r: _Request) -> RequestOutput:
-        comp = CompletionOutput(0, r.text, list(r.output_ids), r.cumulative_logprob, r.logprobs,
-                                r.finish_reason, r.stop_reason)
-        return RequestOutput(r.request_id, r.prompt, list(r.prompt_ids), r.prompt_logprobs,
-                             [comp], True, dict(self.last_metrics))
+    def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None,
+               parse_special: bool = False) -> Iterator[StreamOutput]:
+        """Generates for one prompt, yielding a ``StreamOutput`` (new token ids and text) per
+        engine step; the last one has ``finished`` and the complete ``output``. Closing the
+        generator early aborts the request. Threads may stream at the same time: their requests
+        share the engine's steps."""
+        check_bool("parse_special", parse_special)
+        params = self._params_list(sampling_params, 1)[0]
+        req = self._make_request(prompt, params, "prompt", parse_special, stream=True)
+        yield from self._iterate([req])
+
+    def abort(self, request_id: str) -> None:
+        """Ends a running request (from any thread); its output has finish_reason 'abort'."""
+        self.engine.abort_request(check_text("request_id", request_id, "a request id"))
+
+    def _call_metrics(self, before: Dict[str, Any], outs: List[RequestOutput],
+                      seconds: float) -> Dict[str, Any]:
+        """Engine totals over this call (other threads' requests share its steps) plus the
+        speculative counters of this call's requests."""
+        after = self.engine.core.stats.as_dict()
+        m: Dict[str, Any] = {}
+        for key, v in after.items():
+            if isinstance(v, (int, float)) and isinstance(before.get(key), (int, float)):
+                m[key] = v - before[key]
+        stats = _core.spec.SpecDecodingStats()
+        for o in outs:
+            per = o.metrics
+            if per["num_draft_tokens"]:
+                stats.add(_stats_from(per))
+        m.update({
+            "num_drafts": stats.num_drafts, "num_draft_tokens": stats.num_draft_tokens,
+            "num_accepted_tokens": stats.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
+            "acceptance_rate_per_pos": list(stats.acceptance_rate_per_pos),
+            "acceptance_rate": stats.acceptance_rate,
+            "mean_acceptance_length": stats.mean_acceptance_length,
+        })
+        for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+            t, n = key.replace("tokens_per_s", "seconds"), key.replace("_per_s", "")
+            m[key] = m[n] / m[t] if m.get(t) else 0.0
+        total = m.get("total_step_seconds", 0.0)
+        m["host_fraction"] = m.get("host_seconds", 0.0) / total if total else 0.0
+        m["total_seconds"] = seconds
+        m["output_tokens"] = sum(len(o.outputs[0].token_ids) for o in outs)
+        m["tokens_per_s"] = m["output_tokens"] / seconds if seconds else 0.0
+        return m
+
+
+def _stats_from(per: Dict[str, Any]) -> "_core.spec.SpecDecodingStats":
+    """A request's SpecDecodingStats rebuilt from its metrics dict."""
+    s = _core.spec.SpecDecodingStats()
+    s.num_drafts = per["num_drafts"]
+    s.num_draft_tokens = per["num_draft_tokens"]
+    s.num_accepted_tokens = per["num_accepted_tokens"]
+    s.num_accepted_tokens_per_pos = per["num_accepted_tokens_per_pos"]
+    return s
 
 
 __all__ = ["LLM"]

@@ -1,0 +1,211 @@
+// Speculative decoding: SpeculativeConfig, sequences, proposers, the rejection sampler, metrics
+// (module specdec._core.spec). Per-token work stays in C++; the GIL is released around proposers.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "common/errors.h"
+#include "runner/model_runner.h"
+#include "sampling/sampler.h"
+#include "spec/config.h"
+#include "spec/metrics.h"
+#include "spec/proposer.h"
+#include "spec/proposers/draft_model.h"
+#include "spec/proposers/ngram.h"
+#include "spec/proposers/suffix.h"
+#include "spec/rejection.h"
+#include "spec/sequence.h"
+#include "tokenizer/tokenizer.h"
+
+namespace py = pybind11;
+using namespace specdec;
+using namespace specdec::spec;
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+sampling::SamplingParams make_params(double temperature, int top_k, double top_p, double min_p) {
+  sampling::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.validate();
+  return p;
+}
+
+std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
+  py::gil_scoped_release release;
+  return p.propose(reqs);
+}
+
+}  // namespace
+
+void register_spec(py::module_& root) {
+  py::module_ m = root.def_submodule("spec", "Speculative decoding parts (C++)");
+
+  py::class_<SpeculativeConfig>(m, "SpeculativeConfig",
+                                "What to speculate with: SpeculativeConfig(method='ngram', num_speculative_tokens=4), "
+                                "SpeculativeConfig.from_json(text). vLLM's field names; ValueError naming the field "
+                                "for unknown keys and bad values.")
+      .def(py::init([](const py::kwargs& kw) {
+        std::string text;
+        try {
+          text = py::module_::import("json").attr("dumps")(kw).cast<std::string>();
+        } catch (const py::error_already_set& e) {
+          throw ConfigError("speculative_config", py::repr(kw).cast<std::string>(),
+                            "JSON-like values (strings, numbers, None)");
+        }
+        return SpeculativeConfig::from_json_text(text);
+      }))
+      .def_static("from_json", &SpeculativeConfig::from_json_text, py::arg("text"),
+                  "From a JSON object's text; ValueError naming the field for unknown keys and bad values.")
+      .def("to_json", [](const SpeculativeConfig& c) { return c.to_json().dump(); })
+      .def("uses_drafter", &SpeculativeConfig::uses_drafter)
+      .def_readonly("method", &SpeculativeConfig::method)
+      .def_readonly("model", &SpeculativeConfig::model)
+      .def_readonly("num_speculative_tokens", &SpeculativeConfig::num_speculative_tokens)
+      .def_property_readonly("attention_backend", [](const SpeculativeConfig& c) -> py::object {
+        if (c.attention_backend.empty()) return py::none();
+        return py::str(c.attention_backend);
+      })
+      .def_readonly("prompt_lookup_min", &SpeculativeConfig::prompt_lookup_min)
+      .def_readonly("prompt_lookup_max", &SpeculativeConfig::prompt_lookup_max)
+      .def_readonly("suffix_decoding_max_tree_depth", &SpeculativeConfig::suffix_decoding_max_tree_depth)
+      .def_readonly("suffix_decoding_max_cached_requests", &SpeculativeConfig::suffix_decoding_max_cached_requests)
+      .def_readonly("suffix_decoding_max_spec_factor", &SpeculativeConfig::suffix_decoding_max_spec_factor)
+      .def_readonly("suffix_decoding_min_token_prob", &SpeculativeConfig::suffix_decoding_min_token_prob)
+      .def_readonly("max_model_len", &SpeculativeConfig::max_model_len)
+      .def_readonly("draft_kv_cache_memory_bytes", &SpeculativeConfig::draft_kv_cache_memory_bytes)
+      .def_readonly("draft_kv_cache_fraction", &SpeculativeConfig::draft_kv_cache_fraction)
+      .def_property_readonly("kv_cache_dtype", [](const SpeculativeConfig& c) -> py::object {
+        if (c.kv_cache_dtype.empty()) return py::none();
+        return py::str(c.kv_cache_dtype);
+      })
+      .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
+      .def_property_readonly_static("max_spec_len", [](py::object) { return SpeculativeConfig::kMaxSpecLen; })
+      .def("__repr__", [](const SpeculativeConfig& c) { return "SpeculativeConfig(" + c.to_json().dump() + ")"; });
+
+  py::class_<Sequence, std::shared_ptr<Sequence>>(m, "Sequence", "A request's prompt and accepted tokens.")
+      .def(py::init<std::string, std::vector<int32_t>>(), py::arg("request_id"), py::arg("prompt_token_ids"))
+      .def("append", py::overload_cast<const std::vector<int32_t>&>(&Sequence::append), py::arg("token_ids"))
+      .def_property_readonly("request_id", &Sequence::request_id)
+      .def_property_readonly("token_ids", &Sequence::tokens)
+      .def_property_readonly("output_token_ids", [](const Sequence& s) {
+        return std::vector<int32_t>(s.tokens().begin() + s.num_prompt_tokens(), s.tokens().end());
+      })
+      .def_property_readonly("num_prompt_tokens", &Sequence::num_prompt_tokens)
+      .def_property_readonly("num_output_tokens", &Sequence::num_output_tokens)
+      .def_property_readonly("last_token", [](const Sequence& s) { return s.tokens().back(); })
+      .def("__len__", &Sequence::size);
+
+  py::class_<ProposeRequest>(m, "ProposeRequest",
+                             "One request asking for drafts: its sequence, k and sampling.")
+      .def(py::init([](std::shared_ptr<Sequence> seq, int k, double temperature, int top_k, double top_p,
+                       double min_p, sampling::Generator* gen) {
+             check_config(k >= 0, "num_speculative_tokens", k, ">= 0");
+             ProposeRequest r;
+             r.sequence = std::move(seq);
+             r.num_speculative_tokens = k;
+             r.params = make_params(temperature, top_k, top_p, min_p);
+             check_config(r.params.greedy() || gen != nullptr, "generator", "None",
+                          "a SamplingGenerator for a sampled request");
+             r.generator = gen;
+             return r;
+           }),
+           py::arg("sequence"), py::arg("num_speculative_tokens"), py::arg("temperature") = 0.0,
+           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("min_p") = 0.0,
+           py::arg("generator") = nullptr, py::keep_alive<1, 2>(), py::keep_alive<1, 8>())
+      .def_property_readonly("request_id", [](const ProposeRequest& r) { return r.sequence->request_id(); })
+      .def_property_readonly("token_ids", [](const ProposeRequest& r) { return r.sequence->tokens(); })
+      .def_property_readonly("num_prompt_tokens", [](const ProposeRequest& r) { return r.sequence->num_prompt_tokens(); })
+      .def_readonly("num_speculative_tokens", &ProposeRequest::num_speculative_tokens)
+      .def_property_readonly("temperature", [](const ProposeRequest& r) { return r.params.temperature; })
+      .def_property_readonly("greedy", [](const ProposeRequest& r) { return r.params.greedy(); });
+
+  py::class_<Draft>(m, "Draft", "Draft tokens, and their draft probabilities [k, vocab] when sampled.")
+      .def(py::init([](std::vector<int32_t> tokens) {
+             Draft d;
+             d.tokens = std::move(tokens);
+             return d;
+           }),
+           py::arg("tokens"))
+      .def_readonly("tokens", &Draft::tokens)
+      .def_property_readonly("has_probs", &Draft::has_probs)
+      .def_property_readonly("probs", [](const Draft& d) -> py::object {
+        if (!d.has_probs()) return py::none();
+        py::array_t<float> a({static_cast<int64_t>(d.tokens.size()), d.vocab_size});
+        std::copy(d.probs.begin(), d.probs.end(), a.mutable_data());
+        return a;
+      })
+      .def("__len__", [](const Draft& d) { return d.tokens.size(); })
+      .def("__repr__", [](const Draft& d) { return str_cat("Draft(", d.tokens.size(), " tokens", d.has_probs() ? ", probs)" : ")"); });
+
+  py::class_<Proposer, std::shared_ptr<Proposer>>(m, "Proposer", "A built-in (C++) proposer.")
+      .def_property_readonly("name", &Proposer::name)
+      .def("propose", &run, py::arg("requests"), "One Draft per request, in order.")
+      .def("finish", &Proposer::finish, py::arg("sequence"), "The request ended: drop its state.");
+  py::class_<NgramProposer, Proposer, std::shared_ptr<NgramProposer>>(m, "NgramProposer")
+      .def(py::init<int, int, int64_t>(), py::arg("prompt_lookup_min"), py::arg("prompt_lookup_max"),
+           py::arg("max_model_len") = 0);
+  py::class_<SuffixProposer, Proposer, std::shared_ptr<SuffixProposer>>(m, "SuffixProposer")
+      .def(py::init<int, int64_t, double, double, int64_t>(), py::arg("max_tree_depth") = 24,
+           py::arg("max_cached_requests") = 10000, py::arg("max_spec_factor") = 1.0,
+           py::arg("min_token_prob") = 0.1, py::arg("max_model_len") = 0)
+      .def_property_readonly("num_cached_requests", &SuffixProposer::num_cached_requests)
+      .def_property_readonly("num_active_requests", &SuffixProposer::num_active_requests);
+  py::class_<DraftModelProposer, Proposer, std::shared_ptr<DraftModelProposer>>(m, "DraftModelProposer")
+      .def(py::init<std::shared_ptr<runner::ModelRunner>, int64_t>(), py::arg("drafter"),
+           py::arg("target_vocab_size"))
+      .def_property_readonly("drafter", &DraftModelProposer::drafter)
+      .def_property_readonly("num_steps", &DraftModelProposer::num_steps)
+      .def_property_readonly("num_tokens", &DraftModelProposer::num_tokens);
+
+  m.def("ngram_lookup", &ngram_lookup, py::arg("tokens"), py::arg("min_n"), py::arg("max_n"),
+        py::arg("k"), py::arg("max_model_len") = 0);
+  m.def("check_vocab_compatible", [](const std::string& target, const std::string& draft) {
+        py::gil_scoped_release release;
+        check_vocab_compatible(tokenizer::Tokenizer::from_file(target), tokenizer::Tokenizer::from_file(draft));
+      }, py::arg("target_path"), py::arg("draft_path"),
+      "ValueError naming what differs when the drafter's vocabulary is not the target's (llama.cpp's rule).");
+
+  m.def("verify_greedy", [](const std::vector<int32_t>& draft, const IntArray& argmax) {
+        check_config(argmax.ndim() == 1 && argmax.shape(0) == static_cast<py::ssize_t>(draft.size()) + 1,
+                     "target_argmax", argmax.ndim() == 1 ? argmax.shape(0) : -1,
+                     str_cat(draft.size() + 1, " rows (draft + 1)"));
+        const VerifyResult r = verify_greedy(draft, argmax.data());
+        return py::make_tuple(r.tokens, r.num_accepted);
+      }, py::arg("draft"), py::arg("target_argmax"),
+      "(tokens, num_accepted): accept while draft == argmax, then the target's token.");
+  m.def("verify_sampled", [](const Draft& draft, const FloatArray& logits, double temperature, int top_k,
+                             double top_p, double min_p, sampling::Generator& gen) {
+        check_config(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
+                     "target_logits rows", logits.ndim() == 2 ? logits.shape(0) : -1,
+                     str_cat(draft.tokens.size() + 1, " rows (draft + 1) of a 2-D array"));
+        const sampling::SamplingParams p = make_params(temperature, top_k, top_p, min_p);
+        VerifyResult r;
+        {
+          py::gil_scoped_release release;
+          r = verify_sampled(draft, logits.data(), logits.shape(1), p, gen);
+        }
+        return py::make_tuple(r.tokens, r.num_accepted);
+      }, py::arg("draft"), py::arg("target_logits"), py::arg("temperature"), py::arg("top_k") = 0,
+      py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("generator"),
+      "(tokens, num_accepted): speculative sampling (accept with min(1, p/q), recover from "
+      "normalize(max(0, p - q)), a bonus token after k acceptances).");
+
+  py::class_<SpecDecodingStats>(m, "SpecDecodingStats", "vLLM's speculative-decoding counters.")
+      .def(py::init<>())
+      .def("observe_draft", &SpecDecodingStats::observe_draft, py::arg("num_draft_tokens"),
+           py::arg("num_accepted_tokens"))
+      .def("add", &SpecDecodingStats::add, py::arg("other"))
+      .def_readwrite("num_drafts", &SpecDecodingStats::num_drafts)
+      .def_readwrite("num_draft_tokens", &SpecDecodingStats::num_draft_tokens)
+      .def_readwrite("num_accepted_tokens", &SpecDecodingStats::num_accepted_tokens)
+      .def_readwrite("num_accepted_tokens_per_pos", &SpecDecodingStats::num_accepted_tokens_per_pos)
+      .def_property_readonly("acceptance_rate", &SpecDecodingStats::acceptance_rate)
+      .def_property_readonly("mean_acceptance_length", &SpecDecodingStats::mean_acceptance_length)
+      .def_property_readonly("acceptance_rate_per_pos", &SpecDecodingStats::acceptance_rate_per_pos);
+}

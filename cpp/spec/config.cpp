@@ -1,0 +1,240 @@
+#include "spec/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "attention/registry.h"
+#include "common/dtype.h"
+#include "common/errors.h"
+
+namespace specdec::spec {
+
+namespace {
+
+const char* kMethods = "'draft_model', 'ngram', 'suffix' or 'custom'";
+
+std::string show(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+int64_t get_int(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi,
+                const std::string& allowed) {
+  if (!v.is_number_integer()) throw ConfigError(field, show(v), allowed);
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) throw ConfigError(field, show(v), allowed);
+    x = static_cast<int64_t>(u);
+  } else {
+    x = v.get<int64_t>();
+  }
+  check_config(x >= lo && x <= hi, field, x, allowed);
+  return x;
+}
+
+double get_real(const nlohmann::json& v, const std::string& field, const std::string& allowed) {
+  if (!v.is_number()) throw ConfigError(field, show(v), allowed);
+  const double x = v.get<double>();
+  check_config(std::isfinite(x), field, x, allowed);
+  return x;
+}
+
+std::string get_text(const nlohmann::json& v, const std::string& field, const std::string& allowed) {
+  if (!v.is_string()) throw ConfigError(field, show(v), allowed);
+  return v.get<std::string>();
+}
+
+// "1GiB", "512MiB", "1e9", or an integer count of bytes
+int64_t get_bytes(const nlohmann::json& v, const std::string& field) {
+  const std::string allowed = "a byte count >= 0: an integer or a string such as '256MiB' or '1GB'";
+  if (v.is_number_integer()) return get_int(v, field, 0, int64_t{1} << 50, allowed);
+  const std::string s = get_text(v, field, allowed);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) throw ConfigError(field, s, allowed);
+  double n = 0;
+  try {
+    n = std::stod(s.substr(0, i));
+  } catch (...) {
+    throw ConfigError(field, s, allowed);
+  }
+  std::string unit = s.substr(i);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::pair<const char*, double> units[] = {
+      {"", 1}, {"b", 1}, {"k", 1e3}, {"kb", 1e3}, {"kib", 1024.0}, {"m", 1e6}, {"mb", 1e6},
+      {"mib", 1048576.0}, {"g", 1e9}, {"gb", 1e9}, {"gib", 1073741824.0}};
+  for (const auto& [name, mult] : units) {
+    if (unit == name) {
+      const double bytes = n * mult;
+      check_config(bytes >= 0 && bytes <= static_cast<double>(int64_t{1} << 50), field, s, allowed);
+      return static_cast<int64_t>(bytes);
+    }
+  }
+  throw ConfigError(field, s, allowed);
+}
+
+}  // namespace
+
+SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) {
+    throw ConfigError("speculative_config", show(j), "an object of fields, e.g. {\"method\": \"ngram\", "
+                      "\"num_speculative_tokens\": 4}");
+  }
+  static const std::set<std::string> known = {
+      "method", "model", "num_speculative_tokens", "attention_backend", "prompt_lookup_min",
+      "prompt_lookup_max", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+      "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
+      "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
+      "kv_cache_dtype", "disable_by_batch_size"};
+  std::string names;
+  for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+  SpeculativeConfig c;
+  for (const auto& [key, v] : j.items()) {
+    if (!known.contains(key)) {
+      if (key == "tensor_parallel_size" || key == "draft_tensor_parallel_size") {
+        throw ConfigError("speculative_config." + key, show(v), "not supported: specdec runs one device");
+      }
+      throw ConfigError("speculative_config." + key, show(v), "a known field: " + names);
+    }
+    if (v.is_null()) continue;  // None = the default
+    const std::string f = "speculative_config." + key;
+    if (key == "method") c.method = get_text(v, f, kMethods);
+    else if (key == "model") c.model = get_text(v, f, "a model (GGUF path or catalog name), 'ngram', or for custom 'module:Class'");
+    else if (key == "num_speculative_tokens") c.num_speculative_tokens = static_cast<int>(get_int(v, f, 1, kMaxSpecLen, str_cat("an integer in [1, ", kMaxSpecLen, "]")));
+    else if (key == "attention_backend") c.attention_backend = get_text(v, f, "None, 'auto' or a backend name");
+    else if (key == "prompt_lookup_min") c.prompt_lookup_min = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
+    else if (key == "prompt_lookup_max") c.prompt_lookup_max = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
+    else if (key == "suffix_decoding_max_tree_depth") c.suffix_decoding_max_tree_depth = static_cast<int>(get_int(v, f, 1, 4096, "an integer in [1, 4096]"));
+    else if (key == "suffix_decoding_max_cached_requests") c.suffix_decoding_max_cached_requests = get_int(v, f, 0, int64_t{1} << 40, "an integer >= 0 (0: no global tree)");
+    else if (key == "suffix_decoding_max_spec_factor") c.suffix_decoding_max_spec_factor = get_real(v, f, "a finite number > 0");
+    else if (key == "suffix_decoding_min_token_prob") c.suffix_decoding_min_token_prob = get_real(v, f, "a number in [0, 1]");
+    else if (key == "max_model_len" || key == "draft_max_model_len") {
+      if (j.contains("max_model_len") && j.contains("draft_max_model_len") && !j["max_model_len"].is_null() &&
+          !j["draft_max_model_len"].is_null()) {
+        throw ConfigError(f, show(v), "one of max_model_len and its alias draft_max_model_len");
+      }
+      c.max_model_len = get_int(v, f, 0, int64_t{1} << 31, "0 (the target's) or an integer >= 2");
+    } else if (key == "draft_kv_cache_memory_bytes") c.draft_kv_cache_memory_bytes = get_bytes(v, f);
+    else if (key == "draft_kv_cache_fraction") c.draft_kv_cache_fraction = get_real(v, f, "a number in (0, 1)");
+    else if (key == "kv_cache_dtype") c.kv_cache_dtype = get_text(v, f, "'f32', 'f16', 'bf16' or 'int8'");
+    else if (key == "disable_by_batch_size") c.disable_by_batch_size = get_int(v, f, 1, int64_t{1} << 30, "None or an integer >= 1");
+  }
+  c.validate();
+  return c;
+}
+
+SpeculativeConfig SpeculativeConfig::from_json_text(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    std::string shown = text.size() > 80 ? text.substr(0, 77) + "..." : text;
+    throw ConfigError("speculative_config", shown, str_cat("a JSON object (", e.what(), ")"));
+  }
+  return from_json(j);
+}
+
+void SpeculativeConfig::validate() {
+  const std::string p = "speculative_config.";
+  if (method.empty()) {
+    if (model == "ngram" || model == "[ngram]") method = "ngram";
+    else if (!model.empty()) method = "draft_model";
+    else throw ConfigError(p + "method", "None", std::string(kMethods) + " (or a drafter model)");
+  }
+  check_config(method == "draft_model" || method == "ngram" || method == "suffix" || method == "custom",
+               p + "method", method, kMethods);
+  const bool ngram = method == "ngram", suffix = method == "suffix", draft = method == "draft_model";
+  if (draft || method == "custom") {
+    check_config(!model.empty(), p + "model", "None",
+                 draft ? "the drafter: a GGUF path or a catalog name (see `specdec models`)"
+                       : "'module:Class' naming a specdec.Proposer subclass (or pass the proposer object)");
+  }
+  if (ngram) check_config(model.empty() || model == "ngram" || model == "[ngram]", p + "model", model,
+                          "None or 'ngram' for method ngram");
+  if (suffix) check_config(model.empty(), p + "model", model, "None for method suffix (no model)");
+  if (num_speculative_tokens == 0) {
+    check_config(suffix, p + "num_speculative_tokens", "None",
+                 str_cat("an integer in [1, ", kMaxSpecLen, "] (required for method ", method, ")"));
+    num_speculative_tokens = std::min(suffix_decoding_max_tree_depth, kMaxSpecLen);
+  }
+  check_config(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpecLen,
+               p + "num_speculative_tokens", num_speculative_tokens, str_cat("an integer in [1, ", kMaxSpecLen, "]"));
+  // n-gram fields
+  if (ngram) {
+    if (prompt_lookup_min == 0 && prompt_lookup_max == 0) prompt_lookup_min = prompt_lookup_max = 5;
+    else if (prompt_lookup_min == 0) prompt_lookup_min = prompt_lookup_max;
+    else if (prompt_lookup_max == 0) prompt_lookup_max = prompt_lookup_min;
+    check_config(prompt_lookup_min <= prompt_lookup_max, p + "prompt_lookup_min", prompt_lookup_min,
+                 str_cat("<= prompt_lookup_max = ", prompt_lookup_max));
+  } else {
+    check_config(prompt_lookup_min == 0, p + "prompt_lookup_min", prompt_lookup_min, "None (only for method ngram)");
+    check_config(prompt_lookup_max == 0, p + "prompt_lookup_max", prompt_lookup_max, "None (only for method ngram)");
+  }
+  // suffix fields
+  check_config(suffix_decoding_max_spec_factor > 0, p + "suffix_decoding_max_spec_factor",
+               suffix_decoding_max_spec_factor, "a finite number > 0");
+  check_config(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1,
+               p + "suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, "a number in [0, 1]");
+  // drafter fields
+  if (!draft) {
+    check_config(attention_backend.empty(), p + "attention_backend", attention_backend, "None (only for method draft_model)");
+    check_config(max_model_len == 0, p + "max_model_len", max_model_len, "None (only for method draft_model)");
+    check_config(draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_memory_bytes",
+                 draft_kv_cache_memory_bytes, "None (only for method draft_model)");
+    check_config(draft_kv_cache_fraction == 0, p + "draft_kv_cache_fraction", draft_kv_cache_fraction,
+                 "None (only for method draft_model)");
+    check_config(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
+  }
+  std::string lower = attention_backend;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (lower == "auto") attention_backend.clear();
+  if (!attention_backend.empty()) {
+    std::string upper = attention_backend;
+    std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char ch) { return std::toupper(ch); });
+    const auto names = attn::backend_names();
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    check_config(std::find(names.begin(), names.end(), upper) != names.end(), p + "attention_backend",
+                 attention_backend, "None, 'auto' or one of " + list);
+    attention_backend = upper;
+  }
+  check_config(max_model_len == 0 || max_model_len >= 2, p + "max_model_len", max_model_len,
+               "0 (the target's) or an integer >= 2");
+  check_config(draft_kv_cache_fraction == 0 || (draft_kv_cache_fraction > 0 && draft_kv_cache_fraction < 1),
+               p + "draft_kv_cache_fraction", draft_kv_cache_fraction, "a number in (0, 1)");
+  check_config(draft_kv_cache_fraction == 0 || draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_fraction",
+               draft_kv_cache_fraction, "None when draft_kv_cache_memory_bytes is given (one of the two)");
+  if (!kv_cache_dtype.empty()) parse_dtype(kv_cache_dtype, p + "kv_cache_dtype");
+}
+
+nlohmann::json SpeculativeConfig::to_json() const {
+  nlohmann::json j;
+  j["method"] = method;
+  j["num_speculative_tokens"] = num_speculative_tokens;
+  if (!model.empty()) j["model"] = model;
+  if (method == "ngram") {
+    j["prompt_lookup_min"] = prompt_lookup_min;
+    j["prompt_lookup_max"] = prompt_lookup_max;
+  }
+  if (method == "suffix") {
+    j["suffix_decoding_max_tree_depth"] = suffix_decoding_max_tree_depth;
+    j["suffix_decoding_max_cached_requests"] = suffix_decoding_max_cached_requests;
+    j["suffix_decoding_max_spec_factor"] = suffix_decoding_max_spec_factor;
+    j["suffix_decoding_min_token_prob"] = suffix_decoding_min_token_prob;
+  }
+  if (method == "draft_model") {
+    j["attention_backend"] = attention_backend.empty() ? nlohmann::json(nullptr) : nlohmann::json(attention_backend);
+    j["max_model_len"] = max_model_len;
+    j["draft_kv_cache_memory_bytes"] = draft_kv_cache_memory_bytes;
+    j["draft_kv_cache_fraction"] = draft_kv_cache_fraction;
+    j["kv_cache_dtype"] = kv_cache_dtype.empty() ? nlohmann::json(nullptr) : nlohmann::json(kv_cache_dtype);
+  }
+  j["disable_by_batch_size"] = disable_by_batch_size ? nlohmann::json(disable_by_batch_size) : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace specdec::spec

@@ -1,0 +1,205 @@
+#include "spec/proposers/draft_model.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/errors.h"
+#include "spec/rejection.h"
+
+namespace specdec::spec {
+
+void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Tokenizer& d) {
+  const std::string allowed = "a drafter with the target's vocabulary (llama.cpp's rule: same "
+                              "tokenizer, special tokens, and token texts)";
+  check_config(t.kind() == d.kind(), "drafter tokenizer", tokenizer::tokenizer_kind_name(d.kind()),
+               str_cat(allowed, "; the target's is ", tokenizer::tokenizer_kind_name(t.kind())));
+  check_config(t.bos_id() == d.bos_id() && t.add_bos() == d.add_bos(), "drafter BOS",
+               str_cat(d.bos_id(), d.add_bos() ? " (added)" : " (not added)"),
+               str_cat(allowed, "; the target's is ", t.bos_id(), t.add_bos() ? " (added)" : " (not added)"));
+  check_config(t.eos_id() == d.eos_id() && t.add_eos() == d.add_eos(), "drafter EOS", d.eos_id(),
+               str_cat(allowed, "; the target's is ", t.eos_id()));
+  const int64_t diff = std::abs(static_cast<int64_t>(t.vocab_size()) - d.vocab_size());
+  check_config(diff <= 128, "drafter vocab_size", d.vocab_size(),
+               str_cat("within 128 of the target's ", t.vocab_size()));
+  const int32_t n = std::min(t.vocab_size(), d.vocab_size());
+  for (int32_t i = 5; i < n; ++i) {
+    if (t.token_text(i) != d.token_text(i)) {
+      throw ConfigError(str_cat("drafter token ", i), d.token_text(i),
+                        str_cat(allowed, "; the target's token ", i, " is '", t.token_text(i), "'"));
+    }
+  }
+}
+
+DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab)
+    : drafter_(std::move(drafter)), target_vocab_(target_vocab) {
+  check_config(drafter_ != nullptr, "drafter", "None", "a loaded ModelRunner");
+  check_config(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
+}
+
+namespace {
+
+struct Work {
+  size_t index;
+  const ProposeRequest* request;
+  const std::vector<int32_t>* context;
+  int64_t computed;  // tokens in the drafter's cache
+  int k;
+  bool sample;
+};
+
+}  // namespace
+
+std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>& requests) {
+  std::vector<Draft> out(requests.size());
+  runner::ModelRunner& dr = *drafter_;
+  const auto& opts = dr.options();
+  const int64_t vd = dr.config().vocab_size, vt = target_vocab_;
+  std::vector<int64_t> free_blocks = dr.num_free_blocks(), reserved(free_blocks.size(), 0);
+  std::vector<Work> work;
+  const size_t max_work = static_cast<size_t>(std::min(opts.max_num_logits, opts.max_num_batched_tokens));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ProposeRequest& r = requests[i];
+    const std::string& rid = r.sequence->request_id();
+    const auto& ctx = r.sequence->tokens();
+    const int64_t len = static_cast<int64_t>(ctx.size());
+    int k = static_cast<int>(std::min<int64_t>(r.num_speculative_tokens, dr.max_model_len() - len + 1));
+    if (k <= 0 || len == 0) continue;
+    State& st = states_[rid];
+    if (st.last_context == len) {  // not verified since: the same draft is still a valid one
+      out[i] = st.last_draft;
+      if (static_cast<int>(out[i].tokens.size()) > k) {
+        out[i].tokens.resize(static_cast<size_t>(k));
+        if (out[i].has_probs()) out[i].probs.resize(static_cast<size_t>(k * vt));
+      }
+      continue;
+    }
+    if (work.size() >= max_work) continue;
+    int64_t p = 0;
+    while (p < static_cast<int64_t>(st.tokens.size()) && p < len && st.tokens[p] == ctx[p]) ++p;
+    p = std::min(p, len - 1);  // at least one new token gives the first draft's logits
+    if (dr.has_request(rid) && p < dr.num_cached_tokens(rid)) {
+      if (p == 0) dr.free(rid);
+      else dr.truncate(rid, p);
+    }
+    st.tokens.resize(static_cast<size_t>(p));
+    st.last_context = -1;
+    const std::vector<int64_t> need = dr.num_blocks_needed(rid, p, len - p + k - 1);
+    bool fits = true;
+    for (size_t g = 0; g < need.size(); ++g) fits = fits && need[g] + reserved[g] <= free_blocks[g];
+    if (!fits) continue;  // no draft this step; the target still decodes, blocks come back
+    for (size_t g = 0; g < need.size(); ++g) reserved[g] += need[g];
+    work.push_back({i, &r, &ctx, p, k, !r.params.greedy()});
+  }
+  if (work.empty()) return out;
+
+  // Takes the draft token from logit row `row` of `so` for w; false when the draft ends there.
+  auto take = [&](const Work& w, const runner::StepOutput& so, int64_t row) {
+    Draft& d = out[w.index];
+    if (!w.sample) {
+      const int32_t t = so.argmax[static_cast<size_t>(row)];
+      if (t >= vt) return false;
+      d.tokens.push_back(t);
+      return true;
+    }
+    std::vector<float> padded(static_cast<size_t>(vt), -std::numeric_limits<float>::infinity());
+    const float* src = so.logits.data() + row * vd;
+    std::copy(src, src + std::min(vd, vt), padded.begin());
+    const std::vector<double> q = dense_probs(padded.data(), vt, w.request->params);
+    const double u = w.request->generator->uniform();
+    double acc = 0.0;
+    int32_t t = -1;
+    for (int64_t j = 0; j < vt; ++j) {
+      if (q[static_cast<size_t>(j)] <= 0.0) continue;
+      acc += q[static_cast<size_t>(j)];
+      t = static_cast<int32_t>(j);
+      if (u < acc) break;
+    }
+    d.vocab_size = vt;
+    d.tokens.push_back(t);
+    const size_t base = d.probs.size();
+    d.probs.resize(base + static_cast<size_t>(vt));
+    for (int64_t j = 0; j < vt; ++j) d.probs[base + static_cast<size_t>(j)] = static_cast<float>(q[static_cast<size_t>(j)]);
+    return true;
+  };
+
+  // 1. catch up on the tokens the drafter has not computed, chunked to the drafter's limits
+  std::vector<int64_t> pos(work.size());
+  for (size_t j = 0; j < work.size(); ++j) pos[j] = work[j].computed;
+  bool any_sample = false;
+  for (const Work& w : work) any_sample = any_sample || w.sample;
+  for (;;) {
+    std::vector<runner::StepRequest> batch;
+    std::vector<size_t> owners;
+    int64_t budget = opts.max_num_batched_tokens;
+    for (size_t j = 0; j < work.size() && budget > 0; ++j) {
+      const int64_t len = static_cast<int64_t>(work[j].context->size());
+      if (pos[j] >= len) continue;
+      const int64_t n = std::min(budget, len - pos[j]);
+      runner::StepRequest s;
+      s.request_id = work[j].request->sequence->request_id();
+      s.tokens.assign(work[j].context->begin() + pos[j], work[j].context->begin() + pos[j] + n);
+      s.num_computed_tokens = pos[j];
+      s.num_logits = pos[j] + n == len ? 1 : 0;
+      batch.push_back(std::move(s));
+      owners.push_back(j);
+      budget -= n;
+    }
+    if (batch.empty()) break;
+    const runner::StepOutput so = dr.step(batch, {}, any_sample);
+    ++num_steps_;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const size_t j = owners[b];
+      pos[j] += static_cast<int64_t>(batch[b].tokens.size());
+      num_tokens_ += static_cast<int64_t>(batch[b].tokens.size());
+      if (batch[b].num_logits == 1 && !take(work[j], so, so.logits_start[b])) work[j].k = 0;
+    }
+  }
+  for (Work& w : work) {
+    State& st = states_[w.request->sequence->request_id()];
+    st.tokens = *w.context;
+  }
+  // 2. k - 1 single-token steps over every request still drafting
+  for (int i = 1;; ++i) {
+    std::vector<runner::StepRequest> batch;
+    std::vector<size_t> owners;
+    for (size_t j = 0; j < work.size(); ++j) {
+      const Work& w = work[j];
+      const Draft& d = out[w.index];
+      if (i >= w.k || static_cast<int>(d.tokens.size()) != i) continue;
+      const int64_t len = static_cast<int64_t>(w.context->size());
+      runner::StepRequest s;
+      s.request_id = w.request->sequence->request_id();
+      s.tokens = {d.tokens.back()};
+      s.num_computed_tokens = len + i - 1;
+      s.num_logits = 1;
+      s.num_committed_tokens = len;
+      batch.push_back(std::move(s));
+      owners.push_back(j);
+    }
+    if (batch.empty()) break;
+    bool sample = false;
+    for (size_t j : owners) sample = sample || work[j].sample;
+    const runner::StepOutput so = dr.step(batch, {}, sample);
+    ++num_steps_;
+    num_tokens_ += static_cast<int64_t>(batch.size());
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const Work& w = work[owners[b]];
+      states_[w.request->sequence->request_id()].tokens.push_back(batch[b].tokens[0]);
+      take(w, so, so.logits_start[b]);
+    }
+  }
+  for (const Work& w : work) {
+    State& st = states_[w.request->sequence->request_id()];
+    st.last_context = static_cast<int64_t>(w.context->size());
+    st.last_draft = out[w.index];
+  }
+  return out;
+}
+
+void DraftModelProposer::finish(const Sequence& sequence) {
+  const std::string& rid = sequence.request_id();
+  if (drafter_->has_request(rid)) drafter_->free(rid);
+  states_.erase(rid);
+}
+
+}  // namespace specdec::spec

@@ -1,0 +1,50 @@
+// draft_model: a smaller model with its own ModelRunner (own KV-cache groups, block tables, slot
+// mappings and attention backends, chosen independently of the target's) drafts k tokens per
+// request: one catch-up step over the tokens it has not seen (the accepted ones; a whole prompt
+// for a new request, chunked), then k - 1 batched single-token steps. The drafter's cache keeps
+// what matches the request's tokens; the rest is rolled back at the next call. Draft tokens are
+// uncommitted: the steps that compute them pass the accepted length as num_committed_tokens, so
+// sliding-window blocks a rollback may still need are not freed early.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "runner/model_runner.h"
+#include "spec/proposer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specdec::spec {
+
+// llama.cpp's rule for a drafter's vocabulary (common_speculative_are_compatible): same tokenizer
+// kind, same BOS/EOS and add-BOS/EOS flags, sizes within 128, and the same text for every token
+// id from 5 up to the smaller size. ConfigError naming what differs.
+void check_vocab_compatible(const tokenizer::Tokenizer& target, const tokenizer::Tokenizer& draft);
+
+class DraftModelProposer final : public Proposer {
+ public:
+  // target_vocab_size: drafts and draft probabilities are over the target's ids (a drafter token
+  // outside them ends the draft; when sampling, the drafter's extra ids get probability 0).
+  DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab_size);
+  std::string name() const override { return "draft_model"; }
+  std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
+  void finish(const Sequence& sequence) override;
+
+  const std::shared_ptr<runner::ModelRunner>& drafter() const { return drafter_; }
+  // Drafter forward steps run and tokens computed by them (catch-up + drafting), for metrics.
+  int64_t num_steps() const { return num_steps_; }
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  struct State {
+    std::vector<int32_t> tokens;  // what the drafter's cache holds for the request
+    int64_t last_context = -1;    // context length of the last draft, reused when unchanged
+    Draft last_draft;
+  };
+  std::shared_ptr<runner::ModelRunner> drafter_;
+  int64_t target_vocab_;
+  std::unordered_map<std::string, State> states_;
+  int64_t num_steps_ = 0, num_tokens_ = 0;
+};
+
+}  // namespace specdec::spec

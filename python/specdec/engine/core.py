@@ -1,0 +1,332 @@
+"""The engine step: propose -> schedule -> one target forward -> accept -> roll back.
+
+    drafts = proposer.propose(running requests)        # C++ (n-gram, suffix, draft model) or Python
+    plan   = scheduler.schedule(drafts)                 # prefill chunks + [last token + draft] rows
+    out    = runner.step(plan)                          # one ragged forward of the target
+    for each request: tokens = rejection_sample(draft, out rows)   # C++
+                      append tokens, roll the target's cache back past the first rejection,
+                      check stops, stream
+
+Plain decoding is this same step with no proposer (every draft empty: k = 0, one row per request).
+Greedy requests without logprobs are verified on the device's per-row argmax: no logits cross to
+the host. Time is split per step into draft, forward (verify), sampling and host overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from specdec import _core
+from specdec.engine.request import Request, RequestStatus
+from specdec.engine.scheduler import Scheduler, SchedulerOutput
+from specdec.outputs import position_logprobs
+
+spec = _core.spec
+
+
+@dataclass
+class StepTimes:
+    draft: float = 0.0
+    forward: float = 0.0
+    sampling: float = 0.0
+    host: float = 0.0
+
+    def add(self, o: "StepTimes") -> None:
+        self.draft += o.draft
+        self.forward += o.forward
+        self.sampling += o.sampling
+        self.host += o.host
+
+
+@dataclass
+class EngineStats:
+    """Totals over the engine's life (reset with reset_stats)."""
+    spec: object = field(default_factory=lambda: spec.SpecDecodingStats())
+    times: StepTimes = field(default_factory=StepTimes)
+    num_steps: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0        # tokens produced by decode / verify steps
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0   # wall time of steps that produced decode tokens, split by rows
+    num_preemptions: int = 0
+
+    def as_dict(self) -> Dict[str, object]:
+        s, t = self.spec, self.times
+        total = t.draft + t.forward + t.sampling + t.host
+        return {
+            "num_drafts": s.num_drafts, "num_draft_tokens": s.num_draft_tokens,
+            "num_accepted_tokens": s.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(s.num_accepted_tokens_per_pos),
+            "acceptance_rate_per_pos": list(s.acceptance_rate_per_pos),
+            "acceptance_rate": s.acceptance_rate, "mean_acceptance_length": s.mean_acceptance_length,
+            "num_steps": self.num_steps,
+            "prefill_tokens": self.prefill_tokens, "prefill_seconds": self.prefill_seconds,
+            "prefill_tokens_per_s": self.prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0,
+            "decode_tokens": self.decode_tokens, "decode_seconds": self.decode_seconds,
+            "decode_tokens_per_s": self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0,
+            "num_preemptions": self.num_preemptions,
+            "draft_seconds": t.draft, "forward_seconds": t.forward, "sampling_seconds": t.sampling,
+            "host_seconds": t.host, "total_step_seconds": total,
+            "host_fraction": t.host / total if total else 0.0,
+        }
+
+
+@dataclass
+class StepUpdate:
+    """What one step did to one request: its new tokens (and their text), finished or not."""
+    request: Request
+    new_token_ids: List[int]
+    new_text: str
+
+
+class EngineCore:
+    """Owns the target runner, the scheduler and the proposer; ``step`` runs one engine step.
+    Not thread-safe by itself: ``LLMEngine`` serialises calls and feeds it requests from threads."""
+
+    def __init__(self, runner, tokenizer, proposer=None, num_speculative_tokens: int = 0,
+                 disable_by_batch_size: int = 0, max_num_seqs: int = 16,
+                 max_num_batched_tokens: int = 512, max_num_logits: int = 128) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.proposer = proposer
+        self.k = num_speculative_tokens if proposer is not None else 0
+        self.disable_by_batch_size = disable_by_batch_size
+        self.max_model_len = runner.max_model_len
+        self.vocab_size = runner.config.vocab_size
+        self.scheduler = Scheduler(runner, max_num_seqs, max_num_batched_tokens, max_num_logits)
+        self.requests: Dict[str, Request] = {}
+        self.stats = EngineStats()
+        self._is_custom = proposer is not None and not isinstance(proposer, spec.Proposer)
+
+    # ---- requests ----
+    def add_request(self, r: Request) -> None:
+        self.requests[r.request_id] = r
+        self.scheduler.add(r)
+
+    def abort_request(self, request_id: str) -> Optional[Request]:
+        r = self.requests.get(request_id)
+        if r is None or r.finished:
+            return None
+        self._finish(r, RequestStatus.FINISHED_ABORTED)
+        return r
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def reset_stats(self) -> None:
+        self.stats = EngineStats()
+        self.scheduler.num_preemptions = 0
+
+    def _finish(self, r: Request, status: RequestStatus) -> None:
+        r.status = status
+        r.finished_time = time.monotonic()
+        self.scheduler.remove(r)
+        if self.proposer is not None:
+            self.proposer.finish(r.sequence)
+        if not r.params.stop:  # with stop strings the text is kept current per token
+            r.text = self.tokenizer.decode(r.output_token_ids, special=not r.params.skip_special_tokens,
+                                           continuation=True)
+        self.requests.pop(r.request_id, None)
+
+    # ---- proposing ----
+    def _num_draft_tokens(self, r: Request) -> int:
+        k = self.k
+        if r.params.max_tokens is not None:  # the step yields up to k + 1 tokens
+            k = min(k, r.params.max_tokens - r.num_output_tokens - 1)
+        return max(0, min(k, self.max_model_len - r.num_tokens))
+
+    def _propose(self) -> Dict[str, object]:
+        if self.proposer is None or not self.k:
+            return {}
+        running = self.scheduler.running
+        if self.disable_by_batch_size and len(running) >= self.disable_by_batch_size:
+            return {}
+        asks, reqs = [], []
+        for r in running:
+            k = self._num_draft_tokens(r)
+            if k <= 0:
+                continue
+            p = r.params
+            asks.append(spec.ProposeRequest(r.sequence, k, p.temperature, p.top_k, p.top_p,
+                                            p.min_p, r.generator))
+            reqs.append((r, k))
+        if not asks:
+            return {}
+        drafts = self.proposer.propose(asks)
+        if self._is_custom:
+            drafts = self._check_custom(drafts, reqs)
+        return {r.request_id: d for (r, _), d in zip(reqs, drafts) if len(d)}
+
+    def _check_custom(self, drafts, reqs) -> list:
+        name = type(self.proposer).__name__
+        if not isinstance(drafts, (list, tuple)) or len(drafts) != len(reqs):
+            raise ValueError(f"{name}.propose returned {type(drafts).__name__} "
+                             f"{'of ' + str(len(drafts)) if hasattr(drafts, '__len__') else ''}: "
+                             f"a list of {len(reqs)} drafts (one per request) is allowed")
+        out = []
+        for (r, k), d in zip(reqs, drafts):
+            if isinstance(d, spec.Draft):
+                toks = list(d.tokens)
+            else:
+                try:
+                    toks = [int(t) for t in d]
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name}.propose: draft for request {r.request_id} = {d!r}: "
+                                     "a list of token ids is allowed") from None
+            if len(toks) > k:
+                raise ValueError(f"{name}.propose: draft for request {r.request_id} has "
+                                 f"{len(toks)} tokens: at most num_speculative_tokens = {k}")
+            bad = [t for t in toks if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(f"{name}.propose: draft token {bad[0]} for request "
+                                 f"{r.request_id}: token ids in [0, {self.vocab_size})")
+            out.append(d if isinstance(d, spec.Draft) else spec.Draft(toks))
+        return out
+
+    # ---- the step ----
+    def step(self) -> List[StepUpdate]:
+        t0 = time.perf_counter()
+        drafts = self._propose()
+        t1 = time.perf_counter()
+        plan: SchedulerOutput = self.scheduler.schedule(drafts)
+        self.stats.num_preemptions += len(plan.preempted)
+        if not plan.scheduled:
+            return []
+        need_logits = any(
+            not s.request.params.greedy or s.request.params.logprobs is not None
+            or (s.is_prefill and s.request.prompt_logprobs is not None
+                and not s.request.prompt_logprobs_done)
+            for s in plan.scheduled)
+        t2 = time.perf_counter()
+        out = self.runner.step([s.as_step() for s in plan.scheduled], return_logits=need_logits)
+        t3 = time.perf_counter()
+        updates = self._update(plan, out)
+        t4 = time.perf_counter()
+        times = StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1)
+        self.stats.times.add(times)
+        self.stats.num_steps += 1
+        n_pre = sum(len(s.tokens) for s in plan.scheduled if s.is_prefill)
+        n_dec = sum(len(u.new_token_ids) for u, s in zip(updates, plan.scheduled) if not s.is_prefill) \
+            if updates else 0
+        rows_pre = n_pre
+        rows_dec = sum(len(s.tokens) for s in plan.scheduled if not s.is_prefill)
+        dt = t4 - t0
+        if rows_pre + rows_dec:
+            self.stats.prefill_tokens += n_pre
+            self.stats.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
+            self.stats.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
+            self.stats.decode_tokens += n_dec
+        return [u for u in updates if u.new_token_ids or u.request.finished]
+
+    def _update(self, plan: SchedulerOutput, out: dict) -> List[StepUpdate]:
+        logits, starts = out["logits"], out["logits_start"]
+        argmax, argmax_lp = out["argmax"], out["argmax_logprob"]
+        updates: List[StepUpdate] = []
+        now = time.monotonic()
+        for i, s in enumerate(plan.scheduled):
+            r = s.request
+            if r.first_scheduled_time is None:
+                r.first_scheduled_time = now
+            a, b = starts[i], starts[i + 1]
+            if s.is_prefill:
+                if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+                    self._prompt_logprobs(r, logits[a:b], s.num_computed)
+                r.num_computed_tokens = s.num_computed + len(s.tokens)
+                if r.num_computed_tokens < r.num_tokens:
+                    updates.append(StepUpdate(r, [], ""))
+                    continue
+                r.prompt_logprobs_done = True
+                r.status = RequestStatus.RUNNING
+                self.scheduler.waiting.remove(r)
+                self.scheduler.running.append(r)
+                draft_tokens: List[int] = []
+            else:
+                draft_tokens = list(s.draft.tokens) if s.draft is not None else []
+            p = r.params
+            plain = p.greedy and p.logprobs is None
+            if plain:
+                tokens, accepted = spec.verify_greedy(draft_tokens, argmax[b - 1 - len(draft_tokens):b])
+            else:
+                rows = logits[b - 1 - len(draft_tokens):b]
+                draft = s.draft if s.draft is not None else spec.Draft([])
+                tokens, accepted = spec.verify_sampled(draft, rows, p.temperature, p.top_k, p.top_p,
+                                                       p.min_p, r.generator)
+            if draft_tokens:
+                r.stats.observe_draft(len(draft_tokens), accepted)
+                self.stats.spec.observe_draft(len(draft_tokens), accepted)
+            if not s.is_prefill:
+                # the cache holds the last token and every draft; keep the accepted ones
+                keep = s.num_computed + 1 + accepted
+                if accepted < len(draft_tokens):
+                    self.runner.truncate(r.request_id, keep)
+                r.num_computed_tokens = keep
+            if r.first_token_time is None:
+                r.first_token_time = now
+            row0 = b - 1 - len(draft_tokens)
+            new_ids, text = [], ""
+            for j, tid in enumerate(tokens):
+                if plain:
+                    r.cumulative_logprob += float(argmax_lp[row0 + j])
+                else:
+                    self._logprobs(r, logits[row0 + j], tid)
+                r.sequence.append([tid])
+                new_ids.append(tid)
+                if r.stream is not None:
+                    text += r.stream.push(tid)
+                status = self._stop_status(r, tid)
+                if status is not None:
+                    self._finish(r, status)
+                    break
+            updates.append(StepUpdate(r, new_ids, text))
+        return updates
+
+    def _logprobs(self, r: Request, row: np.ndarray, tid: int) -> None:
+        p = r.params
+        top, of_ids, ranks = _core.token_logprobs(row, p.logprobs or 0, [tid])
+        r.cumulative_logprob += of_ids[0]
+        if r.logprobs is not None:
+            r.logprobs.append(position_logprobs(top, tid, of_ids[0], ranks[0], self._piece))
+
+    def _piece(self, tid: int) -> str:
+        return self.tokenizer.decode([tid], special=True)
+
+    def _prompt_logprobs(self, r: Request, rows: np.ndarray, start: int) -> None:
+        # logits row j is the model after prompt token start + j: it scores token start + j + 1.
+        n = r.params.prompt_logprobs or 0
+        prompt = r.prompt_token_ids
+        for j in range(rows.shape[0]):
+            pos = start + j + 1
+            if pos >= len(prompt):
+                break
+            actual = prompt[pos]
+            top, of_ids, ranks = _core.token_logprobs(rows[j], n, [actual])
+            r.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0], self._piece))
+
+    def _stop_status(self, r: Request, tid: int) -> Optional[RequestStatus]:
+        p = r.params
+        status = None
+        if not p.ignore_eos and self.tokenizer.is_eog(tid):
+            status = RequestStatus.FINISHED_STOPPED
+        elif tid in p.stop_token_ids:
+            status, r.stop_reason = RequestStatus.FINISHED_STOPPED, tid
+        if status is None:
+            if p.max_tokens is not None and r.num_output_tokens >= p.max_tokens:
+                status = RequestStatus.FINISHED_LENGTH
+            elif r.num_tokens >= self.max_model_len:
+                status = RequestStatus.FINISHED_LENGTH
+        if not p.stop:
+            return status
+        text = self.tokenizer.decode(r.output_token_ids, special=not p.skip_special_tokens,
+                                     continuation=True)
+        for s in p.stop:
+            i = text.find(s)
+            if i >= 0:
+                text = text[:i]
+                status, r.stop_reason = RequestStatus.FINISHED_STOPPED, s
+                break
+        r.text = text
+        return status

@@ -1,0 +1,162 @@
+"""``LLMEngine``: one engine loop that requests join from any thread (vLLM's add_request / step /
+abort shape). Threads add requests to an inbox; whichever thread drives the next ``step`` (an
+explicit caller, or a thread waiting for its own stream) takes them in, so every running request
+shares each batched forward. Outputs of each step go to the queue of the consumer that added the
+request; ``stream``/``iterate`` drive the loop themselves when no other thread is stepping.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
+
+from specdec.engine.core import EngineCore, StepUpdate
+from specdec.engine.request import Request, RequestStatus
+from specdec.outputs import CompletionOutput, RequestOutput
+
+
+@dataclass
+class StreamOutput:
+    """One step's news for one request: the new token ids and their text; ``output`` is the
+    complete RequestOutput once the request has finished."""
+    request_id: str
+    new_token_ids: List[int]
+    new_text: str
+    finished: bool
+    output: Optional[RequestOutput] = None
+
+
+def request_output(r: Request) -> RequestOutput:
+    comp = CompletionOutput(0, r.text, list(r.output_token_ids), r.cumulative_logprob, r.logprobs,
+                            r.finish_reason, r.stop_reason)
+    return RequestOutput(r.request_id, r.prompt, list(r.prompt_token_ids), r.prompt_logprobs,
+                         [comp], r.finished, r.metrics())
+
+
+class LLMEngine:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._inbox_lock = threading.Lock()
+        self._inbox: List[tuple] = []
+        self._aborts: List[str] = []
+        self._step_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._steps = 0
+        self._queues: Dict[str, "queue.SimpleQueue[StreamOutput]"] = {}
+        self._pending: set = set()  # request ids added and not yet finished
+
+    # ---- from any thread ----
+    def add_request(self, request: Request, sink: Optional["queue.SimpleQueue"] = None) -> "queue.SimpleQueue":
+        """Queues a request for the next step; returns the queue its StreamOutputs go to."""
+        sink = sink if sink is not None else queue.SimpleQueue()
+        with self._inbox_lock:
+            if request.request_id in self._pending:
+                raise ValueError(f"request_id = {request.request_id!r}: already running; "
+                                 "a request id not in use is allowed")
+            self._pending.add(request.request_id)
+            self._queues[request.request_id] = sink
+            self._inbox.append(request)
+        with self._cond:
+            self._cond.notify_all()
+        return sink
+
+    def abort_request(self, request_id: str) -> None:
+        """Ends a request at the next step (finish_reason 'abort'); unknown ids are ignored."""
+        with self._inbox_lock:
+            self._aborts.append(request_id)
+        with self._cond:
+            self._cond.notify_all()
+
+    def has_unfinished_requests(self) -> bool:
+        with self._inbox_lock:
+            return bool(self._pending)
+
+    def step(self) -> List[StreamOutput]:
+        """Runs one engine step (waits while another thread runs one) and returns its outputs
+        (they also go to each request's queue)."""
+        with self._step_lock:
+            return self._step_locked()
+
+    def iterate(self, sink: "queue.SimpleQueue", request_ids: Iterable[str]) -> Iterator[StreamOutput]:
+        """StreamOutputs of these requests (all added with ``sink``) as they come, until every one
+        has finished; drives the loop whenever no other thread is stepping."""
+        left = set(request_ids)
+        while left:
+            try:
+                item = sink.get_nowait()
+            except queue.Empty:
+                item = None
+            if item is not None:
+                if item.finished:
+                    left.discard(item.request_id)
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield item
+                continue
+            if self._step_lock.acquire(blocking=False):
+                try:
+                    self._step_locked()
+                finally:
+                    self._step_lock.release()
+            else:
+                with self._cond:  # another thread is stepping: wait for its step to end
+                    seen = self._steps
+                    self._cond.wait_for(lambda: self._steps != seen or not sink.empty(), timeout=0.5)
+
+    # ---- the loop ----
+    def _take_inbox(self) -> None:
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for r in inbox:
+            self.core.add_request(r)
+        for rid in aborts:
+            r = self.core.abort_request(rid)
+            if r is None:
+                continue  # unknown or already finished
+            self._deliver(StepUpdate(r, [], ""))
+
+    def _deliver(self, u: StepUpdate) -> StreamOutput:
+        r = u.request
+        out = StreamOutput(r.request_id, u.new_token_ids, u.new_text, r.finished,
+                           request_output(r) if r.finished else None)
+        with self._inbox_lock:
+            sink = self._queues.get(r.request_id)
+            if r.finished:
+                self._queues.pop(r.request_id, None)
+                self._pending.discard(r.request_id)
+        if sink is not None:
+            sink.put(out)
+        return out
+
+    def _step_locked(self) -> List[StreamOutput]:
+        try:
+            self._take_inbox()
+            outs = [self._deliver(u) for u in self.core.step()] if self.core.has_unfinished_requests() else []
+        except BaseException as e:  # every running request fails with the step's error
+            self._fail_all(e)
+            raise
+        finally:
+            with self._cond:
+                self._steps += 1
+                self._cond.notify_all()
+        return outs
+
+    def _fail_all(self, error: BaseException) -> None:
+        for r in list(self.core.requests.values()):
+            try:
+                self.core.abort_request(r.request_id)
+            except Exception:  # noqa: BLE001 - the first error is the one reported
+                pass
+            with self._inbox_lock:
+                sink = self._queues.pop(r.request_id, None)
+                self._pending.discard(r.request_id)
+            if sink is not None:
+                sink.put(_Failure(r.request_id, [], "", True, None, error))
+
+
+@dataclass
+class _Failure(StreamOutput):
+    error: BaseException = None  # type: ignore[assignment]

@@ -1,0 +1,171 @@
+"""The scheduler: which tokens of which requests one engine step computes, within the target's
+free KV blocks, ``max_num_batched_tokens``, ``max_num_seqs`` and the logit rows of a step.
+
+Running requests come first (oldest first), each with its last token and its draft: ``1 + k``
+rows to verify (k = 0 is a plain decode). When the blocks for a request's draft do not fit it
+verifies without a draft; when not even one token fits, the most recently admitted request is
+preempted (vLLM's recompute preemption: its blocks are freed, it goes back to the front of the
+queue and is recomputed later from its prompt and the tokens it had produced). Then prefill
+chunks of waiting requests, first come first served.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional
+
+from specdec.engine.request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledRequest:
+    request: Request
+    tokens: List[int]            # the new tokens, at positions num_computed, ...
+    num_computed: int            # the request's tokens in the target's cache before the step
+    num_logits: int              # logit rows (verify: 1 + len(draft); prefill: 0, 1 or prompt rows)
+    draft: Optional[object] = None  # the Draft verified this step (None: prefill or plain decode)
+    is_prefill: bool = False
+
+    def as_step(self) -> tuple:
+        return (self.request.request_id, self.tokens, self.num_computed, self.num_logits)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: List[ScheduledRequest] = field(default_factory=list)
+    preempted: List[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.scheduled)
+
+
+class _Blocks:
+    """KV blocks per group reserved for the step being built, against the runner's free blocks.
+    Sums of per-request needs are an upper bound (sliding windows may give blocks back)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.free = runner.num_free_blocks()
+        self.reserved = [0] * len(self.free)
+
+    def _need(self, r: Request, n: int) -> List[int]:
+        return self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, n)
+
+    def _fits(self, need: List[int]) -> bool:
+        return all(a <= f - used for a, f, used in zip(need, self.free, self.reserved))
+
+    def take(self, r: Request, n: int) -> bool:
+        """Reserves the blocks of r's next n tokens; False (nothing reserved) when they do not fit."""
+        need = self._need(r, n)
+        if not self._fits(need):
+            return False
+        self.reserved = [used + a for used, a in zip(self.reserved, need)]
+        return True
+
+    def largest_chunk(self, r: Request, n: int) -> int:
+        """The most of the next n prefill tokens of r whose blocks fit (0 if none)."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self._fits(self._need(r, mid)) else (lo, mid - 1)
+        return lo
+
+
+class Scheduler:
+    def __init__(self, runner, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_num_logits: int) -> None:
+        self.runner = runner
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_logits = max_num_logits
+        self.waiting: Deque[Request] = deque()
+        self.running: List[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, r: Request) -> None:
+        self.waiting.append(r)
+
+    def remove(self, r: Request) -> None:
+        """Takes r out of the queues and frees its target blocks (finish or abort)."""
+        if r in self.running:
+            self.running.remove(r)
+        if r in self.waiting:
+            self.waiting.remove(r)
+        if self.runner.has_request(r.request_id):
+            self.runner.free(r.request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _preempt(self, r: Request, out: SchedulerOutput) -> None:
+        self.remove(r)
+        r.num_computed_tokens = 0
+        r.status = RequestStatus.WAITING
+        r.num_preemptions += 1
+        if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+            del r.prompt_logprobs[1:]  # recomputed with the prompt
+        self.num_preemptions += 1
+        self.waiting.appendleft(r)
+        out.preempted.append(r)
+
+    def schedule(self, drafts: Dict[str, object]) -> SchedulerOutput:
+        out = SchedulerOutput()
+        blocks = _Blocks(self.runner)
+        budget = self.max_num_batched_tokens
+        rows_left = self.max_num_logits
+        i = 0
+        while i < len(self.running):
+            r = self.running[i]
+            draft = drafts.get(r.request_id)
+            k = len(draft) if draft is not None else 0
+            if k and (1 + k > budget or 1 + k > rows_left or not blocks.take(r, 1 + k)):
+                draft, k = None, 0  # verify without a draft rather than wait
+            if k or (budget >= 1 and rows_left >= 1 and blocks.take(r, 1)):
+                out.scheduled.append(ScheduledRequest(
+                    r, [r.sequence.last_token] + (list(draft.tokens) if k else []),
+                    r.num_computed_tokens, 1 + k, draft if k else None))
+                budget -= 1 + k
+                rows_left -= 1 + k
+                i += 1
+                continue
+            if budget < 1 or rows_left < 1:
+                i += 1  # this step is full; the request decodes next step
+                continue
+            # short of blocks: a partly prefilled waiting request goes first, then the newest
+            # running one (possibly r itself)
+            partial = [w for w in self.waiting if w.num_computed_tokens > 0]
+            victim = partial[-1] if partial else self.running[-1]
+            self._preempt(victim, out)
+        num_seqs = len(self.running)
+        for r in list(self.waiting):
+            if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:
+                break
+            left = r.num_tokens - r.num_computed_tokens
+            chunk = min(budget, left)
+            want_prompt_rows = r.prompt_logprobs is not None and not r.prompt_logprobs_done
+            if want_prompt_rows:
+                chunk = min(chunk, rows_left)  # a logit row per prompt token
+            chunk = blocks.largest_chunk(r, chunk)
+            if chunk == 0:
+                if not out.scheduled:  # alone and still short: nothing else holds blocks to wait for
+                    need = self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, 1)
+                    raise ValueError(
+                        f"kv_cache_memory_bytes: request {r.request_id} cannot get a KV block even "
+                        f"with nothing else running (needs {need}, free "
+                        f"{self.runner.num_free_blocks()}); give a larger kv_cache_memory_bytes")
+                break  # first come, first served: later requests wait too
+            blocks.take(r, chunk)
+            last = chunk == left
+            num_logits = chunk if want_prompt_rows else (1 if last else 0)
+            start = r.num_computed_tokens
+            out.scheduled.append(ScheduledRequest(
+                r, r.sequence.token_ids[start:start + chunk] if start or not last
+                else r.sequence.token_ids, start, num_logits, None, True))
+            budget -= chunk
+            rows_left -= num_logits
+            num_seqs += 1
+            if not last:
+                break  # a chunked prompt continues next step, before later ones start
+        return out

@@ -1,0 +1,143 @@
+"""``speculative_config`` as the engine uses it: the C++ ``SpeculativeConfig`` (validated there,
+vLLM's field names) plus what Python adds — a custom proposer object, the drafter's file, the
+split of one KV budget between target and drafter, and the proposer itself.
+
+``speculative_config`` may be None, a ``SpeculativeConfig``, a dict (keyword names as keys; for
+``method: "custom"`` the key ``"proposer"`` may hold a ``specdec.Proposer`` object) or a JSON
+string (as ``specdec generate --speculative-config`` takes it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, Dict, Mapping, Optional
+
+from specdec import _core
+from specdec._checks import error
+from specdec.hub import resolve_model
+from specdec.model import load_model_config
+
+SpeculativeConfig = _core.spec.SpeculativeConfig
+
+
+def _load_class(path: str, field: str):
+    mod, sep, name = path.partition(":")
+    if not sep:
+        mod, _, name = path.rpartition(".")
+    allowed = "'module:Class' or 'module.Class' naming a specdec.Proposer subclass"
+    if not mod or not name:
+        raise error(field, path, allowed)
+    try:
+        cls = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as e:
+        raise error(field, path, f"{allowed} ({e})") from None
+    return cls()
+
+
+class Speculation:
+    def __init__(self, config: Optional["SpeculativeConfig"], custom: Any = None) -> None:
+        self.config = config
+        self.custom = custom
+
+    def resolve_drafter(self, progress: bool) -> Optional[str]:
+        if self.config is None or not self.config.uses_drafter():
+            return None
+        return resolve_model(self.config.model, progress=progress)
+
+    def split_budget(self, target_path: str, drafter_path: Optional[str], total: int,
+                     max_model_len: int, block_size: int, dtype: str,
+                     max_num_batched_tokens: int) -> Dict[str, Any]:
+        """The target's and the drafter's shares of one KV budget, and the rule used."""
+        if drafter_path is None:
+            return {"target_bytes": total, "drafter_bytes": 0, "rule": "no drafter: all to the target"}
+        c = self.config
+        if c.draft_kv_cache_memory_bytes:
+            d = c.draft_kv_cache_memory_bytes
+            if d >= total:
+                raise ValueError(f"speculative_config.draft_kv_cache_memory_bytes = {d}: less than "
+                                 f"kv_cache_memory_bytes = {total} (the drafter's share of it)")
+            return {"target_bytes": total - d, "drafter_bytes": d,
+                    "rule": f"drafter: draft_kv_cache_memory_bytes = {d}"}
+        t_cfg, d_cfg = load_model_config(target_path), load_model_config(drafter_path)
+        length = max_model_len or min(t_cfg.context_length, d_cfg.context_length)
+        if c.max_model_len:
+            length = min(length, c.max_model_len)
+        dt = {"f32": "f32", "f16": "f16", "bf16": "bf16", "int8": "int8"}.get(dtype.lower(), dtype)
+        plan = _core.plan_target_and_drafter(
+            t_cfg.layer_kv_specs(block_size, dt), d_cfg.layer_kv_specs(block_size, c.kv_cache_dtype or dt),
+            total, length, c.draft_kv_cache_fraction or None, max_num_batched_tokens, "target", "drafter")
+        return {"target_bytes": plan.target_budget_bytes, "drafter_bytes": plan.drafter_budget_bytes,
+                "rule": plan.split}
+
+    def load_drafter(self, context, path: str, target_max_model_len: int, kv_bytes: int,
+                     block_size: int, dtype: str, max_num_batched_tokens: int, max_num_logits: int,
+                     progress) -> "_core.ModelRunner":
+        c = self.config
+        length = target_max_model_len
+        if c.max_model_len:
+            if c.max_model_len > target_max_model_len:
+                raise ValueError(f"speculative_config.max_model_len = {c.max_model_len}: at most the "
+                                 f"target's max_model_len = {target_max_model_len}")
+            length = c.max_model_len
+        # the drafter's own backend: None / auto selects independently, never the target's
+        return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes, block_size,
+                                 c.kv_cache_dtype or dtype, max_num_batched_tokens, max_num_logits,
+                                 progress)
+
+    def make_proposer(self, target, drafter) -> Any:
+        c = self.config
+        if c is None:
+            return None
+        n = target.max_model_len
+        if c.method == "ngram":
+            return _core.spec.NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max, n)
+        if c.method == "suffix":
+            return _core.spec.SuffixProposer(c.suffix_decoding_max_tree_depth,
+                                             c.suffix_decoding_max_cached_requests,
+                                             c.suffix_decoding_max_spec_factor,
+                                             c.suffix_decoding_min_token_prob, n)
+        if c.method == "draft_model":
+            return _core.spec.DraftModelProposer(drafter, target.config.vocab_size)
+        return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")
+
+
+def build_speculation(value: Any) -> Speculation:
+    """Checks ``speculative_config`` (before anything loads)."""
+    allowed = ("None, a SpeculativeConfig, a dict such as {'method': 'ngram', "
+               "'num_speculative_tokens': 4}, or its JSON text")
+    if value is None:
+        return Speculation(None)
+    if isinstance(value, SpeculativeConfig):
+        if value.method == "custom":
+            return Speculation(value, _load_class(value.model, "speculative_config.model"))
+        return Speculation(value)
+    if isinstance(value, str):
+        return build_speculation(_core.spec.SpeculativeConfig.from_json(value)) if value.strip() \
+            else Speculation(None)
+    if not isinstance(value, Mapping):
+        raise error("speculative_config", value, allowed)
+    fields = dict(value)
+    custom = fields.pop("proposer", None)
+    if custom is not None:
+        if fields.get("method", "custom") != "custom":
+            raise error("speculative_config.proposer", custom, "only with method 'custom'")
+        if not callable(getattr(custom, "propose", None)):
+            raise error("speculative_config.proposer", custom,
+                        "an object with propose(requests) (a specdec.Proposer subclass)")
+        fields["method"] = "custom"
+        fields.setdefault("model", f"{type(custom).__module__}:{type(custom).__qualname__}")
+    for key, v in fields.items():
+        if not isinstance(key, str):
+            raise error("speculative_config", key, "string keys (field names)")
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            raise error(f"speculative_config.{key}", v, "a JSON-like value (string, number, None)") from None
+    config = SpeculativeConfig.from_json(json.dumps(fields))
+    if config.method == "custom" and custom is None:
+        custom = _load_class(config.model, "speculative_config.model")
+    return Speculation(config, custom)
+
+
+__all__ = ["Speculation", "SpeculativeConfig", "build_speculation"]
