@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "common/errors.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
@@ -126,12 +128,19 @@ void register_spec(py::module_& root) {
       .def_property_readonly("greedy", [](const ProposeRequest& r) { return r.params.greedy(); });
 
   py::class_<Draft>(m, "Draft", "Draft tokens, and their draft probabilities [k, vocab] when sampled.")
-      .def(py::init([](std::vector<int32_t> tokens) {
+      .def(py::init([](std::vector<int32_t> tokens, std::optional<FloatArray> probs) {
              Draft d;
              d.tokens = std::move(tokens);
+             if (probs) {
+               check_config(probs->ndim() == 2 && probs->shape(0) == static_cast<py::ssize_t>(d.tokens.size()),
+                            "probs rows", probs->ndim() == 2 ? probs->shape(0) : -1,
+                            str_cat(d.tokens.size(), " (one row of draft probabilities per token)"));
+               d.vocab_size = probs->shape(1);
+               d.probs.assign(probs->data(), probs->data() + probs->size());
+             }
              return d;
            }),
-           py::arg("tokens"))
+           py::arg("tokens"), py::arg("probs") = py::none())
       .def_readonly("tokens", &Draft::tokens)
       .def_property_readonly("has_probs", &Draft::has_probs)
       .def_property_readonly("probs", [](const Draft& d) -> py::object {
@@ -180,19 +189,21 @@ void register_spec(py::module_& root) {
       }, py::arg("draft"), py::arg("target_argmax"),
       "(tokens, num_accepted): accept while draft == argmax, then the target's token.");
   m.def("verify_sampled", [](const Draft& draft, const FloatArray& logits, double temperature, int top_k,
-                             double top_p, double min_p, sampling::Generator& gen) {
+                             double top_p, double min_p, sampling::Generator* gen) {
         check_config(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
                      "target_logits rows", logits.ndim() == 2 ? logits.shape(0) : -1,
                      str_cat(draft.tokens.size() + 1, " rows (draft + 1) of a 2-D array"));
         const sampling::SamplingParams p = make_params(temperature, top_k, top_p, min_p);
+        check_config(p.greedy() || gen != nullptr, "generator", "None", "a SamplingGenerator for a sampled request");
+        sampling::Generator unused(0);  // greedy verification draws nothing
         VerifyResult r;
         {
           py::gil_scoped_release release;
-          r = verify_sampled(draft, logits.data(), logits.shape(1), p, gen);
+          r = verify_sampled(draft, logits.data(), logits.shape(1), p, gen ? *gen : unused);
         }
         return py::make_tuple(r.tokens, r.num_accepted);
       }, py::arg("draft"), py::arg("target_logits"), py::arg("temperature"), py::arg("top_k") = 0,
-      py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("generator"),
+      py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("generator") = nullptr,
       "(tokens, num_accepted): speculative sampling (accept with min(1, p/q), recover from "
       "normalize(max(0, p - q)), a bonus token after k acceptances).");
 

@@ -95,6 +95,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if args.device is not None:
         specdec.select_device(check_text("--device", args.device))
     parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
+    from specdec.speculative import build_speculation
+    try:
+        build_speculation(args.speculative_config)  # checked before anything loads
+    except ValueError as e:
+        raise ValueError(f"--speculative-config: {e}") from None
     path = specdec.resolve_model(args.model, progress=True)
     # what the file alone tells (config, tokenizer): checked before the weights load
     context_length = specdec.load_model_config(path).context_length
@@ -124,10 +129,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                          f"{max_model_len - 1} fit with one generated token")
     llm = specdec.LLM(path, device=args.device, attention_backend=args.attention_backend,
                       max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
-                      progress=True)
+                      progress=True, speculative_config=args.speculative_config)
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
                      f"{llm.context.device.name}]\n")
+    if llm.speculative_config is not None:
+        sc = llm.speculative_config
+        drafter = ""
+        if llm.drafter is not None:
+            drafter = (f", drafter {llm.drafter.config.architecture} {llm.drafter.config.num_layers} "
+                       f"layers, attention {'/'.join(sorted(set(llm.drafter.attention_backends)))}, "
+                       f"KV {llm.kv_split['drafter_bytes'] / 2**20:.0f} MiB of "
+                       f"{(llm.kv_split['drafter_bytes'] + llm.kv_split['target_bytes']) / 2**20:.0f}")
+        sys.stderr.write(f"[speculative: {sc.method}, k = {sc.num_speculative_tokens}{drafter}]\n")
 
     def emit(_rid: str, text: str) -> None:
         sys.stdout.write(text)
@@ -145,6 +159,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                      f"tokens/s; decode {m['decode_tokens']} tokens at "
                      f"{m['decode_tokens_per_s']:.1f} tokens/s; finish: "
                      f"{out.outputs[0].finish_reason}\n")
+    if llm.speculative_config is not None:
+        per_pos = ", ".join(f"{r:.2f}" for r in m["acceptance_rate_per_pos"])
+        rate = m["acceptance_rate"]
+        sys.stderr.write(
+            f"speculative: {m['num_drafts']} drafts, {m['num_draft_tokens']} draft tokens, "
+            f"{m['num_accepted_tokens']} accepted ({'n/a' if rate != rate else f'{100 * rate:.1f} %'}); "
+            f"mean acceptance length {m['mean_acceptance_length']:.2f}; acceptance per position "
+            f"[{per_pos}]\n")
+    total = m["total_step_seconds"] or 1.0
+    sys.stderr.write(f"time: draft {100 * m['draft_seconds'] / total:.1f} %, verify/forward "
+                     f"{100 * m['forward_seconds'] / total:.1f} %, sampling "
+                     f"{100 * m['sampling_seconds'] / total:.1f} %, host "
+                     f"{100 * m['host_seconds'] / total:.1f} % of {m['total_step_seconds']:.2f} s\n")
+    if args.json_metrics:
+        sys.stderr.write(json.dumps({k: (None if isinstance(v, float) and v != v else v)
+                                     for k, v in m.items()}) + "\n")
     return 0
 
 
@@ -359,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("generate", help="generate text with a model (plain decoding), streamed")
+    p = sub.add_parser("generate", help="generate text with a model (plain or speculative), streamed")
     p.add_argument("--model", required=True, help="a GGUF file or catalog name")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
@@ -379,7 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parse-special", action="store_true",
                    help="control-token text in the prompt (e.g. <|im_start|>) becomes control "
                         "tokens (default: it stays text)")
-    p.add_argument("--kv-cache-memory", default="1GiB", help="KV-cache budget (default 1GiB)")
+    p.add_argument("--kv-cache-memory", default="1GiB",
+                   help="KV-cache budget (default 1GiB), shared with the drafter")
+    p.add_argument("--speculative-config", default=None,
+                   help='speculative decoding as JSON, vLLM\'s field names, e.g. \'{"method": '
+                        '"draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", '
+                        '"num_speculative_tokens": 4}\' (methods: draft_model, ngram, suffix, custom)')
+    p.add_argument("--json-metrics", action="store_true",
+                   help="print the metrics as one JSON object on stderr at the end")
     p.set_defaults(func=_cmd_generate)
     return parser
 

@@ -50,6 +50,10 @@ class _Blocks:
         self.free = runner.num_free_blocks()
         self.reserved = [0] * len(self.free)
 
+    def refresh(self) -> None:
+        """After a preemption gave blocks back."""
+        self.free = self.runner.num_free_blocks()
+
     def _need(self, r: Request, n: int) -> List[int]:
         return self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, n)
 
@@ -138,6 +142,7 @@ class Scheduler:
             partial = [w for w in self.waiting if w.num_computed_tokens > 0]
             victim = partial[-1] if partial else self.running[-1]
             self._preempt(victim, out)
+            blocks.refresh()
         num_seqs = len(self.running)
         for r in list(self.waiting):
             if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:

@@ -1,0 +1,479 @@
+"""Speculative decoding: SpeculativeConfig, proposers, the rejection sampler (alone and end to
+end), losslessness against plain decoding for every method x backend, multi-group drafters,
+pressure, threads."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specdec
+from specdec import _core
+from specdec.engine import EngineCore, LLMEngine
+from specdec.testing import write_random_model
+
+spec = _core.spec
+STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+GREEDY = specdec.SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
+           "Tom had a toy. Tom had a toy. Tom had a"]
+
+
+# ---------------------------------------------------------------- SpeculativeConfig
+def test_config_defaults_and_forms():
+    c = specdec.SpeculativeConfig(method="ngram", num_speculative_tokens=4)
+    assert (c.method, c.prompt_lookup_min, c.prompt_lookup_max) == ("ngram", 5, 5)
+    c = spec.SpeculativeConfig.from_json('{"model": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}')
+    assert (c.method, c.prompt_lookup_min, c.prompt_lookup_max) == ("ngram", 3, 3)
+    c = specdec.SpeculativeConfig(model="x.gguf", num_speculative_tokens=3, attention_backend="auto")
+    assert c.method == "draft_model" and c.attention_backend is None
+    assert specdec.SpeculativeConfig(model="x.gguf", num_speculative_tokens=3,
+                                     attention_backend="ocl_paged").attention_backend == "OCL_PAGED"
+    c = specdec.SpeculativeConfig(method="suffix")
+    assert c.num_speculative_tokens == 24 and c.suffix_decoding_max_tree_depth == 24
+    c = specdec.SpeculativeConfig(model="x", num_speculative_tokens=3, draft_kv_cache_memory_bytes="64MiB")
+    assert c.draft_kv_cache_memory_bytes == 64 << 20
+
+
+BAD_CONFIGS = [
+    ({}, "speculative_config.method"),
+    ({"method": "medusa", "num_speculative_tokens": 2}, "method = medusa"),
+    ({"method": "ngram"}, "num_speculative_tokens = None"),
+    ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens = 0"),
+    ({"method": "ngram", "num_speculative_tokens": 33}, r"\[1, 32\]"),
+    ({"method": "ngram", "num_speculative_tokens": 2.5}, "num_speculative_tokens = 2.5"),
+    ({"method": "ngram", "num_speculative_tokens": True}, "num_speculative_tokens = true"),
+    ({"method": "ngram", "num_speculative_tokens": "4"}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2},
+     "prompt_lookup_min = 4: <= prompt_lookup_max = 2"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0}, "prompt_lookup_min = 0"),
+    ({"method": "draft_model", "num_speculative_tokens": 2}, "model = None"),
+    ({"model": "d", "num_speculative_tokens": 2, "attention_backend": "FLASHINFER"},
+     "attention_backend = FLASHINFER: None, 'auto' or one of"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "attention_backend": "OCL_PAGED"},
+     "only for method draft_model"),
+    ({"model": "d", "num_speculative_tokens": 2, "prompt_lookup_min": 2}, "only for method ngram"),
+    ({"method": "suffix", "suffix_decoding_min_token_prob": 1.5}, "suffix_decoding_min_token_prob = 1.5"),
+    ({"method": "suffix", "suffix_decoding_max_spec_factor": 0}, "suffix_decoding_max_spec_factor"),
+    ({"method": "suffix", "suffix_decoding_max_tree_depth": 0}, "suffix_decoding_max_tree_depth = 0"),
+    ({"method": "suffix", "model": "m"}, "model = m: None for method suffix"),
+    ({"model": "d", "num_speculative_tokens": 2, "max_model_len": 1}, "max_model_len = 1"),
+    ({"model": "d", "num_speculative_tokens": 2, "max_model_len": 64, "draft_max_model_len": 64},
+     "alias"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_kv_cache_memory_bytes": "lots"},
+     "draft_kv_cache_memory_bytes = lots"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_kv_cache_fraction": 1.0}, r"\(0, 1\)"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_kv_cache_fraction": 0.5,
+      "draft_kv_cache_memory_bytes": 1000}, "one of the two"),
+    ({"model": "d", "num_speculative_tokens": 2, "kv_cache_dtype": "fp8"}, "kv_cache_dtype"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}, "disable_by_batch_size = 0"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "k": 3}, "speculative_config.k = 3: a known field"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "tensor_parallel_size": 2}, "one device"),
+    ({"method": "custom", "num_speculative_tokens": 2}, "model = None"),
+    ({"method": "custom", "num_speculative_tokens": 2, "model": "no_such_module:Thing"}, "no_such_module"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "proposer": object()}, "proposer"),
+]
+
+
+@pytest.mark.parametrize("fields,message", BAD_CONFIGS)
+def test_config_errors_name_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        specdec.speculative.build_speculation(fields)
+
+
+def test_config_errors_from_json_and_llm():
+    with pytest.raises(ValueError, match="a JSON object"):
+        specdec.speculative.build_speculation('{"method": "ngram"')
+    with pytest.raises(ValueError, match="an object of fields"):
+        specdec.speculative.build_speculation("[1, 2]")
+    with pytest.raises(ValueError, match="speculative_config = 5"):
+        specdec.LLM(STORIES, speculative_config=5, progress=False)
+    # checked before anything loads: a missing drafter file is named
+    with pytest.raises(ValueError):
+        specdec.LLM(STORIES, speculative_config={"model": "/no/such/drafter.gguf",
+                                                 "num_speculative_tokens": 2}, progress=False)
+
+
+# ---------------------------------------------------------------- proposers alone
+@pytest.mark.parametrize("tokens,lo,hi,k,want", [
+    ([1, 2, 3, 4, 1, 2, 3], 2, 2, 3, [4, 1, 2]),
+    ([1, 2, 3, 4, 1, 2, 3], 1, 1, 2, [4, 1]),
+    ([1, 2, 3, 4, 1, 2, 3], 4, 4, 2, []),
+    ([1, 2, 3, 4, 1, 2, 3], 3, 4, 2, [4, 1]),
+    ([2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3, 4], 3, 4, 2, [1, 2]),
+    ([1, 2, 3, 100, 1, 2, 3, 200, 1, 2, 3, 300, 1, 2, 3], 3, 3, 2, [100, 1]),
+    ([1, 3, 6, 2, 3, 4, 1, 2, 3], 1, 1, 2, [6, 2]),
+    ([1, 2, 3, 4, 1, 2, 3, 5, 6], 2, 2, 2, []),
+])
+def test_ngram_lookup_matches_vllm(tokens, lo, hi, k, want):
+    assert spec.ngram_lookup(tokens, lo, hi, k) == want
+    p = spec.NgramProposer(lo, hi)
+    d = p.propose([spec.ProposeRequest(spec.Sequence("r", tokens), k)])
+    assert list(d[0].tokens) == want and not d[0].has_probs
+
+
+def test_ngram_respects_max_model_len():
+    assert spec.ngram_lookup([1, 2, 3, 1, 2], 2, 2, 5, max_model_len=6) == [3]
+    assert spec.ngram_lookup([1, 2, 3, 1, 2], 2, 2, 5, max_model_len=5) == []
+
+
+def test_suffix_proposer_follows_repeated_text_and_global_cache():
+    p = spec.SuffixProposer(max_tree_depth=8, max_cached_requests=2, max_spec_factor=2.0,
+                            min_token_prob=0.1)
+    seq = spec.Sequence("a", [5, 6, 7, 8, 9, 1, 2, 5, 6, 7])
+    d = p.propose([spec.ProposeRequest(seq, 4)])[0]
+    assert list(d.tokens) == [8, 9, 1, 2]  # match "5 6 7" (3 tokens) -> up to 6 drafted, k=4
+    # no repeated suffix: nothing drafted
+    assert list(p.propose([spec.ProposeRequest(spec.Sequence("b", [1, 2, 3, 4]), 4)])[0].tokens) == []
+    # a finished request's output joins the global tree and drafts for a new request
+    done = spec.Sequence("c", [100])
+    done.append([40, 41, 42, 43, 44, 45])
+    p.finish(done)
+    assert p.num_cached_requests == 1
+    d = p.propose([spec.ProposeRequest(spec.Sequence("d", [7, 40, 41, 42]), 3)])[0]
+    assert list(d.tokens) == [43, 44, 45]
+    for i in range(3):  # eviction keeps at most max_cached_requests
+        s = spec.Sequence(f"e{i}", [1])
+        s.append([60 + i, 61, 62])
+        p.finish(s)
+    assert p.num_cached_requests == 2
+    assert list(p.propose([spec.ProposeRequest(spec.Sequence("f", [40, 41, 42]), 3)])[0].tokens) == []
+
+
+# ---------------------------------------------------------------- rejection sampler alone
+def test_greedy_verification_matches_vllm_cases():
+    assert spec.verify_greedy([1, 2, 3], np.array([1, 2, 3, 4], np.int32)) == ([1, 2, 3, 4], 3)
+    assert spec.verify_greedy([1, 2, 3], np.array([1, 5, 3, 4], np.int32)) == ([1, 5], 1)
+    assert spec.verify_greedy([], np.array([7], np.int32)) == ([7], 0)
+    with pytest.raises(ValueError, match="target_argmax"):
+        spec.verify_greedy([1, 2], np.array([1, 2], np.int32))
+
+
+def _tv(counts: np.ndarray, p: np.ndarray) -> float:
+    return 0.5 * float(np.abs(counts / counts.sum() - p).sum())
+
+
+@pytest.mark.parametrize("kind", ["point_mass", "draft_probs"])
+def test_stochastic_verification_reproduces_the_target_distribution(kind):
+    """Synthetic 6-token distributions: the first output token of speculative sampling is
+    distributed as the target's p, whatever the draft; the second one (after an accepted first
+    draft) as p of row 1."""
+    rng = np.random.default_rng(0)
+    V, n = 6, 20000
+    logits = rng.normal(size=(3, V)).astype(np.float32) * 1.5
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    q = rng.dirichlet(np.ones(V), size=2).astype(np.float32)
+    gen = _core.SamplingGenerator(123)
+    first = np.zeros(V)
+    drafted = np.zeros(V)
+    for i in range(n):
+        if kind == "point_mass":
+            d0 = int(rng.integers(V))
+            draft = spec.Draft([d0, int(rng.integers(V))])
+        else:
+            d0 = int(rng.choice(V, p=q[0] / q[0].sum()))
+            d1 = int(rng.choice(V, p=q[1] / q[1].sum()))
+            draft = _draft_with_probs([d0, d1], q)
+        tokens, acc = spec.verify_sampled(draft, logits, 1.0, generator=gen)
+        first[tokens[0]] += 1
+        assert len(tokens) == acc + 1 and acc <= 2
+        drafted[d0] += 1
+    assert _tv(first, p[0]) < 0.015, (first / n, p[0])
+    if kind == "point_mass":  # the drafts were uniform, far from p: the test has teeth
+        assert _tv(drafted, p[0]) > 0.1
+
+
+def _draft_with_probs(tokens, q):
+    """A Draft carrying draft probabilities q[i] for its tokens."""
+    return spec.Draft(tokens, np.ascontiguousarray(q[:len(tokens)]))
+
+
+def test_stochastic_verification_respects_top_k_and_temperature():
+    logits = np.array([[3.0, 2.0, 1.0, 0.0, -1.0]] * 2, np.float32)
+    gen = _core.SamplingGenerator(5)
+    seen = set()
+    for _ in range(3000):
+        toks, _ = spec.verify_sampled(spec.Draft([4]), logits, 0.7, top_k=2, generator=gen)
+        seen.add(toks[0])
+    assert seen == {0, 1}  # the draft (outside the top 2) is never accepted
+
+
+# ---------------------------------------------------------------- lossless end to end
+def _plain(path: str, prompts, params, **kw):
+    llm = specdec.LLM(path, progress=False, **kw)
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+
+@pytest.fixture(scope="module")
+def stories_plain():
+    return {b: _plain(STORIES, PROMPTS, GREEDY, attention_backend=b) for b in ("OCL_PAGED", "REFERENCE")}
+
+
+METHODS = [
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+    {"method": "suffix", "num_speculative_tokens": 5},
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 4, "attention_backend": "REFERENCE"},
+]
+
+
+class BadProposer(specdec.Proposer):
+    """Drafts deliberately wrong tokens (the next id after the last one)."""
+
+    def propose(self, requests):
+        return [[(r.token_ids[-1] + 1 + i) % 512 for i in range(r.num_speculative_tokens)]
+                for r in requests]
+
+
+class EchoProposer(specdec.Proposer):
+    """Drafts the last token again: right sometimes."""
+
+    def propose(self, requests):
+        return [[r.token_ids[-1]] * r.num_speculative_tokens for r in requests]
+
+
+@pytest.mark.parametrize("target_backend", ["OCL_PAGED", "REFERENCE"])
+@pytest.mark.parametrize("cfg", METHODS + ["bad", "echo"], ids=lambda c: c if isinstance(c, str) else
+                         f"{c['method']}-{c.get('attention_backend', 'auto')}")
+def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
+    if isinstance(cfg, str):
+        cfg = {"method": "custom", "num_speculative_tokens": 3,
+               "proposer": BadProposer() if cfg == "bad" else EchoProposer()}
+    llm = specdec.LLM(STORIES, attention_backend=target_backend, progress=False, speculative_config=cfg)
+    free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks() if llm.drafter else None)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == stories_plain[target_backend]
+    m = llm.last_metrics
+    assert m["num_drafts"] > 0 and m["num_draft_tokens"] >= m["num_drafts"]
+    per = outs[0].metrics
+    assert per["mean_acceptance_length"] == pytest.approx(1 + per["num_accepted_tokens"] / max(per["num_drafts"], 1))
+    if cfg["method"] == "draft_model":  # the same model drafting: every draft token is accepted
+        assert m["num_accepted_tokens"] == m["num_draft_tokens"]
+    if cfg.get("proposer").__class__ is BadProposer:
+        assert m["num_accepted_tokens"] < m["num_draft_tokens"] // 2
+    # every block of target and drafter is back
+    assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks() if llm.drafter else None) == free
+
+
+def test_drafter_backend_is_chosen_independently():
+    llm = specdec.LLM(STORIES, attention_backend="REFERENCE", progress=False,
+                      speculative_config={"model": STORIES, "num_speculative_tokens": 2})
+    assert set(llm.runner.attention_backends) == {"REFERENCE"}
+    assert "REFERENCE" not in llm.drafter.attention_backends  # auto: never inherited
+    assert llm.kv_split["target_bytes"] + llm.kv_split["drafter_bytes"] == 1 << 30
+    assert llm.kv_split["drafter_bytes"] > 0 and llm.kv_split["rule"]
+    with pytest.raises(ValueError, match="OCL_MLA"):  # a named backend that does not fit: reasons
+        specdec.LLM(STORIES, progress=False, speculative_config={
+            "model": STORIES, "num_speculative_tokens": 2, "attention_backend": "OCL_MLA"})
+
+
+@pytest.fixture(scope="module")
+def random_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec_random")
+    paths = {}
+    for arch in ("llama", "deepseek2", "gemma3", "qwen2"):
+        p = d / f"{arch}.gguf"
+        write_random_model(p, arch, "F16", seed=1)
+        paths[arch] = str(p)
+    return paths
+
+
+@pytest.mark.parametrize("target,drafter,drafter_backend", [
+    ("deepseek2", "llama", None),          # MLA target, GQA drafter
+    ("llama", "deepseek2", None),          # GQA target, MLA drafter
+    ("llama", "gemma3", "REFERENCE"),      # a drafter with two KV groups on another backend
+    ("gemma3", "llama", "OCL_PAGED"),
+])
+def test_lossless_greedy_random_models(random_dir, target, drafter, drafter_backend):
+    t, d = random_dir[target], random_dir[drafter]
+    params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = [{"prompt_token_ids": list(range(3, 3 + n))} for n in (5, 17, 40)]
+    want = _plain(t, prompts, params, max_model_len=128)
+    cfg = {"model": d, "num_speculative_tokens": 3, "attention_backend": drafter_backend}
+    llm = specdec.LLM(t, progress=False, max_model_len=128, speculative_config=cfg)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+    if drafter_backend:
+        assert set(llm.drafter.attention_backends) == {drafter_backend}
+    # self-drafting: the target's own model as drafter accepts everything
+    llm = specdec.LLM(t, progress=False, max_model_len=128,
+                      speculative_config={"model": t, "num_speculative_tokens": 3})
+    outs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert llm.last_metrics["num_accepted_tokens"] == llm.last_metrics["num_draft_tokens"] > 0
+
+
+# ---------------------------------------------------------------- sampling end to end
+@pytest.mark.parametrize("cfg", [
+    None,
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2},
+    "bad",
+], ids=["plain", "draft_model", "ngram", "bad_custom"])
+def test_speculative_sampling_distribution_equals_target(cfg, request):
+    """Tokens 2..4 of a sampled continuation come from one verify step; their marginals under
+    speculation match plain sampling (total variation against a large plain sample)."""
+    if cfg == "bad":
+        cfg = {"method": "custom", "num_speculative_tokens": 3, "proposer": BadProposer()}
+    n = 800
+    params = [specdec.SamplingParams(temperature=1.0, top_k=6, max_tokens=4, ignore_eos=True, seed=s)
+              for s in range(n)]
+    prompt = "Tom had a toy. Tom had a"
+    ref = _reference_sample(prompt)
+    llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64, speculative_config=cfg)
+    outs = llm.generate([prompt] * n, params)
+    toks = np.array([o.outputs[0].token_ids for o in outs])
+    for pos in (1, 2, 3):
+        z = _chi2_z(toks[:, pos], ref[:, pos])
+        assert z < 4.0, (pos, z)  # z = 4: p ~ 3e-5 under equal distributions
+    if cfg is not None:
+        assert llm.last_metrics["num_draft_tokens"] > 0
+
+
+_REF = {}
+
+
+def _reference_sample(prompt):
+    if prompt not in _REF:
+        n = 2400
+        params = [specdec.SamplingParams(temperature=1.0, top_k=6, max_tokens=4, ignore_eos=True,
+                                         seed=10**6 + s) for s in range(n)]
+        llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64)
+        _REF[prompt] = np.array([o.outputs[0].token_ids for o in llm.generate([prompt] * n, params)])
+    return _REF[prompt]
+
+
+def _chi2_z(a, b) -> float:
+    """Two-sample chi-square test of homogeneity (categories with fewer than 10 samples in all
+    pooled), as a z-score by the Wilson-Hilferty approximation: large when a and b differ."""
+    keys, counts = np.unique(np.concatenate([a, b]), return_counts=True)
+    ca = np.array([(a == k).sum() for k in keys], float)
+    cb = np.array([(b == k).sum() for k in keys], float)
+    small = counts < 10
+    if small.any():
+        ca = np.append(ca[~small], ca[small].sum())
+        cb = np.append(cb[~small], cb[small].sum())
+    table = np.stack([ca, cb])
+    table = table[:, table.sum(0) > 0]
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    df = table.shape[1] - 1
+    if df < 1:
+        return 0.0
+    return ((chi2 / df) ** (1 / 3) - (1 - 2 / (9 * df))) / np.sqrt(2 / (9 * df))
+
+
+def test_chi2_check_has_teeth():
+    rng = np.random.default_rng(1)
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    a, b = rng.choice(4, 800, p=p), rng.choice(4, 2400, p=p)
+    assert _chi2_z(a, b) < 4
+    c = rng.choice(4, 800, p=[0.3, 0.3, 0.25, 0.15])  # TV 0.1 away
+    assert _chi2_z(c, b) > 4
+
+
+# ---------------------------------------------------------------- pressure, threads, abort
+def test_pressure_waits_and_preempts_with_speculation():
+    prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]  # 24 requests
+    params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    want = _plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
+    llm = specdec.LLM(STORIES, progress=False, max_model_len=128, kv_cache_memory_bytes=400_000,
+                      max_num_seqs=32,
+                      speculative_config={"model": STORIES, "num_speculative_tokens": 3})
+    free_t, free_d = llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()
+    assert free_t[0] < 24 * 3  # not every request fits at once
+    outs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert llm.last_metrics["num_preemptions"] > 0
+    assert llm.runner.num_free_blocks() == free_t and llm.drafter.num_free_blocks() == free_d
+
+
+def test_threads_stream_and_abort_join_one_loop():
+    llm = specdec.LLM(STORIES, progress=False,
+                      speculative_config={"method": "suffix", "num_speculative_tokens": 4})
+    params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    want = _plain(STORIES, PROMPTS, params)
+    results, errors = {}, []
+
+    def run(i):
+        try:
+            text, ids = "", []
+            for item in llm.stream(PROMPTS[i], params):
+                text += item.new_text
+                ids += item.new_token_ids
+                if item.finished:
+                    results[i] = (ids, text, item.output)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    # a long request aborted from this thread while the others run
+    long = specdec.SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
+    stream = llm.stream("Once upon a time", long)
+    first = next(stream)
+    llm.abort(first.request_id)
+    last = list(stream)[-1]
+    assert last.finished and last.output.outputs[0].finish_reason == "abort"
+    for t in threads:
+        t.join(120)
+    assert not errors and all(not t.is_alive() for t in threads)
+    for i in range(len(PROMPTS)):
+        ids, text, out = results[i]
+        assert ids == want[i] == out.outputs[0].token_ids
+        assert text == out.outputs[0].text
+    assert not llm.runner.has_request(first.request_id)
+
+
+def test_custom_proposer_errors_are_clear():
+    class Wrong(specdec.Proposer):
+        def propose(self, requests):
+            return [[10**6] for _ in requests]
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "custom", "num_speculative_tokens": 2, "proposer": Wrong()})
+    with pytest.raises(ValueError, match="draft token 1000000"):
+        llm.generate("Once", specdec.SamplingParams(temperature=0, max_tokens=5))
+    # the engine is usable afterwards (the failed requests were ended)
+    assert not llm.engine.has_unfinished_requests()
+
+
+def test_plain_engine_is_the_same_step_without_proposer():
+    llm = specdec.LLM(STORIES, progress=False)
+    assert llm.engine.core.proposer is None and llm.engine.core.k == 0
+    eng = llm.engine
+    r = llm._make_request("Once upon a time", GREEDY)
+    sink = eng.add_request(r)
+    while eng.has_unfinished_requests():
+        eng.step()
+    items = []
+    while not sink.empty():
+        items.append(sink.get())
+    assert items[-1].finished
+    assert sum((i.new_token_ids for i in items), []) == _plain(STORIES, ["Once upon a time"], GREEDY)[0]
+
+
+def test_sliding_window_rollback_past_committed_blocks():
+    """A drafter's window blocks are freed only from the committed length: rolling back the
+    draft tokens works; freeing from the computed length would have refused it (Gemma 3: a
+    512-token window, 16-token blocks)."""
+    def manager():
+        layers = specdec.example_model_layers("gemma3-270m", 16)
+        return specdec.KvCacheManager(specdec.plan_kv_cache(layers, 0, 4096, num_blocks_override=200))
+    m = manager()
+    assert m.allocate_slots("r", 0, 1020).ok
+    for pos in range(1020, 1025):  # draft tokens past the committed 1020
+        assert m.allocate_slots("r", pos, 1, num_committed_tokens=1020).ok
+    m.truncate("r", 1021)  # one draft accepted: the query at 1021 still sees token 510
+    assert m.num_freed_blocks("r", 0) == 31
+    m2 = manager()
+    assert m2.allocate_slots("r", 0, 1020).ok
+    for pos in range(1020, 1025):
+        assert m2.allocate_slots("r", pos, 1).ok
+    assert m2.num_freed_blocks("r", 0) == 32
+    with pytest.raises(ValueError, match="already freed"):
+        m2.truncate("r", 1021)
