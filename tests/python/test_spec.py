@@ -18,7 +18,7 @@ from specdec.testing import write_random_model
 
 spec = _core.spec
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
-GREEDY = specdec.SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+GREEDY = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
            "Tom had a toy. Tom had a toy. Tom had a"]
 
@@ -205,7 +205,8 @@ def test_stochastic_verification_respects_top_k_and_temperature():
 
 # ---------------------------------------------------------------- lossless end to end
 def _plain(path: str, prompts, params, **kw):
-    llm = specdec.LLM(path, progress=False, **kw)
+    kw.setdefault("progress", False)
+    llm = specdec.LLM(path, **kw)
     return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
 
 
@@ -237,8 +238,11 @@ class EchoProposer(specdec.Proposer):
         return [[r.token_ids[-1]] * r.num_speculative_tokens for r in requests]
 
 
-@pytest.mark.parametrize("target_backend", ["OCL_PAGED", "REFERENCE"])
-@pytest.mark.parametrize("cfg", METHODS + ["bad", "echo"], ids=lambda c: c if isinstance(c, str) else
+CASES = ([("OCL_PAGED", c) for c in METHODS + ["bad", "echo"]]
+         + [("REFERENCE", METHODS[2]), ("REFERENCE", "bad")])  # the host reference target is slow
+
+
+@pytest.mark.parametrize("target_backend,cfg", CASES, ids=lambda c: c if isinstance(c, str) else
                          f"{c['method']}-{c.get('attention_backend', 'auto')}")
 def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
     if isinstance(cfg, str):
@@ -477,3 +481,66 @@ def test_sliding_window_rollback_past_committed_blocks():
     assert m2.num_freed_blocks("r", 0) == 32
     with pytest.raises(ValueError, match="already freed"):
         m2.truncate("r", 1021)
+
+
+# ---------------------------------------------------------------- real models
+QWEN_T, QWEN_D = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
+CODE_PROMPTS = [
+    "def fibonacci(n):",
+    "# Rewrite this function to use a list comprehension.\ndef squares(xs):\n    out = []\n"
+    "    for x in xs:\n        out.append(x * x)\n    return out\n\n# Rewritten:\ndef squares(xs):",
+    "Write a short story about a robot who learns to paint.",
+]
+
+
+def test_lossless_greedy_real_qwen_pair(real_model):
+    """The 1.5B target with each method (the 0.5B drafter included), a batch of prompts of
+    different lengths: token for token the target's own greedy output."""
+    target, drafter = real_model(QWEN_T), real_model(QWEN_D)
+    params = specdec.SamplingParams(temperature=0, max_tokens=24)
+    kw = dict(max_model_len=512, kv_cache_memory_bytes="96MiB", progress=False)
+    want = _plain(target, CODE_PROMPTS, params, **kw)
+    for cfg in ({"method": "draft_model", "model": drafter, "num_speculative_tokens": 4},
+                {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+                {"method": "suffix", "num_speculative_tokens": 6}):
+        llm = specdec.LLM(target, speculative_config=cfg, **kw)
+        outs = llm.generate(CODE_PROMPTS, params)
+        assert [o.outputs[0].token_ids for o in outs] == want, cfg["method"]
+        if cfg["method"] == "draft_model":
+            m = llm.last_metrics
+            assert m["num_draft_tokens"] > 0 and m["acceptance_rate"] > 0.4, m
+        del llm
+
+
+def test_gemma_drafting_for_itself_two_kv_groups(real_model):
+    """Gemma-3-270M drafts for itself: the drafter has two KV-cache groups (5 sliding + 1 global
+    layers); the prompt is longer than the 512-token window, so window blocks are freed while
+    drafts are rolled back. Same backend as the target: every draft token accepted. Another
+    backend: output still equal to plain decoding, acceptance >= 99 %."""
+    path = real_model("gemma-3-270m-q4_k_m")
+    story = ("The old lighthouse keeper climbed the stairs every evening to light the lamp. "
+             "He counted the steps, one hundred and twelve, and listened to the sea below. ")
+    prompt = story * 22 + "One night, the lamp would not light, and"
+    params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    kw = dict(max_model_len=1024, kv_cache_memory_bytes="64MiB", progress=False)
+    plain = specdec.LLM(path, **kw)
+    n_prompt = len(plain.tokenizer.encode(prompt, add_special=True))
+    assert n_prompt > 600
+    assert len(plain.runner.kv_config.groups) == 2
+    want = plain.generate(prompt, params)[0].outputs[0].token_ids
+    del plain
+    for backend in (None, "OCL_PAGED", "REFERENCE"):
+        llm = specdec.LLM(path, speculative_config={"model": path, "num_speculative_tokens": 4,
+                                                    "attention_backend": backend}, **kw)
+        assert len(llm.drafter.kv_config.groups) == 2
+        free = llm.drafter.num_free_blocks()
+        out = llm.generate(prompt, params)[0]
+        assert out.outputs[0].token_ids == want, backend
+        m = out.metrics
+        rate = m["num_accepted_tokens"] / m["num_draft_tokens"]
+        if backend is None or set(llm.drafter.attention_backends) == set(llm.runner.attention_backends):
+            assert rate == 1.0, (backend, m)
+        else:
+            assert rate >= 0.99, (backend, m)
+        assert llm.drafter.num_free_blocks() == free
+        del llm
