@@ -1,0 +1,153 @@
+// cpp/spec: SpeculativeConfig validation, n-gram lookup (vLLM's cases), the suffix trie, the
+// rejection sampler (greedy cases; stochastic output distribution on synthetic rows), metrics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "common/errors.h"
+#include "spec/config.h"
+#include "spec/metrics.h"
+#include "spec/proposers/ngram.h"
+#include "spec/proposers/suffix.h"
+#include "spec/rejection.h"
+
+using namespace specdec;
+using namespace specdec::spec;
+
+namespace {
+
+void expect_config_error(const std::string& json, const std::string& field) {
+  try {
+    SpeculativeConfig::from_json_text(json);
+    FAIL() << "accepted: " << json;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(SpecConfig, DefaultsAndInference) {
+  auto c = SpeculativeConfig::from_json_text(R"({"model": "[ngram]", "num_speculative_tokens": 3})");
+  EXPECT_EQ(c.method, "ngram");
+  EXPECT_EQ(c.prompt_lookup_min, 5);
+  EXPECT_EQ(c.prompt_lookup_max, 5);
+  c = SpeculativeConfig::from_json_text(R"({"model": "d.gguf", "num_speculative_tokens": 3, "attention_backend": "Auto"})");
+  EXPECT_EQ(c.method, "draft_model");
+  EXPECT_TRUE(c.attention_backend.empty());
+  c = SpeculativeConfig::from_json_text(R"({"method": "suffix", "suffix_decoding_max_tree_depth": 12})");
+  EXPECT_EQ(c.num_speculative_tokens, 12);
+  c = SpeculativeConfig::from_json_text(R"({"model": "d", "num_speculative_tokens": 2, "draft_kv_cache_memory_bytes": "1.5GiB"})");
+  EXPECT_EQ(c.draft_kv_cache_memory_bytes, int64_t{3} << 29);
+}
+
+TEST(SpecConfig, ErrorsNameTheField) {
+  expect_config_error("{}", "speculative_config.method");
+  expect_config_error(R"({"method": "eagle", "num_speculative_tokens": 2})", "speculative_config.method = eagle");
+  expect_config_error(R"({"method": "ngram", "num_speculative_tokens": 0})", "num_speculative_tokens = 0");
+  expect_config_error(R"({"method": "ngram", "num_speculative_tokens": true})", "num_speculative_tokens = true");
+  expect_config_error(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 6, "prompt_lookup_max": 3})",
+                      "prompt_lookup_min = 6");
+  expect_config_error(R"({"model": "d", "num_speculative_tokens": 2, "attention_backend": "nope"})", "attention_backend = nope");
+  expect_config_error(R"({"method": "ngram", "num_speculative_tokens": 2, "bogus": 1})", "speculative_config.bogus");
+  expect_config_error(R"({"method": "suffix", "suffix_decoding_min_token_prob": -0.1})", "suffix_decoding_min_token_prob");
+  expect_config_error("[1]", "speculative_config");
+  expect_config_error("{", "speculative_config");
+}
+
+TEST(SpecNgram, MatchesVllmCases) {
+  EXPECT_EQ(ngram_lookup({1, 2, 3, 4, 1, 2, 3}, 2, 2, 3), (std::vector<int32_t>{4, 1, 2}));
+  EXPECT_EQ(ngram_lookup({1, 2, 3, 4, 1, 2, 3}, 4, 4, 2), (std::vector<int32_t>{}));
+  EXPECT_EQ(ngram_lookup({2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3, 4}, 3, 4, 2), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(ngram_lookup({1, 2, 3, 100, 1, 2, 3, 200, 1, 2, 3, 300, 1, 2, 3}, 3, 3, 2),
+            (std::vector<int32_t>{100, 1}));
+  EXPECT_EQ(ngram_lookup({1, 3, 6, 2, 3, 4, 1, 2, 3}, 1, 1, 2), (std::vector<int32_t>{6, 2}));
+  EXPECT_THROW(NgramProposer(3, 2), ConfigError);
+}
+
+TEST(SpecSuffix, TrieCountsAndRemoval) {
+  SuffixTrie t(4);
+  const std::vector<int32_t> a = {1, 2, 3, 1, 2, 4, 1, 2};
+  t.extend(0, a, 0, a.size());
+  // after "1 2" the continuations were 3 and 4 once each: ties go to the lower id
+  auto s = t.speculate({9, 1, 2}, 3, 4.0, 0.0);
+  EXPECT_EQ(s.match_len, 2);
+  ASSERT_FALSE(s.tokens.empty());
+  EXPECT_EQ(s.tokens[0], 3);
+  // min_token_prob 0.6 stops at the 50/50 branch
+  EXPECT_TRUE(t.speculate({9, 1, 2}, 3, 4.0, 0.6).tokens.empty());
+  const size_t nodes = t.num_nodes();
+  const std::vector<int32_t> b = {7, 8, 9};
+  t.extend(1, b, 0, b.size());
+  t.forget(1);
+  EXPECT_GT(t.num_nodes(), nodes);
+  t.remove(1, b);
+  EXPECT_EQ(t.num_nodes(), nodes);
+}
+
+TEST(SpecRejection, Greedy) {
+  const std::vector<int32_t> argmax = {1, 2, 3, 4};
+  auto r = verify_greedy({1, 2, 3}, argmax.data());
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(r.num_accepted, 3);
+  const std::vector<int32_t> other = {1, 5, 3, 4};
+  r = verify_greedy({1, 2, 3}, other.data());
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(r.num_accepted, 1);
+}
+
+// The first output token of speculative sampling is distributed as p (row 0), whatever q is,
+// with draft probabilities and with point masses.
+class SpecRejectionDistribution : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SpecRejectionDistribution, OutputEqualsTarget) {
+  const bool with_probs = GetParam();
+  const int64_t V = 5;
+  const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f,   // row 0
+                                     0.3f, 0.3f, 0.3f, 0.3f, 0.3f};  // row 1 (bonus)
+  std::vector<double> p(V);
+  double z = 0;
+  for (int64_t i = 0; i < V; ++i) z += std::exp(logits[i]);
+  for (int64_t i = 0; i < V; ++i) p[i] = std::exp(logits[i]) / z;
+  const std::vector<float> q = {0.05f, 0.6f, 0.2f, 0.05f, 0.1f};  // far from p
+  sampling::SamplingParams params;
+  sampling::Generator gen(7);
+  std::mt19937 draw(3);
+  std::discrete_distribution<int> qd(q.begin(), q.end());
+  const int n = 60000;
+  std::vector<double> counts(V, 0);
+  for (int i = 0; i < n; ++i) {
+    Draft d;
+    d.tokens = {with_probs ? qd(draw) : static_cast<int32_t>(draw() % V)};
+    if (with_probs) {
+      d.probs = q;
+      d.vocab_size = V;
+    }
+    const VerifyResult r = verify_sampled(d, logits.data(), V, params, gen);
+    ASSERT_EQ(r.tokens.size(), static_cast<size_t>(r.num_accepted) + 1);
+    counts[r.tokens[0]] += 1;
+  }
+  double tv = 0;
+  for (int64_t i = 0; i < V; ++i) tv += std::abs(counts[i] / n - p[i]);
+  EXPECT_LT(tv / 2, 0.01);
+}
+
+INSTANTIATE_TEST_SUITE_P(DraftKinds, SpecRejectionDistribution, ::testing::Values(true, false));
+
+TEST(SpecMetrics, VllmDefinitions) {
+  SpecDecodingStats s;
+  EXPECT_TRUE(std::isnan(s.acceptance_rate()));
+  EXPECT_EQ(s.mean_acceptance_length(), 1.0);
+  s.observe_draft(3, 2);
+  s.observe_draft(3, 0);
+  s.observe_draft(0, 0);  // no draft: not a draft
+  EXPECT_EQ(s.num_drafts, 2);
+  EXPECT_EQ(s.num_draft_tokens, 6);
+  EXPECT_EQ(s.num_accepted_tokens, 2);
+  EXPECT_EQ(s.num_accepted_tokens_per_pos, (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_DOUBLE_EQ(s.mean_acceptance_length(), 2.0);
+  EXPECT_DOUBLE_EQ(s.acceptance_rate_per_pos()[0], 0.5);
+  EXPECT_THROW(s.observe_draft(2, 3), ConfigError);
+}
