@@ -198,6 +198,30 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
                            else _model_layers(args.model, args))
     max_model_len = args.max_model_len or default_len
     budget = parse_bytes(args.budget, "--budget")
+    if args.speculative_config:
+        if not args.model:
+            raise ValueError("--speculative-config needs --model (the target)")
+        sc = _speculative_arg(args.speculative_config)
+        if not sc.uses_drafter():
+            print(f"(method {sc.method}: no drafter, the whole budget is the target's)\n")
+        else:
+            # the split LLM(speculative_config=...) makes, then each model's plan
+            from specdec.speculative import Speculation
+            target = specdec.resolve_model(args.model, progress=True)
+            drafter = specdec.resolve_model(sc.model, progress=True)
+            split = Speculation(sc).split_budget(target, drafter, budget, args.max_model_len,
+                                                 args.block_size, args.dtype, args.max_num_batched_tokens)
+            d_layers, d_len = _model_layers(drafter, args)
+            d_len = min(sc.max_model_len or max_model_len, max_model_len)
+            print(f"Target + drafter as the engine plans them: target {split['target_bytes'] / 2**20:.1f} "
+                  f"MiB, drafter {split['drafter_bytes'] / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB "
+                  f"({split['rule']})\n\n[target]")
+            print(format_kv_plan(specdec.plan_kv_cache(layers, split["target_bytes"], max_model_len,
+                                                       args.max_num_batched_tokens, model_name=args.model)))
+            print("\n[drafter]")
+            print(format_kv_plan(specdec.plan_kv_cache(d_layers, split["drafter_bytes"], d_len,
+                                                       args.max_num_batched_tokens, model_name=sc.model)))
+            return 0
     if args.drafter_example or args.drafter_model:
         drafter = args.drafter_example or args.drafter_model
         drafter_layers, _ = (_example_layers(drafter, args) if args.drafter_example
@@ -233,12 +257,16 @@ def _print_backends(device_type: str) -> None:
 
 
 def _explain_model(title: str, example: str, args: argparse.Namespace, backend: Optional[str],
-                   non_causal: bool, device_type: str) -> None:
-    layers, _ = _example_layers(example, args)
-    info = {e["name"]: e for e in specdec.example_models()}[example]
+                   non_causal: bool, device_type: str, model: Optional[str] = None) -> None:
+    if model is not None:  # a real model file: its own layers and head count
+        mc = specdec.load_model_config(model)
+        layers, num_q_heads, example = mc.layer_kv_specs(args.block_size, args.dtype), mc.num_q_heads, model
+    else:
+        layers, _ = _example_layers(example, args)
+        num_q_heads = {e["name"]: e for e in specdec.example_models()}[example]["num_q_heads"]
     config = specdec.plan_kv_cache(layers, 0, 1 << 20,
                                    num_blocks_override=2, model_name=example)
-    setup = specdec.initialize_attention(config, info["num_q_heads"], backend, non_causal, device_type)
+    setup = specdec.initialize_attention(config, num_q_heads, backend, non_causal, device_type)
     print(f"\n[{title}] {example}: {len(config.groups)} KV-cache group(s), "
           f"{len(setup.attention_groups)} attention group(s), {'non-causal' if non_causal else 'causal'}, "
           f"attention_backend={backend or 'auto'}")
@@ -246,11 +274,28 @@ def _explain_model(title: str, example: str, args: argparse.Namespace, backend: 
         print("  " + line)
 
 
+def _speculative_arg(text: str):
+    from specdec.speculative import build_speculation
+    try:
+        return build_speculation(text).config
+    except ValueError as e:
+        raise ValueError(f"--speculative-config: {e}") from None
+
+
 def _cmd_backends(args: argparse.Namespace) -> int:
     device_type = args.device_type or specdec.attention.default_device_type()
     _print_backends(device_type)
     if args.example:
         _explain_model("target", args.example, args, args.attention_backend, args.non_causal, device_type)
+    if args.model:
+        _explain_model("target", "", args, args.attention_backend, args.non_causal, device_type,
+                       model=args.model)
+    if args.speculative_config:
+        sc = _speculative_arg(args.speculative_config)
+        if sc.uses_drafter():  # the drafter's backend as the engine chooses it: its own, never inherited
+            _explain_model("drafter", "", args, sc.attention_backend, False, device_type, model=sc.model)
+        else:
+            print(f"\n[drafter] none: method {sc.method} drafts without a model")
     if args.drafter_example:
         _explain_model("drafter", args.drafter_example, args, args.drafter_attention_backend,
                        args.drafter_non_causal, device_type)
@@ -332,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("backends", help="attention backends, and which one each layer of a model gets")
     p.add_argument("--example", help="explain the choice for this built-in example model")
+    p.add_argument("--model", help="explain the choice for a model file or catalog name")
+    p.add_argument("--speculative-config", help="JSON as for generate: explain the drafter's choice "
+                   "(its own attention_backend, chosen independently of the target's)")
     p.add_argument("--attention-backend", help="request a backend for the model (default: auto)")
     p.add_argument("--non-causal", action="store_true", help="the model needs non-causal attention")
     p.add_argument("--drafter-example", help="explain the choice for a drafter too (chosen independently)")
@@ -348,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help="built-in example model (see --list-examples)")
     p.add_argument("--model", help="a GGUF file, Hugging Face directory or catalog name")
     p.add_argument("--drafter-model", help="also plan this model as the drafter, same budget")
+    p.add_argument("--speculative-config", help="JSON as for generate: plan target and drafter as "
+                   "the engine will (the budget split between them, each model's own plan)")
     p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
     p.add_argument("--budget", default="1GiB", help="KV-cache memory budget, e.g. 1GiB (default)")
     p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,

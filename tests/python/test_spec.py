@@ -4,6 +4,7 @@ pressure, threads."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from pathlib import Path
@@ -544,3 +545,48 @@ def test_gemma_drafting_for_itself_two_kv_groups(real_model):
             assert rate >= 0.99, (backend, m)
         assert llm.drafter.num_free_blocks() == free
         del llm
+
+
+# ---------------------------------------------------------------- CLI
+def _cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("cfg", [
+    '{"method": "draft_model", "model": "%s", "num_speculative_tokens": 3}' % STORIES,
+    '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}',
+    '{"method": "suffix"}',
+])
+def test_cli_generate_prints_text_then_metrics(cfg):
+    base = _cli("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "30")
+    out = _cli("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "30",
+               "--speculative-config", cfg, "--json-metrics")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == base.stdout  # the same text as plain decoding
+    assert "speculative:" in out.stderr and "mean acceptance length" in out.stderr
+    assert "time: draft" in out.stderr
+    metrics = json.loads(out.stderr.strip().splitlines()[-1])
+    assert metrics["num_draft_tokens"] >= metrics["num_accepted_tokens"] >= 0
+    assert len(metrics["acceptance_rate_per_pos"]) >= 1
+
+
+def test_cli_speculative_config_errors_are_one_line_before_loading():
+    out = _cli("generate", "--model", STORIES, "--prompt", "x",
+               "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 99}')
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("specdec: error: --speculative-config: "
+                                  "speculative_config.num_speculative_tokens = 99: an integer in [1, 32]")
+    assert "loading weights" not in out.stderr
+
+
+def test_cli_kv_plan_and_backends_show_target_and_drafter():
+    cfg = '{"model": "%s", "num_speculative_tokens": 3, "attention_backend": "REFERENCE"}' % STORIES
+    out = _cli("kv-plan", "--model", STORIES, "--budget", "64MiB", "--speculative-config", cfg)
+    assert out.returncode == 0, out.stderr
+    assert "[target]" in out.stdout and "[drafter]" in out.stdout and "proportional" in out.stdout
+    out = _cli("backends", "--model", STORIES, "--speculative-config", cfg)
+    assert out.returncode == 0, out.stderr
+    assert "[target]" in out.stdout and "[drafter]" in out.stdout
+    assert "REFERENCE: chosen (requested)" in out.stdout
