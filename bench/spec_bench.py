@@ -147,12 +147,13 @@ def run_peer(target: str, drafter: str, prompts: Dict[str, str], tokenizer, max_
     print(f"  llama.cpp plain       {tg} tok/s", flush=True)
     for kind, text in prompts.items():
         chat = tokenizer.apply_chat_template([{"role": "user", "content": text}])
-        for mode, args in (("llama.cpp draft_model k=3", ["-md", drafter, "--draft-max", "3", "--draft-min", "0"]),
-                           ("llama.cpp draft_model k=6", ["-md", drafter, "--draft-max", "6", "--draft-min", "0"]),
-                           ("llama.cpp lookup k=4", ["--draft-max", "4"])):
+        draft = ["-md", drafter, "--spec-type", "draft-simple", "--spec-draft-n-min", "0"]
+        for mode, args in (("llama.cpp draft_model k=3", draft + ["--spec-draft-n-max", "3"]),
+                           ("llama.cpp draft_model k=6", draft + ["--spec-draft-n-max", "6"]),
+                           ("llama.cpp lookup k=4", ["--spec-draft-n-max", "4"])):
             exe = "llama-lookup" if "lookup" in mode else "llama-speculative-simple"
             cmd = [str(PEER_BIN / exe), "-m", target, *args, "-p", chat, "-n", str(max_tokens),
-                   "-t", str(threads), "--temp", "0", "-c", "2048", "--ignore-eos", "-no-cnv"]
+                   "-t", str(threads), "--temp", "0", "-c", "2048", "--ignore-eos"]
             r = subprocess.run(cmd, capture_output=True, text=True)
             log = r.stdout + r.stderr
             speed = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
