@@ -72,12 +72,12 @@ TEST(SpecSuffix, TrieCountsAndRemoval) {
   const std::vector<int32_t> a = {1, 2, 3, 1, 2, 4, 1, 2};
   t.extend(0, a, 0, a.size());
   // after "1 2" the continuations were 3 and 4 once each: ties go to the lower id
-  auto s = t.speculate({9, 1, 2}, 3, 4.0, 0.0);
+  auto s = t.speculate({9, 1, 2}, 2, 4.0, 0.0);
   EXPECT_EQ(s.match_len, 2);
   ASSERT_FALSE(s.tokens.empty());
   EXPECT_EQ(s.tokens[0], 3);
   // min_token_prob 0.6 stops at the 50/50 branch
-  EXPECT_TRUE(t.speculate({9, 1, 2}, 3, 4.0, 0.6).tokens.empty());
+  EXPECT_TRUE(t.speculate({9, 1, 2}, 2, 4.0, 0.6).tokens.empty());
   const size_t nodes = t.num_nodes();
   const std::vector<int32_t> b = {7, 8, 9};
   t.extend(1, b, 0, b.size());

@@ -281,7 +281,7 @@ def test_drafter_backend_is_chosen_independently():
 def random_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec_random")
     paths = {}
-    for arch in ("llama", "deepseek2", "gemma3", "qwen2"):
+    for arch in ("llama", "deepseek2", "gemma3", "llama-chunked", "llama-kvshare"):
         p = d / f"{arch}.gguf"
         write_random_model(p, arch, "F16", seed=1)
         paths[arch] = str(p)
@@ -293,6 +293,8 @@ def random_dir(tmp_path_factory):
     ("llama", "deepseek2", None),          # GQA target, MLA drafter
     ("llama", "gemma3", "REFERENCE"),      # a drafter with two KV groups on another backend
     ("gemma3", "llama", "OCL_PAGED"),
+    ("llama-chunked", "llama-kvshare", None),  # chunked-local virtual batches; a KV-sharing drafter
+    ("llama-kvshare", "llama-chunked", "REFERENCE"),
 ])
 def test_lossless_greedy_random_models(random_dir, target, drafter, drafter_backend):
     t, d = random_dir[target], random_dir[drafter]

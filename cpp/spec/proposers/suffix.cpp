@@ -79,7 +79,9 @@ SuffixTrie::Speculation SuffixTrie::speculate(const std::vector<int32_t>& contex
                                               double max_spec_factor, double min_token_prob) const {
   Speculation best;
   const int n = static_cast<int>(context.size());
-  const int longest = std::min(n, max_depth_);
+  // the trie stops at max_depth: a match of m tokens leaves max_depth - m to walk, so the pattern
+  // is at most max_depth - max_tokens long (at least 1) and a full draft stays possible
+  const int longest = std::min(n, std::max(1, max_depth_ - max_tokens));
   for (int m = longest; m >= 1 && max_tokens > 0; --m) {
     int32_t node = 0;
     for (int i = n - m; i < n && node >= 0; ++i) node = child(node, context[static_cast<size_t>(i)]);

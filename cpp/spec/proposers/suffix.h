@@ -3,8 +3,8 @@
 //   over the outputs of finished requests (at most max_cached_requests, oldest evicted first);
 // - both are tries of every suffix up to max_tree_depth tokens, each node counting how often its
 //   path occurred;
-// - each step matches the longest suffix of the request's last max_tree_depth tokens that has a
-//   continuation, then walks down choosing the most frequent child while the path's empirical
+// - each step matches the longest suffix of the request's last max_tree_depth - k tokens that has
+//   a continuation (the trie ends at max_tree_depth, so this leaves room for a k-token walk), then walks down choosing the most frequent child while the path's empirical
 //   probability (the product of child count / sum of sibling counts) stays >= min_token_prob;
 // - the draft is at most max_spec_factor x the matched length and num_speculative_tokens long;
 //   of the two trees' drafts the one with the larger score (sum of path probabilities) is used.
