@@ -184,6 +184,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     drafter.step([("w", [1] * 17, 0, 1)])
     drafter.free("w")
     tok = llm.tokenizer
+    # warm-up: the first generation builds kernels for every shape a step uses and faults the
+    # weights in; measured runs start after it
+    llm.generate("def f(x):", specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
     prompt_ids = {k: tok.apply_chat_template([{"role": "user", "content": v}], tokenize=True)
                   for k, v in PROMPTS.items()}
     configs = [("plain", None)]

@@ -592,3 +592,24 @@ def test_cli_kv_plan_and_backends_show_target_and_drafter():
     assert out.returncode == 0, out.stderr
     assert "[target]" in out.stdout and "[drafter]" in out.stdout
     assert "REFERENCE: chosen (requested)" in out.stdout
+
+
+def test_stopping_a_stream_early_aborts_and_frees_at_once():
+    llm = specdec.LLM(STORIES, progress=False,
+                      speculative_config={"model": STORIES, "num_speculative_tokens": 3})
+    free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks())
+    stream = llm.stream("Once upon a time", specdec.SamplingParams(temperature=0, max_tokens=500,
+                                                                   ignore_eos=True))
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    stream.close()
+    assert not llm.engine.has_unfinished_requests()
+    assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()) == free
+
+    def boom(rid, text):
+        raise KeyError("callback failed")
+    with pytest.raises(KeyError):
+        llm.generate(PROMPTS, GREEDY, on_token=boom)
+    assert not llm.engine.has_unfinished_requests()
+    assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()) == free

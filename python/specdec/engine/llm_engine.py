@@ -66,6 +66,11 @@ class LLMEngine:
         """Ends a request at the next step (finish_reason 'abort'); unknown ids are ignored."""
         with self._inbox_lock:
             self._aborts.append(request_id)
+        if self._step_lock.acquire(blocking=False):  # idle loop: free its blocks now
+            try:
+                self._take_inbox()
+            finally:
+                self._step_lock.release()
         with self._cond:
             self._cond.notify_all()
 
