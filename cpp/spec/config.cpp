@@ -47,7 +47,7 @@ std::string get_text(const nlohmann::json& v, const std::string& field, const st
   return v.get<std::string>();
 }
 
-// "1GiB", "512MiB", "1e9", or an integer count of bytes
+// "1GiB", "512MiB", "1.5GB", or an integer count of bytes
 int64_t get_bytes(const nlohmann::json& v, const std::string& field) {
   const std::string allowed = "a byte count >= 0: an integer or a string such as '256MiB' or '1GB'";
   if (v.is_number_integer()) return get_int(v, field, 0, int64_t{1} << 50, allowed);
@@ -57,7 +57,11 @@ int64_t get_bytes(const nlohmann::json& v, const std::string& field) {
   if (i == 0) throw ConfigError(field, s, allowed);
   double n = 0;
   try {
-    n = std::stod(s.substr(0, i));
+    size_t used = 0;
+    n = std::stod(s.substr(0, i), &used);
+    if (used != i) throw ConfigError(field, s, allowed);  // "1.2.3MiB"
+  } catch (const ConfigError&) {
+    throw;
   } catch (...) {
     throw ConfigError(field, s, allowed);
   }
@@ -108,7 +112,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "attention_backend") c.attention_backend = get_text(v, f, "None, 'auto' or a backend name");
     else if (key == "prompt_lookup_min") c.prompt_lookup_min = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
     else if (key == "prompt_lookup_max") c.prompt_lookup_max = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
-    else if (key == "suffix_decoding_max_tree_depth") c.suffix_decoding_max_tree_depth = static_cast<int>(get_int(v, f, 1, 4096, "an integer in [1, 4096]"));
+    else if (key == "suffix_decoding_max_tree_depth") c.suffix_decoding_max_tree_depth = static_cast<int>(get_int(v, f, 1, 64, "an integer in [1, 64] (a request's tree holds up to its length x depth nodes)"));
     else if (key == "suffix_decoding_max_cached_requests") c.suffix_decoding_max_cached_requests = get_int(v, f, 0, int64_t{1} << 40, "an integer >= 0 (0: no global tree)");
     else if (key == "suffix_decoding_max_spec_factor") c.suffix_decoding_max_spec_factor = get_real(v, f, "a finite number > 0");
     else if (key == "suffix_decoding_min_token_prob") c.suffix_decoding_min_token_prob = get_real(v, f, "a number in [0, 1]");

@@ -509,8 +509,8 @@ USER_ERRORS: tuple = (ValueError, specdec.FetchError, UnicodeError, OSError)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
     try:
+        parser = build_parser()  # Ctrl-C while it is built is handled too
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, --version, or a usage error already printed
         return done.code if isinstance(done.code, int) else 0

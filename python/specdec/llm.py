@@ -15,8 +15,11 @@ sampling: rejection sampling) and rolls the rejected rows back. Without ``specul
 the same step runs with empty drafts: plain decoding.
 
 Thread safety: one ``LLM`` may be shared by threads; ``generate``/``chat``/``stream`` calls from
-several threads join the same engine loop (their requests share each forward) and every output is
-what the request gets alone (batch-invariant kernels, per-request seeds).
+several threads join the same engine loop (their requests share each forward). Greedy outputs
+are what each request gets alone (batch-invariant kernels); sampled outputs follow the target's
+distribution, and a seed reproduces a run token for token without speculation, or with it when
+the drafts are the same (drafts that change with the batch — ``disable_by_batch_size``, a full
+step, the suffix tree's cache of earlier requests — change which random draws are made).
 
 Prompt text is tokenized as text: control-token text such as ``<|im_start|>`` written in a prompt
 or in a chat message stays text unless the caller opts in with ``parse_special=True``.
@@ -300,6 +303,7 @@ class LLM:
     def _iterate(self, reqs: List[Request]):
         """Adds reqs to the engine and yields their StreamOutputs; aborts them if the caller
         stops early (an exception, Ctrl-C, a closed generator)."""
+        self.engine._check_not_in_step()  # a proposer calling generate would wait on itself
         sink = None
         for r in reqs:
             sink = self.engine.add_request(r, sink)

@@ -21,6 +21,20 @@ from specdec.model import load_model_config
 SpeculativeConfig = _core.spec.SpeculativeConfig
 
 
+def _check_proposer(obj: Any, field: str) -> Any:
+    """A custom proposer must be an instance with its own propose(requests)."""
+    from specdec.proposers import Proposer
+    allowed = "a proposer object: an instance of a specdec.Proposer subclass that defines propose(requests)"
+    if isinstance(obj, type):
+        raise error(field, obj, allowed + " (an instance, not the class)")
+    propose = getattr(obj, "propose", None)
+    if not callable(propose):
+        raise error(field, obj, allowed)
+    if isinstance(obj, Proposer) and type(obj).propose is Proposer.propose:
+        raise error(field, obj, allowed + f" ({type(obj).__name__} does not define propose)")
+    return obj
+
+
 def _load_class(path: str, field: str):
     mod, sep, name = path.partition(":")
     if not sep:
@@ -32,7 +46,14 @@ def _load_class(path: str, field: str):
         cls = getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as e:
         raise error(field, path, f"{allowed} ({e})") from None
-    return cls()
+    if not isinstance(cls, type):
+        raise error(field, path, f"{allowed} ({path} is not a class)")
+    try:
+        obj = cls()
+    except Exception as e:  # noqa: BLE001 - any failure of a user's constructor, named
+        raise error(field, path, f"{allowed} constructible with no arguments "
+                    f"({type(e).__name__}: {e})") from None
+    return _check_proposer(obj, field)
 
 
 class Speculation:
@@ -43,7 +64,10 @@ class Speculation:
     def resolve_drafter(self, progress: bool) -> Optional[str]:
         if self.config is None or not self.config.uses_drafter():
             return None
-        return resolve_model(self.config.model, progress=progress)
+        try:
+            return resolve_model(self.config.model, progress=progress)
+        except ValueError as e:
+            raise ValueError(f"speculative_config.model = {self.config.model!r}: the drafter: {e}") from None
 
     def split_budget(self, target_path: str, drafter_path: Optional[str], total: int,
                      max_model_len: int, block_size: int, dtype: str,
@@ -60,9 +84,9 @@ class Speculation:
             return {"target_bytes": total - d, "drafter_bytes": d,
                     "rule": f"drafter: draft_kv_cache_memory_bytes = {d}"}
         t_cfg, d_cfg = load_model_config(target_path), load_model_config(drafter_path)
+        # one max_model_len request of the target in each model (the drafter's own, shorter
+        # max_model_len only lowers its need, so its share is an upper bound then)
         length = max_model_len or min(t_cfg.context_length, d_cfg.context_length)
-        if c.max_model_len:
-            length = min(length, c.max_model_len)
         dt = {"f32": "f32", "f16": "f16", "bf16": "bf16", "int8": "int8"}.get(dtype.lower(), dtype)
         plan = _core.plan_target_and_drafter(
             t_cfg.layer_kv_specs(block_size, dt), d_cfg.layer_kv_specs(block_size, c.kv_cache_dtype or dt),
@@ -81,9 +105,14 @@ class Speculation:
                                  f"target's max_model_len = {target_max_model_len}")
             length = c.max_model_len
         # the drafter's own backend: None / auto selects independently, never the target's
-        return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes, block_size,
-                                 c.kv_cache_dtype or dtype, max_num_batched_tokens, max_num_logits,
-                                 progress)
+        try:
+            return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes,
+                                     block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
+                                     max_num_logits, progress)
+        except ValueError as e:
+            raise ValueError(f"speculative_config: the drafter {c.model!r} with a KV-cache budget of "
+                             f"{kv_bytes} bytes (its share of kv_cache_memory_bytes; see "
+                             f"draft_kv_cache_memory_bytes / draft_kv_cache_fraction): {e}") from None
 
     def make_proposer(self, target, drafter) -> Any:
         c = self.config
@@ -100,6 +129,13 @@ class Speculation:
         if c.method == "draft_model":
             return _core.spec.DraftModelProposer(drafter, target.config.vocab_size)
         return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")
+
+
+def _plain_value(v: Any) -> Any:
+    """NumPy scalars as Python numbers (JSON-like values otherwise unchanged)."""
+    if hasattr(v, "item") and type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():
+        return v.item()
+    return v
 
 
 def build_speculation(value: Any) -> Speculation:
@@ -122,16 +158,15 @@ def build_speculation(value: Any) -> Speculation:
     if custom is not None:
         if fields.get("method", "custom") != "custom":
             raise error("speculative_config.proposer", custom, "only with method 'custom'")
-        if not callable(getattr(custom, "propose", None)):
-            raise error("speculative_config.proposer", custom,
-                        "an object with propose(requests) (a specdec.Proposer subclass)")
+        _check_proposer(custom, "speculative_config.proposer")
         fields["method"] = "custom"
         fields.setdefault("model", f"{type(custom).__module__}:{type(custom).__qualname__}")
-    for key, v in fields.items():
+    for key, v in list(fields.items()):
         if not isinstance(key, str):
             raise error("speculative_config", key, "string keys (field names)")
+        v = fields[key] = _plain_value(v)
         try:
-            json.dumps(v)
+            json.dumps(v, allow_nan=False)
         except (TypeError, ValueError):
             raise error(f"speculative_config.{key}", v, "a JSON-like value (string, number, None)") from None
     config = SpeculativeConfig.from_json(json.dumps(fields))

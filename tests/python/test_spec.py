@@ -613,3 +613,45 @@ def test_stopping_a_stream_early_aborts_and_frees_at_once():
         llm.generate(PROMPTS, GREEDY, on_token=boom)
     assert not llm.engine.has_unfinished_requests()
     assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()) == free
+
+
+def test_review_findings_custom_proposers_and_aborts():
+    # drafts from Python are point masses even when they carry probabilities
+    class WithProbs(specdec.Proposer):
+        def propose(self, requests):
+            return [spec.Draft([268], np.full((1, 512), 1 / 512, np.float32)) for _ in requests]
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "custom", "num_speculative_tokens": 1, "proposer": WithProbs()})
+    r = llm._make_request("Once", GREEDY)
+    checked = llm.engine.core._check_custom(WithProbs().propose([r]), [(r, 1)])
+    assert list(checked[0].tokens) == [268] and not checked[0].has_probs
+    # an unknown id aborted now does not end a later request that gets that id
+    llm.abort(str(llm._next_id))
+    out = llm.generate("Once", specdec.SamplingParams(temperature=0, max_tokens=5))[0]
+    assert out.outputs[0].finish_reason == "length"
+    # generate from inside propose is refused, not a hang
+    class Reenter(specdec.Proposer):
+        def propose(self, requests):
+            return [list(llm2.generate("x", GREEDY)[0].outputs[0].token_ids)[:1] for _ in requests]
+    llm2 = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "custom", "num_speculative_tokens": 1, "proposer": Reenter()})
+    with pytest.raises(RuntimeError, match="inside its own step"):
+        llm2.generate("Once", specdec.SamplingParams(temperature=0, max_tokens=4))
+    assert not llm2.engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"method": "custom", "num_speculative_tokens": 2, "model": "os:getcwd"}, "not a class"),
+    ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec:LLM"}, "no arguments"),
+    ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec.proposers:Proposer"},
+     "does not define propose"),
+    ({"method": "custom", "num_speculative_tokens": 2, "proposer": EchoProposer}, "not the class"),
+    ({"method": "suffix", "suffix_decoding_min_token_prob": float("nan")}, "suffix_decoding_min_token_prob"),
+    ({"method": "suffix", "suffix_decoding_max_tree_depth": 65}, r"\[1, 64\]"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_kv_cache_memory_bytes": "1.2.3MiB"}, "1.2.3MiB"),
+])
+def test_review_findings_config(fields, message):
+    with pytest.raises(ValueError, match=message):
+        specdec.speculative.build_speculation(fields)
+    assert specdec.speculative.build_speculation(
+        {"method": "ngram", "num_speculative_tokens": np.int64(3)}).config.num_speculative_tokens == 3

@@ -124,13 +124,14 @@ class EngineCore:
     def _finish(self, r: Request, status: RequestStatus) -> None:
         r.status = status
         r.finished_time = time.monotonic()
+        self.requests.pop(r.request_id, None)
         self.scheduler.remove(r)
-        if self.proposer is not None:
-            self.proposer.finish(r.sequence)
+        finish = getattr(self.proposer, "finish", None)
+        if finish is not None:
+            finish(r.sequence)
         if not r.params.stop:  # with stop strings the text is kept current per token
             r.text = self.tokenizer.decode(r.output_token_ids, special=not r.params.skip_special_tokens,
                                            continuation=True)
-        self.requests.pop(r.request_id, None)
 
     # ---- proposing ----
     def _num_draft_tokens(self, r: Request) -> int:
@@ -172,11 +173,14 @@ class EngineCore:
             if isinstance(d, spec.Draft):
                 toks = list(d.tokens)
             else:
-                try:
-                    toks = [int(t) for t in d]
-                except (TypeError, ValueError):
+                if isinstance(d, (str, bytes, dict)) or not hasattr(d, "__iter__"):
                     raise ValueError(f"{name}.propose: draft for request {r.request_id} = {d!r}: "
-                                     "a list of token ids is allowed") from None
+                                     "a list of token ids is allowed")
+                toks = list(d)
+                if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in toks):
+                    raise ValueError(f"{name}.propose: draft for request {r.request_id} = {d!r}: "
+                                     "a list of integer token ids is allowed")
+                toks = [int(t) for t in toks]
             if len(toks) > k:
                 raise ValueError(f"{name}.propose: draft for request {r.request_id} has "
                                  f"{len(toks)} tokens: at most num_speculative_tokens = {k}")
@@ -184,7 +188,7 @@ class EngineCore:
             if bad:
                 raise ValueError(f"{name}.propose: draft token {bad[0]} for request "
                                  f"{r.request_id}: token ids in [0, {self.vocab_size})")
-            out.append(d if isinstance(d, spec.Draft) else spec.Draft(toks))
+            out.append(spec.Draft(toks))  # point masses: probabilities from Python are not trusted
         return out
 
     # ---- the step ----

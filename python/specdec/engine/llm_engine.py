@@ -46,6 +46,7 @@ class LLMEngine:
         self._steps = 0
         self._queues: Dict[str, "queue.SimpleQueue[StreamOutput]"] = {}
         self._pending: set = set()  # request ids added and not yet finished
+        self._owner: Optional[int] = None  # the thread running a step
 
     # ---- from any thread ----
     def add_request(self, request: Request, sink: Optional["queue.SimpleQueue"] = None) -> "queue.SimpleQueue":
@@ -63,14 +64,21 @@ class LLMEngine:
         return sink
 
     def abort_request(self, request_id: str) -> None:
-        """Ends a request at the next step (finish_reason 'abort'); unknown ids are ignored."""
+        """Ends a request (finish_reason 'abort'); unknown or finished ids are ignored. Returns
+        once the request has left the loop and its blocks are free (waits for a running step),
+        except when called from inside a step (a proposer): then at the next step."""
         with self._inbox_lock:
+            if request_id not in self._pending:
+                return
             self._aborts.append(request_id)
-        if self._step_lock.acquire(blocking=False):  # idle loop: free its blocks now
+        if self._owner == threading.get_ident():
+            return  # inside this thread's own step: taken in at the next one
+        with self._step_lock:
+            self._owner = threading.get_ident()
             try:
                 self._take_inbox()
             finally:
-                self._step_lock.release()
+                self._owner = None
         with self._cond:
             self._cond.notify_all()
 
@@ -81,12 +89,19 @@ class LLMEngine:
     def step(self) -> List[StreamOutput]:
         """Runs one engine step (waits while another thread runs one) and returns its outputs
         (they also go to each request's queue)."""
+        self._check_not_in_step()
         with self._step_lock:
             return self._step_locked()
+
+    def _check_not_in_step(self) -> None:
+        if self._owner == threading.get_ident():
+            raise RuntimeError("the engine was called from inside its own step (a proposer's "
+                               "propose or finish); generate from another thread or after it returns")
 
     def iterate(self, sink: "queue.SimpleQueue", request_ids: Iterable[str]) -> Iterator[StreamOutput]:
         """StreamOutputs of these requests (all added with ``sink``) as they come, until every one
         has finished; drives the loop whenever no other thread is stepping."""
+        self._check_not_in_step()
         left = set(request_ids)
         while left:
             try:
@@ -137,13 +152,16 @@ class LLMEngine:
         return out
 
     def _step_locked(self) -> List[StreamOutput]:
+        self._owner = threading.get_ident()
         try:
             self._take_inbox()
             outs = [self._deliver(u) for u in self.core.step()] if self.core.has_unfinished_requests() else []
+            self._take_inbox()  # aborts that came during the step
         except BaseException as e:  # every running request fails with the step's error
             self._fail_all(e)
             raise
         finally:
+            self._owner = None
             with self._cond:
                 self._steps += 1
                 self._cond.notify_all()
