@@ -13,18 +13,10 @@ if [ ! -x "$PY" ]; then
   exit 1
 fi
 # CPU build for this machine: no GPU backends, no BLAS (llama.cpp's own kernels, as llama-bench
-# uses by default), OpenMP threading, and the SIMD extensions /proc/cpuinfo lists. Not
-# GGML_NATIVE: -march=native also turns on AMX, whose tile instructions fault where the kernel or
-# hypervisor does not grant AMX state (seen here: a general protection fault at ldtilecfg).
-flags="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF"
-flags+=" -DGGML_METAL=OFF -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF"
+# uses by default); bench/peer_cpu_flags.sh adds OpenMP, no AMX and the SIMD flags of the CPU.
+flags="-DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF -DGGML_METAL=OFF"
 flags+=" -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
-flags+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-for pair in avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-  if [[ "$cpu_flags" == *" ${pair%%:*} "* ]]; then flags+=" -DGGML_${pair##*:}=ON"; else flags+=" -DGGML_${pair##*:}=OFF"; fi
-done
+source bench/peer_cpu_flags.sh
 export CMAKE_ARGS="${CMAKE_ARGS:-$flags}"
 stamp=.venv/llama_cpp_python.build
 want="$LLAMA_CPP_PYTHON_VERSION $CMAKE_ARGS"

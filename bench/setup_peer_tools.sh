@@ -15,14 +15,8 @@ if [ ! -d "$out/src" ]; then
   mkdir -p "$out/src"
   tar -xzf "$out"/sdist/llama_cpp_python-*.tar.gz -C "$out/src" --strip-components=1
 fi
-flags="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF"
-flags+=" -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF"
-flags+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-for pair in avx:AVX avx2:AVX2 avx_vnni:AVX_VNNI fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-  if [[ "$cpu_flags" == *" ${pair%%:*} "* ]]; then flags+=" -DGGML_${pair##*:}=ON"; else flags+=" -DGGML_${pair##*:}=OFF"; fi
-done
+flags="-DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF"
+source bench/peer_cpu_flags.sh
 # shellcheck disable=SC2086
 cmake -S "$out/src/vendor/llama.cpp" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $flags > "$out/cmake.log"
 cmake --build "$out/build" -j 2 --target llama-speculative-simple llama-lookup llama-bench

@@ -63,16 +63,6 @@ py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vecto
   return d;
 }
 
-sampling::SamplingParams params(double temperature, int top_k, double top_p, double min_p) {
-  sampling::SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.validate();
-  return p;
-}
-
 const float* row(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
   check_config(a.ndim() == 1 && a.shape(0) > 0, "logits", a.ndim(), "a 1-D array of one row of logits");
   return a.data();
@@ -157,14 +147,14 @@ void register_runner(py::module_& m) {
   m.def("sample_token",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
            double temperature, int top_k, double top_p, double min_p, sampling::Generator& gen) {
-          return sampling::sample(row(logits), logits.shape(0), params(temperature, top_k, top_p, min_p), gen);
+          return sampling::sample(row(logits), logits.shape(0), sampling::SamplingParams::make(temperature, top_k, top_p, min_p), gen);
         },
         py::arg("logits"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
         py::arg("min_p"), py::arg("generator"));
   m.def("sampling_probs",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
            double temperature, int top_k, double top_p, double min_p) {
-          return sampling::sampling_probs(row(logits), logits.shape(0), params(temperature, top_k, top_p, min_p));
+          return sampling::sampling_probs(row(logits), logits.shape(0), sampling::SamplingParams::make(temperature, top_k, top_p, min_p));
         },
         py::arg("logits"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
         py::arg("top_p") = 1.0, py::arg("min_p") = 0.0);

@@ -28,16 +28,6 @@ namespace {
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-sampling::SamplingParams make_params(double temperature, int top_k, double top_p, double min_p) {
-  sampling::SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  p.validate();
-  return p;
-}
-
 std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
   py::gil_scoped_release release;
   return p.propose(reqs);
@@ -111,7 +101,7 @@ void register_spec(py::module_& root) {
              ProposeRequest r;
              r.sequence = std::move(seq);
              r.num_speculative_tokens = k;
-             r.params = make_params(temperature, top_k, top_p, min_p);
+             r.params = sampling::SamplingParams::make(temperature, top_k, top_p, min_p);
              check_config(r.params.greedy() || gen != nullptr, "generator", "None",
                           "a SamplingGenerator for a sampled request");
              r.generator = gen;
@@ -193,7 +183,7 @@ void register_spec(py::module_& root) {
         check_config(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
                      "target_logits rows", logits.ndim() == 2 ? logits.shape(0) : -1,
                      str_cat(draft.tokens.size() + 1, " rows (draft + 1) of a 2-D array"));
-        const sampling::SamplingParams p = make_params(temperature, top_k, top_p, min_p);
+        const sampling::SamplingParams p = sampling::SamplingParams::make(temperature, top_k, top_p, min_p);
         check_config(p.greedy() || gen != nullptr, "generator", "None", "a SamplingGenerator for a sampled request");
         sampling::Generator unused(0);  // greedy verification draws nothing
         VerifyResult r;

@@ -22,6 +22,12 @@ struct SamplingParams {
   // min_p outside [0, 1], top_k < -1).
   void validate() const;
   bool greedy() const { return temperature == 0.0; }
+  // Built from its fields and validated (ConfigError naming the field).
+  static SamplingParams make(double temperature, int top_k, double top_p, double min_p) {
+    SamplingParams p{temperature, top_k, top_p, min_p};
+    p.validate();
+    return p;
+  }
 };
 
 // A request's random stream: the same seed gives the same tokens.

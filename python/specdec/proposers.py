@@ -19,6 +19,7 @@ output stays the target's whatever they are.
 
 from __future__ import annotations
 
+import abc
 from typing import List, Sequence
 
 from specdec import _core
@@ -32,14 +33,14 @@ DraftModelProposer = spec.DraftModelProposer
 ngram_lookup = spec.ngram_lookup
 
 
-class Proposer:
-    """Base class for Python proposers (``method: "custom"``)."""
+class Proposer(abc.ABC):
+    """Base class for Python proposers (``method: "custom"``); a subclass defines ``propose``."""
 
     name = "custom"
 
+    @abc.abstractmethod
     def propose(self, requests: Sequence["ProposeRequest"]) -> List[Sequence[int]]:
-        raise NotImplementedError(f"{type(self).__name__}.propose(requests) -> one list of token "
-                                  "ids per request")
+        """One list of token ids (at most ``num_speculative_tokens``) per request, in order."""
 
     def finish(self, sequence) -> None:
         """The request ended (finished or aborted)."""

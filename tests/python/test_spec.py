@@ -644,7 +644,7 @@ def test_review_findings_custom_proposers_and_aborts():
     ({"method": "custom", "num_speculative_tokens": 2, "model": "os:getcwd"}, "not a class"),
     ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec:LLM"}, "no arguments"),
     ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec.proposers:Proposer"},
-     "does not define propose"),
+     "abstract"),
     ({"method": "custom", "num_speculative_tokens": 2, "proposer": EchoProposer}, "not the class"),
     ({"method": "suffix", "suffix_decoding_min_token_prob": float("nan")}, "suffix_decoding_min_token_prob"),
     ({"method": "suffix", "suffix_decoding_max_tree_depth": 65}, r"\[1, 64\]"),

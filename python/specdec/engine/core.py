@@ -213,17 +213,15 @@ class EngineCore:
         times = StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1)
         self.stats.times.add(times)
         self.stats.num_steps += 1
-        n_pre = sum(len(s.tokens) for s in plan.scheduled if s.is_prefill)
-        n_dec = sum(len(u.new_token_ids) for u, s in zip(updates, plan.scheduled) if not s.is_prefill) \
-            if updates else 0
-        rows_pre = n_pre
+        # the step's wall time split between prefill and decode/verify rows
+        rows_pre = sum(len(s.tokens) for s in plan.scheduled if s.is_prefill)
         rows_dec = sum(len(s.tokens) for s in plan.scheduled if not s.is_prefill)
         dt = t4 - t0
-        if rows_pre + rows_dec:
-            self.stats.prefill_tokens += n_pre
-            self.stats.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
-            self.stats.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
-            self.stats.decode_tokens += n_dec
+        self.stats.prefill_tokens += rows_pre
+        self.stats.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
+        self.stats.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
+        self.stats.decode_tokens += sum(len(u.new_token_ids) for u, s in zip(updates, plan.scheduled)
+                                        if not s.is_prefill)
         return [u for u in updates if u.new_token_ids or u.request.finished]
 
     def _update(self, plan: SchedulerOutput, out: dict) -> List[StepUpdate]:

@@ -166,8 +166,7 @@ class Scheduler:
             num_logits = chunk if want_prompt_rows else (1 if last else 0)
             start = r.num_computed_tokens
             out.scheduled.append(ScheduledRequest(
-                r, r.sequence.token_ids[start:start + chunk] if start or not last
-                else r.sequence.token_ids, start, num_logits, None, True))
+                r, r.sequence.token_ids[start:start + chunk], start, num_logits, None, True))
             budget -= chunk
             rows_left -= num_logits
             num_seqs += 1
