@@ -41,7 +41,6 @@ from specdec._checks import (check_bool, check_int, check_messages, check_text, 
 from specdec.engine import EngineCore, LLMEngine, Request, StreamOutput
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
-from specdec.model import load_model_config
 from specdec.outputs import RequestOutput, SamplingParams
 from specdec.speculative import build_speculation
 from specdec.tokenizer import Tokenizer

@@ -10,10 +10,10 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional
 
 from specdec.engine.core import EngineCore, StepUpdate
-from specdec.engine.request import Request, RequestStatus
+from specdec.engine.request import Request
 from specdec.outputs import CompletionOutput, RequestOutput
 
 
