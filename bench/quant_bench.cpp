@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   auto ctx = ocl::Context::create();
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   nlohmann::json out = {{"device", ctx->device().summary()},
-                        {"avx512bw_path", device_has_avx512bw(*ctx)},
+                        {"quant_isa", quant_isa_name(device_quant_isa(*ctx))},
                         {"rows_per_item",
                          {{"n1", matmul_config(*ctx, 1).rows_per_item},
                           {"n16", matmul_config(*ctx, 16).rows_per_item}}}};

@@ -2,6 +2,7 @@
 #include "quant/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <map>
@@ -16,7 +17,25 @@ namespace {
 // Largest NB compiled; n above it runs in chunks of kMaxRowsPerItem rows (second grid dimension).
 constexpr int kMaxRowsPerItem = 64;
 
-const char* kProbeSource = R"(
+// One probe per x86 path: the builtins its DOT4 / WIDEN / DOT2 use (kernels/quant_common.clh),
+// compiled only where the device compiler's target has the features (else the program holds a
+// kernel `absent` instead of `probe`), so that no failed build prints errors.
+const char* probe_source(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx2:
+      return R"(
+#ifdef __AVX2__
+typedef char c32 __attribute__((ext_vector_type(32)));
+kernel void probe(global const c32* a, global const short16* b, global int8* out) {
+  out[0] = __builtin_ia32_pmaddwd256(__builtin_ia32_pmaddubsw256(a[0], a[1]), b[0]);
+}
+#else
+kernel void absent(global int* out) { out[0] = 0; }
+#endif
+)";
+    case QuantIsa::kAvx512bw:
+      return R"(
+#ifdef __AVX512BW__
 typedef char c32 __attribute__((ext_vector_type(32)));
 typedef char c64 __attribute__((ext_vector_type(64)));
 typedef short s32 __attribute__((ext_vector_type(32)));
@@ -24,7 +43,95 @@ kernel void probe(global const c64* a, global const c32* c, global s32* b, globa
   b[0] = __builtin_ia32_pmaddubsw512(a[0], a[1]);
   out[0] = __builtin_ia32_pmaddwd512(b[1], __builtin_convertvector(c[0], s32));
 }
+#else
+kernel void absent(global int* out) { out[0] = 0; }
+#endif
 )";
+    case QuantIsa::kAvx512vnni:
+      return R"(
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+kernel void probe(global const int16* a, global int16* out) {
+  out[0] = __builtin_ia32_vpdpbusd512(a[0], a[1], a[2]);
+}
+#else
+kernel void absent(global int* out) { out[0] = 0; }
+#endif
+)";
+    case QuantIsa::kPortable:
+      break;
+  }
+  return "";
+}
+
+bool cpu_has(const ocl::CpuFeatures& f, QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx2:
+      return f.avx2;
+    case QuantIsa::kAvx512bw:
+      return f.avx512bw;
+    case QuantIsa::kAvx512vnni:
+      return f.avx512bw && f.avx512vnni;
+    case QuantIsa::kPortable:
+      return true;
+  }
+  return false;
+}
+
+// Runs the VNNI probe on known bytes: vpdpbusd's operand order and signedness (unsigned weights
+// times signed activations, exact in int32) as the kernels assume. No machine of this project's
+// CI compiles that path (PoCL targets skylake-avx512 on Zen 4), so it is checked where it runs.
+bool vnni_probe_agrees(ocl::Context& ctx, cl_program program) {
+  std::vector<int32_t> in(48), out(16, 0), want(16);
+  auto* bytes = reinterpret_cast<uint8_t*>(in.data());
+  for (int i = 0; i < 16; ++i) in[i] = 1000 * i - 7;  // the accumulator
+  for (int i = 0; i < 64; ++i) bytes[64 + i] = static_cast<uint8_t>(255 - 3 * i);  // unsigned
+  for (int i = 0; i < 64; ++i) bytes[128 + i] = static_cast<uint8_t>(11 * i + 128);  // signed
+  for (int l = 0; l < 16; ++l) {
+    want[l] = in[l];
+    for (int j = 0; j < 4; ++j) {
+      want[l] += static_cast<int32_t>(bytes[64 + 4 * l + j]) *
+                 static_cast<int32_t>(static_cast<int8_t>(bytes[128 + 4 * l + j]));
+    }
+  }
+  try {
+    ocl::Buffer a(ctx, in.size() * 4), o(ctx, out.size() * 4);
+    a.write(ctx, in.data(), in.size() * 4);
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(program, "probe", &err);
+    ocl::check(err, "clCreateKernel", "quant_probe_avx512vnni");
+    ocl::Kernel kernel(k, "probe");
+    clReleaseKernel(k);  // kernel holds its own reference
+    kernel.arg(0, a).arg(1, o);
+    const size_t one = 1;
+    kernel.launch(ctx, 1, &one, &one);
+    o.read(ctx, out.data(), out.size() * 4);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return out == want;
+}
+
+// The override (set_quant_isa_override) or SPECDEC_QUANT_ISA, read once.
+std::mutex g_isa_mu;
+std::optional<QuantIsa> g_isa_override;
+bool g_isa_override_set = false;
+// Bumped by every set_quant_isa_override: invalidates the per-thread cache of matmul_config.
+std::atomic<uint64_t> g_isa_generation{1};
+
+std::optional<QuantIsa> forced_isa() {
+  static const std::optional<QuantIsa> from_env = []() -> std::optional<QuantIsa> {
+    const char* env = std::getenv("SPECDEC_QUANT_ISA");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    return parse_quant_isa(env);
+  }();
+  std::lock_guard<std::mutex> lock(g_isa_mu);
+  return g_isa_override_set ? g_isa_override : from_env;
+}
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* env = std::getenv(name);
+  return env != nullptr ? std::clamp(std::atoi(env), lo, hi) : fallback;
+}
 
 enum class Family { kFloat, kQ32, kK };
 
@@ -81,53 +188,116 @@ void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_
 
 }  // namespace
 
-std::string MatmulConfig::options() const {
-  return str_cat(
-      "-DNB=", rows_per_item, avx512bw ? " -DQUANT_AVX512BW" : "",
-      prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
+const char* quant_isa_name(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kPortable:
+      return "portable";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512bw:
+      return "avx512bw";
+    case QuantIsa::kAvx512vnni:
+      return "avx512vnni";
+  }
+  return "?";
 }
 
-bool device_has_avx512bw(ocl::Context& ctx) {
+QuantIsa parse_quant_isa(const std::string& name, const std::string& field) {
+  for (QuantIsa isa : {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
+                       QuantIsa::kAvx512vnni}) {
+    if (name == quant_isa_name(isa)) return isa;
+  }
+  throw ConfigError(field, "'" + name + "'", "must be one of portable, avx2, avx512bw, avx512vnni");
+}
+
+std::string MatmulConfig::options() const {
+  const char* define = isa == QuantIsa::kAvx2        ? " -DQUANT_AVX2"
+                       : isa == QuantIsa::kAvx512bw   ? " -DQUANT_AVX512BW"
+                       : isa == QuantIsa::kAvx512vnni ? " -DQUANT_AVX512VNNI"
+                                                      : "";
+  return str_cat("-DNB=", rows_per_item, define,
+                 prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
+}
+
+const std::vector<QuantIsa>& device_quant_isas(ocl::Context& ctx) {
   static std::mutex mu;
-  static std::map<std::string, bool> known;
+  static std::map<std::string, std::vector<QuantIsa>> known;
   const std::string key = ctx.device().platform_name + "|" + ctx.device().name;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = known.find(key); it != known.end()) return it->second;
-  bool ok = false;
-  // The CPU must have AVX-512 BW (cpuid), and the device's compiler must know the builtins: the
-  // probe is compiled only where it should build, so that no failed build prints errors.
-  if (ocl::cpu_features(ctx.device()).avx512bw) {
+  std::vector<QuantIsa> isas = {QuantIsa::kPortable};
+  const ocl::CpuFeatures features = ocl::cpu_features(ctx.device());
+  for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512bw, QuantIsa::kAvx512vnni}) {
+    // cpuid first: the probe is compiled only where it should build (no failed build logs);
+    // then the device's compiler must know the builtins for its target (PoCL may target an older
+    // CPU than the host, e.g. POCL_LLVM_CPU_NAME).
+    if (!cpu_has(features, isa)) continue;
     try {
-      ctx.build("quant_probe", kProbeSource, "");
-      ok = true;
+      cl_program p = ctx.build(str_cat("quant_probe_", quant_isa_name(isa)), probe_source(isa), "");
+      char names[256] = {};
+      if (clGetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, sizeof(names) - 1, names, nullptr) ==
+              CL_SUCCESS &&
+          std::string(names) == "probe") {
+        if (isa != QuantIsa::kAvx512vnni || vnni_probe_agrees(ctx, p)) isas.push_back(isa);
+      }
     } catch (const ocl::OclError&) {
-      ok = false;  // the compiler does not know the builtins: use the portable path
+      // the compiler does not know the builtins: not this path
     }
   }
-  known[key] = ok;
-  return ok;
+  return known.emplace(key, std::move(isas)).first->second;
+}
+
+QuantIsa device_quant_isa(ocl::Context& ctx) {
+  const std::vector<QuantIsa>& isas = device_quant_isas(ctx);
+  if (const std::optional<QuantIsa> forced = forced_isa()) {
+    if (std::find(isas.begin(), isas.end(), *forced) == isas.end()) {
+      std::string allowed;
+      for (QuantIsa isa : isas) allowed += str_cat(allowed.empty() ? "" : ", ", quant_isa_name(isa));
+      throw ConfigError("SPECDEC_QUANT_ISA", str_cat("'", quant_isa_name(*forced), "'"),
+                        str_cat("is not a path device '", ctx.device().name, "' can run (",
+                                allowed, ")"));
+    }
+    return *forced;
+  }
+  return isas.back();
+}
+
+void set_quant_isa_override(std::optional<QuantIsa> isa) {
+  std::lock_guard<std::mutex> lock(g_isa_mu);
+  g_isa_override = isa;
+  g_isa_override_set = isa.has_value();
+  g_isa_generation.fetch_add(1);
+}
+
+bool device_has_avx512bw(ocl::Context& ctx) {
+  const std::vector<QuantIsa>& isas = device_quant_isas(ctx);
+  return std::find(isas.begin(), isas.end(), QuantIsa::kAvx512bw) != isas.end();
 }
 
 MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   MatmulConfig cfg;
   // NB: 1 keeps the decode accumulator in registers; 16 covers any verify step in one pass over
   // the weights; prefill runs in chunks of 64 rows. Measured in bench/quant_bench.cpp.
-  cfg.rows_per_item = n <= 1 ? 1 : n <= 16 ? 16 : kMaxRowsPerItem;
-  if (const char* env = std::getenv("SPECDEC_QUANT_NB")) {
-    cfg.rows_per_item = std::clamp(std::atoi(env), 1, kMaxRowsPerItem);
+  static const int fixed_nb = env_int("SPECDEC_QUANT_NB", 0, 0, kMaxRowsPerItem);
+  cfg.rows_per_item = fixed_nb > 0 ? fixed_nb : n <= 1 ? 1 : n <= 16 ? 16 : kMaxRowsPerItem;
+  // The path, resolved once per (thread, context) instead of a lock and a map lookup per call.
+  struct Resolved {
+    const ocl::Context* ctx = nullptr;
+    cl_context handle = nullptr;
+    uint64_t generation = 0;
+    QuantIsa isa = QuantIsa::kPortable;
+  };
+  thread_local Resolved resolved;
+  const uint64_t generation = g_isa_generation.load(std::memory_order_relaxed);
+  if (resolved.ctx != &ctx || resolved.handle != ctx.get() || resolved.generation != generation) {
+    resolved = {&ctx, ctx.get(), generation, device_quant_isa(ctx)};
   }
-  const char* isa = std::getenv("SPECDEC_QUANT_ISA");
-  if (isa != nullptr && std::string(isa) == "portable") {
-    cfg.avx512bw = false;
-  } else {
-    cfg.avx512bw = device_has_avx512bw(ctx);
-  }
+  cfg.isa = resolved.isa;
   // Software prefetch 2 KiB ahead: on PoCL's CPU device it lifts a GEMV from 70-85 % to 90-100 %
   // of the streaming bandwidth (the hardware prefetchers alone leave the cores waiting between
-  // bursts of integer work). Only the clang-builtin path has it.
-  cfg.prefetch_bytes = cfg.avx512bw ? 2048 : 0;
-  if (const char* env = std::getenv("SPECDEC_QUANT_PREFETCH"))
-    cfg.prefetch_bytes = std::clamp(std::atoi(env), 0, 1 << 20);
+  // bursts of integer work). Only the x86 builtin paths have it.
+  static const int prefetch = env_int("SPECDEC_QUANT_PREFETCH", -1, 0, 1 << 20);
+  cfg.prefetch_bytes = prefetch >= 0 ? prefetch : cfg.isa != QuantIsa::kPortable ? 2048 : 0;
   return cfg;
 }
 

@@ -1,5 +1,6 @@
 // Device matmul (kernels/quant_matmul_*.cl) against matmul_reference over formats x shapes x
-// batch sizes, the portable and AVX-512 BW integer paths against each other, and input checks.
+// batch sizes, every integer path the device runs (portable, AVX2, AVX-512 BW, AVX-512 VNNI)
+// against the reference and each other, and input checks.
 //
 // Tolerances (y = x . W^T, Gaussian x and W):
 //  - against Numerics::kDevice (the kernels' own arithmetic, emulated on the host): max |diff|
@@ -11,9 +12,11 @@
 //    element), where s = sqrt(mean sum_k (w_ik x_jk)^2) is the typical size of an output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/errors.h"
@@ -122,33 +125,113 @@ TEST_P(QuantMatmul, BatchInvariantBitwise) {
   }
 }
 
-class QuantMatmulIntegerPaths : public ::testing::TestWithParam<GgmlType> {};
+// Every integer path the device can run (forced as SPECDEC_QUANT_ISA would), each against the
+// reference, bitwise batch invariant, and bitwise equal to the portable path.
+using PathParam = std::tuple<GgmlType, QuantIsa>;
+class QuantMatmulIntegerPaths : public ::testing::TestWithParam<PathParam> {
+ protected:
+  void SetUp() override {
+    const auto& isas = device_quant_isas(*context());
+    if (std::find(isas.begin(), isas.end(), isa()) == isas.end()) {
+      GTEST_SKIP() << "device cannot run the " << quant_isa_name(isa()) << " path";
+    }
+    set_quant_isa_override(isa());
+  }
+  void TearDown() override { set_quant_isa_override(std::nullopt); }
+  GgmlType type() const { return std::get<0>(GetParam()); }
+  QuantIsa isa() const { return std::get<1>(GetParam()); }
+};
 
-TEST_P(QuantMatmulIntegerPaths, PortableAndAvx512AgreeBitwise) {
-  const GgmlType t = GetParam();
-  if (!device_has_avx512bw(*context())) GTEST_SKIP() << "the device has the portable path only";
+TEST_P(QuantMatmulIntegerPaths, AgainstReference) {
+  ASSERT_EQ(matmul_config(*context(), 1).isa, isa());
+  const GgmlType t = type();
+  check_against_reference(t, 37, cols_for(t, 512), {1, 2, 4, 5, 9, 16, 17, 64, 70}, 21);
+  check_against_reference(t, 130, cols_for(t, 1024), {1, 8}, 22);
+}
+
+TEST_P(QuantMatmulIntegerPaths, BatchInvariantBitwise) {
+  const GgmlType t = type();
+  const int64_t rows = 100, cols = cols_for(t, 768), total = 70;
+  const std::vector<uint8_t> wq = random_weights(t, rows, cols, 23);
+  const DeviceWeight w = upload(t, wq, rows, cols);
+  const std::vector<float> x = gaussian(static_cast<size_t>(total * cols), 24);
+  const std::vector<float> all = device_matmul(w, x, total);
+  for (int64_t n : {1, 2, 4, 5, 9, 16, 17}) {
+    for (int64_t first : {int64_t{0}, int64_t{3}, total - n}) {
+      const std::vector<float> part = device_matmul(w, row_slice(x, cols, first, n), n);
+      EXPECT_EQ(bit_differences(part, row_slice(all, rows, first, n)), 0)
+          << weight_type_name(t) << " n=" << n << " first=" << first;
+    }
+  }
+}
+
+TEST_P(QuantMatmulIntegerPaths, BitwiseEqualToPortable) {
+  const GgmlType t = type();
   const int64_t rows = 67, cols = cols_for(t, 1024), n = 6;
   const std::vector<uint8_t> wq = random_weights(t, rows, cols, 12);
   const DeviceWeight w = upload(t, wq, rows, cols);
-  const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 13);
+  // Extreme activations (+-127 after quantisation in every block) and weights: the 16-bit pair
+  // sums of the x86 paths at their largest.
+  std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 13);
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1.0f : -1.0f) * 100.0f;
   const std::vector<float> fast = device_matmul(w, x, n);
-  setenv("SPECDEC_QUANT_ISA", "portable", 1);
+  set_quant_isa_override(QuantIsa::kPortable);
   const std::vector<float> portable = device_matmul(w, x, n);
-  unsetenv("SPECDEC_QUANT_ISA");
-  EXPECT_EQ(bit_differences(fast, portable), 0);
+  EXPECT_EQ(bit_differences(fast, portable), 0) << quant_isa_name(isa());
+}
+
+TEST(QuantMatmulIsa, NamesAndForcing) {
+  for (QuantIsa isa : {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
+                       QuantIsa::kAvx512vnni}) {
+    EXPECT_EQ(parse_quant_isa(quant_isa_name(isa)), isa);
+  }
+  try {
+    parse_quant_isa("sse9");
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("SPECDEC_QUANT_ISA"), std::string::npos) << what;
+    EXPECT_NE(what.find("sse9"), std::string::npos) << what;
+    EXPECT_NE(what.find("avx2"), std::string::npos) << what;
+  }
+  const auto& isas = device_quant_isas(*context());
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), QuantIsa::kPortable);
+  EXPECT_EQ(device_quant_isa(*context()), isas.back());  // the fastest by default
+  for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512bw, QuantIsa::kAvx512vnni}) {
+    if (std::find(isas.begin(), isas.end(), isa) != isas.end()) continue;
+    set_quant_isa_override(isa);
+    EXPECT_THROW(device_quant_isa(*context()), ConfigError) << quant_isa_name(isa);
+  }
+  set_quant_isa_override(std::nullopt);
+  // The path follows the device's CPU features (a path needs its cpuid bits).
+  const ocl::CpuFeatures f = ocl::cpu_features(context()->device());
+  for (QuantIsa isa : isas) {
+    if (isa == QuantIsa::kAvx2) {
+      EXPECT_TRUE(f.avx2);
+    } else if (isa == QuantIsa::kAvx512bw) {
+      EXPECT_TRUE(f.avx512bw);
+    } else if (isa == QuantIsa::kAvx512vnni) {
+      EXPECT_TRUE(f.avx512vnni && f.avx512bw);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul, ::testing::ValuesIn(supported_weight_types()),
                          [](const auto& info) {
                            return std::string(weight_format(info.param).name);
                          });
-INSTANTIATE_TEST_SUITE_P(BlockFormats, QuantMatmulIntegerPaths,
-                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                           GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                           GgmlType::kQ6_K),
-                         [](const auto& info) {
-                           return std::string(weight_format(info.param).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    BlockFormats, QuantMatmulIntegerPaths,
+    ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                         GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                         GgmlType::kQ6_K),
+                       ::testing::Values(QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
+                                         QuantIsa::kAvx512vnni)),
+    [](const auto& info) {
+      return std::string(weight_format(std::get<0>(info.param)).name) + "_" +
+             quant_isa_name(std::get<1>(info.param));
+    });
 
 TEST(QuantMatmulChecks, BadBuffersAndShapes) {
   ocl::Context& ctx = *context();
