@@ -9,6 +9,7 @@
 #include "common/errors.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
+#include "spec/adaptive.h"
 #include "spec/config.h"
 #include "spec/metrics.h"
 #include "spec/proposer.h"
@@ -77,8 +78,25 @@ void register_spec(py::module_& root) {
         return py::str(c.kv_cache_dtype);
       })
       .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
+      .def_readonly("adaptive", &SpeculativeConfig::adaptive)
       .def_property_readonly_static("max_spec_len", [](py::object) { return SpeculativeConfig::kMaxSpecLen; })
       .def("__repr__", [](const SpeculativeConfig& c) { return "SpeculativeConfig(" + c.to_json().dump() + ")"; });
+
+  py::class_<AdaptiveK>(m, "AdaptiveK",
+                        "Adaptive speculation: k per request from measured acceptance and costs.")
+      .def(py::init<int>(), py::arg("max_k"))
+      .def("choose", &AdaptiveK::choose, py::arg("request_id"), py::arg("limit"), py::arg("batch_rows") = 1)
+      .def("observe_draft", &AdaptiveK::observe_draft, py::arg("request_id"), py::arg("drafted"), py::arg("accepted"))
+      .def("observe_forward", &AdaptiveK::observe_forward, py::arg("rows"), py::arg("seconds"))
+      .def("observe_proposer", &AdaptiveK::observe_proposer, py::arg("tokens"), py::arg("seconds"))
+      .def("forget", &AdaptiveK::forget, py::arg("request_id"))
+      .def("forward_seconds", &AdaptiveK::forward_seconds, py::arg("rows"))
+      .def("proposer_seconds", &AdaptiveK::proposer_seconds, py::arg("tokens"))
+      .def("acceptance", &AdaptiveK::acceptance, py::arg("request_id"))
+      .def("expected_tokens", &AdaptiveK::expected_tokens, py::arg("request_id"), py::arg("k"))
+      .def_property_readonly("max_k", &AdaptiveK::max_k)
+      .def_property_readonly("num_off_steps", &AdaptiveK::num_off_steps)
+      .def_property_readonly("num_probes", &AdaptiveK::num_probes);
 
   py::class_<Sequence, std::shared_ptr<Sequence>>(m, "Sequence", "A request's prompt and accepted tokens.")
       .def(py::init<std::string, std::vector<int32_t>>(), py::arg("request_id"), py::arg("prompt_token_ids"))

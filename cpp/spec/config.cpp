@@ -93,7 +93,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "prompt_lookup_max", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
-      "kv_cache_dtype", "disable_by_batch_size"};
+      "kv_cache_dtype", "disable_by_batch_size", "adaptive"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -126,6 +126,10 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "draft_kv_cache_fraction") c.draft_kv_cache_fraction = get_real(v, f, "a number in (0, 1)");
     else if (key == "kv_cache_dtype") c.kv_cache_dtype = get_text(v, f, "'f32', 'f16', 'bf16' or 'int8'");
     else if (key == "disable_by_batch_size") c.disable_by_batch_size = get_int(v, f, 1, int64_t{1} << 30, "None or an integer >= 1");
+    else if (key == "adaptive") {
+      check_config(v.is_boolean(), f, show(v), "true or false");
+      c.adaptive = v.get<bool>();
+    }
   }
   c.validate();
   return c;
@@ -237,6 +241,7 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["draft_kv_cache_fraction"] = draft_kv_cache_fraction;
     j["kv_cache_dtype"] = kv_cache_dtype.empty() ? nlohmann::json(nullptr) : nlohmann::json(kv_cache_dtype);
   }
+  j["adaptive"] = adaptive;
   j["disable_by_batch_size"] = disable_by_batch_size ? nlohmann::json(disable_by_batch_size) : nlohmann::json(nullptr);
   return j;
 }

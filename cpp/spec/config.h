@@ -30,6 +30,9 @@ struct SpeculativeConfig {
   double draft_kv_cache_fraction = 0.0;     // (0, 1): that share; 0: proportional to need
   std::string kv_cache_dtype;               // the drafter's; "": the target's
   int64_t disable_by_batch_size = 0;        // no speculation with this many running requests (0: never)
+  // k per request and step from measured acceptance and costs (spec/adaptive.h), up to
+  // num_speculative_tokens; 0 (plain decoding) where speculating would be slower.
+  bool adaptive = false;
 
   static constexpr int kMaxSpecLen = 32;
 

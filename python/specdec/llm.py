@@ -150,7 +150,8 @@ class LLM:
         self.engine = LLMEngine(EngineCore(
             self.runner, self.tokenizer, self.proposer, k,
             speculation.config.disable_by_batch_size if speculation.config is not None else 0,
-            max_num_seqs, max_num_batched_tokens, self.max_num_logits))
+            max_num_seqs, max_num_batched_tokens, self.max_num_logits,
+            adaptive=speculation.config is not None and speculation.config.adaptive))
 
     def _warm_up(self) -> None:
         """Builds the kernels a prefill and a decode use (OpenCL compiles on first launch; PoCL

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/errors.h"
+#include "spec/adaptive.h"
 #include "spec/config.h"
 #include "spec/metrics.h"
 #include "spec/proposers/ngram.h"
@@ -150,4 +151,79 @@ TEST(SpecMetrics, VllmDefinitions) {
   EXPECT_DOUBLE_EQ(s.mean_acceptance_length(), 2.0);
   EXPECT_DOUBLE_EQ(s.acceptance_rate_per_pos()[0], 0.5);
   EXPECT_THROW(s.observe_draft(2, 3), ConfigError);
+}
+
+// Adaptive k: synthetic costs and acceptance, the choices they imply.
+namespace {
+// Feeds `steps` steps of a request whose every draft token is accepted with probability `q`
+// (deterministic pattern), forward cost base * (1 + slope * (rows - 1)), proposer cost per token.
+void feed(AdaptiveK& a, const std::string& id, double q, double base, double slope, double per_token,
+          int steps) {
+  int accepted_total = 0;
+  for (int s = 0; s < steps; ++s) {
+    const int k = a.choose(id, a.max_k());
+    if (k > 0) {
+      // accept a prefix of expected length matching q: position i accepted while i < L
+      int accepted = 0;
+      while (accepted < k && (accepted_total + accepted) % 100 < static_cast<int>(q * 100)) ++accepted;
+      accepted_total += accepted + 1;
+      a.observe_proposer(k, per_token * k);
+      a.observe_draft(id, k, accepted);
+    }
+    a.observe_forward(1 + k, base * (1.0 + slope * k));
+  }
+}
+}  // namespace
+
+TEST(SpecAdaptive, CostsAreMeasuredAndInterpolated) {
+  AdaptiveK a(8);
+  EXPECT_LT(a.forward_seconds(1), 0);  // nothing measured
+  a.observe_forward(1, 0.010);
+  a.observe_forward(5, 0.014);
+  EXPECT_DOUBLE_EQ(a.forward_seconds(1), 0.010);
+  EXPECT_NEAR(a.forward_seconds(3), 0.012, 1e-12);  // interpolated
+  EXPECT_NEAR(a.forward_seconds(9), 0.018, 1e-12);  // extrapolated with the measured slope
+  a.observe_forward(1, 1.0);                         // an outlier is clipped at 2x
+  EXPECT_LE(a.forward_seconds(1), 0.7 * 0.010 + 0.3 * 0.020 + 1e-12);
+  a.observe_forward(5, 0.001);  // much faster than a first (kernel-building) sample: replaces it
+  EXPECT_DOUBLE_EQ(a.forward_seconds(5), 0.001);
+  for (int i = 0; i < 50; ++i) {
+    a.observe_proposer(2, 0.002 + 0.001 * 2);
+    a.observe_proposer(6, 0.002 + 0.001 * 6);
+  }
+  EXPECT_NEAR(a.proposer_seconds(4), 0.006, 1e-9);
+  EXPECT_THROW(AdaptiveK(0), ConfigError);
+}
+
+TEST(SpecAdaptive, AcceptanceIsConditionalPerPosition) {
+  AdaptiveK a(4);
+  for (int i = 0; i < 30; ++i) a.observe_draft("r", 4, 4);  // everything accepted
+  EXPECT_GT(a.expected_tokens("r", 4), 4.5);
+  for (int i = 0; i < 30; ++i) a.observe_draft("r", 4, 0);  // nothing: adapts within the window
+  EXPECT_LT(a.expected_tokens("r", 4), 1.7);  // later positions lean on the pool
+  const auto q = a.acceptance("r");
+  ASSERT_EQ(q.size(), 4u);
+  EXPECT_LT(q[0], 0.2);
+  a.forget("r");
+  EXPECT_EQ(a.acceptance("r").size(), 4u);  // the pool's estimate again
+}
+
+TEST(SpecAdaptive, SpeculatesWhenVerifyIsCheapAndAcceptanceHigh) {
+  AdaptiveK a(8);
+  feed(a, "r", 0.9, 0.010, 0.05, 0.0, 40);  // cheap drafts (n-gram), verification ~free
+  EXPECT_GE(a.choose("r", 8), 4);
+}
+
+TEST(SpecAdaptive, TurnsOffWhenDraftingCostsMoreThanItGains) {
+  AdaptiveK a(6);
+  // each draft token costs half a target forward, verification 3x for 4 rows, 30 % acceptance
+  feed(a, "r", 0.3, 0.010, 0.7, 0.005, 60);
+  EXPECT_EQ(a.choose("r", 6), 0);
+  EXPECT_GT(a.num_off_steps(), 20);
+  // it still probes now and then, backing off (8, 16, 32 ... plain steps between probes)
+  int probes = 0;
+  for (int i = 0; i < 200; ++i) probes += a.choose("r", 6) > 0;
+  EXPECT_GE(probes, 2);
+  EXPECT_LE(probes, 6);
+  EXPECT_EQ(a.choose("r", 0), 0);  // no tokens left: never drafts
 }

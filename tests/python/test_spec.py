@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +222,9 @@ METHODS = [
     {"method": "suffix", "num_speculative_tokens": 5},
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 4, "attention_backend": "REFERENCE"},
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 5, "adaptive": True},
+    {"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 1, "prompt_lookup_max": 3,
+     "adaptive": True},
 ]
 
 
@@ -244,7 +248,8 @@ CASES = ([("OCL_PAGED", c) for c in METHODS + ["bad", "echo"]]
 
 
 @pytest.mark.parametrize("target_backend,cfg", CASES, ids=lambda c: c if isinstance(c, str) else
-                         f"{c['method']}-{c.get('attention_backend', 'auto')}")
+                         f"{c['method']}-{c.get('attention_backend', 'auto')}"
+                         f"{'-adaptive' if c.get('adaptive') else ''}")
 def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
     if isinstance(cfg, str):
         cfg = {"method": "custom", "num_speculative_tokens": 3,
@@ -263,6 +268,40 @@ def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
         assert m["num_accepted_tokens"] < m["num_draft_tokens"] // 2
     # every block of target and drafter is back
     assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks() if llm.drafter else None) == free
+
+
+class SlowProposer(specdec.Proposer):
+    """Always wrong and slow (20 ms a call): adaptive speculation must turn it off."""
+
+    def propose(self, requests):
+        time.sleep(0.02)
+        return [[(r.token_ids[-1] + 1 + i) % 512 for i in range(r.num_speculative_tokens)]
+                for r in requests]
+
+
+def test_adaptive_turns_off_a_losing_proposer_and_stays_lossless(stories_plain):
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "custom", "num_speculative_tokens": 4, "adaptive": True, "proposer": SlowProposer()})
+    params = specdec.SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+    outs = llm.generate(PROMPTS[:1], params)
+    want = _plain(STORIES, PROMPTS[:1], params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    m = llm.last_metrics
+    ad = llm.engine.core.adaptive
+    assert ad is not None and ad.num_off_steps > 30  # most of the 60 steps ran plain
+    assert 2 <= m["num_drafts"] <= 12  # two to explore, a few probes
+    assert llm.speculative_config.adaptive is True
+
+
+def test_adaptive_keeps_speculating_when_drafts_are_right():
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "draft_model", "model": STORIES, "num_speculative_tokens": 4, "adaptive": True})
+    params = specdec.SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+    llm.generate(PROMPTS[:1], params)
+    m = llm.last_metrics
+    # the same model drafting: every draft is accepted; on the tiny model a drafter step costs
+    # about as much as a target step, so k may be anything, but acceptance stays perfect
+    assert m["num_accepted_tokens"] == m["num_draft_tokens"]
 
 
 def test_drafter_backend_is_chosen_independently():

@@ -89,7 +89,8 @@ class EngineCore:
 
     def __init__(self, runner, tokenizer, proposer=None, num_speculative_tokens: int = 0,
                  disable_by_batch_size: int = 0, max_num_seqs: int = 16,
-                 max_num_batched_tokens: int = 512, max_num_logits: int = 128) -> None:
+                 max_num_batched_tokens: int = 512, max_num_logits: int = 128,
+                 adaptive: bool = False) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
         self.proposer = proposer
@@ -101,6 +102,8 @@ class EngineCore:
         self.requests: Dict[str, Request] = {}
         self.stats = EngineStats()
         self._is_custom = proposer is not None and not isinstance(proposer, spec.Proposer)
+        # adaptive speculation: k per request and step from measured acceptance and costs
+        self.adaptive = spec.AdaptiveK(self.k) if adaptive and self.k else None
 
     # ---- requests ----
     def add_request(self, r: Request) -> None:
@@ -126,6 +129,8 @@ class EngineCore:
         r.finished_time = time.monotonic()
         self.requests.pop(r.request_id, None)
         self.scheduler.remove(r)
+        if self.adaptive is not None:
+            self.adaptive.forget(r.request_id)
         finish = getattr(self.proposer, "finish", None)
         if finish is not None:
             finish(r.sequence)
@@ -134,11 +139,14 @@ class EngineCore:
                                            continuation=True)
 
     # ---- proposing ----
-    def _num_draft_tokens(self, r: Request) -> int:
+    def _num_draft_tokens(self, r: Request, batch_rows: int = 1) -> int:
         k = self.k
         if r.params.max_tokens is not None:  # the step yields up to k + 1 tokens
             k = min(k, r.params.max_tokens - r.num_output_tokens - 1)
-        return max(0, min(k, self.max_model_len - r.num_tokens))
+        k = max(0, min(k, self.max_model_len - r.num_tokens))
+        if self.adaptive is not None and k > 0:
+            k = self.adaptive.choose(r.request_id, k, batch_rows)
+        return k
 
     def _propose(self) -> Dict[str, object]:
         if self.proposer is None or not self.k:
@@ -148,7 +156,7 @@ class EngineCore:
             return {}
         asks, reqs = [], []
         for r in running:
-            k = self._num_draft_tokens(r)
+            k = self._num_draft_tokens(r, len(running))
             if k <= 0:
                 continue
             p = r.params
@@ -157,7 +165,10 @@ class EngineCore:
             reqs.append((r, k))
         if not asks:
             return {}
+        t0 = time.perf_counter()
         drafts = self.proposer.propose(asks)
+        if self.adaptive is not None:
+            self.adaptive.observe_proposer(sum(k for _, k in reqs), time.perf_counter() - t0)
         if self._is_custom:
             drafts = self._check_custom(drafts, reqs)
         return {r.request_id: d for (r, _), d in zip(reqs, drafts) if len(d)}
@@ -208,6 +219,8 @@ class EngineCore:
         t2 = time.perf_counter()
         out = self.runner.step([s.as_step() for s in plan.scheduled], return_logits=need_logits)
         t3 = time.perf_counter()
+        if self.adaptive is not None and not any(s.is_prefill for s in plan.scheduled):
+            self.adaptive.observe_forward(sum(len(s.tokens) for s in plan.scheduled), t3 - t2)
         updates = self._update(plan, out)
         t4 = time.perf_counter()
         times = StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1)
@@ -258,6 +271,8 @@ class EngineCore:
                 tokens, accepted = spec.verify_sampled(draft, rows, p.temperature, p.top_k, p.top_p,
                                                        p.min_p, r.generator)
             if draft_tokens:
+                if self.adaptive is not None:
+                    self.adaptive.observe_draft(r.request_id, len(draft_tokens), accepted)
                 r.stats.observe_draft(len(draft_tokens), accepted)
                 self.stats.spec.observe_draft(len(draft_tokens), accepted)
             if not s.is_prefill:

@@ -1,0 +1,181 @@
+#include "spec/adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/errors.h"
+
+namespace specdec::spec {
+namespace {
+
+constexpr double kRequestDecay = 0.8;  // a request's window: the last ~5 drafts
+constexpr double kPoolDecay = 0.98;    // the pool's: the last ~50 drafts of all requests
+constexpr double kRequestPrior = 4.0;  // the pool's estimate counts as this many drafts
+constexpr double kProposerDecay = 0.95;
+constexpr int kMaxProbeAfter = 256;
+
+}  // namespace
+
+AdaptiveK::AdaptiveK(int max_k) : max_k_(max_k) {
+  check_config(max_k >= 1 && max_k <= 64, "num_speculative_tokens", max_k, "an integer in [1, 64]");
+  pool_.tried.assign(max_k, 0.0);
+  pool_.accepted.assign(max_k, 0.0);
+}
+
+void AdaptiveK::add(Counts& c, int drafted, int accepted, double decay) {
+  for (size_t i = 0; i < c.tried.size(); ++i) {
+    c.tried[i] *= decay;
+    c.accepted[i] *= decay;
+  }
+  // position i was reached when every earlier one was accepted
+  const int reached = std::min<int>({drafted, accepted + 1, static_cast<int>(c.tried.size())});
+  for (int i = 0; i < reached; ++i) {
+    c.tried[i] += 1.0;
+    if (i < accepted) c.accepted[i] += 1.0;
+  }
+}
+
+void AdaptiveK::observe_draft(const std::string& request_id, int drafted, int accepted) {
+  if (drafted <= 0) return;
+  accepted = std::clamp(accepted, 0, drafted);
+  Request& r = requests_[request_id];
+  if (r.counts.tried.empty()) {
+    r.counts.tried.assign(max_k_, 0.0);
+    r.counts.accepted.assign(max_k_, 0.0);
+  }
+  add(r.counts, drafted, accepted, kRequestDecay);
+  add(pool_, drafted, accepted, kPoolDecay);
+  ++r.drafts;
+}
+
+void AdaptiveK::observe_forward(int64_t rows, double seconds) {
+  if (rows <= 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
+  if (static_cast<size_t>(rows) >= fwd_.size()) fwd_.resize(rows + 1, 0.0);
+  double& t = fwd_[rows];
+  // A first sample may include building kernels for a new shape: a much faster one replaces it;
+  // otherwise an EMA with outliers (another process, a page fault) clipped at twice the estimate.
+  if (t == 0.0 || seconds < 0.5 * t) {
+    t = seconds;
+  } else {
+    t = 0.7 * t + 0.3 * std::min(seconds, 2.0 * t);
+  }
+}
+
+void AdaptiveK::observe_proposer(int64_t tokens, double seconds) {
+  if (tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  const double x = static_cast<double>(tokens);
+  s1_ = kProposerDecay * s1_ + 1.0;
+  sx_ = kProposerDecay * sx_ + x;
+  sy_ = kProposerDecay * sy_ + seconds;
+  sxx_ = kProposerDecay * sxx_ + x * x;
+  sxy_ = kProposerDecay * sxy_ + x * seconds;
+}
+
+void AdaptiveK::forget(const std::string& request_id) { requests_.erase(request_id); }
+
+double AdaptiveK::forward_seconds(int64_t rows) const {
+  if (rows <= 0) return 0.0;
+  int64_t lo = -1, hi = -1, top = -1, below_top = -1;
+  for (int64_t n = 1; n < static_cast<int64_t>(fwd_.size()); ++n) {
+    if (fwd_[n] == 0.0) continue;
+    if (n <= rows) lo = n;
+    if (n >= rows && hi < 0) hi = n;
+    below_top = top;
+    top = n;
+  }
+  if (lo == rows) return fwd_[rows];
+  if (lo > 0 && hi > 0) {
+    const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
+    return fwd_[lo] + f * (fwd_[hi] - fwd_[lo]);
+  }
+  if (hi > 0) return fwd_[hi];  // below every measured size: no cheaper than the smallest known
+  if (lo < 0) return -1.0;
+  // above every measured size: the slope of the two largest, else an optimistic 5 % per row so
+  // that larger drafts get tried (and measured)
+  const double slope = below_top > 0 ? std::max(0.0, (fwd_[top] - fwd_[below_top]) /
+                                                         static_cast<double>(top - below_top))
+                                     : 0.05 * fwd_[top];
+  return fwd_[top] + slope * static_cast<double>(rows - top);
+}
+
+double AdaptiveK::proposer_seconds(int64_t tokens) const {
+  if (tokens <= 0 || s1_ == 0.0) return 0.0;
+  const double det = s1_ * sxx_ - sx_ * sx_;
+  const double x = static_cast<double>(tokens);
+  if (std::fabs(det) <= 1e-9 * s1_ * sxx_) return sx_ > 0 ? sy_ / sx_ * x : 0.0;  // one size seen
+  const double b = (s1_ * sxy_ - sx_ * sy_) / det;
+  const double a = (sy_ - b * sx_) / s1_;
+  return std::max(0.0, a + b * x);
+}
+
+std::vector<double> AdaptiveK::q(const Request* r) const {
+  std::vector<double> out(max_k_);
+  for (int i = 0; i < max_k_; ++i) {
+    const double g = (pool_.accepted[i] + 1.0) / (pool_.tried[i] + 2.0);
+    out[i] = r == nullptr || r->counts.tried.empty()
+                 ? g
+                 : (r->counts.accepted[i] + kRequestPrior * g) / (r->counts.tried[i] + kRequestPrior);
+  }
+  return out;
+}
+
+std::vector<double> AdaptiveK::acceptance(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  return q(it == requests_.end() ? nullptr : &it->second);
+}
+
+double AdaptiveK::expected_tokens(const std::string& request_id, int k) const {
+  const std::vector<double> qs = acceptance(request_id);
+  double e = 1.0, p = 1.0;
+  for (int i = 0; i < std::min(k, max_k_); ++i) {
+    p *= qs[i];
+    e += p;
+  }
+  return e;
+}
+
+int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) {
+  limit = std::min(limit, max_k_);
+  if (limit <= 0) return 0;
+  batch_rows = std::max(batch_rows, 1);
+  Request& r = requests_[request_id];
+  if (r.drafts < 2) return limit;  // explore: acceptance of this request not known yet
+  const double plain = forward_seconds(batch_rows);
+  if (plain < 0 || (fwd_.size() <= static_cast<size_t>(batch_rows) || fwd_[batch_rows] == 0.0)) {
+    ++off_steps_;
+    return 0;  // measure the plain forward once
+  }
+  const std::vector<double> qs = q(&r);
+  int best = 0, best_positive = 1;
+  double best_rate = 1.0 / plain, best_positive_rate = 0.0;
+  double e = 1.0, p = 1.0;
+  for (int k = 1; k <= limit; ++k) {
+    p *= qs[k - 1];
+    e += p;
+    const double cost = proposer_seconds(k) + forward_seconds(batch_rows + k);
+    const double rate = cost > 0 ? e / cost : 0.0;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+    if (rate > best_positive_rate) {
+      best_positive_rate = rate;
+      best_positive = k;
+    }
+  }
+  if (best > 0) {
+    r.off_run = 0;
+    r.probe_after = 8;
+    return best;
+  }
+  ++off_steps_;
+  if (++r.off_run >= r.probe_after) {  // probe: has the request's text become predictable?
+    r.off_run = 0;
+    r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
+    ++probes_;
+    return best_positive;
+  }
+  return 0;
+}
+
+}  // namespace specdec::spec

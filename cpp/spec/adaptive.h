@@ -1,0 +1,70 @@
+// Adaptive speculation: picks k per request and step from measured acceptance and measured costs
+// on this machine, and turns speculation off where it would be slower than plain decoding.
+//
+// Per request, the conditional acceptance of draft position i (accepted, given positions < i
+// were) is estimated from that request's drafts, decayed so that a change of regime (a chat
+// answer turning to code) shows within a few steps, with the pool of all requests as the prior.
+// The machine's costs are measured from the engine's own steps: the target forward as a
+// function of its row count, and the proposer's time as a + b * (draft tokens asked). For each
+// k in [0, max_k] the expected tokens per step, E(k) = 1 + sum_{j<=k} prod_{i<j} q_i, is divided
+// by the expected time of the step; the best k wins, k = 0 being plain decoding. While off, a
+// request probes again after 8, 16, 32, ... plain steps (at most 256) so that it notices when
+// drafts become good. Costs not measured yet are explored first: the first steps use max_k,
+// and one plain step is taken to measure the plain forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace specdec::spec {
+
+class AdaptiveK {
+ public:
+  explicit AdaptiveK(int max_k);
+
+  // k for this request's next step (0: plain), given `batch_rows` = rows the step's other
+  // requests put in the forward (1 per decoding request) and `limit` <= max_k (tokens left).
+  int choose(const std::string& request_id, int limit, int batch_rows = 1);
+  // What the request's draft of `drafted` tokens got: the first `accepted` were accepted.
+  void observe_draft(const std::string& request_id, int drafted, int accepted);
+  // A target forward of `rows` rows (decode / verify steps only) took `seconds`.
+  void observe_forward(int64_t rows, double seconds);
+  // The proposer took `seconds` for drafts of `tokens` tokens in all (one call).
+  void observe_proposer(int64_t tokens, double seconds);
+  void forget(const std::string& request_id);
+
+  int max_k() const { return max_k_; }
+  // Estimates (for tests, metrics and the benchmark).
+  double forward_seconds(int64_t rows) const;  // measured or interpolated; < 0: nothing measured
+  double proposer_seconds(int64_t tokens) const;
+  std::vector<double> acceptance(const std::string& request_id) const;  // q_i, i < max_k
+  double expected_tokens(const std::string& request_id, int k) const;   // E(k)
+  int64_t num_off_steps() const { return off_steps_; }
+  int64_t num_probes() const { return probes_; }
+
+ private:
+  struct Counts {
+    std::vector<double> tried, accepted;  // decayed, per position
+  };
+  struct Request {
+    Counts counts;
+    int drafts = 0;       // drafts observed
+    int off_run = 0;      // plain steps since the last draft while off
+    int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
+  };
+  std::vector<double> q(const Request* r) const;
+  static void add(Counts& c, int drafted, int accepted, double decay);
+
+  int max_k_;
+  Counts pool_;
+  std::unordered_map<std::string, Request> requests_;
+  // forward seconds per row count (EMA), index rows; 0 = not measured
+  std::vector<double> fwd_;
+  // proposer: decayed least squares of seconds on tokens
+  double s1_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  int64_t off_steps_ = 0, probes_ = 0;
+};
+
+}  // namespace specdec::spec
