@@ -2,10 +2,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <string>
+#include <vector>
+
 #include "common/errors.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
 #include "ocl/kernel_sources.h"
+#include "quant/matmul.h"
 
 namespace py = pybind11;
 using specdec::ocl::DeviceInfo;
@@ -130,4 +134,14 @@ void register_ocl(py::module_& m) {
           "Waits for the queue; per kernel (first-launch order) the launches and device "
           "microseconds since the last call, and the span first queued -> last ended. Empty "
           "unless SPECDEC_PROFILE was set when the context was created.");
+  m.def("quant_isa", [](specdec::ocl::Context& c) {
+        return std::string(specdec::quant::quant_isa_name(specdec::quant::device_quant_isa(c)));
+      }, py::arg("context"),
+        "The integer-dot path the quantized matmuls use on the context's device (portable, avx2, "
+        "avx512bw, avx512vnni): SPECDEC_QUANT_ISA, else the fastest the device runs.");
+  m.def("quant_isas", [](specdec::ocl::Context& c) {
+        std::vector<std::string> out;
+        for (auto isa : specdec::quant::device_quant_isas(c)) out.emplace_back(specdec::quant::quant_isa_name(isa));
+        return out;
+      }, py::arg("context"), "Every integer-dot path the context's device runs, fastest last.");
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up everything, then runs the main job: list the OpenCL devices, fetch the real
-# Qwen2.5-Coder-1.5B target (pinned hashes, cached in ${SPECDEC_CACHE:-~/.cache/specdec}), print
-# its architecture, tensors, tokenizer and KV-cache plan, and generate with it (greedy, streamed,
-# with prefill and decode tokens/s): plainly, then speculatively with the 0.5B drafter (the same
-# text, with acceptance metrics and the time split).
+# Qwen2.5-Coder pair (1.5B target, 0.5B drafter; pinned hashes, cached in
+# ${SPECDEC_CACHE:-~/.cache/specdec} after the first time), print the target's architecture,
+# tokenizer and KV-cache plan, then generate speculatively with the 0.5B drafter (greedy,
+# streamed, acceptance metrics and the time split) and decode the same prompt plainly for a
+# side-by-side table: tokens/s, acceptance, speedup, and that the output is identical.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,9 +13,20 @@ echo
 .venv/bin/specdec fetch qwen2.5-coder-1.5b-instruct-q4_k_m qwen2.5-coder-0.5b-instruct-q4_k_m
 .venv/bin/specdec inspect qwen2.5-coder-1.5b-instruct-q4_k_m
 echo
-.venv/bin/specdec generate --model qwen2.5-coder-1.5b-instruct-q4_k_m --chat --max-tokens 96 \
-    --prompt "Write a Python function that checks whether a number is prime."
-echo
-.venv/bin/specdec generate --model qwen2.5-coder-1.5b-instruct-q4_k_m --chat --max-tokens 96 \
-    --prompt "Write a Python function that checks whether a number is prime." \
-    --speculative-config '{"method": "draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", "num_speculative_tokens": 3}'
+PROMPT='Rewrite this function with type hints and a docstring. Keep the logic and the names exactly the same and reply with the code only.
+
+def merge_intervals(intervals):
+    if not intervals:
+        return []
+    intervals = sorted(intervals, key=lambda iv: iv[0])
+    merged = [list(intervals[0])]
+    for start, end in intervals[1:]:
+        last = merged[-1]
+        if start <= last[1]:
+            last[1] = max(last[1], end)
+        else:
+            merged.append([start, end])
+    return merged'
+.venv/bin/specdec generate --model qwen2.5-coder-1.5b-instruct-q4_k_m --chat --max-tokens 128 \
+    --prompt "$PROMPT" --compare-plain \
+    --speculative-config '{"method": "draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", "num_speculative_tokens": 4}'

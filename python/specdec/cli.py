@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import threading
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import specdec
@@ -96,6 +97,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         specdec.select_device(check_text("--device", args.device))
     parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
     from specdec.speculative import build_speculation
+    if args.compare_plain and args.speculative_config is None:
+        raise ValueError("--compare-plain: compares speculative decoding with plain decoding; "
+                         "give --speculative-config too")
     try:
         build_speculation(args.speculative_config)  # checked before anything loads
     except ValueError as e:
@@ -175,6 +179,71 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if args.json_metrics:
         sys.stderr.write(json.dumps({k: (None if isinstance(v, float) and v != v else v)
                                      for k, v in m.items()}) + "\n")
+    if args.compare_plain:
+        _compare_plain(llm, ids, params, out)
+    return 0
+
+
+def _compare_plain(llm, ids, params, spec_out) -> None:
+    """The same request decoded plainly on the same target runner; a side-by-side table."""
+    from specdec.engine import EngineCore, LLMEngine
+    sys.stderr.write("[plain decoding of the same prompt, for comparison]\n")
+    engine = LLMEngine(EngineCore(llm.runner, llm.tokenizer))
+    req = llm._make_request({"prompt_token_ids": ids}, params)
+    plain_out = None
+    for item in engine.iterate(engine.add_request(req), [req.request_id]):
+        if item.finished:
+            plain_out = item.output
+    sm, pm = spec_out.metrics, plain_out.metrics
+    sc = llm.speculative_config
+    name = f"{sc.method}{' ' + Path(sc.model).name if sc.model else ''} k={sc.num_speculative_tokens}"
+    if sc.adaptive:
+        name += " adaptive"
+    rate = sm["acceptance_rate"]
+    rows = [("plain", pm, "-", "-"),
+            (name, sm, "n/a" if rate != rate else f"{100 * rate:.0f} %", f"{sm['mean_acceptance_length']:.2f}")]
+    lines = [f"{'decoding':44s} {'tokens':>7s} {'tokens/s':>9s} {'acceptance':>11s} {'mean len':>9s} {'speedup':>8s}"]
+    for label, mm, acc, mlen in rows:
+        speed = mm["tokens_per_s"] / pm["tokens_per_s"] if pm["tokens_per_s"] else float("nan")
+        lines.append(f"{label[:44]:44s} {mm['num_output_tokens']:>7d} "
+                     f"{mm['tokens_per_s']:9.2f} {acc:>11s} {mlen:>9s} {speed:7.2f}x")
+    same = list(plain_out.outputs[0].token_ids) == list(spec_out.outputs[0].token_ids)
+    if params.temperature == 0:
+        lines.append(f"identical output (greedy, lossless): {'yes' if same else 'NO'}")
+    sys.stdout.write("\n" + "\n".join(lines) + "\n")
+    sys.stdout.flush()
+    if params.temperature == 0 and not same:
+        raise RuntimeError("speculative output differed from plain decoding")
+
+
+def _csv(kind: str, conv=str):
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {kind}")
+        try:
+            return [conv(t) for t in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {kind}") from None
+    return parse
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from specdec import bench
+    for k in args.ks:
+        if not 1 <= k <= 32:
+            raise ValueError(f"--ks: {k}: each k in [1, 32]")
+    if args.device is not None:
+        specdec.select_device(check_text("--device", args.device))
+    o = bench.BenchOptions(
+        model=args.model, drafter=args.drafter, max_tokens=args.max_tokens, ks=args.ks,
+        methods=args.methods, adaptive=not args.no_adaptive, adaptive_max_k=args.adaptive_max_k,
+        categories=args.categories, peer=args.peer, peer_bin=args.peer_bin, threads=args.threads,
+        out_dir=args.out, plots=not args.no_plots, kv_cache_memory=args.kv_cache_memory)
+    result = bench.run(o)
+    if not result["summary"]["all_lossless"]:
+        sys.stderr.write("specdec bench: a speculative output differed from plain decoding\n")
+        return 1
     return 0
 
 
@@ -467,7 +536,41 @@ def build_parser() -> argparse.ArgumentParser:
                         '"num_speculative_tokens": 4}\' (methods: draft_model, ngram, suffix, custom)')
     p.add_argument("--json-metrics", action="store_true",
                    help="print the metrics as one JSON object on stderr at the end")
+    p.add_argument("--compare-plain", action="store_true",
+                   help="with --speculative-config: decode the same prompt plainly afterwards and "
+                        "print a side-by-side table (tokens/s, acceptance, speedup)")
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("bench", help="plain vs speculative decoding (every method, several k, "
+                                     "adaptive) on built-in prompts, llama.cpp side by side; JSON "
+                                     "and PNG plots")
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m",
+                   help="target (GGUF path or catalog name; default the Qwen2.5-Coder 1.5B)")
+    p.add_argument("--drafter", default="qwen2.5-coder-0.5b-instruct-q4_k_m",
+                   help="draft model for method draft_model (default the Qwen2.5-Coder 0.5B)")
+    p.add_argument("--max-tokens", type=_int_in(1, 4096), default=128, help="per prompt (default 128)")
+    p.add_argument("--ks", type=_csv("integers", int), default=[2, 4],
+                   help="draft lengths to try per method (default 2,4)")
+    p.add_argument("--methods", type=_csv("methods"), default=["draft_model", "ngram", "suffix"],
+                   help="draft_model, ngram, suffix (default all)")
+    p.add_argument("--categories", type=_csv("categories"),
+                   default=["code_generation", "code_editing", "chat", "summarisation"],
+                   help="prompt categories (default all four)")
+    p.add_argument("--no-adaptive", action="store_true", help="skip adaptive speculation")
+    p.add_argument("--adaptive-max-k", type=_int_in(1, 32), default=6,
+                   help="largest k adaptive speculation may pick (default 6)")
+    p.add_argument("--peer", choices=["auto", "off", "require"], default="auto",
+                   help="llama.cpp side by side: auto (when its tools are built), off, require")
+    p.add_argument("--peer-bin", default=None,
+                   help="llama.cpp tools (default $SPECDEC_PEER_BIN or build/peer-llama.cpp/bin, "
+                        "built by bench/setup_peer_tools.sh)")
+    p.add_argument("--threads", type=_int_in(0, 1024), default=0,
+                   help="llama.cpp threads (default 0: all cores, like specdec)")
+    p.add_argument("--kv-cache-memory", default="512MiB", help="target KV budget (default 512MiB)")
+    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--out", default="bench/out", help="output folder (bench.json, *.png)")
+    p.add_argument("--no-plots", action="store_true", help="JSON only (no matplotlib needed)")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

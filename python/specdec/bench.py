@@ -1,0 +1,552 @@
+"""`specdec bench`: plain decoding and every speculative method at several k, plus adaptive
+speculation, on a built-in prompt set (code generation, code editing, chat, summarisation), with
+llama.cpp's plain and speculative modes on the same prompts in the same run when its tools are
+built (bench/setup_peer_tools.sh). Writes JSON and PNG plots (matplotlib).
+
+Every speculative output is checked token for token against plain decoding in the run (greedy).
+Speeds are decode tokens/s of one request at a time (batch 1), after a warm-up generation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+import specdec
+from specdec import _core
+from specdec.engine import EngineCore, LLMEngine
+
+TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+DRAFTER = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+LLAMA_CPP_PYTHON_PIN = "0.3.36"  # the sdist whose vendor/llama.cpp the peer tools are built from
+
+_CODE = '''def merge_intervals(intervals):
+    """Merge overlapping [start, end] intervals and return them sorted."""
+    if not intervals:
+        return []
+    intervals = sorted(intervals, key=lambda iv: iv[0])
+    merged = [list(intervals[0])]
+    for start, end in intervals[1:]:
+        last = merged[-1]
+        if start <= last[1]:
+            last[1] = max(last[1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def test_merge_intervals():
+    assert merge_intervals([[1, 3], [2, 6], [8, 10]]) == [[1, 6], [8, 10]]
+    assert merge_intervals([]) == []
+'''
+
+_STORY = (
+    "The lighthouse keeper had lived alone on the rock for eleven winters. Every evening he climbed "
+    "the hundred and twelve steps, trimmed the wick, wound the clockwork that turned the great lens, "
+    "and wrote three lines in the logbook: the wind, the sea, and the ships he had seen. One night in "
+    "November the lamp would not light. He checked the oil, the wick and the glass, and found nothing "
+    "wrong. Far out in the dark, a small boat was rowing toward the reef, and the keeper understood "
+    "that he would have to signal it some other way."
+)
+
+# The built-in prompt set: one prompt per category (written for this project).
+PROMPTS: Dict[str, str] = {
+    "code_generation": "Write a Python function merge_intervals(intervals) that merges overlapping "
+                       "intervals and returns them sorted, with a docstring and two doctests.",
+    "code_editing": "Rewrite this function with type hints and a docstring. Keep the logic and the "
+                    "names exactly the same and reply with the code only.\n\n```python\n" + _CODE + "```",
+    "chat": "What are three practical tips for staying focused when working from home? Answer in "
+            "a short paragraph for each.",
+    "summarisation": "Summarise the following story in three sentences.\n\n" + _STORY,
+}
+CODE_CATEGORIES = ("code_generation", "code_editing")
+METHODS = ("draft_model", "ngram", "suffix")
+
+
+@dataclass
+class BenchOptions:
+    model: str = TARGET
+    drafter: Optional[str] = DRAFTER
+    max_tokens: int = 128
+    ks: Sequence[int] = (2, 4)
+    methods: Sequence[str] = METHODS
+    adaptive: bool = True
+    adaptive_max_k: int = 6
+    categories: Sequence[str] = tuple(PROMPTS)
+    peer: str = "auto"             # "auto": run llama.cpp's tools when built; "off"; "require"
+    peer_bin: Optional[str] = None  # default: $SPECDEC_PEER_BIN or build/peer-llama.cpp/bin
+    threads: int = 0               # llama.cpp threads (0: all cores, as specdec's PoCL uses)
+    out_dir: str = "bench/out"
+    plots: bool = True
+    kv_cache_memory: str = "512MiB"
+    progress: Optional[IO[str]] = field(default_factory=lambda: sys.stderr)
+
+
+# ---------------------------------------------------------------- machine facts
+def machine_info(context) -> Dict[str, object]:
+    cpu, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not cpu:
+                    cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile")
+           if f in flags]
+    dev = context.device
+    return {"cpu": cpu or platform.processor(), "isa": isa, "cores": os.cpu_count(),
+            "platform": platform.platform(), "opencl_device": dev.name,
+            "opencl_platform": getattr(dev, "platform_name", ""),
+            "quant_isa_path": _core.quant_isa(context),
+            "versions": {"specdec": specdec.__version__, "python": platform.python_version(),
+                         "numpy": np.__version__, "llama_cpp_python_pin": LLAMA_CPP_PYTHON_PIN}}
+
+
+def host_read_bandwidth(mib: int = 512, threads: int = 0) -> Dict[str, float]:
+    """Streaming read bandwidth of this run (GB/s): a reduction over `mib` MiB, best of 3, on one
+    thread and on `threads` (default all cores; NumPy's reductions release the GIL)."""
+    n = mib * 2**20 // 8
+    a = np.ones(n, dtype=np.uint64)
+
+    def once(parts: int) -> float:
+        chunks = np.array_split(a, parts)
+        best = float("inf")
+        for _ in range(3):
+            ts = [threading.Thread(target=np.bitwise_xor.reduce, args=(c,)) for c in chunks]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            best = min(best, time.perf_counter() - t0)
+        return a.nbytes / best / 1e9
+
+    threads = threads or os.cpu_count() or 1
+    return {"one_thread_gb_s": once(1), "all_threads_gb_s": once(threads), "threads": threads}
+
+
+# ---------------------------------------------------------------- specdec runs
+def _configs(o: BenchOptions, has_drafter: bool) -> List[tuple]:
+    out: List[tuple] = [("plain", None)]
+    for m in o.methods:
+        if m == "draft_model" and not has_drafter:
+            continue
+        for k in o.ks:
+            cfg: Dict[str, object] = {"method": m, "num_speculative_tokens": int(k)}
+            if m == "draft_model":
+                cfg["model"] = o.drafter
+            if m == "ngram":
+                cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+            out.append((f"{m} k={k}", cfg))
+    if o.adaptive:
+        for m in o.methods:
+            if m == "draft_model" and not has_drafter:
+                continue
+            cfg = {"method": m, "num_speculative_tokens": o.adaptive_max_k, "adaptive": True}
+            if m == "draft_model":
+                cfg["model"] = o.drafter
+            if m == "ngram":
+                cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+            out.append((f"{m} adaptive k<={o.adaptive_max_k}", cfg))
+    return out
+
+
+class _Bar:
+    """A one-line progress bar of benchmark runs on `stream` (plain lines when not a terminal)."""
+
+    def __init__(self, total: int, stream: Optional[IO[str]]) -> None:
+        self.total, self.done, self.stream = max(total, 1), 0, stream
+        self.tty = bool(stream) and hasattr(stream, "isatty") and stream.isatty()
+        self.start = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.stream:
+            return
+        pct = int(100 * self.done / self.total)
+        el = time.monotonic() - self.start
+        eta = el / self.done * (self.total - self.done)
+        if self.tty:
+            fill = int(30 * self.done / self.total)
+            self.stream.write(f"\rbench [{'#' * fill}{'.' * (30 - fill)}] {self.done}/{self.total} "
+                              f"{pct:3d}% eta {eta:4.0f}s  {label[:50]:50s}")
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"bench: {self.done}/{self.total} ({pct}%, eta {eta:.0f} s) {label}\n")
+        self.stream.flush()
+
+
+def _prompt_ids(tokenizer, categories: Sequence[str], room: int) -> Dict[str, List[int]]:
+    """Token ids per category; a prompt longer than `room` tokens (a tiny model's context) keeps
+    its last `room` tokens."""
+    out = {}
+    for c in categories:
+        text = PROMPTS[c]
+        if tokenizer.chat_template:
+            out[c] = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True)
+        else:  # a base model without a template (the tests' tiny model)
+            out[c] = tokenizer.encode(text, add_special=True)
+        if len(out[c]) > room:
+            out[c] = out[c][-room:]
+    return out
+
+
+def _run_one(llm, proposer, k: int, adaptive: bool, ids: List[int], max_tokens: int) -> tuple:
+    core = EngineCore(llm.runner, llm.tokenizer, proposer, k, 0, 1, 512, max(128, 1 + k),
+                      adaptive=adaptive)
+    engine = LLMEngine(core)
+    params = specdec.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    req = llm._make_request({"prompt_token_ids": ids}, params)
+    out = None
+    sink = engine.add_request(req)
+    for item in engine.iterate(sink, [req.request_id]):
+        if item.finished:
+            out = item.output
+    return out, core
+
+
+def run_specdec(llm, drafter, o: BenchOptions, prompt_ids: Dict[str, List[int]], bar: _Bar,
+                log: Callable[[str], None]) -> List[dict]:
+    from specdec.speculative import build_speculation
+    rows: List[dict] = []
+    plain_ids: Dict[str, List[int]] = {}
+    for name, cfg in _configs(o, drafter is not None):
+        sp = build_speculation(cfg) if cfg else None
+        proposer = sp.make_proposer(llm.runner, drafter) if sp else None
+        k = sp.config.num_speculative_tokens if sp else 0
+        adaptive = bool(sp and sp.config.adaptive)
+        for cat, ids in prompt_ids.items():
+            out, core = _run_one(llm, proposer, k, adaptive, ids, o.max_tokens)
+            toks = list(out.outputs[0].token_ids)
+            if cfg is None:
+                plain_ids[cat] = toks
+            m, st = out.metrics, core.stats.as_dict()
+            row = {
+                "method": name, "base_method": cfg["method"] if cfg else "plain", "k": k,
+                "adaptive": adaptive, "config": cfg, "category": cat, "prompt_tokens": len(ids),
+                "output_tokens": len(toks), "lossless": toks == plain_ids.get(cat),
+                "tokens_per_s": m["tokens_per_s"], "time_to_first_token": m["time_to_first_token"],
+                "num_drafts": m["num_drafts"], "num_draft_tokens": m["num_draft_tokens"],
+                "num_accepted_tokens": m["num_accepted_tokens"],
+                "acceptance_rate": m["acceptance_rate"] if m["num_draft_tokens"] else None,
+                "acceptance_rate_per_pos": list(m["acceptance_rate_per_pos"]),
+                "mean_acceptance_length": m["mean_acceptance_length"],
+                "engine_steps": st["num_steps"],
+                "time_split_seconds": {key: st[key] for key in ("draft_seconds", "forward_seconds",
+                                                                "sampling_seconds", "host_seconds")},
+                "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
+            }
+            if core.adaptive is not None:
+                row["adaptive_off_steps"] = core.adaptive.num_off_steps
+                row["adaptive_probes"] = core.adaptive.num_probes
+            rows.append(row)
+            acc = "-" if row["acceptance_rate"] is None else f"{100 * row['acceptance_rate']:.0f}%"
+            log(f"  {name:28s} {cat:16s} {row['tokens_per_s']:7.2f} tok/s  accept {acc:>4s}  "
+                f"lossless {row['lossless']}")
+            bar.step(f"{name} / {cat}")
+    plain = {r["category"]: r["tokens_per_s"] for r in rows if r["method"] == "plain"}
+    for r in rows:
+        r["speedup_vs_plain"] = r["tokens_per_s"] / plain[r["category"]] if plain.get(r["category"]) else None
+    return rows
+
+
+# ---------------------------------------------------------------- llama.cpp
+def peer_bin_dir(o: BenchOptions) -> Path:
+    if o.peer_bin:
+        return Path(o.peer_bin)
+    if os.environ.get("SPECDEC_PEER_BIN"):
+        return Path(os.environ["SPECDEC_PEER_BIN"])
+    return Path.cwd() / "build" / "peer-llama.cpp" / "bin"
+
+
+PEER_TOOLS = ("llama-bench", "llama-speculative-simple", "llama-lookup")
+
+
+def peer_modes(o: BenchOptions, drafter_path: Optional[str]) -> List[tuple]:
+    modes = []
+    if drafter_path and "draft_model" in o.methods:
+        for k in o.ks:
+            modes.append((f"llama.cpp draft_model k={k}", "llama-speculative-simple",
+                          ["-md", drafter_path, "--spec-type", "draft-simple", "--spec-draft-n-min", "0",
+                           "--spec-draft-n-max", str(k)]))
+    if "ngram" in o.methods or "suffix" in o.methods:
+        for k in o.ks:
+            modes.append((f"llama.cpp lookup k={k}", "llama-lookup", ["--spec-draft-n-max", str(k)]))
+    return modes
+
+
+def run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], tokenizer,
+             categories: Sequence[str], bar: _Bar, log: Callable[[str], None]) -> List[dict]:
+    bindir = peer_bin_dir(o)
+    threads = str(o.threads or os.cpu_count() or 2)
+    rows: List[dict] = []
+    r = subprocess.run([str(bindir / "llama-bench"), "-m", target_path, "-p", "0", "-n",
+                        str(o.max_tokens), "-t", threads, "-r", "2", "-o", "json"],
+                       capture_output=True, text=True)
+    try:
+        tg = float(json.loads(r.stdout)[0]["avg_ts"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        tg = None
+    for cat in categories:
+        rows.append({"method": "llama.cpp plain", "category": cat, "tokens_per_s": tg,
+                     "source": "llama-bench tg (no prompt)", "returncode": r.returncode})
+    log(f"  {'llama.cpp plain (llama-bench)':28s} {'all':16s} {tg} tok/s")
+    bar.step("llama.cpp plain")
+    for name, exe, args in peer_modes(o, drafter_path):
+        for cat in categories:
+            text = PROMPTS[cat]
+            prompt = (tokenizer.apply_chat_template([{"role": "user", "content": text}])
+                      if tokenizer.chat_template else text)
+            cmd = [str(bindir / exe), "-m", target_path, *args, "-p", prompt, "-n", str(o.max_tokens),
+                   "-t", threads, "--temp", "0", "-c", "4096", "--ignore-eos"]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            text_log = res.stdout + res.stderr
+            speed = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s",
+                              text_log)
+            acc = re.search(r"accept\s*=\s*([\d.]+)%", text_log)
+            rows.append({"method": name, "category": cat,
+                         "tokens_per_s": float(speed.group(3)) if speed else None,
+                         "acceptance_rate": float(acc.group(1)) / 100 if acc else None,
+                         "returncode": res.returncode, "log_tail": None if speed else text_log[-600:]})
+            log(f"  {name:28s} {cat:16s} {rows[-1]['tokens_per_s']} tok/s  accept "
+                f"{rows[-1]['acceptance_rate']}")
+            bar.step(f"{name} / {cat}")
+    return rows
+
+
+# ---------------------------------------------------------------- summary and plots
+def summarize(rows: List[dict], peer: List[dict]) -> Dict[str, object]:
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    by = {}
+    for r in rows + peer:
+        by.setdefault(r["method"], {})[r["category"]] = r["tokens_per_s"]
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    plain = by.get("plain", {})
+    out: Dict[str, object] = {"tokens_per_s": by}
+    code = [c for c in cats if c in CODE_CATEGORIES]
+    spec_methods = [m for m in by if m != "plain" and not m.startswith("llama.cpp")]
+    peer_methods = [m for m in by if m.startswith("llama.cpp")]
+    if code and spec_methods:
+        best = max(spec_methods, key=lambda m: mean(by[m].get(c) for c in code) or 0)
+        out["best_speculative_on_code"] = best
+        out["best_speculative_speedup_on_code"] = mean(by[best][c] / plain[c] for c in code if plain.get(c))
+        if peer_methods:
+            best_peer = max(peer_methods, key=lambda m: mean(by[m].get(c) for c in code) or 0)
+            out["best_llama_cpp_on_code"] = best_peer
+            bp = mean(by[best_peer].get(c) for c in code)
+            out["best_vs_best_llama_cpp_on_code"] = (mean(by[best].get(c) for c in code) / bp) if bp else None
+    adaptive = [m for m in spec_methods if "adaptive" in m]
+    out["adaptive_min_speedup_per_category"] = {
+        m: min((by[m][c] / plain[c] for c in cats if plain.get(c) and by[m].get(c)), default=None)
+        for m in adaptive}
+    out["all_lossless"] = all(r["lossless"] for r in rows)
+    return out
+
+
+def write_plots(result: dict, out_dir: Path) -> List[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, peer = result["specdec"], result["llama_cpp"]
+    m = result["machine"]
+    subtitle = f"{Path(result['target']).name} · {m['cpu']} ({', '.join(m['isa']) or 'no AVX'}) · {m['opencl_device']}"
+    files = []
+    # 1. tokens/s per method and category
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows + peer))
+    val = {(r["method"], r["category"]): r["tokens_per_s"] for r in rows + peer}
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cats) * max(1, len(methods)) / 3), 5))
+    w = 0.85 / max(len(methods), 1)
+    cmap = plt.get_cmap("tab20")
+    for i, meth in enumerate(methods):
+        xs = [j + i * w for j in range(len(cats))]
+        ys = [val.get((meth, c)) or 0 for c in cats]
+        ax.bar(xs, ys, w, label=meth, color=cmap(i % 20),
+               hatch="//" if meth.startswith("llama.cpp") else None)
+    ax.set_xticks([j + 0.425 - w / 2 for j in range(len(cats))], cats)
+    ax.set_ylabel("decode tokens/s (batch 1, greedy)")
+    ax.set_title(f"tokens/s per method\n{subtitle}", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    files.append(str(out_dir / "tokens_per_s.png"))
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    # 2. speedup vs k, per method (lines per category), adaptive as a dashed level
+    base_methods = list(dict.fromkeys(r["base_method"] for r in rows if r["base_method"] != "plain"))
+    if base_methods:
+        fig, axes = plt.subplots(1, len(base_methods), figsize=(4.2 * len(base_methods), 4), squeeze=False)
+        for ax, bm in zip(axes[0], base_methods):
+            for ci, c in enumerate(cats):
+                pts = sorted((r["k"], r["speedup_vs_plain"]) for r in rows
+                             if r["base_method"] == bm and r["category"] == c and not r["adaptive"]
+                             and r["speedup_vs_plain"] is not None)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=c, color=cmap(2 * ci))
+                ad = [r["speedup_vs_plain"] for r in rows if r["base_method"] == bm and r["category"] == c
+                      and r["adaptive"] and r["speedup_vs_plain"] is not None]
+                if ad:
+                    ax.axhline(ad[0], linestyle="--", color=cmap(2 * ci), linewidth=1)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xlabel("k (draft tokens per step)")
+            ax.set_ylabel("speedup vs plain decoding")
+            ax.set_title(f"{bm} (dashed: adaptive)", fontsize=9)
+            ax.legend(fontsize=7)
+        fig.suptitle(subtitle, fontsize=8)
+        fig.tight_layout()
+        files.append(str(out_dir / "speedup_vs_k.png"))
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
+    # 3. acceptance per position (the largest fixed k of each method, averaged over categories)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, bm in enumerate(base_methods):
+        fixed = [r for r in rows if r["base_method"] == bm and not r["adaptive"]]
+        if not fixed:
+            continue
+        kmax = max(r["k"] for r in fixed)
+        curves = [r["acceptance_rate_per_pos"] for r in fixed if r["k"] == kmax and r["acceptance_rate_per_pos"]]
+        if not curves:
+            continue
+        n = max(len(c) for c in curves)
+        avg = [float(np.mean([c[p] for c in curves if p < len(c)])) for p in range(n)]
+        ax.plot(range(1, n + 1), avg, "o-", label=f"{bm} k={kmax}", color=cmap(2 * i))
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate (vLLM: accepted at position / drafts)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"acceptance per position\n{subtitle}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files.append(str(out_dir / "acceptance_per_position.png"))
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    return files
+
+
+# ---------------------------------------------------------------- the whole run
+def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
+    log = log or (lambda s: print(s, flush=True))
+    for c in o.categories:
+        if c not in PROMPTS:
+            raise ValueError(f"--categories: {c!r}: one of {', '.join(PROMPTS)}")
+    for m in o.methods:
+        if m not in METHODS:
+            raise ValueError(f"--methods: {m!r}: one of {', '.join(METHODS)}")
+    if o.peer not in ("auto", "off", "require"):
+        raise ValueError(f"--peer = {o.peer!r}: auto, off or require")
+    if o.plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("plots need matplotlib: pip install matplotlib (or pass --no-plots)") from None
+    bindir = peer_bin_dir(o)
+    missing = [t for t in PEER_TOOLS if not (bindir / t).exists()]
+    run_peer_tools = o.peer != "off" and not missing
+    if o.peer == "require" and missing:
+        raise ValueError(f"--peer require: llama.cpp tools {', '.join(missing)} not in {bindir}; "
+                         "build them with bash bench/setup_peer_tools.sh or pass --peer-bin")
+    out_dir = Path(o.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target_path = specdec.resolve_model(o.model, progress=o.progress is not None)
+    drafter_path = None
+    if o.drafter and "draft_model" in o.methods:
+        drafter_path = specdec.resolve_model(o.drafter, progress=o.progress is not None)
+    max_len = min(2048, specdec.load_model_config(target_path).context_length)
+    llm = specdec.LLM(target_path, max_model_len=max_len, kv_cache_memory_bytes=o.kv_cache_memory,
+                      progress=False, max_num_seqs=1)
+    info = machine_info(llm.context)
+    log(f"machine: {info['cpu']} ({', '.join(info['isa']) or 'no AVX'}), {info['cores']} cores, "
+        f"OpenCL {info['opencl_device']}, integer path {info['quant_isa_path']}")
+    bw = host_read_bandwidth()
+    log(f"host read bandwidth: {bw['all_threads_gb_s']:.1f} GB/s ({bw['threads']} threads), "
+        f"{bw['one_thread_gb_s']:.1f} GB/s (1 thread)")
+    drafter = None
+    if drafter_path:
+        drafter = _core.ModelRunner(llm.context, drafter_path, "", llm.runner.max_model_len, 128 << 20,
+                                    16, "f16", 512, 128, None)
+    room = max_len - o.max_tokens - 1
+    if room < 8:
+        raise ValueError(f"--max-tokens = {o.max_tokens}: leaves {room} prompt tokens of the model's "
+                         f"{max_len}-token context; at most {max_len - 9}")
+    prompt_ids = _prompt_ids(llm.tokenizer, o.categories, room)
+    # warm-up: builds the kernels of every shape a step uses and faults the weights in
+    warm = next(iter(prompt_ids.values()))
+    _run_one(llm, None, 0, False, warm, 16)
+    if drafter is not None:
+        _run_one(llm, _core.spec.DraftModelProposer(drafter, llm.config.vocab_size), max(o.ks), False,
+                 warm, 16)
+    n_runs = len(_configs(o, drafter is not None)) * len(prompt_ids)
+    if run_peer_tools:
+        n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)
+    bar = _Bar(n_runs, o.progress)
+    rows = run_specdec(llm, drafter, o, prompt_ids, bar, log)
+    peer: List[dict] = []
+    if run_peer_tools:
+        peer = run_peer(o, target_path, drafter_path, llm.tokenizer, list(prompt_ids), bar, log)
+    elif o.peer == "auto":
+        log(f"llama.cpp: tools not built in {bindir} ({', '.join(missing)} missing): "
+            "bash bench/setup_peer_tools.sh builds them; this run has specdec only")
+    plain = [r["tokens_per_s"] for r in rows if r["method"] == "plain"]
+    weights = os.path.getsize(target_path)
+    decode_gb_s = weights * float(np.mean(plain)) / 1e9 if plain else None
+    result = {
+        "schema": "specdec.bench/1", "machine": info, "bandwidth": bw,
+        "target": target_path, "drafter": drafter_path, "max_tokens": o.max_tokens, "greedy": True,
+        "batch": 1, "ks": list(o.ks), "categories": list(prompt_ids),
+        "prompts": {c: PROMPTS[c] for c in prompt_ids},
+        "plain_decode_effective_gb_s": decode_gb_s,
+        "plain_decode_fraction_of_bandwidth": decode_gb_s / bw["all_threads_gb_s"] if decode_gb_s else None,
+        "specdec": rows, "llama_cpp": peer, "llama_cpp_tools": str(bindir) if run_peer_tools else None,
+    }
+    result["summary"] = summarize(rows, peer)
+    json_path = out_dir / "bench.json"
+    json_path.write_text(json.dumps(result, indent=2, default=lambda v: None))
+    files = [str(json_path)]
+    if o.plots:
+        files += write_plots(result, out_dir)
+    result["files"] = files
+    log(table(result))
+    for f in files:
+        log(f"wrote {f}")
+    return result
+
+
+def table(result: dict) -> str:
+    """The side-by-side table: tokens/s per method and category, speedup vs plain, acceptance."""
+    rows, peer = result["specdec"], result["llama_cpp"]
+    cats = result["categories"]
+    methods = list(dict.fromkeys(r["method"] for r in rows + peer))
+    val = {(r["method"], r["category"]): r for r in rows + peer}
+    head = f"{'method':30s}" + "".join(f"{c:>22s}" for c in cats)
+    lines = ["", "decode tokens/s (speedup vs specdec plain, acceptance)", head, "-" * len(head)]
+    for meth in methods:
+        cells = []
+        for c in cats:
+            r = val.get((meth, c))
+            if r is None or r.get("tokens_per_s") is None:
+                cells.append(f"{'-':>22s}")
+                continue
+            plain = val.get(("plain", c), {}).get("tokens_per_s")
+            sp = f"{r['tokens_per_s'] / plain:.2f}x" if plain else ""
+            acc = r.get("acceptance_rate")
+            acc_s = f" {100 * acc:.0f}%" if acc is not None else ""
+            cells.append(f"{r['tokens_per_s']:7.1f} ({sp}{acc_s})".rjust(22))
+        lines.append(f"{meth:30s}" + "".join(cells))
+    return "\n".join(lines)
