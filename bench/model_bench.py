@@ -110,6 +110,32 @@ def bench_ours(ctx, name: str, decode_tokens: int, prefill_tokens: int, context:
     return entry
 
 
+def llama_bench_tool(bindir: Path, name: str, decode_tokens: int, prefill_tokens: int,
+                     repeats: int) -> Dict[str, object]:
+    """llama.cpp measured by its own llama-bench (same threads as cores): tg, pp, and a forward of
+    n tokens as pp<n> (n / tokens per second; a fresh context, all n logits not requested)."""
+    import subprocess
+    path = str(specdec.fetch(name, progress=False))
+    ns = ",".join(str(n) for n in N_VALUES)
+    cmd = [str(bindir / "llama-bench"), "-m", path, "-p", f"{ns},{prefill_tokens}", "-n", str(decode_tokens),
+           "-t", str(os.cpu_count() or 2), "-r", str(max(3, repeats // 2)), "-o", "json"]
+    rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    fwd, out = {}, {}
+    for r in rows:
+        if r["n_gen"] > 0:
+            out["decode_tok_s"] = r["avg_ts"]
+        elif r["n_prompt"] == prefill_tokens:
+            out["prefill_tok_s"] = r["avg_ts"]
+        if r["n_gen"] == 0 and r["n_prompt"] in N_VALUES:
+            fwd[str(r["n_prompt"])] = 1e3 * r["n_prompt"] / r["avg_ts"]
+    out["forward_ms_best"] = fwd
+    out["relative_cost"] = {n: fwd[n] / fwd["1"] for n in fwd}
+    out["source"] = " ".join(cmd[1:])
+    print(f"  llama.cpp (llama-bench) {name}: decode {out['decode_tok_s']:.1f} tok/s, prefill "
+          f"{out['prefill_tok_s']:.1f}, 4-token forward {out['relative_cost']['4']:.2f}x", flush=True)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
@@ -118,6 +144,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
+    ap.add_argument("--peer-tools", default=None,
+                    help="measure llama.cpp with llama-bench from this folder (bench/setup_peer_tools.sh: "
+                         "build/peer-llama.cpp/bin) instead of the llama-cpp-python package")
     ap.add_argument("--device", default="")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "model_bench.json"))
     args = ap.parse_args(argv)
@@ -128,7 +157,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "device": ctx.device.name, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "load_average_before": os.getloadavg(), "host_read_GBps": host_read_GBps(), "models": []}
     peer_bench = None
-    if not args.no_peer:
+    if args.peer_tools and not args.no_peer:
+        def peer_bench(name, decode_tokens, prefill_tokens, context, repeats):  # noqa: ARG001
+            return llama_bench_tool(Path(args.peer_tools), name, decode_tokens, prefill_tokens, repeats)
+        report["llama_cpp_tools"] = args.peer_tools
+    elif not args.no_peer:
         import llama_cpp
         from peer_llamacpp import bench_model as peer_bench
         report["llama_cpp_python"] = llama_cpp.__version__

@@ -7,6 +7,7 @@
 // One work-group of LOCAL work-items per row; y may be x (in place).
 
 #include "ops_common.clh"
+#include "quant_rows.clh"
 
 inline float rms_scale(acc_t sum, int dim, float eps) {
 #ifdef USE_FP64
@@ -20,6 +21,9 @@ inline float rms_scale(acc_t sum, int dim, float eps) {
 }
 
 // With has_residual, first x += r (written back: the residual stream), then the norm of the sum.
+// With quantize (dim % 32 == 0, y at offset 0), y is also quantised per 32-block into xq / xq16 /
+// xrec exactly as quantize_activations would (quant_rows.clh): the quantized matmul that reads y
+// next needs no launch of its own, and reads the row while it is in cache.
 // global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void rms_norm(
     __global float* x, const long x_off,        // [rows, dim]; x += r when has_residual
@@ -27,7 +31,9 @@ __kernel void rms_norm(
     __global const float* w, const long w_off,  // [dim], read when has_weight
     __global float* y, const long y_off,        // [rows, dim]; may alias x or r
     const int dim, const float eps, const float w_offset, const int has_weight,
-    const int has_residual, const long num_rows) {
+    const int has_residual,
+    __global char* xq, __global short* xq16, __global act_rec* xrec,  // [rows, dim], [rows, dim / 32]
+    const int quantize, const long num_rows) {
   __local acc_t scratch[LOCAL];
   const int lid = LANE_ID();
   const long row = ROW_ID();
@@ -67,6 +73,17 @@ __kernel void rms_norm(
       float v = xr[i] * scale;
       if (has_weight) v = v * (w[w_off + i] + w_offset);
       yr[i] = v;
+    }
+  }
+  if (quantize) {
+#if LOCAL > 1
+    barrier(CLK_GLOBAL_MEM_FENCE);  // blocks 2j, 2j + 1 may come from two work-items
+#endif
+    const int nq = dim / 32;
+    for (int j = lid; j < nq; j += LOCAL) {
+      const float16 v0 = vload16(2 * j, yr);
+      const float16 v1 = vload16(2 * j + 1, yr);
+      quantize_block32(v0, v1, xq, xq16, xrec, (size_t)row * dim + (size_t)j * 32, (size_t)row * nq + j);
     }
   }
 }

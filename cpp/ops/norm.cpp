@@ -10,7 +10,7 @@ namespace {
 
 void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optional<Slice> residual,
                  std::optional<Slice> weight, Slice y, int64_t rows, int dim, float eps,
-                 float weight_offset) {
+                 float weight_offset, const QuantizedOut* q) {
   check_at_least(rows, 0, op + ".rows");
   check_at_least(dim, 1, op + ".dim");
   check_config(std::isfinite(eps) && eps >= 0.0f, op + ".eps", eps, "must be finite and >= 0");
@@ -19,6 +19,15 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
   if (residual) check_slice(*residual, n, op + ".residual");
   check_slice(y, n, op + ".y");
   if (weight) check_slice(*weight, dim, op + ".weight");
+  if (q != nullptr) {
+    check_config(dim % 32 == 0, op + ".dim", dim, "a multiple of 32 when the output is also quantised");
+    check_config(y.offset == 0, op + ".y.offset", y.offset, "0 when the output is also quantised");
+    check_config(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
+                     q->q8->size_bytes() >= static_cast<size_t>(n) &&
+                     q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
+                     q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,
+                 op + ".quantized", "buffers too small", str_cat("must hold ", rows, " x ", dim, " activations"));
+  }
   if (rows == 0) return;
   const Slice r = residual.value_or(x);
   const Slice w = weight.value_or(x);
@@ -29,19 +38,23 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
   k.arg(6, *y.buffer).arg(7, cl_long{y.offset});
   k.arg(8, cl_int{dim}).arg(9, cl_float{eps}).arg(10, cl_float{weight_offset});
   k.arg(11, cl_int{weight ? 1 : 0}).arg(12, cl_int{residual ? 1 : 0});
-  launch_rows(ctx, k, rows, reduction_local_size(ctx), 13);
+  const ocl::Buffer& dummy = *y.buffer;  // never written without quantize
+  k.arg(13, q ? *q->q8 : dummy).arg(14, q ? *q->q16 : dummy).arg(15, q ? *q->rec : dummy);
+  k.arg(16, cl_int{q != nullptr ? 1 : 0});
+  launch_rows(ctx, k, rows, reduction_local_size(ctx), 17);
 }
 
 }  // namespace
 
 void rms_norm(ocl::Context& ctx, Slice x, std::optional<Slice> weight, Slice y, int64_t rows,
-              int dim, float eps, float weight_offset) {
-  launch_norm(ctx, "rms_norm", x, std::nullopt, weight, y, rows, dim, eps, weight_offset);
+              int dim, float eps, float weight_offset, const QuantizedOut* quantized) {
+  launch_norm(ctx, "rms_norm", x, std::nullopt, weight, y, rows, dim, eps, weight_offset, quantized);
 }
 
 void add_rms_norm(ocl::Context& ctx, Slice x, Slice residual, std::optional<Slice> weight, Slice y,
-                  int64_t rows, int dim, float eps, float weight_offset) {
-  launch_norm(ctx, "add_rms_norm", x, residual, weight, y, rows, dim, eps, weight_offset);
+                  int64_t rows, int dim, float eps, float weight_offset,
+                  const QuantizedOut* quantized) {
+  launch_norm(ctx, "add_rms_norm", x, residual, weight, y, rows, dim, eps, weight_offset, quantized);
 }
 
 }  // namespace specdec::ops

@@ -9,6 +9,15 @@
 
 namespace specdec::ops {
 
+// Where a norm also writes its output quantised for the quantized matmuls (int8 per 32-block, as
+// quant::quantize_activations does; quant::QuantizedActivations' three buffers). Needs
+// dim % 32 == 0 and y at offset 0; the buffers must hold [rows, dim] (and [rows, dim / 32] records).
+struct QuantizedOut {
+  const ocl::Buffer* q8 = nullptr;   // [rows, dim] int8
+  const ocl::Buffer* q16 = nullptr;  // [rows, dim] int16
+  const ocl::Buffer* rec = nullptr;  // [rows, dim / 32] float4
+};
+
 // y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), row by row, as llama.cpp computes it
 // (squares in f32 summed in double on fp64 devices; see kernels/ops_norm.cl). Without a weight,
 // y = x / sqrt(mean(x^2) + eps). Also the per-head q/k norm: rows = num_tokens * num_heads,
@@ -19,7 +28,8 @@ void rms_norm(ocl::Context& ctx,
               Slice x,                      // [rows, dim]
               std::optional<Slice> weight,  // [dim] or std::nullopt
               Slice y,                      // [rows, dim]
-              int64_t rows, int dim, float eps, float weight_offset = 0.0f);
+              int64_t rows, int dim, float eps, float weight_offset = 0.0f,
+              const QuantizedOut* quantized = nullptr);
 
 // The residual step fused with the next norm, one launch instead of two:
 //   x += residual (x is written back: the residual stream), then y = rms_norm(x) as above.
@@ -29,6 +39,7 @@ void add_rms_norm(ocl::Context& ctx,
                   Slice residual,               // [rows, dim]
                   std::optional<Slice> weight,  // [dim] or std::nullopt
                   Slice y,                      // [rows, dim]
-                  int64_t rows, int dim, float eps, float weight_offset = 0.0f);
+                  int64_t rows, int dim, float eps, float weight_offset = 0.0f,
+                  const QuantizedOut* quantized = nullptr);
 
 }  // namespace specdec::ops

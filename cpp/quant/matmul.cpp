@@ -301,23 +301,38 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   return cfg;
 }
 
+bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out) {
+  check_config(n >= 0, "n", n, "must be >= 0");
+  check_config(cols > 0, "cols", cols, "must be > 0");
+  out.n = n;
+  out.cols = cols;
+  out.source = nullptr;
+  if (n == 0 || cols % 32 != 0) return false;
+  const auto elems = static_cast<size_t>(n * cols);
+  if (out.q8.size_bytes() < elems) out.q8 = ocl::Buffer(ctx, elems);
+  if (out.q16.size_bytes() < elems * 2) out.q16 = ocl::Buffer(ctx, elems * 2);
+  if (out.rec.size_bytes() < elems / 32 * 16) out.rec = ocl::Buffer(ctx, elems / 32 * 16);
+  return true;
+}
+
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out) {
   check_config(n >= 0, "n", n, "must be >= 0");
   check_config(cols > 0, "cols", cols, "must be > 0");
   check_holds(x, n, cols, sizeof(float), "x", "[n, cols]");
-  out.n = n;
-  out.cols = cols;
   // No block format has rows of such length: only F32 / F16 / BF16 weights (which read x) can
   // follow, so there is nothing to quantise.
-  if (n == 0 || cols % 32 != 0) return;
-  const auto elems = static_cast<size_t>(n * cols);
-  if (out.q8.size_bytes() < elems) out.q8 = ocl::Buffer(ctx, elems);
-  if (out.q16.size_bytes() < elems * 2) out.q16 = ocl::Buffer(ctx, elems * 2);
-  if (out.rec.size_bytes() < elems / 32 * 16) out.rec = ocl::Buffer(ctx, elems / 32 * 16);
+  if (!prepare_activations(ctx, n, cols, out)) return;
   ocl::Kernel k = ctx.kernel("quant_activation", "quantize_activations");
   k.arg(0, x).arg(1, out.q8).arg(2, out.q16).arg(3, out.rec).arg(4, static_cast<cl_int>(cols));
   launch_2d(ctx, k, cols / 32, n);
+  out.source = x.get();
+}
+
+void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
+                             QuantizedActivations& out) {
+  if (out.source != nullptr && out.source == x.get() && out.n == n && out.cols == cols) return;
+  quantize_activations(ctx, x, n, cols, out);
 }
 
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,

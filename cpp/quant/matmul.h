@@ -26,7 +26,19 @@ struct QuantizedActivations {
   ocl::Buffer q8;   // [n, cols] int8
   ocl::Buffer q16;  // [n, cols] int16 (the same values; Q8_0 weights multiply 16-bit pairs)
   ocl::Buffer rec;  // [n, cols / 32] {d, d * sum, sum(0..15), sum(16..31)}
+  // The buffer whose rows these are (set by quantize_activations and by a norm that quantised its
+  // output, ops::QuantizedOut); nullptr when unknown. quantize_activations_of uses it to skip
+  // quantising the same x twice.
+  cl_mem source = nullptr;
 };
+
+// Grows `out` to hold [n, cols] and records the shape (source reset); false when cols % 32 != 0
+// (nothing to quantise: only F32 / F16 / BF16 weights have such rows).
+bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out);
+// quantize_activations unless `out` already holds x's [n, cols] quantisation (out.source == x,
+// written by the norm that produced x).
+void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
+                             QuantizedActivations& out);
 
 // Quantises x [n, cols] (f32) into `out`, growing its buffers when needed. With cols % 32 != 0
 // (only F32 / F16 / BF16 weights have such rows) it records the shape and quantises nothing.

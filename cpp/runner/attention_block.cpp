@@ -27,7 +27,7 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   bool normed = false, rotated = false;
   const ocl::Buffer* query = &s.qb;
   kv::KvRows k_rows{&s.kb, 0, 0}, v_rows{&s.vb, 0, 0};
-  quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
+  quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
   if (w.wqkv) {  // one launch for q, k and v (and one for their biases)
     quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);

@@ -72,7 +72,7 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   ocl::Context& ctx = st.ctx;
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
-  quant::quantize_activations(ctx, s.h, t, st.config.hidden_size, s.xq);
+  quant::quantize_activations_of(ctx, s.h, t, st.config.hidden_size, s.xq);
   if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
     quant::matmul(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
     ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,

@@ -18,6 +18,7 @@
 #include "kv/cache_ops.h"
 #include "model/config.h"
 #include "ocl/context.h"
+#include "ops/norm.h"
 #include "ops/rope.h"
 #include "quant/matmul.h"
 #include "runner/model_weights.h"
@@ -42,6 +43,7 @@ struct StepBuffers {
   ocl::Buffer logits;     // [max_logits, vocab]
   ocl::Buffer reduced;    // [3, max_logits]: argmax (int32), logsumexp, logit at argmax
   quant::QuantizedActivations xq;
+  ops::QuantizedOut xq_out;  // xq's buffers, for a norm that quantises its output (into_h)
   std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
   std::vector<int> layer_rope;              // table index per layer, -1: NoPE
 };

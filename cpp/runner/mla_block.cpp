@@ -31,7 +31,7 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const int qk = nope + rot, row = lora + rot;
 
   // the token's latent row: c_kv -> kb [t, lora], k_rope -> vb [t, rope]
-  quant::quantize_activations(ctx, s.h, t, c.hidden_size, s.xq);
+  quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
   quant::matmul(ctx, w.wkv_a, s.h, s.xq, t, s.fused);
   ops::split_columns(ctx, s.fused, s.kb, s.vb, s.vb, t, lora, rot, 0);
   ops::rms_norm(ctx, s.kb, w.kv_a_norm, s.kb, t, lora, eps, off);

@@ -120,6 +120,21 @@ void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const
                str_cat("at most max_num_logits = ", options_.max_num_logits));
 }
 
+namespace {
+
+// The quantised form of s.h [t, d] written by the norm that writes s.h (one launch fewer per
+// block, and the rows are quantised while in cache); nullptr where d % 32 != 0.
+const ops::QuantizedOut* quantize_h(ocl::Context& ctx, StepBuffers& s, int64_t t, int d) {
+  if (!quant::prepare_activations(ctx, t, d, s.xq)) return nullptr;
+  s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+  return &s.xq_out;
+}
+
+// After a norm wrote s.h: s.xq holds its quantisation when `q` was passed.
+void mark_h(StepBuffers& s, const ops::QuantizedOut* q) { s.xq.source = q != nullptr ? s.h.get() : nullptr; }
+
+}  // namespace
+
 // One decoder layer on the normed input s.h (the previous layer's fused add + norm). Leaves the
 // residual stream in s.x and, in s.h, its norm with `next_norm` (the next layer's attn_norm, or
 // the output norm after the last layer): each residual add is fused with the norm after it.
@@ -135,13 +150,18 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
   if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
-  ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off);
+  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d);
+  ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
+  mark_h(s, q);
 
   gated_ffn(step, w);
   if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   const ocl::Buffer& next_norm =
       il + 1 < c.num_layers ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
-  ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off);
+  // the last layer's output norm feeds the logits rows only (gathered, quantised there)
+  q = il + 1 < c.num_layers ? quantize_h(ctx, s, t, d) : nullptr;
+  ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
+  mark_h(s, q);
 }
 
 StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers,
@@ -201,7 +221,9 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     }
   };
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
-  ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off);
+  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d);
+  ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
+  mark_h(s, q);
   for (int il = 0; il < config_.num_layers; ++il) {
     run_layer(il, md, t);
     capture(il, s.x);  // the residual stream after the layer

@@ -11,7 +11,6 @@ namespace {
 constexpr double kRequestDecay = 0.8;  // a request's window: the last ~5 drafts
 constexpr double kPoolDecay = 0.98;    // the pool's: the last ~50 drafts of all requests
 constexpr double kRequestPrior = 4.0;  // the pool's estimate counts as this many drafts
-constexpr double kProposerDecay = 0.95;
 constexpr int kMaxProbeAfter = 256;
 
 }  // namespace
@@ -48,12 +47,13 @@ void AdaptiveK::observe_draft(const std::string& request_id, int drafted, int ac
   ++r.drafts;
 }
 
-void AdaptiveK::observe_forward(int64_t rows, double seconds) {
-  if (rows <= 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
-  if (static_cast<size_t>(rows) >= fwd_.size()) fwd_.resize(rows + 1, 0.0);
-  double& t = fwd_[rows];
-  // A first sample may include building kernels for a new shape: a much faster one replaces it;
-  // otherwise an EMA with outliers (another process, a page fault) clipped at twice the estimate.
+namespace {
+
+// A first sample may include building kernels for a new shape: a much faster one replaces it;
+// otherwise an EMA with outliers (another process, a page fault) clipped at twice the estimate.
+void update_cost(std::vector<double>& table, int64_t n, double seconds) {
+  if (static_cast<size_t>(n) >= table.size()) table.resize(n + 1, 0.0);
+  double& t = table[n];
   if (t == 0.0 || seconds < 0.5 * t) {
     t = seconds;
   } else {
@@ -61,14 +61,18 @@ void AdaptiveK::observe_forward(int64_t rows, double seconds) {
   }
 }
 
+}  // namespace
+
+void AdaptiveK::observe_forward(int64_t rows, double seconds) {
+  if (rows <= 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
+  update_cost(fwd_, rows, seconds);
+}
+
 void AdaptiveK::observe_proposer(int64_t tokens, double seconds) {
-  if (tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
-  const double x = static_cast<double>(tokens);
-  s1_ = kProposerDecay * s1_ + 1.0;
-  sx_ = kProposerDecay * sx_ + x;
-  sy_ = kProposerDecay * sy_ + seconds;
-  sxx_ = kProposerDecay * sxx_ + x * x;
-  sxy_ = kProposerDecay * sxy_ + x * seconds;
+  const bool skip = skip_proposer_;
+  skip_proposer_ = false;
+  if (skip || tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  update_cost(prop_, tokens, std::max(seconds, 1e-9));
 }
 
 void AdaptiveK::forget(const std::string& request_id) { requests_.erase(request_id); }
@@ -99,13 +103,15 @@ double AdaptiveK::forward_seconds(int64_t rows) const {
 }
 
 double AdaptiveK::proposer_seconds(int64_t tokens) const {
-  if (tokens <= 0 || s1_ == 0.0) return 0.0;
-  const double det = s1_ * sxx_ - sx_ * sx_;
-  const double x = static_cast<double>(tokens);
-  if (std::fabs(det) <= 1e-9 * s1_ * sxx_) return sx_ > 0 ? sy_ / sx_ * x : 0.0;  // one size seen
-  const double b = (s1_ * sxy_ - sx_ * sy_) / det;
-  const double a = (sy_ - b * sx_) / s1_;
-  return std::max(0.0, a + b * x);
+  if (tokens <= 0) return 0.0;
+  // the nearest measured size, scaled in proportion (a draft model's cost grows with k; an
+  // n-gram lookup's is tiny either way); 0 when nothing is measured
+  int64_t best = -1;
+  for (int64_t n = 1; n < static_cast<int64_t>(prop_.size()); ++n) {
+    if (prop_[n] > 0.0 && (best < 0 || std::llabs(n - tokens) < std::llabs(best - tokens))) best = n;
+  }
+  if (best < 0) return 0.0;
+  return prop_[best] * static_cast<double>(tokens) / static_cast<double>(best);
 }
 
 std::vector<double> AdaptiveK::q(const Request* r) const {
@@ -139,10 +145,15 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   if (limit <= 0) return 0;
   batch_rows = std::max(batch_rows, 1);
   Request& r = requests_[request_id];
-  if (r.drafts < 2) return limit;  // explore: acceptance of this request not known yet
+  if (r.drafts < 2) {  // explore: acceptance of this request not known yet
+    skip_proposer_ = true;  // the first drafts include the drafter's prompt
+    r.was_off = false;
+    return limit;
+  }
   const double plain = forward_seconds(batch_rows);
   if (plain < 0 || (fwd_.size() <= static_cast<size_t>(batch_rows) || fwd_[batch_rows] == 0.0)) {
     ++off_steps_;
+    r.was_off = true;
     return 0;  // measure the plain forward once
   }
   const std::vector<double> qs = q(&r);
@@ -164,17 +175,22 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     }
   }
   if (best > 0) {
+    if (r.was_off) skip_proposer_ = true;
+    r.was_off = false;
     r.off_run = 0;
     r.probe_after = 8;
     return best;
   }
-  ++off_steps_;
   if (++r.off_run >= r.probe_after) {  // probe: has the request's text become predictable?
     r.off_run = 0;
     r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
     ++probes_;
+    skip_proposer_ = true;
+    r.was_off = false;
     return best_positive;
   }
+  ++off_steps_;
+  r.was_off = true;
   return 0;
 }
 

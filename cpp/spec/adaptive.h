@@ -31,7 +31,10 @@ class AdaptiveK {
   void observe_draft(const std::string& request_id, int drafted, int accepted);
   // A target forward of `rows` rows (decode / verify steps only) took `seconds`.
   void observe_forward(int64_t rows, double seconds);
-  // The proposer took `seconds` for drafts of `tokens` tokens in all (one call).
+  // The proposer took `seconds` for drafts of `tokens` tokens in all (one call). A call that
+  // followed a request's first drafts or a run of plain steps is not counted: a draft model then
+  // also catches up on the tokens it has not seen (the prompt, the plain steps' tokens), work that
+  // k does not change.
   void observe_proposer(int64_t tokens, double seconds);
   void forget(const std::string& request_id);
 
@@ -53,6 +56,7 @@ class AdaptiveK {
     int drafts = 0;       // drafts observed
     int off_run = 0;      // plain steps since the last draft while off
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
+    bool was_off = false; // the request's last step was plain
   };
   std::vector<double> q(const Request* r) const;
   static void add(Counts& c, int drafted, int accepted, double decay);
@@ -62,8 +66,9 @@ class AdaptiveK {
   std::unordered_map<std::string, Request> requests_;
   // forward seconds per row count (EMA), index rows; 0 = not measured
   std::vector<double> fwd_;
-  // proposer: decayed least squares of seconds on tokens
-  double s1_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  // proposer seconds per total draft tokens of a call (as fwd_)
+  std::vector<double> prop_;
+  bool skip_proposer_ = false;  // this step's proposer call includes catch-up work
   int64_t off_steps_ = 0, probes_ = 0;
 };
 

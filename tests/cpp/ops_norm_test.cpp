@@ -12,6 +12,7 @@
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/reference.h"
+#include "quant/matmul.h"
 #include "ops_test_util.h"
 
 using namespace specdec;
@@ -184,3 +185,51 @@ TEST(RmsNorm, BadArgumentsNameTheField) {
 }
 
 }  // namespace
+
+TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
+  // The norm that also quantises its output writes the same bytes as quantize_activations of y
+  // (int8, int16 and the per-block records), in place or not, with and without the residual.
+  ocl::Context& ctx = context();
+  std::mt19937 rng(41);
+  for (int dim : {32, 576, 896}) {
+    for (int64_t rows : {int64_t{1}, int64_t{5}}) {
+      const int64_t n = rows * dim;
+      auto x = random_floats(static_cast<size_t>(n), rng, 3.0f);
+      x[0] = 0.0f;  // a block with zeros, and one that is all zero
+      if (dim >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+      const auto r = random_floats(static_cast<size_t>(n), rng);
+      const auto w = random_floats(static_cast<size_t>(dim), rng);
+      const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w), y1 = upload(std::vector<float>(n));
+      quant::QuantizedActivations want;
+      add_rms_norm(ctx, x1, r1, w1, y1, rows, dim, 1e-5f);
+      quant::quantize_activations(ctx, y1, rows, dim, want);
+      const ocl::Buffer x2 = upload(x), r2 = upload(r), y2 = upload(std::vector<float>(n));
+      quant::QuantizedActivations got;
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, got));
+      const QuantizedOut q{&got.q8, &got.q16, &got.rec};
+      add_rms_norm(ctx, x2, r2, w1, y2, rows, dim, 1e-5f, 0.0f, &q);
+      EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << dim;
+      EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << dim;
+      EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << dim;
+      EXPECT_EQ(download<int32_t>(got.rec, n / 32 * 4), download<int32_t>(want.rec, n / 32 * 4)) << dim;
+      // plain rms_norm in place (y = x) quantises the normed values, not the input
+      const ocl::Buffer x3 = upload(x);
+      quant::QuantizedActivations in_place;
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, in_place));
+      const QuantizedOut q3{&in_place.q8, &in_place.q16, &in_place.rec};
+      rms_norm(ctx, x3, w1, x3, rows, dim, 1e-5f, 0.0f, &q3);
+      quant::QuantizedActivations want3;
+      quant::quantize_activations(ctx, x3, rows, dim, want3);
+      EXPECT_EQ(download<int8_t>(in_place.q8, n), download<int8_t>(want3.q8, n)) << dim;
+      EXPECT_EQ(download<int32_t>(in_place.rec, n / 32 * 4), download<int32_t>(want3.rec, n / 32 * 4)) << dim;
+    }
+  }
+  // bad requests: dim not a multiple of 32, an offset y, buffers too small
+  quant::QuantizedActivations small;
+  ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
+  const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
+  const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
+  EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 1, 48, 1e-5f, 0.0f, &qs), ConfigError);
+  EXPECT_THROW(rms_norm(ctx, a, std::nullopt, Slice(a, 32), 1, 32, 1e-5f, 0.0f, &qs), ConfigError);
+  EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 4, 64, 1e-5f, 0.0f, &qs), ConfigError);
+}

@@ -159,14 +159,13 @@ namespace {
 // (deterministic pattern), forward cost base * (1 + slope * (rows - 1)), proposer cost per token.
 void feed(AdaptiveK& a, const std::string& id, double q, double base, double slope, double per_token,
           int steps) {
-  int accepted_total = 0;
+  std::mt19937 rng(7);
+  std::bernoulli_distribution accept(q);
   for (int s = 0; s < steps; ++s) {
     const int k = a.choose(id, a.max_k());
     if (k > 0) {
-      // accept a prefix of expected length matching q: position i accepted while i < L
-      int accepted = 0;
-      while (accepted < k && (accepted_total + accepted) % 100 < static_cast<int>(q * 100)) ++accepted;
-      accepted_total += accepted + 1;
+      int accepted = 0;  // each position accepted with probability q, up to the first rejection
+      while (accepted < k && accept(rng)) ++accepted;
       a.observe_proposer(k, per_token * k);
       a.observe_draft(id, k, accepted);
     }
@@ -187,11 +186,15 @@ TEST(SpecAdaptive, CostsAreMeasuredAndInterpolated) {
   EXPECT_LE(a.forward_seconds(1), 0.7 * 0.010 + 0.3 * 0.020 + 1e-12);
   a.observe_forward(5, 0.001);  // much faster than a first (kernel-building) sample: replaces it
   EXPECT_DOUBLE_EQ(a.forward_seconds(5), 0.001);
-  for (int i = 0; i < 50; ++i) {
-    a.observe_proposer(2, 0.002 + 0.001 * 2);
-    a.observe_proposer(6, 0.002 + 0.001 * 6);
-  }
-  EXPECT_NEAR(a.proposer_seconds(4), 0.006, 1e-9);
+  EXPECT_EQ(a.proposer_seconds(3), 0.0);  // nothing measured: free
+  a.observe_proposer(2, 0.004);
+  a.observe_proposer(6, 0.008);
+  EXPECT_NEAR(a.proposer_seconds(6), 0.008, 1e-12);
+  EXPECT_NEAR(a.proposer_seconds(3), 0.006, 1e-12);  // the nearest size, in proportion
+  // a request's first drafts include the drafter's prompt: that call is not counted
+  (void)a.choose("new", 8);
+  a.observe_proposer(6, 5.0);
+  EXPECT_NEAR(a.proposer_seconds(6), 0.008, 1e-12);
   EXPECT_THROW(AdaptiveK(0), ConfigError);
 }
 
