@@ -5,6 +5,7 @@
 // where a libm function (exp, tanh) rounds differently.
 
 #include "ops_common.clh"
+#include "quant_rows.clh"
 
 #define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
 #define GELU_COEF_A 0.044715f
@@ -93,4 +94,27 @@ __kernel void gated_activation(__global const float* gate, const long gate_off,
   } else {
     for (int j = 0; j < ff - i; ++j) op[j] = (act == 0 ? silu(gp[j]) : gelu_tanh(gp[j])) * upp[j];
   }
+}
+
+// gated_activation with its output also quantised per 32-block for the down projection
+// (quant_rows.clh; bitwise the bytes quantize_activations would write). ff % 32 == 0, out at
+// offset 0. global size: (ff / 32, rows)
+__kernel void gated_activation_q(__global const float* gate, const long gate_off,
+                                 __global const float* up, const long up_off,
+                                 __global float* out, const int ff, const long in_stride,
+                                 const int act, __global char* xq, __global short* xq16,
+                                 __global act_rec* xrec) {
+  const int b = get_global_id(0);
+  const long r = get_global_id(1);
+  const int i = b * 32;
+  __global const float* gp = gate + gate_off + r * in_stride + i;
+  __global const float* upp = up + up_off + r * in_stride + i;
+  __global float* op = out + r * ff + i;
+  const float16 g0 = vload16(0, gp), g1 = vload16(1, gp);
+  const float16 u0 = vload16(0, upp), u1 = vload16(1, upp);
+  const float16 v0 = (act == 0 ? silu16(g0) : gelu_tanh16(g0)) * u0;
+  const float16 v1 = (act == 0 ? silu16(g1) : gelu_tanh16(g1)) * u1;
+  vstore16(v0, 0, op);
+  vstore16(v1, 1, op);
+  quantize_block32(v0, v1, xq, xq16, xrec, (size_t)r * ff + i, (size_t)r * (ff / 32) + b);
 }

@@ -62,7 +62,7 @@ void softcap(ocl::Context& ctx, Slice x, int64_t n, float cap) {
 }
 
 void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_t rows, int ff,
-                      model::Activation act, int64_t in_row_stride) {
+                      model::Activation act, int64_t in_row_stride, const QuantizedOut* q) {
   check_at_least(rows, 0, "gated_activation.rows");
   check_at_least(ff, 1, "gated_activation.ff");
   if (in_row_stride == 0) in_row_stride = ff;
@@ -74,6 +74,26 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   check_slice(gate, in_span, "gated_activation.gate");
   check_slice(up, in_span, "gated_activation.up");
   check_slice(out, checked_mul(rows, ff, "gated_activation.rows * ff"), "gated_activation.out");
+  if (q != nullptr) {
+    const int64_t n = rows * ff;
+    check_config(ff % 32 == 0, "gated_activation.ff", ff, "a multiple of 32 when the output is also quantised");
+    check_config(out.offset == 0, "gated_activation.out.offset", out.offset, "0 when the output is also quantised");
+    check_config(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
+                     q->q8->size_bytes() >= static_cast<size_t>(n) &&
+                     q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
+                     q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,
+                 "gated_activation.quantized", "buffers too small",
+                 str_cat("must hold ", rows, " x ", ff, " activations"));
+    ocl::Kernel k = elementwise_kernel(ctx, "gated_activation_q");
+    k.arg(0, *gate.buffer).arg(1, cl_long{gate.offset});
+    k.arg(2, *up.buffer).arg(3, cl_long{up.offset});
+    k.arg(4, *out.buffer).arg(5, cl_int{ff}).arg(6, cl_long{in_row_stride});
+    k.arg(7, cl_int{act == model::Activation::kSilu ? 0 : 1});
+    k.arg(8, *q->q8).arg(9, *q->q16).arg(10, *q->rec);
+    const size_t global[2] = {static_cast<size_t>(ff / 32), static_cast<size_t>(rows)};
+    k.launch(ctx, 2, global);
+    return;
+  }
   ocl::Kernel k = elementwise_kernel(ctx, "gated_activation");
   k.arg(0, *gate.buffer).arg(1, cl_long{gate.offset});
   k.arg(2, *up.buffer).arg(3, cl_long{up.offset});

@@ -63,7 +63,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {
-  quant::quantize_activations(st.ctx, x, st.num_tokens, w.cols(), st.s.xq);
+  quant::quantize_activations_of(st.ctx, x, st.num_tokens, w.cols(), st.s.xq);
   quant::matmul(st.ctx, w, x, st.s.xq, st.num_tokens, y);
 }
 
@@ -73,15 +73,30 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
   quant::quantize_activations_of(ctx, s.h, t, st.config.hidden_size, s.xq);
+  // the activation also quantises its output for the down projection (one launch fewer); s.xq
+  // is reused for it only after the gate / up matmuls were enqueued (the in-order queue runs
+  // them before the activation overwrites it)
+  auto quantize_gate = [&]() -> const ops::QuantizedOut* {
+    if (w.down.type() == quant::GgmlType::kF32 || w.down.type() == quant::GgmlType::kF16 ||
+        w.down.type() == quant::GgmlType::kBF16 || !quant::prepare_activations(ctx, t, ff, s.xq)) {
+      return nullptr;
+    }
+    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+    return &s.xq_out;
+  };
+  const ops::QuantizedOut* q = nullptr;
   if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
     quant::matmul(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
+    q = quantize_gate();
     ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
-                          2 * int64_t{ff});
+                          2 * int64_t{ff}, q);
   } else {
     quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
     quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
-    ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation);
+    q = quantize_gate();
+    ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
   }
+  s.xq.source = q != nullptr ? s.gate.get() : nullptr;
   project(st, w.down, s.gate, s.proj);
 }
 

@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "ops/elementwise.h"
 #include "ops/reference.h"
+#include "quant/matmul.h"
 #include "ops_test_util.h"
 
 using namespace specdec;
@@ -197,3 +198,35 @@ TEST(Elementwise, BadArgumentsNameTheField) {
 }
 
 }  // namespace
+
+TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
+  // gated_activation that also quantises its output: the same f32 output, and the bytes
+  // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers.
+  ocl::Context& ctx = context();
+  std::mt19937 rng(52);
+  for (auto act : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
+    for (int ff : {32, 1536}) {
+      const int64_t rows = 3, n = rows * ff;
+      const auto fused = random_floats(static_cast<size_t>(2 * n), rng, 2.0f);
+      const ocl::Buffer fb = upload(fused), want_out = upload(std::vector<float>(n)),
+                        got_out = upload(std::vector<float>(n));
+      gated_activation(ctx, fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
+      quant::QuantizedActivations want, got;
+      quant::quantize_activations(ctx, want_out, rows, ff, want);
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, ff, got));
+      const QuantizedOut q{&got.q8, &got.q16, &got.rec};
+      gated_activation(ctx, fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
+      EXPECT_TRUE(bitwise_equal(download<float>(got_out, n), download<float>(want_out, n))) << ff;
+      EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << ff;
+      EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << ff;
+      EXPECT_EQ(download<int32_t>(got.rec, n / 32 * 4), download<int32_t>(want.rec, n / 32 * 4)) << ff;
+    }
+  }
+  quant::QuantizedActivations small;
+  ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
+  const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
+  const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
+  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 48, model::Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(ctx, a, a, Slice(a, 32), 1, 32, model::Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(ctx, a, a, a, 2, 64, model::Activation::kSilu, 0, &qs), ConfigError);
+}

@@ -613,6 +613,22 @@ def test_cli_generate_prints_text_then_metrics(cfg):
     assert len(metrics["acceptance_rate_per_pos"]) >= 1
 
 
+def test_cli_generate_compare_plain_prints_the_side_by_side_table():
+    cfg = '{"method": "draft_model", "model": "%s", "num_speculative_tokens": 4, "adaptive": true}' % STORIES
+    out = _cli("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "24",
+               "--speculative-config", cfg, "--compare-plain")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("decoding"))
+    assert "tokens/s" in lines[head] and "acceptance" in lines[head] and "speedup" in lines[head]
+    assert lines[head + 1].startswith("plain") and lines[head + 1].rstrip().endswith("1.00x")
+    assert lines[head + 2].startswith("draft_model stories260K.gguf k=4 adaptive")
+    assert " 24 " in lines[head + 1] and " 24 " in lines[head + 2]
+    assert lines[head + 3] == "identical output (greedy, lossless): yes"
+    bad = _cli("generate", "--model", STORIES, "--prompt", "x", "--compare-plain")
+    assert bad.returncode != 0 and "--compare-plain" in bad.stderr and "--speculative-config" in bad.stderr
+
+
 def test_cli_speculative_config_errors_are_one_line_before_loading():
     out = _cli("generate", "--model", STORIES, "--prompt", "x",
                "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 99}')
