@@ -58,6 +58,10 @@ std::string ops_build_options(const ocl::Context& ctx, int local) {
   if (local == 0) local = reduction_local_size(ctx);
   std::string options = "-DLOCAL=" + std::to_string(local);
   if (ctx.device().fp64) options += " -DUSE_FP64";
+  // Correctly rounded / and sqrt (IEEE; OpenCL allows 2.5 ulp otherwise, and NVIDIA's runtime
+  // takes it): the norms and the activation quantisation fused into them must give the same
+  // scales as the C++ references on every device. No change on PoCL's CPU device.
+  options += " -cl-fp32-correctly-rounded-divide-sqrt";
   return options;
 }
 

@@ -323,7 +323,10 @@ void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, in
   // No block format has rows of such length: only F32 / F16 / BF16 weights (which read x) can
   // follow, so there is nothing to quantise.
   if (!prepare_activations(ctx, n, cols, out)) return;
-  ocl::Kernel k = ctx.kernel("quant_activation", "quantize_activations");
+  // correctly rounded d = amax / 127 and 1 / d on every device (OpenCL allows 2.5 ulp otherwise:
+  // an int8 value could then differ from the reference's and from the fused norms')
+  ocl::Kernel k = ctx.kernel("quant_activation", "quantize_activations",
+                             "-cl-fp32-correctly-rounded-divide-sqrt");
   k.arg(0, x).arg(1, out.q8).arg(2, out.q16).arg(3, out.rec).arg(4, static_cast<cl_int>(cols));
   launch_2d(ctx, k, cols / 32, n);
   out.source = x.get();

@@ -135,7 +135,17 @@ TEST_P(FlashVsReference, MatchesReference) {
   const int64_t num_blocks = blocks_needed(*c.batch, c.bs);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
   const CommonAttentionMetadata md = random_metadata(*c.batch, c.bs, num_blocks, true, rng);
-  const float err = max_error(*backend, spec, md, params_of(c), cache, rng);
+  float err = 0.0f;
+  try {
+    err = max_error(*backend, spec, md, params_of(c), cache, rng);
+  } catch (const UnsupportedError& e) {
+    // a GPU's 48 KiB of local memory holds no work-group of the widest shapes: OCL_FLASH says so
+    // (the selector then picks OCL_PAGED); CPU devices run every shape
+    const std::string what = e.what();
+    ASSERT_NE(what.find("bytes of local memory"), std::string::npos) << what;
+    ASSERT_NE(context()->device().type, "cpu") << what;
+    GTEST_SKIP() << what;
+  }
   RecordProperty("max_error", std::to_string(err));
   std::printf("[ %s ] max error %.3g\n", c.name.c_str(), err);
   EXPECT_LE(err, kTolerance);

@@ -60,11 +60,12 @@ std::string build_options(const ocl::DeviceInfo& device, DType dtype, int tile, 
 // Local memory of one flash_attn_split work-group, from the kernel's __local arrays with
 // rows = tile * group q rows: q and acc (rows * head floats each), the split's scores s
 // (rows * split_keys floats), the partial dot products part (rows * 16 float16, 1 KiB a row) and
-// one block of converted V rows vbuf (block * head floats).
+// one block of converted V rows vbuf (block * head floats), plus 256 bytes the runtime may keep
+// for itself (NVIDIA's reports 64 more than the arrays).
 int64_t flash_local_mem_estimate(int tile, int group, int head, int block, int split_keys) {
   const int64_t rows = int64_t{tile} * group;
   return rows * (int64_t{head} * 4 * 2 + int64_t{split_keys} * 4 + 16 * 16 * 4) +
-         int64_t{block} * head * 4;
+         int64_t{block} * head * 4 + 256;
 }
 
 // What the built flash_attn_split kernel uses on ctx's device (CL_KERNEL_LOCAL_MEM_SIZE).
@@ -287,8 +288,8 @@ class OclFlashBackend : public AttentionBackend {
 };
 
 // The smallest work-group (tile 1, one q head per kv head) at head_size 256 needs
-// flash_local_mem_estimate(1, 1, 256, B, 256) = 4096 + 1024 * B bytes of local memory for
-// block_size B <= 256 (split_keys = 256). Within the 32 KiB that many GPUs offer: B <= 28, so 16,
+// flash_local_mem_estimate(1, 1, 256, B, 256) = 4352 + 1024 * B bytes of local memory for
+// block_size B <= 256 (split_keys = 256). Within the 32 KiB that many GPUs offer: B <= 27, so 16,
 // the largest multiple of 16. forward() itself checks the device, not this limit: larger blocks
 // run where the local memory allows (the tests use 32 and 48 on the CPU device).
 constexpr int kMaxBlockSize = 16;
