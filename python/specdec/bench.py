@@ -139,6 +139,17 @@ def host_read_bandwidth(mib: int = 512, threads: int = 0) -> Dict[str, float]:
     return {"one_thread_gb_s": once(1), "all_threads_gb_s": once(threads), "threads": threads}
 
 
+def decode_weight_bytes(path: str) -> int:
+    """Bytes of weights one decode step reads: every tensor of the file but the token embedding
+    (one row of it is read) unless it is also the output matrix (tied)."""
+    if not str(path).endswith(".gguf"):
+        return os.path.getsize(path)
+    tensors = _core.read_gguf(str(path))["tensors"]
+    names = {t["name"] for t in tensors}
+    tied = "output.weight" not in names
+    return sum(t["size_bytes"] for t in tensors if t["name"] != "token_embd.weight" or tied)
+
+
 # ---------------------------------------------------------------- specdec runs
 def _configs(o: BenchOptions, has_drafter: bool) -> List[tuple]:
     out: List[tuple] = [("plain", None)]
@@ -504,13 +515,14 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         log(f"llama.cpp: tools not built in {bindir} ({', '.join(missing)} missing): "
             "bash bench/setup_peer_tools.sh builds them; this run has specdec only")
     plain = [r["tokens_per_s"] for r in rows if r["method"] == "plain"]
-    weights = os.path.getsize(target_path)
+    weights = decode_weight_bytes(target_path)
     decode_gb_s = weights * float(np.mean(plain)) / 1e9 if plain else None
     result = {
         "schema": "specdec.bench/1", "machine": info, "bandwidth": bw,
         "target": target_path, "drafter": drafter_path, "max_tokens": o.max_tokens, "greedy": True,
         "batch": 1, "ks": list(o.ks), "categories": list(prompt_ids),
         "prompts": {c: PROMPTS[c] for c in prompt_ids},
+        "decode_weight_bytes": weights,
         "plain_decode_effective_gb_s": decode_gb_s,
         "plain_decode_fraction_of_bandwidth": decode_gb_s / bw["all_threads_gb_s"] if decode_gb_s else None,
         "specdec": rows, "llama_cpp": peer, "llama_cpp_tools": str(bindir) if run_peer_tools else None,
