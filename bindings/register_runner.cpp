@@ -78,7 +78,8 @@ void register_runner(py::module_& m) {
                        const std::string& attention_backend, int64_t max_model_len,
                        int64_t kv_cache_memory_bytes, int block_size, const std::string& kv_cache_dtype,
                        int64_t max_num_batched_tokens, int64_t max_num_logits,
-                       std::function<void(int64_t, int64_t)> progress) {
+                       std::function<void(int64_t, int64_t)> progress,
+                       std::vector<int32_t> logit_token_ids) {
              runner::RunnerOptions o;
              o.attention_backend = attention_backend;
              o.max_model_len = max_model_len;
@@ -87,6 +88,7 @@ void register_runner(py::module_& m) {
              o.kv_cache_dtype = parse_dtype(kv_cache_dtype, "kv_cache_dtype");
              o.max_num_batched_tokens = max_num_batched_tokens;
              o.max_num_logits = max_num_logits;
+             o.logit_token_ids = std::move(logit_token_ids);
              runner::LoadProgress cb;
              if (progress) {
                cb = [progress](int64_t done, int64_t total) {
@@ -101,7 +103,9 @@ void register_runner(py::module_& m) {
            py::arg("max_model_len") = 0, py::arg("kv_cache_memory_bytes") = int64_t{1} << 30,
            py::arg("block_size") = 16, py::arg("kv_cache_dtype") = "f16",
            py::arg("max_num_batched_tokens") = 512, py::arg("max_num_logits") = 128,
-           py::arg("progress") = nullptr)
+           py::arg("progress") = nullptr, py::arg("logit_token_ids") = std::vector<int32_t>{},
+           "logit_token_ids: logits only for these ids (strictly increasing; a drafter's reduced "
+           "vocabulary): logit column j is token logit_token_ids[j], argmax a token id.")
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
            py::arg("return_logits") = true,
            "requests: [(request_id, tokens, num_computed_tokens, num_logits)]. Returns {'logits': "
@@ -120,6 +124,12 @@ void register_runner(py::module_& m) {
       .def_property_readonly("kv_config", &runner::ModelRunner::kv_config, py::return_value_policy::copy)
       .def_property_readonly("max_model_len", &runner::ModelRunner::max_model_len)
       .def_property_readonly("weight_bytes", &runner::ModelRunner::weight_bytes)
+      .def_property_readonly("num_logit_columns", &runner::ModelRunner::num_logit_columns)
+      .def("set_extra_logit_tokens", &runner::ModelRunner::set_extra_logit_tokens,
+           py::call_guard<py::gil_scoped_release>(), py::arg("ids"),
+           "With logit_token_ids: ids whose logits later steps add after those columns.")
+      .def_property_readonly("extra_logit_tokens", &runner::ModelRunner::extra_logit_tokens)
+      .def_property_readonly("logit_token_ids", [](const runner::ModelRunner& r) { return r.options().logit_token_ids; })
       .def("attention_explain", [](const runner::ModelRunner& r) { return r.attention().explain(); })
       .def_property_readonly("attention_backends", [](const runner::ModelRunner& r) {
         std::vector<std::string> names;

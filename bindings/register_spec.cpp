@@ -79,6 +79,11 @@ void register_spec(py::module_& root) {
       })
       .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
       .def_readonly("adaptive", &SpeculativeConfig::adaptive)
+      .def_readonly("draft_vocab_size", &SpeculativeConfig::draft_vocab_size)
+      .def_property_readonly("draft_vocab_file", [](const SpeculativeConfig& c) -> py::object {
+        if (c.draft_vocab_file.empty()) return py::none();
+        return py::str(c.draft_vocab_file);
+      })
       .def_property_readonly_static("max_spec_len", [](py::object) { return SpeculativeConfig::kMaxSpecLen; })
       .def("__repr__", [](const SpeculativeConfig& c) { return "SpeculativeConfig(" + c.to_json().dump() + ")"; });
 

@@ -1,5 +1,6 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,6 +13,8 @@
 #include "ops/rope.h"
 #include "ops/rows.h"
 #include "ops/sampling.h"
+#include "quant/device_weight.h"
+#include "quant/formats.h"
 #include "quant/matmul.h"
 #include "runner/blocks.h"
 
@@ -52,6 +55,31 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
                            o.kv_cache_memory_bytes, len, po);
 }
 
+const model::GgufTensor& lm_head_tensor(const model::GgufFile& file, const model::ModelConfig& c) {
+  return file.tensor(c.tied_embeddings ? "token_embd.weight" : "output.weight");
+}
+
+// The lm_head rows of `ids` (checked by the caller) as their own matrix: rows of a ggml block
+// format are independent, so row j holds token ids[j]'s bytes as they are in the file.
+quant::DeviceWeight logit_rows(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& c,
+                               const std::vector<int32_t>& ids, const std::string& what) {
+  const model::GgufTensor& t = lm_head_tensor(file, c);
+  const int64_t cols = t.dims.at(0);
+  const int64_t rb = quant::row_bytes(t.type, cols);
+  std::vector<uint8_t> bytes(ids.size() * static_cast<size_t>(rb));
+  for (size_t j = 0; j < ids.size(); ++j) {
+    std::memcpy(bytes.data() + j * static_cast<size_t>(rb), t.data + static_cast<int64_t>(ids[j]) * rb,
+                static_cast<size_t>(rb));
+  }
+  return quant::upload_weight(ctx, t.type, bytes.data(), bytes.size(), {cols, static_cast<int64_t>(ids.size())},
+                              t.name + "[" + what + "]");
+}
+
+int64_t lm_head_rows(const model::GgufFile& file, const model::ModelConfig& c) {
+  const model::GgufTensor& t = lm_head_tensor(file, c);
+  return std::min<int64_t>(t.num_elements / t.dims.at(0), c.vocab_size);
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
@@ -60,6 +88,18 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
       config_(model::config_from_gguf(file_)) {
   const auto& c = config_;
   weights_ = load_weights(*ctx_, file_, c, progress);
+  if (!options_.logit_token_ids.empty()) {  // the reduced lm_head replaces the whole one
+    const auto& ids = options_.logit_token_ids;
+    const int64_t vocab = lm_head_rows(file_, c);
+    for (size_t j = 0; j < ids.size(); ++j) {
+      const int32_t lo = j == 0 ? 0 : ids[j - 1] + 1;
+      check_config(ids[j] >= lo && ids[j] < vocab, str_cat("logit_token_ids[", j, "]"), ids[j],
+                   str_cat("token ids in [0, ", vocab, "), strictly increasing (here in [", lo, ", ", vocab, "))"));
+    }
+    if (weights_.output) weights_.device_bytes -= weights_.output->source_bytes();
+    weights_.output = logit_rows(*ctx_, file_, c, ids, "logit_token_ids");
+    weights_.device_bytes += weights_.output->source_bytes();
+  }
   kv_config_ = plan(c, options_);
   setup_ = attn::initialize_attention(kv_config_, layer_infos(c), options_.attention_backend,
                                       ctx_->device().type);
@@ -88,6 +128,53 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
 }
 
 ModelRunner::~ModelRunner() = default;
+
+int64_t ModelRunner::num_logit_columns() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return logit_columns();
+}
+
+int64_t ModelRunner::logit_columns() const {
+  return options_.logit_token_ids.empty()
+             ? config_.vocab_size
+             : static_cast<int64_t>(options_.logit_token_ids.size() + extra_ids_.size());
+}
+
+void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (ids == extra_ids_) return;
+  const auto& base = options_.logit_token_ids;
+  check_config(!base.empty() || ids.empty(), "extra logit tokens", str_cat(ids.size(), " ids"),
+               "none unless the runner has logit_token_ids (a reduced vocabulary)");
+  check_config(static_cast<int64_t>(ids.size()) <= kMaxExtraLogitTokens, "extra logit tokens",
+               str_cat(ids.size(), " ids"), str_cat("at most ", kMaxExtraLogitTokens));
+  const int64_t vocab = lm_head_rows(file_, config_);
+  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+  for (int32_t id : base) seen[static_cast<size_t>(id)] = true;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    check_config(ids[j] >= 0 && ids[j] < vocab && !seen[static_cast<size_t>(ids[j])],
+                 str_cat("extra logit token [", j, "]"), ids[j],
+                 str_cat("a token id in [0, ", vocab, "), not in logit_token_ids, each once"));
+    seen[static_cast<size_t>(ids[j])] = true;
+  }
+  extra_ids_.clear();
+  extra_head_.reset();
+  if (ids.empty()) return;
+  extra_head_ = logit_rows(*ctx_, file_, config_, ids, "extra logit tokens");
+  if (static_cast<int64_t>(ids.size()) > extra_capacity_) {  // grows in powers of two
+    int64_t cap = 256;
+    while (cap < static_cast<int64_t>(ids.size())) cap *= 2;
+    extra_logits_ = ocl::Buffer(*ctx_, static_cast<size_t>(options_.max_num_logits * cap) * 4);
+    extra_reduced_ = ocl::Buffer(*ctx_, static_cast<size_t>(3 * options_.max_num_logits) * 4);
+    extra_capacity_ = cap;
+  }
+  extra_ids_ = ids;
+}
+
+std::vector<int32_t> ModelRunner::extra_logit_tokens() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return extra_ids_;
+}
 
 void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const {
   int64_t tokens = 0, logits = 0;
@@ -191,7 +278,8 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   }
   std::vector<int32_t> ids, positions, rows;
   StepOutput out;
-  out.vocab_size = config_.vocab_size;
+  const int64_t vocab = logit_columns();
+  out.vocab_size = vocab;
   out.logits_start.push_back(0);
   for (const auto& r : requests) {
     const int64_t base = static_cast<int64_t>(ids.size());
@@ -234,25 +322,65 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     s.rows.write(ctx, rows.data(), rows.size() * 4);
     ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
     quant::quantize_activations(ctx, s.xs, m, d, s.xq);
-    quant::matmul(ctx, weights_.lm_head(), s.xs, s.xq, m, s.logits);
-    if (config_.final_logit_softcap > 0) {
-      ops::softcap(ctx, s.logits, m * config_.vocab_size, static_cast<float>(config_.final_logit_softcap));
-    }
-    const int vocab = config_.vocab_size;
-    // [argmax ids | logsumexp | logit at argmax], m each, read back in one transfer
-    const ops::Slice ids(s.reduced, 0), lse(s.reduced, m), picked(s.reduced, 2 * m);
-    ops::argmax(ctx, s.logits, ids, m, vocab);
-    ops::logsumexp_rows(ctx, s.logits, lse, m, vocab);
-    ops::gather_columns(ctx, s.logits, ids, picked, m, vocab);
-    std::vector<float> reduced(static_cast<size_t>(3 * m));
-    s.reduced.read(ctx, reduced.data(), reduced.size() * 4);
+    const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
+    // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into `red`
+    auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, ocl::Buffer& red, int64_t n,
+                    std::vector<float>& host) {
+      quant::matmul(ctx, w, s.xs, s.xq, m, logits);
+      if (config_.final_logit_softcap > 0) {
+        ops::softcap(ctx, logits, m * n, static_cast<float>(config_.final_logit_softcap));
+      }
+      const ops::Slice ids(red, 0), lse(red, m), picked(red, 2 * m);
+      ops::argmax(ctx, logits, ids, m, static_cast<int>(n));
+      ops::logsumexp_rows(ctx, logits, lse, m, static_cast<int>(n));
+      ops::gather_columns(ctx, logits, ids, picked, m, static_cast<int>(n));
+      host.resize(static_cast<size_t>(3 * m));
+      red.read(ctx, host.data(), host.size() * 4);
+    };
+    std::vector<float> reduced, extra;
+    head(weights_.lm_head(), s.logits, s.reduced, base, reduced);
+    if (!extra_ids_.empty()) head(*extra_head_, extra_logits_, extra_reduced_, vocab - base, extra);
+    const auto& columns = options_.logit_token_ids;
+    auto token = [&](int32_t column, bool in_extra) {  // a column of either part -> its token id
+      if (in_extra) return extra_ids_[static_cast<size_t>(column)];
+      return columns.empty() ? column : columns[static_cast<size_t>(column)];
+    };
     out.argmax.resize(static_cast<size_t>(m));
-    std::memcpy(out.argmax.data(), reduced.data(), static_cast<size_t>(m) * 4);
     out.argmax_logprob.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) out.argmax_logprob[i] = reduced[2 * m + i] - reduced[m + i];
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t col;
+      std::memcpy(&col, &reduced[static_cast<size_t>(i)], 4);
+      int32_t id = token(col, false);
+      float best = reduced[2 * m + i], lse = reduced[m + i];
+      if (!extra.empty()) {  // the larger logit of the two parts (ties: the lower id)
+        int32_t ecol;
+        std::memcpy(&ecol, &extra[static_cast<size_t>(i)], 4);
+        const int32_t eid = token(ecol, true);
+        const float ev = extra[2 * m + i], else_lse = extra[m + i];
+        if (ev > best || (ev == best && eid < id)) {
+          best = ev;
+          id = eid;
+        }
+        const float hi = std::max(lse, else_lse);
+        lse = hi + static_cast<float>(std::log(std::exp(static_cast<double>(lse) - hi) +
+                                               std::exp(static_cast<double>(else_lse) - hi)));
+      }
+      out.argmax[static_cast<size_t>(i)] = id;
+      out.argmax_logprob[static_cast<size_t>(i)] = best - lse;
+    }
     if (return_logits) {
       out.logits.resize(static_cast<size_t>(m * vocab));
-      s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+      if (extra_ids_.empty()) {
+        s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+      } else {  // [m, base] and [m, extra] -> rows of [base | extra]
+        std::vector<float> a(static_cast<size_t>(m * base)), b(static_cast<size_t>(m * (vocab - base)));
+        s.logits.read(ctx, a.data(), a.size() * 4);
+        extra_logits_.read(ctx, b.data(), b.size() * 4);
+        for (int64_t i = 0; i < m; ++i) {
+          std::copy_n(a.data() + i * base, base, out.logits.data() + i * vocab);
+          std::copy_n(b.data() + i * (vocab - base), vocab - base, out.logits.data() + i * vocab + base);
+        }
+      }
     }
   }
   for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());

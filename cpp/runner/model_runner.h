@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ struct RunnerOptions {
   DType kv_cache_dtype = DType::kF16;
   int64_t max_num_batched_tokens = 512;    // most tokens of one step (all requests)
   int64_t max_num_logits = 128;            // most logit rows of one step
+  // Logits only for these token ids (empty: the whole vocabulary): a drafter's reduced vocabulary
+  // in the style of FR-Spec. The lm_head rows of these ids are copied once at load into their own
+  // matrix, so a step reads |ids| rows instead of vocab_size; StepOutput::vocab_size is then
+  // |ids|, logit column j is token logit_token_ids[j] and argmax is a token id. Each logit is
+  // bitwise the one the whole vocabulary gives. Ids strictly increasing (so argmax's tie rule,
+  // the lowest id, holds), in [0, vocab_size).
+  std::vector<int32_t> logit_token_ids;
 };
 
 // One request's share of a step.
@@ -51,7 +59,7 @@ struct StepRequest {
 };
 
 struct StepOutput {
-  int64_t vocab_size = 0;
+  int64_t vocab_size = 0;            // the width of a logits row (see logit_token_ids)
   std::vector<float> logits;         // [sum of num_logits, vocab_size], requests in order
   std::vector<int64_t> logits_start; // [num_requests + 1] first row of each request
   // Per logit row, reduced on the device (so greedy decoding needs no logits transfer):
@@ -100,10 +108,22 @@ class ModelRunner {
   const RunnerOptions& options() const { return options_; }
   int64_t max_model_len() const { return kv_config_.max_model_len; }
   int64_t weight_bytes() const { return weights_.device_bytes; }
+  // The width of a logits row: |logit_token_ids| + |extra logit tokens|, or the vocabulary size.
+  int64_t num_logit_columns() const;
+  // With logit_token_ids: ids whose logits the next steps add after those columns (a drafter's
+  // reduced vocabulary grown by the tokens of its requests' contexts: the words of a prompt it
+  // should be able to copy). Their lm_head rows are uploaded here (a few hundred KB; the same
+  // ids again cost nothing). Logit column |logit_token_ids| + j is token ids[j]; argmax and its
+  // logprob cover both parts. Ids unique, in the vocabulary, not in logit_token_ids; at most
+  // kMaxExtraLogitTokens. ConfigError otherwise, or without logit_token_ids.
+  void set_extra_logit_tokens(const std::vector<int32_t>& ids);
+  std::vector<int32_t> extra_logit_tokens() const;
+  static constexpr int64_t kMaxExtraLogitTokens = 8192;
   ocl::Context& context() { return *ctx_; }
 
  private:
   void check_requests(const std::vector<StepRequest>& requests) const;
+  int64_t logit_columns() const;  // num_logit_columns with mu_ held
   void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens);
 
   std::shared_ptr<ocl::Context> ctx_;
@@ -117,6 +137,11 @@ class ModelRunner {
   std::unique_ptr<kv::KvCacheManager> manager_;
   std::unique_ptr<StepBuffers> scratch_;
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
+  // set_extra_logit_tokens: the rows, their logits [max_num_logits, capacity] and reductions
+  std::vector<int32_t> extra_ids_;
+  std::optional<quant::DeviceWeight> extra_head_;
+  ocl::Buffer extra_logits_, extra_reduced_;
+  int64_t extra_capacity_ = 0;
   mutable std::mutex mu_;                   // guards everything a step or request call touches
 };
 

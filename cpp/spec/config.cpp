@@ -93,7 +93,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "prompt_lookup_max", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
-      "kv_cache_dtype", "disable_by_batch_size", "adaptive"};
+      "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -126,6 +126,8 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "draft_kv_cache_fraction") c.draft_kv_cache_fraction = get_real(v, f, "a number in (0, 1)");
     else if (key == "kv_cache_dtype") c.kv_cache_dtype = get_text(v, f, "'f32', 'f16', 'bf16' or 'int8'");
     else if (key == "disable_by_batch_size") c.disable_by_batch_size = get_int(v, f, 1, int64_t{1} << 30, "None or an integer >= 1");
+    else if (key == "draft_vocab_size") c.draft_vocab_size = get_int(v, f, 0, int64_t{1} << 31, "0 (the whole vocabulary) or an integer >= 1");
+    else if (key == "draft_vocab_file") c.draft_vocab_file = get_text(v, f, "the path of a JSON file written by `specdec draft-vocab`");
     else if (key == "adaptive") {
       check_config(v.is_boolean(), f, show(v), "true or false");
       c.adaptive = v.get<bool>();
@@ -196,7 +198,12 @@ void SpeculativeConfig::validate() {
     check_config(draft_kv_cache_fraction == 0, p + "draft_kv_cache_fraction", draft_kv_cache_fraction,
                  "None (only for method draft_model)");
     check_config(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
+    check_config(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size, "None (only for method draft_model)");
   }
+  check_config(draft_vocab_size >= 0, p + "draft_vocab_size", draft_vocab_size,
+               "0 (the whole vocabulary) or an integer >= 1");
+  check_config(draft_vocab_file.empty() || draft_vocab_size > 0, p + "draft_vocab_file", draft_vocab_file,
+               "None unless draft_vocab_size is given (the file ranks the ids; the size picks how many)");
   std::string lower = attention_backend;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
   if (lower == "auto") attention_backend.clear();
@@ -240,6 +247,8 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["draft_kv_cache_memory_bytes"] = draft_kv_cache_memory_bytes;
     j["draft_kv_cache_fraction"] = draft_kv_cache_fraction;
     j["kv_cache_dtype"] = kv_cache_dtype.empty() ? nlohmann::json(nullptr) : nlohmann::json(kv_cache_dtype);
+    j["draft_vocab_size"] = draft_vocab_size;
+    j["draft_vocab_file"] = draft_vocab_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(draft_vocab_file);
   }
   j["adaptive"] = adaptive;
   j["disable_by_batch_size"] = disable_by_batch_size ? nlohmann::json(disable_by_batch_size) : nlohmann::json(nullptr);

@@ -83,6 +83,8 @@ class BenchOptions:
     methods: Sequence[str] = METHODS
     adaptive: bool = True
     adaptive_max_k: int = 6
+    draft_vocab_size: int = 0           # > 0: draft_model also with this reduced draft vocabulary
+    draft_vocab_file: Optional[str] = None  # its ranking (`specdec draft-vocab`); None: lowest ids
     categories: Sequence[str] = tuple(PROMPTS)
     peer: str = "auto"             # "auto": run llama.cpp's tools when built; "off"; "require"
     peer_bin: Optional[str] = None  # default: $SPECDEC_PEER_BIN or build/peer-llama.cpp/bin
@@ -153,26 +155,36 @@ def decode_weight_bytes(path: str) -> int:
 # ---------------------------------------------------------------- specdec runs
 def _configs(o: BenchOptions, has_drafter: bool) -> List[tuple]:
     out: List[tuple] = [("plain", None)]
+
+    def variants(m: str) -> List[tuple]:  # (name suffix, extra fields) per draft vocabulary
+        if m != "draft_model":
+            return [("", {})]
+        v = [("", {"model": o.drafter})]
+        if o.draft_vocab_size:
+            extra = {"model": o.drafter, "draft_vocab_size": int(o.draft_vocab_size)}
+            if o.draft_vocab_file:
+                extra["draft_vocab_file"] = o.draft_vocab_file
+            v.append((f" vocab={o.draft_vocab_size}", extra))
+        return v
+
     for m in o.methods:
         if m == "draft_model" and not has_drafter:
             continue
-        for k in o.ks:
-            cfg: Dict[str, object] = {"method": m, "num_speculative_tokens": int(k)}
-            if m == "draft_model":
-                cfg["model"] = o.drafter
-            if m == "ngram":
-                cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
-            out.append((f"{m} k={k}", cfg))
+        for suffix, extra in variants(m):
+            for k in o.ks:
+                cfg: Dict[str, object] = {"method": m, "num_speculative_tokens": int(k), **extra}
+                if m == "ngram":
+                    cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+                out.append((f"{m}{suffix} k={k}", cfg))
     if o.adaptive:
         for m in o.methods:
             if m == "draft_model" and not has_drafter:
                 continue
-            cfg = {"method": m, "num_speculative_tokens": o.adaptive_max_k, "adaptive": True}
-            if m == "draft_model":
-                cfg["model"] = o.drafter
-            if m == "ngram":
-                cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
-            out.append((f"{m} adaptive k<={o.adaptive_max_k}", cfg))
+            for suffix, extra in variants(m):
+                cfg = {"method": m, "num_speculative_tokens": o.adaptive_max_k, "adaptive": True, **extra}
+                if m == "ngram":
+                    cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+                out.append((f"{m}{suffix} adaptive k<={o.adaptive_max_k}", cfg))
     return out
 
 
@@ -231,13 +243,15 @@ def _run_one(llm, proposer, k: int, adaptive: bool, ids: List[int], max_tokens: 
     return out, core
 
 
-def run_specdec(llm, drafter, o: BenchOptions, prompt_ids: Dict[str, List[int]], bar: _Bar,
-                log: Callable[[str], None]) -> List[dict]:
+def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: Dict[str, List[int]],
+                bar: _Bar, log: Callable[[str], None]) -> List[dict]:
+    """drafters: the drafter's runner per draft vocabulary size (0: the whole vocabulary)."""
     from specdec.speculative import build_speculation
     rows: List[dict] = []
     plain_ids: Dict[str, List[int]] = {}
-    for name, cfg in _configs(o, drafter is not None):
+    for name, cfg in _configs(o, bool(drafters)):
         sp = build_speculation(cfg) if cfg else None
+        drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
         proposer = sp.make_proposer(llm.runner, drafter) if sp else None
         k = sp.config.num_speculative_tokens if sp else 0
         adaptive = bool(sp and sp.config.adaptive)
@@ -248,7 +262,9 @@ def run_specdec(llm, drafter, o: BenchOptions, prompt_ids: Dict[str, List[int]],
                 plain_ids[cat] = toks
             m, st = out.metrics, core.stats.as_dict()
             row = {
-                "method": name, "base_method": cfg["method"] if cfg else "plain", "k": k,
+                "method": name, "k": k,
+                "base_method": (cfg["method"] + (f" vocab={cfg['draft_vocab_size']}" if cfg.get("draft_vocab_size")
+                                                 else "")) if cfg else "plain",
                 "adaptive": adaptive, "config": cfg, "category": cat, "prompt_tokens": len(ids),
                 "output_tokens": len(toks), "lossless": toks == plain_ids.get(cat),
                 "tokens_per_s": m["tokens_per_s"], "time_to_first_token": m["time_to_first_token"],
@@ -368,6 +384,22 @@ def summarize(rows: List[dict], peer: List[dict]) -> Dict[str, object]:
     out["adaptive_min_speedup_per_category"] = {
         m: min((by[m][c] / plain[c] for c in cats if plain.get(c) and by[m].get(c)), default=None)
         for m in adaptive}
+    # a reduced draft vocabulary against the whole one, config by config (same k, same prompts)
+    reduced = [r for r in rows if (r.get("config") or {}).get("draft_vocab_size")]
+    if reduced:
+        pairs = []
+        for r in reduced:
+            full = next((f for f in rows if f["base_method"] == "draft_model" and f["k"] == r["k"]
+                         and f["adaptive"] == r["adaptive"] and f["category"] == r["category"]), None)
+            if full and full["acceptance_rate"] and r["acceptance_rate"] is not None:
+                pairs.append((r["acceptance_rate"] / full["acceptance_rate"], r["tokens_per_s"] / full["tokens_per_s"]))
+        out["draft_vocab"] = {
+            "size": reduced[0]["config"]["draft_vocab_size"],
+            "file": reduced[0]["config"].get("draft_vocab_file"),
+            "acceptance_vs_whole_vocab": mean(p[0] for p in pairs) if pairs else None,
+            "tokens_per_s_vs_whole_vocab": mean(p[1] for p in pairs) if pairs else None,
+            "pairs": len(pairs),
+        }
     out["all_lossless"] = all(r["lossless"] for r in rows)
     return out
 
@@ -460,6 +492,13 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     for m in o.methods:
         if m not in METHODS:
             raise ValueError(f"--methods: {m!r}: one of {', '.join(METHODS)}")
+    if o.draft_vocab_size < 0 or (o.draft_vocab_size and "draft_model" not in o.methods):
+        raise ValueError(f"--draft-vocab-size = {o.draft_vocab_size}: 0, or >= 1 with method draft_model")
+    if o.draft_vocab_file and not o.draft_vocab_size:
+        raise ValueError(f"--draft-vocab-file = {o.draft_vocab_file!r}: only with --draft-vocab-size")
+    if o.draft_vocab_file and not Path(o.draft_vocab_file).is_file():
+        raise ValueError(f"--draft-vocab-file = {o.draft_vocab_file!r}: an existing file written by "
+                         "`specdec draft-vocab`")
     if o.peer not in ("auto", "off", "require"):
         raise ValueError(f"--peer = {o.peer!r}: auto, off or require")
     if o.plots:
@@ -489,9 +528,19 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     log(f"host read bandwidth: {bw['all_threads_gb_s']:.1f} GB/s ({bw['threads']} threads), "
         f"{bw['one_thread_gb_s']:.1f} GB/s (1 thread)")
     drafter = None
+    drafters: Dict[int, object] = {}
     if drafter_path:
         drafter = _core.ModelRunner(llm.context, drafter_path, "", llm.runner.max_model_len, 128 << 20,
                                     16, "f16", 512, 128, None)
+        drafters[0] = drafter
+        if o.draft_vocab_size:
+            from specdec.speculative import build_speculation
+            sp = build_speculation({"method": "draft_model", "model": drafter_path, "num_speculative_tokens": 1,
+                                    "draft_vocab_size": int(o.draft_vocab_size),
+                                    "draft_vocab_file": o.draft_vocab_file})
+            drafters[o.draft_vocab_size] = _core.ModelRunner(
+                llm.context, drafter_path, "", llm.runner.max_model_len, 128 << 20, 16, "f16", 512, 128,
+                None, sp.draft_vocab_ids(drafter_path))
     room = max_len - o.max_tokens - 1
     if room < 8:
         raise ValueError(f"--max-tokens = {o.max_tokens}: leaves {room} prompt tokens of the model's "
@@ -500,14 +549,13 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     # warm-up: builds the kernels of every shape a step uses and faults the weights in
     warm = next(iter(prompt_ids.values()))
     _run_one(llm, None, 0, False, warm, 16)
-    if drafter is not None:
-        _run_one(llm, _core.spec.DraftModelProposer(drafter, llm.config.vocab_size), max(o.ks), False,
-                 warm, 16)
-    n_runs = len(_configs(o, drafter is not None)) * len(prompt_ids)
+    for d in drafters.values():
+        _run_one(llm, _core.spec.DraftModelProposer(d, llm.config.vocab_size), max(o.ks), False, warm, 16)
+    n_runs = len(_configs(o, bool(drafters))) * len(prompt_ids)
     if run_peer_tools:
         n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)
     bar = _Bar(n_runs, o.progress)
-    rows = run_specdec(llm, drafter, o, prompt_ids, bar, log)
+    rows = run_specdec(llm, drafters, o, prompt_ids, bar, log)
     peer: List[dict] = []
     if run_peer_tools:
         peer = run_peer(o, target_path, drafter_path, llm.tokenizer, list(prompt_ids), bar, log)
@@ -520,6 +568,7 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     result = {
         "schema": "specdec.bench/1", "machine": info, "bandwidth": bw,
         "target": target_path, "drafter": drafter_path, "max_tokens": o.max_tokens, "greedy": True,
+        "draft_vocab_size": o.draft_vocab_size or None, "draft_vocab_file": o.draft_vocab_file,
         "batch": 1, "ks": list(o.ks), "categories": list(prompt_ids),
         "prompts": {c: PROMPTS[c] for c in prompt_ids},
         "decode_weight_bytes": weights,

@@ -74,6 +74,31 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_draft_vocab(args: argparse.Namespace) -> int:
+    from specdec import draft_vocab as dv
+    from specdec.hub import _Progress
+    out = check_text("--out", args.out)
+    files = dv.corpus_files(args.paths)
+    if not files:
+        raise ValueError(f"paths = {args.paths!r}: no text files there (suffixes "
+                         f"{', '.join(dv.TEXT_SUFFIXES)})")
+    path = specdec.resolve_model(args.model, progress=True)
+    tok = specdec.Tokenizer.from_file(path)
+    bar = _Progress(f"count tokens ({len(files)} files)", sum(f.stat().st_size for f in files),
+                    None if args.quiet else sys.stderr)
+    stats = dv.count_tokens(tok, files, tok.vocab_size, args.max_chars, bar.advance)
+    bar.finish()
+    doc = dv.write_draft_vocab(out, Path(path).name, tok, tok.vocab_size, stats, args.paths)
+    counts = [c for _, c in doc["token_counts"]]
+    total = max(1, doc["num_tokens"])
+    print(f"{out}: {doc['num_tokens']} tokens from {doc['num_files']} files, "
+          f"{len(counts)} of {tok.vocab_size} ids seen")
+    for n in (4096, 8192, 16384, 32768, 65536):
+        if n < tok.vocab_size:
+            print(f"  the top {n:6d} ids cover {100 * sum(counts[:n]) / total:6.2f} % of the tokens")
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     info = specdec.inspect_model(args.model, args.budget, args.max_model_len, args.block_size,
                                  args.dtype, progress=not args.json)
@@ -239,7 +264,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         model=args.model, drafter=args.drafter, max_tokens=args.max_tokens, ks=args.ks,
         methods=args.methods, adaptive=not args.no_adaptive, adaptive_max_k=args.adaptive_max_k,
         categories=args.categories, peer=args.peer, peer_bin=args.peer_bin, threads=args.threads,
-        out_dir=args.out, plots=not args.no_plots, kv_cache_memory=args.kv_cache_memory)
+        out_dir=args.out, plots=not args.no_plots, kv_cache_memory=args.kv_cache_memory,
+        draft_vocab_size=args.draft_vocab_size, draft_vocab_file=args.draft_vocab_file)
     result = bench.run(o)
     if not result["summary"]["all_lossless"]:
         sys.stderr.write("specdec bench: a speculative output differed from plain decoding\n")
@@ -541,6 +567,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "print a side-by-side table (tokens/s, acceptance, speedup)")
     p.set_defaults(func=_cmd_generate)
 
+    p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "
+                                           "vocabulary (speculative_config.draft_vocab_file)")
+    p.add_argument("model", help="the drafter (GGUF path or catalog name): its tokenizer counts")
+    p.add_argument("paths", nargs="+", help="text files, or folders (their text files by suffix)")
+    p.add_argument("--out", required=True, help="the JSON file to write")
+    p.add_argument("--max-chars", type=_int_in(0, 1 << 40), default=0,
+                   help="stop after this many characters (default 0: all)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_draft_vocab)
+
     p = sub.add_parser("bench", help="plain vs speculative decoding (every method, several k, "
                                      "adaptive) on built-in prompts, llama.cpp side by side; JSON "
                                      "and PNG plots")
@@ -559,6 +595,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-adaptive", action="store_true", help="skip adaptive speculation")
     p.add_argument("--adaptive-max-k", type=_int_in(1, 32), default=6,
                    help="largest k adaptive speculation may pick (default 6)")
+    p.add_argument("--draft-vocab-size", type=_int_in(0, 1 << 31), default=0,
+                   help="also run draft_model with a reduced draft vocabulary of this many ids "
+                        "(FR-Spec style; default 0: not)")
+    p.add_argument("--draft-vocab-file", default=None,
+                   help="its ranking: token counts written by `specdec draft-vocab` (default: lowest ids)")
     p.add_argument("--peer", choices=["auto", "off", "require"], default="auto",
                    help="llama.cpp side by side: auto (when its tools are built), off, require")
     p.add_argument("--peer-bin", default=None,

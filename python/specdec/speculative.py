@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from specdec import _core
 from specdec._checks import error
+from specdec.draft_vocab import draft_vocab_ids, read_ranking
 from specdec.hub import resolve_model
 from specdec.model import load_model_config
 
@@ -101,15 +102,26 @@ class Speculation:
                 raise ValueError(f"speculative_config.max_model_len = {c.max_model_len}: at most the "
                                  f"target's max_model_len = {target_max_model_len}")
             length = c.max_model_len
+        ids = self.draft_vocab_ids(path)
         # the drafter's own backend: None / auto selects independently, never the target's
         try:
             return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes,
                                      block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
-                                     max_num_logits, progress)
+                                     max_num_logits, progress, ids)
         except ValueError as e:
             raise ValueError(f"speculative_config: the drafter {c.model!r} with a KV-cache budget of "
                              f"{kv_bytes} bytes (its share of kv_cache_memory_bytes; see "
                              f"draft_kv_cache_memory_bytes / draft_kv_cache_fraction): {e}") from None
+
+    def draft_vocab_ids(self, path: str) -> List[int]:
+        """The drafter's reduced vocabulary (speculative_config.draft_vocab_size; [] for all)."""
+        c = self.config
+        if not c.draft_vocab_size:
+            return []
+        tok = _core.Tokenizer.from_file(path)
+        vocab = load_model_config(path).vocab_size
+        ranking = read_ranking(c.draft_vocab_file, tok.vocab_size) if c.draft_vocab_file else None
+        return draft_vocab_ids(c.draft_vocab_size, vocab, list(tok.eog_token_ids), ranking)
 
     def make_proposer(self, target, drafter) -> Any:
         c = self.config

@@ -34,6 +34,46 @@ DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> draf
     : drafter_(std::move(drafter)), target_vocab_(target_vocab) {
   check_config(drafter_ != nullptr, "drafter", "None", "a loaded ModelRunner");
   check_config(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
+  const auto& base = drafter_->options().logit_token_ids;
+  if (!base.empty()) {
+    in_base_.assign(static_cast<size_t>(drafter_->config().vocab_size), false);
+    for (int32_t id : base) in_base_[static_cast<size_t>(id)] = true;
+    uses_.assign(in_base_.size(), 0);
+    drafter_->set_extra_logit_tokens({});
+  }
+}
+
+void DraftModelProposer::track_context(State& st, const std::vector<int32_t>& context) {
+  if (in_base_.empty()) return;
+  for (; st.scanned < context.size(); ++st.scanned) {
+    const int32_t t = context[st.scanned];
+    if (t < 0 || t >= static_cast<int32_t>(in_base_.size()) || in_base_[static_cast<size_t>(t)]) continue;
+    if (std::find(st.extra.begin(), st.extra.end(), t) != st.extra.end()) continue;
+    if (uses_[static_cast<size_t>(t)] == 0) {
+      if (num_extra_ >= runner::ModelRunner::kMaxExtraLogitTokens) continue;  // full: not drafted
+      ++num_extra_;
+      extra_dirty_ = true;
+    }
+    ++uses_[static_cast<size_t>(t)];
+    st.extra.push_back(t);
+  }
+}
+
+void DraftModelProposer::sync_extra_tokens() {
+  if (!extra_dirty_) return;
+  extra_.clear();
+  for (size_t t = 0; t < uses_.size(); ++t) {
+    if (uses_[t] > 0) extra_.push_back(static_cast<int32_t>(t));
+  }
+  drafter_->set_extra_logit_tokens(extra_);
+  extra_dirty_ = false;
+}
+
+int32_t DraftModelProposer::column_token(int64_t column) const {
+  const auto& base = drafter_->options().logit_token_ids;
+  if (base.empty()) return static_cast<int32_t>(column);
+  const auto n = static_cast<int64_t>(base.size());
+  return column < n ? base[static_cast<size_t>(column)] : extra_[static_cast<size_t>(column - n)];
 }
 
 namespace {
@@ -53,7 +93,8 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
   std::vector<Draft> out(requests.size());
   runner::ModelRunner& dr = *drafter_;
   const auto& opts = dr.options();
-  const int64_t vd = dr.config().vocab_size, vt = target_vocab_;
+  const int64_t vt = target_vocab_;
+  const bool reduced = !opts.logit_token_ids.empty();  // a reduced draft vocabulary
   std::vector<int64_t> free_blocks = dr.num_free_blocks(), reserved(free_blocks.size(), 0);
   std::vector<Work> work;
   const size_t max_work = static_cast<size_t>(std::min(opts.max_num_logits, opts.max_num_batched_tokens));
@@ -91,6 +132,8 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
     work.push_back({i, &r, &ctx, p, k, !r.params.greedy()});
   }
   if (work.empty()) return out;
+  for (const Work& w : work) track_context(states_[w.request->sequence->request_id()], *w.context);
+  sync_extra_tokens();
 
   // Takes the draft token from logit row `row` of `so` for w; false when the draft ends there.
   auto take = [&](const Work& w, const runner::StepOutput& so, int64_t row) {
@@ -102,8 +145,16 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
       return true;
     }
     std::vector<float> padded(static_cast<size_t>(vt), -std::numeric_limits<float>::infinity());
-    const float* src = so.logits.data() + row * vd;
-    std::copy(src, src + std::min(vd, vt), padded.begin());
+    const int64_t width = so.vocab_size;
+    const float* src = so.logits.data() + row * width;
+    if (!reduced) {
+      std::copy(src, src + std::min(width, vt), padded.begin());
+    } else {  // ids outside the draft vocabulary get probability 0: still lossless
+      for (int64_t j = 0; j < width; ++j) {
+        const int32_t id = column_token(j);
+        if (id < vt) padded[static_cast<size_t>(id)] = src[j];
+      }
+    }
     const std::vector<double> q = dense_probs(padded.data(), vt, w.request->params);
     const double u = w.request->generator->uniform();
     double acc = 0.0;
@@ -199,6 +250,15 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
 void DraftModelProposer::finish(const Sequence& sequence) {
   const std::string& rid = sequence.request_id();
   if (drafter_->has_request(rid)) drafter_->free(rid);
+  const auto it = states_.find(rid);
+  if (it != states_.end()) {
+    for (int32_t t : it->second.extra) {
+      if (--uses_[static_cast<size_t>(t)] == 0) {
+        --num_extra_;
+        extra_dirty_ = true;
+      }
+    }
+  }
   states_.erase(rid);
 }
 

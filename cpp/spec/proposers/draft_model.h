@@ -24,7 +24,11 @@ void check_vocab_compatible(const tokenizer::Tokenizer& target, const tokenizer:
 class DraftModelProposer final : public Proposer {
  public:
   // target_vocab_size: drafts and draft probabilities are over the target's ids (a drafter token
-  // outside them ends the draft; when sampling, the drafter's extra ids get probability 0).
+  // outside them ends the draft; when sampling, the drafter's extra ids get probability 0). A
+  // drafter with a reduced vocabulary (RunnerOptions::logit_token_ids) drafts from those ids
+  // only, grown by the tokens of the running requests' contexts (a prompt's own words, which a
+  // frequency ranking misses; at most ModelRunner::kMaxExtraLogitTokens); the others get draft
+  // probability 0, so rejection sampling stays exact.
   DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab_size);
   std::string name() const override { return "draft_model"; }
   std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
@@ -40,11 +44,22 @@ class DraftModelProposer final : public Proposer {
     std::vector<int32_t> tokens;  // what the drafter's cache holds for the request
     int64_t last_context = -1;    // context length of the last draft, reused when unchanged
     Draft last_draft;
+    size_t scanned = 0;            // context tokens looked at for the extra logit tokens
+    std::vector<int32_t> extra;    // its tokens outside the reduced vocabulary (counted in uses_)
   };
+  // A reduced draft vocabulary: adds the context's tokens outside it to the extra logit tokens.
+  void track_context(State& st, const std::vector<int32_t>& context);
+  void sync_extra_tokens();
+  int32_t column_token(int64_t column) const;
   std::shared_ptr<runner::ModelRunner> drafter_;
   int64_t target_vocab_;
   std::unordered_map<std::string, State> states_;
   int64_t num_steps_ = 0, num_tokens_ = 0;
+  std::vector<bool> in_base_;            // [drafter vocab]: in logit_token_ids (empty: whole vocabulary)
+  std::vector<int32_t> uses_;            // [drafter vocab]: requests holding the token as extra
+  std::vector<int32_t> extra_;           // the drafter's extra logit tokens, as last set
+  int64_t num_extra_ = 0;                // tokens with uses_ > 0
+  bool extra_dirty_ = false;
 };
 
 }  // namespace specdec::spec
