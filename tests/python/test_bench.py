@@ -76,8 +76,27 @@ def test_bench_peer_rows_from_fake_tools(tmp_path):
     (["--ks", "0"], "--ks: 0"),
     (["--peer", "require", "--peer-bin", "/nonexistent"], "--peer require"),
     (["--max-tokens", "125"], "--max-tokens = 125"),
+    (["--methods", "ngram", "--draft-vocab-size", "64"], "--draft-vocab-size = 64"),
+    (["--draft-vocab-file", "x.json"], "--draft-vocab-file = 'x.json': only with --draft-vocab-size"),
+    (["--draft-vocab-size", "64", "--draft-vocab-file", "/no/such.json"], "an existing file"),
 ])
 def test_bench_bad_options_are_clear(argv, message, capsys, tmp_path):
     rc = cli.main(["bench", "--model", STORIES, "--drafter", STORIES, "--out", str(tmp_path), *argv])
     assert rc != 0
     assert message in capsys.readouterr().err
+
+
+def test_bench_reduced_draft_vocabulary_rows(tmp_path):
+    out = tmp_path / "out"
+    rc = cli.main(["bench", "--model", STORIES, "--drafter", STORIES, "--max-tokens", "12",
+                   "--ks", "2", "--methods", "draft_model", "--categories", "chat", "--no-adaptive",
+                   "--draft-vocab-size", "32", "--peer", "off", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    data = json.loads((out / "bench.json").read_text())
+    rows = {r["method"]: r for r in data["specdec"]}
+    assert set(rows) == {"plain", "draft_model k=2", "draft_model vocab=32 k=2"}
+    red = rows["draft_model vocab=32 k=2"]
+    assert red["lossless"] and red["config"]["draft_vocab_size"] == 32
+    assert red["base_method"] == "draft_model vocab=32"
+    assert data["draft_vocab_size"] == 32 and data["summary"]["draft_vocab"]["size"] == 32
+    assert 0 < data["summary"]["draft_vocab"]["acceptance_vs_whole_vocab"] <= 1.0

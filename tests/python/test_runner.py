@@ -1,6 +1,7 @@
 """ModelRunner: batch invariance (a token's logits bitwise the same alone, among k+1 verify tokens
 of its request, and inside a ragged batch of others), rollback, and backends agreeing."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +199,68 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPECDEC_PROFILE": "1"},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# ---------------------------------------------------------------- reduced logit vocabulary
+def _lse(x):
+    x = np.asarray(x, np.float64)
+    m = x.max(1)
+    return m + np.log(np.exp(x - m[:, None]).sum(1))
+
+
+def test_logit_token_ids_give_the_same_logits_for_fewer_columns(context):
+    full = _core.ModelRunner(context, STORIES, "", 128, 16 << 20)
+    ids = [0, 3, 7, 50, 100, 200, 311, 400, 511]
+    red = _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=ids)
+    assert red.num_logit_columns == len(ids) and full.num_logit_columns == 512
+    assert red.logit_token_ids == ids and red.extra_logit_tokens == []
+    prompt = [1, 50, 100, 7, 3, 9, 42]
+    a = full.step([("r", prompt, 0, 4)])
+    b = red.step([("r", prompt, 0, 4)])
+    assert b["logits"].shape == (4, len(ids))
+    np.testing.assert_array_equal(b["logits"], a["logits"][:, ids])  # bitwise: rows are independent
+    np.testing.assert_array_equal(b["argmax"], np.array(ids)[b["logits"].argmax(1)])  # token ids
+    np.testing.assert_allclose(b["argmax_logprob"], b["logits"].max(1) - _lse(b["logits"]), atol=2e-5)
+    # grown by extra tokens (a drafter's context): their columns follow, argmax / logprob cover both
+    extra = [1, 2, 310, 500]
+    red.set_extra_logit_tokens(extra)
+    assert red.num_logit_columns == len(ids) + len(extra) and red.extra_logit_tokens == extra
+    c = red.step([("s", prompt, 0, 4)], return_logits=True)
+    cols = ids + extra
+    np.testing.assert_array_equal(c["logits"], a["logits"][:, cols])
+    np.testing.assert_array_equal(c["argmax"], np.array(cols)[c["logits"].argmax(1)])
+    np.testing.assert_allclose(c["argmax_logprob"], c["logits"].max(1) - _lse(c["logits"]), atol=2e-5)
+    lean = red.step([("t", prompt, 0, 4)], return_logits=False)
+    np.testing.assert_array_equal(lean["argmax"], c["argmax"])
+    # the whole vocabulary as extra tokens: the full model's greedy choice again
+    red.set_extra_logit_tokens([i for i in range(512) if i not in ids])
+    d = red.step([("u", prompt, 0, 4)], return_logits=False)
+    np.testing.assert_array_equal(d["argmax"], a["argmax"])
+    np.testing.assert_allclose(d["argmax_logprob"], a["argmax_logprob"], atol=2e-5)
+    red.set_extra_logit_tokens([])
+    assert red.num_logit_columns == len(ids)
+
+
+@pytest.mark.parametrize("ids,message", [
+    ([5, 5], "logit_token_ids[1] = 5: token ids in [0, 512), strictly increasing"),
+    ([3, 1], "logit_token_ids[1] = 1"),
+    ([-1], "logit_token_ids[0] = -1"),
+    ([512], "logit_token_ids[0] = 512"),
+])
+def test_bad_logit_token_ids_name_the_index(context, ids, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=ids)
+
+
+def test_bad_extra_logit_tokens_are_refused_and_change_nothing(context):
+    red = _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=[3, 7])
+    red.set_extra_logit_tokens([9])
+    for bad, message in (([3], "extra logit token [0] = 3"), ([1, 1], "extra logit token [1] = 1"),
+                         ([600], "extra logit token [0] = 600"),
+                         (list(range(8, 8 + 8193)), "at most 8192")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            red.set_extra_logit_tokens(bad)
+        assert red.extra_logit_tokens == [9]
+    full = _core.ModelRunner(context, STORIES, "", 128, 16 << 20)
+    with pytest.raises(ValueError, match="none unless the runner has logit_token_ids"):
+        full.set_extra_logit_tokens([1])

@@ -5,6 +5,7 @@ pressure, threads."""
 from __future__ import annotations
 
 import json
+import re
 import queue
 import threading
 import time
@@ -74,6 +75,11 @@ BAD_CONFIGS = [
     ({"model": "d", "num_speculative_tokens": 2, "kv_cache_dtype": "fp8"}, "kv_cache_dtype"),
     ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}, "disable_by_batch_size = 0"),
     ({"method": "ngram", "num_speculative_tokens": 2, "k": 3}, "speculative_config.k = 3: a known field"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "draft_vocab_size": 64},
+     r"draft_vocab_size = 64: None \(only for method draft_model\)"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_vocab_size": -1}, "draft_vocab_size = -1"),
+    ({"model": "d", "num_speculative_tokens": 2, "draft_vocab_file": "f.json"},
+     "draft_vocab_file = f.json: None unless draft_vocab_size is given"),
     ({"method": "ngram", "num_speculative_tokens": 2, "tensor_parallel_size": 2}, "one device"),
     ({"method": "custom", "num_speculative_tokens": 2}, "model = None"),
     ({"method": "custom", "num_speculative_tokens": 2, "model": "no_such_module:Thing"}, "no_such_module"),
@@ -223,6 +229,7 @@ METHODS = [
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 4, "attention_backend": "REFERENCE"},
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 5, "adaptive": True},
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, "draft_vocab_size": 48},
     {"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 1, "prompt_lookup_max": 3,
      "adaptive": True},
 ]
@@ -249,7 +256,8 @@ CASES = ([("OCL_PAGED", c) for c in METHODS + ["bad", "echo"]]
 
 @pytest.mark.parametrize("target_backend,cfg", CASES, ids=lambda c: c if isinstance(c, str) else
                          f"{c['method']}-{c.get('attention_backend', 'auto')}"
-                         f"{'-adaptive' if c.get('adaptive') else ''}")
+                         f"{'-adaptive' if c.get('adaptive') else ''}"
+                         f"{'-vocab' if c.get('draft_vocab_size') else ''}")
 def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
     if isinstance(cfg, str):
         cfg = {"method": "custom", "num_speculative_tokens": 3,
@@ -262,8 +270,10 @@ def test_lossless_greedy_stories(stories_plain, target_backend, cfg):
     assert m["num_drafts"] > 0 and m["num_draft_tokens"] >= m["num_drafts"]
     per = outs[0].metrics
     assert per["mean_acceptance_length"] == pytest.approx(1 + per["num_accepted_tokens"] / max(per["num_drafts"], 1))
-    if cfg["method"] == "draft_model":  # the same model drafting: every draft token is accepted
-        assert m["num_accepted_tokens"] == m["num_draft_tokens"]
+    if cfg["method"] == "draft_model" and not cfg.get("draft_vocab_size"):
+        assert m["num_accepted_tokens"] == m["num_draft_tokens"]  # the same model drafting itself
+    if cfg.get("draft_vocab_size"):  # drafts only from the 48 ids + the prompts' tokens
+        assert llm.drafter.num_logit_columns >= 48 and 0 < m["num_accepted_tokens"] < m["num_draft_tokens"]
     if cfg.get("proposer").__class__ is BadProposer:
         assert m["num_accepted_tokens"] < m["num_draft_tokens"] // 2
     # every block of target and drafter is back
@@ -357,9 +367,10 @@ def test_lossless_greedy_random_models(random_dir, target, drafter, drafter_back
 @pytest.mark.parametrize("cfg", [
     None,
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, "draft_vocab_size": 24},
     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2},
     "bad",
-], ids=["plain", "draft_model", "ngram", "bad_custom"])
+], ids=["plain", "draft_model", "draft_model_reduced_vocab", "ngram", "bad_custom"])
 def test_speculative_sampling_distribution_equals_target(cfg, request):
     """Tokens 2..4 of a sampled continuation come from one verify step; their marginals under
     speculation match plain sampling (total variation against a large plain sample)."""
@@ -710,3 +721,60 @@ def test_review_findings_config(fields, message):
         specdec.speculative.build_speculation(fields)
     assert specdec.speculative.build_speculation(
         {"method": "ngram", "num_speculative_tokens": np.int64(3)}).config.num_speculative_tokens == 3
+
+
+# ---------------------------------------------------------------- reduced draft vocabulary
+def test_draft_vocab_file_from_the_cli_ranks_the_drafters_vocabulary(tmp_path, capsys):
+    from specdec import cli
+    from specdec.draft_vocab import draft_vocab_ids, read_ranking
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Tom had a toy. Tom had a ball. The ball was red.\n" * 20)
+    (corpus / "b.md").write_text("Lily saw a cat. The cat was big.\n" * 5)
+    (corpus / "skip.bin").write_bytes(b"\x00\x01")
+    out = tmp_path / "vocab.json"
+    assert cli.main(["draft-vocab", STORIES, str(corpus), "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "2 files" in text and "ids seen" in text
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "specdec-draft-vocab/1" and doc["vocab_size"] == 512 and doc["num_files"] == 2
+    counts = [c for _, c in doc["token_counts"]]
+    assert counts == sorted(counts, reverse=True) and sum(counts) == doc["num_tokens"] > 0
+    tok = specdec.Tokenizer.from_file(STORIES)
+    top = doc["token_counts"][0][0]
+    assert top in tok.encode("Tom had a toy. Tom had a ball.", add_special=False)
+    ranking = read_ranking(str(out), 512)
+    ids = draft_vocab_ids(16, 512, tok.eos_token_ids, ranking)
+    assert len(ids) == 16 and ids == sorted(ids) and set(tok.eos_token_ids) <= set(ids)
+    assert set(ranking[:16 - len(tok.eos_token_ids)]) <= set(ids)
+    # used by speculative_config: lossless, drafts only from the ranked ids and the prompts' own
+    cfg = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3,
+           "draft_vocab_size": 16, "draft_vocab_file": str(out)}
+    llm = specdec.LLM(STORIES, progress=False, speculative_config=cfg)
+    assert llm.drafter.logit_token_ids == ids
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == _plain(STORIES, PROMPTS, GREEDY)
+    extra = set(llm.drafter.extra_logit_tokens)  # the prompts' and outputs' ids outside the 16
+    assert extra and not extra & set(ids)
+    assert extra <= {t for o in outs for t in o.prompt_token_ids + o.outputs[0].token_ids}
+    # finished requests give their extra ids back (seen at the next draft)
+    one = llm.generate(["Lily"], GREEDY)[0]
+    assert set(llm.drafter.extra_logit_tokens) <= set(one.prompt_token_ids + one.outputs[0].token_ids)
+    # a bad file or size: one clear error before the target runs
+    bad = tmp_path / "bad.json"
+    for content, message in (("{", "a JSON file written by `specdec draft-vocab`"),
+                             ('{"format": "x"}', "format 'specdec-draft-vocab/1'"),
+                             (json.dumps({**doc, "vocab_size": 1000}), "another tokenizer"),
+                             (json.dumps({**doc, "token_counts": [[600, 1]]}), "found [600, 1]")):
+        bad.write_text(content)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            specdec.LLM(STORIES, progress=False, speculative_config={**cfg, "draft_vocab_file": str(bad)})
+    with pytest.raises(ValueError, match="draft_vocab_file = .*an existing file"):
+        specdec.LLM(STORIES, progress=False, speculative_config={**cfg, "draft_vocab_file": str(tmp_path / "no")})
+    with pytest.raises(ValueError, match=r"draft_vocab_size = 512: less than the drafter's vocabulary of 512"):
+        specdec.LLM(STORIES, progress=False, speculative_config={**cfg, "draft_vocab_size": 512})
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["draft-vocab", STORIES, str(tmp_path / "empty"), "--out", str(out)]) != 0
+    assert "no text files" in capsys.readouterr().err
+    assert cli.main(["draft-vocab", STORIES, str(tmp_path / "nothing"), "--out", str(out)]) != 0
+    assert "an existing file or folder" in capsys.readouterr().err
