@@ -29,4 +29,4 @@ def merge_intervals(intervals):
     return merged'
 .venv/bin/specdec generate --model qwen2.5-coder-1.5b-instruct-q4_k_m --chat --max-tokens 128 \
     --prompt "$PROMPT" --compare-plain \
-    --speculative-config '{"method": "draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", "num_speculative_tokens": 6, "adaptive": true}'
+    --speculative-config '{"method": "draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", "num_speculative_tokens": 6, "adaptive": true, "draft_vocab_size": 16384, "draft_vocab_file": "data/draft_vocab_qwen2.5-coder.json"}'
