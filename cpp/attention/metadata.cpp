@@ -128,10 +128,11 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const Co
 
 namespace {
 
+// Created holding the values (copied at creation: no blocking write through the queue per
+// buffer, five per KV-cache group and step).
 ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {
-  ocl::Buffer b(ctx, std::max<size_t>(values.size(), 1) * sizeof(int32_t));
-  if (!values.empty()) b.write(ctx, values.data(), values.size() * sizeof(int32_t));
-  return b;
+  if (values.empty()) return ocl::Buffer(ctx, sizeof(int32_t));
+  return ocl::Buffer(ctx, values.data(), values.size() * sizeof(int32_t));
 }
 
 }  // namespace

@@ -126,7 +126,11 @@ Kernel Context::kernel(const std::string& program, const std::string& kernel_nam
   return Kernel(k, kernel_name, std::move(guard));
 }
 
-Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags) : size_bytes_(size_bytes) {
+Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags)
+    : Buffer(ctx, nullptr, size_bytes, flags) {}
+
+Buffer::Buffer(const Context& ctx, const void* src, size_t size_bytes, cl_mem_flags flags)
+    : size_bytes_(size_bytes) {
   if (size_bytes == 0) throw ConfigError("size_bytes", "0", "a device buffer must be > 0 bytes");
   if (static_cast<int64_t>(size_bytes) > ctx.device().max_alloc_bytes) {
     throw UnsupportedError(str_cat("a buffer of ", size_bytes, " bytes exceeds the device's largest "
@@ -134,7 +138,8 @@ Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags) : size
                                    ctx.device().name, "); use a smaller KV-cache budget"));
   }
   cl_int err = CL_SUCCESS;
-  mem_ = clCreateBuffer(ctx.get(), flags, size_bytes, nullptr, &err);
+  if (src != nullptr) flags |= CL_MEM_COPY_HOST_PTR;
+  mem_ = clCreateBuffer(ctx.get(), flags, size_bytes, const_cast<void*>(src), &err);
   check(err, "clCreateBuffer", str_cat(size_bytes, " bytes"));
 }
 

@@ -96,6 +96,9 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_WRITE);
+  // A buffer holding a copy of src[0, size_bytes), copied when it is created
+  // (CL_MEM_COPY_HOST_PTR): no round trip through the queue, unlike write().
+  Buffer(const Context& ctx, const void* src, size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_WRITE);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;

@@ -44,7 +44,7 @@ StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t
   rows = f32(max_logits);
   xs = f32(max_logits * c.hidden_size);
   logits = f32(max_logits * c.vocab_size);
-  reduced = f32(3 * max_logits);
+  reduced = f32(6 * max_logits);  // two parts with extra logit tokens (ModelRunner)
 }
 
 void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const kv::KvRows* v,

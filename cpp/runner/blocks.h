@@ -41,7 +41,7 @@ struct StepBuffers {
   ocl::Buffer rows;       // int32 [max_logits]
   ocl::Buffer xs;         // [max_logits, hidden]
   ocl::Buffer logits;     // [max_logits, vocab]
-  ocl::Buffer reduced;    // [3, max_logits]: argmax (int32), logsumexp, logit at argmax
+  ocl::Buffer reduced;    // [2][3, max_logits]: argmax (int32), logsumexp, logit at argmax
   quant::QuantizedActivations xq;
   ops::QuantizedOut xq_out;  // xq's buffers, for a norm that quantises its output (into_h)
   std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)

@@ -165,7 +165,6 @@ void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
     int64_t cap = 256;
     while (cap < static_cast<int64_t>(ids.size())) cap *= 2;
     extra_logits_ = ocl::Buffer(*ctx_, static_cast<size_t>(options_.max_num_logits * cap) * 4);
-    extra_reduced_ = ocl::Buffer(*ctx_, static_cast<size_t>(3 * options_.max_num_logits) * 4);
     extra_capacity_ = cap;
   }
   extra_ids_ = ids;
@@ -296,8 +295,9 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
   const int d = config_.hidden_size;
-  s.ids.write(ctx, ids.data(), ids.size() * 4);
-  s.positions.write(ctx, positions.data(), positions.size() * 4);
+  // copied when created: no blocking write through the queue (each costs a round trip on PoCL)
+  s.ids = ocl::Buffer(ctx, ids.data(), ids.size() * 4);
+  s.positions = ocl::Buffer(ctx, positions.data(), positions.size() * 4);
   const std::vector<attn::AttentionMetadata> md = attn::build_step_metadata(ctx, setup_, *manager_, sched);
   quant::embedding_lookup(ctx, weights_.token_embd, s.ids, t, s.x, static_cast<float>(config_.embedding_scale));
   auto capture = [&](int layer, const ocl::Buffer& from) {
@@ -319,27 +319,28 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   capture(-1, s.h);  // after the final norm
   const int64_t m = static_cast<int64_t>(rows.size());
   if (m > 0) {
-    s.rows.write(ctx, rows.data(), rows.size() * 4);
+    s.rows = ocl::Buffer(ctx, rows.data(), rows.size() * 4);
     ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
     quant::quantize_activations(ctx, s.xs, m, d, s.xq);
     const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
-    // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into `red`
-    auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, ocl::Buffer& red, int64_t n,
-                    std::vector<float>& host) {
+    // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into
+    // s.reduced from element `at`; both parts' reductions come back in one transfer
+    auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, int64_t n, int64_t at) {
       quant::matmul(ctx, w, s.xs, s.xq, m, logits);
       if (config_.final_logit_softcap > 0) {
         ops::softcap(ctx, logits, m * n, static_cast<float>(config_.final_logit_softcap));
       }
-      const ops::Slice ids(red, 0), lse(red, m), picked(red, 2 * m);
+      const ops::Slice ids(s.reduced, at), lse(s.reduced, at + m), picked(s.reduced, at + 2 * m);
       ops::argmax(ctx, logits, ids, m, static_cast<int>(n));
       ops::logsumexp_rows(ctx, logits, lse, m, static_cast<int>(n));
       ops::gather_columns(ctx, logits, ids, picked, m, static_cast<int>(n));
-      host.resize(static_cast<size_t>(3 * m));
-      red.read(ctx, host.data(), host.size() * 4);
     };
-    std::vector<float> reduced, extra;
-    head(weights_.lm_head(), s.logits, s.reduced, base, reduced);
-    if (!extra_ids_.empty()) head(*extra_head_, extra_logits_, extra_reduced_, vocab - base, extra);
+    head(weights_.lm_head(), s.logits, base, 0);
+    const bool two = !extra_ids_.empty();
+    if (two) head(*extra_head_, extra_logits_, vocab - base, 3 * m);
+    std::vector<float> reduced(static_cast<size_t>((two ? 6 : 3) * m));
+    s.reduced.read(ctx, reduced.data(), reduced.size() * 4);
+    const float* extra = two ? reduced.data() + 3 * m : nullptr;
     const auto& columns = options_.logit_token_ids;
     auto token = [&](int32_t column, bool in_extra) {  // a column of either part -> its token id
       if (in_extra) return extra_ids_[static_cast<size_t>(column)];
@@ -352,9 +353,9 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
       std::memcpy(&col, &reduced[static_cast<size_t>(i)], 4);
       int32_t id = token(col, false);
       float best = reduced[2 * m + i], lse = reduced[m + i];
-      if (!extra.empty()) {  // the larger logit of the two parts (ties: the lower id)
+      if (extra != nullptr) {  // the larger logit of the two parts (ties: the lower id)
         int32_t ecol;
-        std::memcpy(&ecol, &extra[static_cast<size_t>(i)], 4);
+        std::memcpy(&ecol, extra + i, 4);
         const int32_t eid = token(ecol, true);
         const float ev = extra[2 * m + i], else_lse = extra[m + i];
         if (ev > best || (ev == best && eid < id)) {

@@ -137,10 +137,10 @@ class ModelRunner {
   std::unique_ptr<kv::KvCacheManager> manager_;
   std::unique_ptr<StepBuffers> scratch_;
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
-  // set_extra_logit_tokens: the rows, their logits [max_num_logits, capacity] and reductions
+  // set_extra_logit_tokens: the rows and their logits [max_num_logits, capacity]
   std::vector<int32_t> extra_ids_;
   std::optional<quant::DeviceWeight> extra_head_;
-  ocl::Buffer extra_logits_, extra_reduced_;
+  ocl::Buffer extra_logits_;
   int64_t extra_capacity_ = 0;
   mutable std::mutex mu_;                   // guards everything a step or request call touches
 };

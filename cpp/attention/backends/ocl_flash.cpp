@@ -211,10 +211,9 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
 };
 
-ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {
-  ocl::Buffer b(ctx, std::max<size_t>(values.size(), 1) * sizeof(int32_t));
-  if (!values.empty()) b.write(ctx, values.data(), values.size() * sizeof(int32_t));
-  return b;
+ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {  // copied at creation
+  if (values.empty()) return ocl::Buffer(ctx, sizeof(int32_t));
+  return ocl::Buffer(ctx, values.data(), values.size() * sizeof(int32_t));
 }
 
 // The plan of `md` (at least one token) for shape `s`.
