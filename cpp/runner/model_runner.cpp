@@ -149,13 +149,11 @@ void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
   check_config(static_cast<int64_t>(ids.size()) <= kMaxExtraLogitTokens, "extra logit tokens",
                str_cat(ids.size(), " ids"), str_cat("at most ", kMaxExtraLogitTokens));
   const int64_t vocab = lm_head_rows(file_, config_);
-  std::vector<bool> seen(static_cast<size_t>(vocab), false);
-  for (int32_t id : base) seen[static_cast<size_t>(id)] = true;
   for (size_t j = 0; j < ids.size(); ++j) {
-    check_config(ids[j] >= 0 && ids[j] < vocab && !seen[static_cast<size_t>(ids[j])],
+    const int32_t lo = j == 0 ? 0 : ids[j - 1] + 1;
+    check_config(ids[j] >= lo && ids[j] < vocab && !std::binary_search(base.begin(), base.end(), ids[j]),
                  str_cat("extra logit token [", j, "]"), ids[j],
-                 str_cat("a token id in [0, ", vocab, "), not in logit_token_ids, each once"));
-    seen[static_cast<size_t>(ids[j])] = true;
+                 str_cat("token ids in [0, ", vocab, "), strictly increasing, not in logit_token_ids"));
   }
   extra_ids_.clear();
   extra_head_.reset();
@@ -169,6 +167,8 @@ void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
   }
   extra_ids_ = ids;
 }
+
+int64_t ModelRunner::num_lm_head_rows() const { return lm_head_rows(file_, config_); }
 
 std::vector<int32_t> ModelRunner::extra_logit_tokens() const {
   std::lock_guard<std::mutex> guard(mu_);
@@ -257,6 +257,12 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   for (int l : hidden_layers) {
     check_config(l >= -1 && l < config_.num_layers, "hidden_layers", l,
                  str_cat("layer indices in [0, ", config_.num_layers, ") or -1 (after the final norm)"));
+  }
+  if (requests.empty()) {  // nothing to run
+    StepOutput out;
+    out.vocab_size = logit_columns();
+    out.logits_start = {0};
+    return out;
   }
   // Allocate every request's slots; on a shortage undo this step's allocations.
   std::vector<attn::ScheduledRequest> sched;

@@ -114,10 +114,13 @@ class ModelRunner {
   // reduced vocabulary grown by the tokens of its requests' contexts: the words of a prompt it
   // should be able to copy). Their lm_head rows are uploaded here (a few hundred KB; the same
   // ids again cost nothing). Logit column |logit_token_ids| + j is token ids[j]; argmax and its
-  // logprob cover both parts. Ids unique, in the vocabulary, not in logit_token_ids; at most
-  // kMaxExtraLogitTokens. ConfigError otherwise, or without logit_token_ids.
+  // logprob cover both parts. Ids strictly increasing (argmax ties: the lowest id), in
+  // [0, num_lm_head_rows()), not in logit_token_ids; at most kMaxExtraLogitTokens. ConfigError
+  // otherwise (nothing changes then), or without logit_token_ids.
   void set_extra_logit_tokens(const std::vector<int32_t>& ids);
   std::vector<int32_t> extra_logit_tokens() const;
+  // Token ids the lm_head has rows for: min(its rows, vocab_size).
+  int64_t num_lm_head_rows() const;
   static constexpr int64_t kMaxExtraLogitTokens = 8192;
   ocl::Context& context() { return *ctx_; }
 

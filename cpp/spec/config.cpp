@@ -199,6 +199,7 @@ void SpeculativeConfig::validate() {
                  "None (only for method draft_model)");
     check_config(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
     check_config(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size, "None (only for method draft_model)");
+    check_config(draft_vocab_file.empty(), p + "draft_vocab_file", draft_vocab_file, "None (only for method draft_model)");
   }
   check_config(draft_vocab_size >= 0, p + "draft_vocab_size", draft_vocab_size,
                "0 (the whole vocabulary) or an integer >= 1");

@@ -492,8 +492,9 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     for m in o.methods:
         if m not in METHODS:
             raise ValueError(f"--methods: {m!r}: one of {', '.join(METHODS)}")
-    if o.draft_vocab_size < 0 or (o.draft_vocab_size and "draft_model" not in o.methods):
-        raise ValueError(f"--draft-vocab-size = {o.draft_vocab_size}: 0, or >= 1 with method draft_model")
+    if o.draft_vocab_size < 0 or (o.draft_vocab_size and ("draft_model" not in o.methods or not o.drafter)):
+        raise ValueError(f"--draft-vocab-size = {o.draft_vocab_size}: 0, or >= 1 with method draft_model "
+                         "and a drafter")
     if o.draft_vocab_file and not o.draft_vocab_size:
         raise ValueError(f"--draft-vocab-file = {o.draft_vocab_file!r}: only with --draft-vocab-size")
     if o.draft_vocab_file and not Path(o.draft_vocab_file).is_file():

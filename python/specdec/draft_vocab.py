@@ -104,9 +104,13 @@ def read_ranking(path: str, vocab_size: int, field: str = "speculative_config.dr
     if doc.get("vocab_size") != vocab_size:
         raise _error(field, path, f"token counts for a vocabulary of {vocab_size} ids (this file has "
                                   f"{doc.get('vocab_size')!r}: another tokenizer)")
+    entries = doc.get("token_counts")
+    if not isinstance(entries, list):
+        raise _error(field, path, f"a 'token_counts' list (found {entries!r:.40})")
     ranked: List[int] = []
-    for entry in doc.get("token_counts", []):
-        if (not isinstance(entry, list) or len(entry) != 2 or not all(isinstance(x, int) for x in entry)
+    for entry in entries:
+        if (not isinstance(entry, list) or len(entry) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in entry)
                 or not 0 <= entry[0] < vocab_size):
             raise _error(field, path, f"token_counts as [[id in [0, {vocab_size}), count], ...] "
                                       f"(found {entry!r})")

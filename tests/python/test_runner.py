@@ -256,6 +256,7 @@ def test_bad_extra_logit_tokens_are_refused_and_change_nothing(context):
     red = _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=[3, 7])
     red.set_extra_logit_tokens([9])
     for bad, message in (([3], "extra logit token [0] = 3"), ([1, 1], "extra logit token [1] = 1"),
+                         ([5, 2], "extra logit token [1] = 2"),
                          ([600], "extra logit token [0] = 600"),
                          (list(range(8, 8 + 8193)), "at most 8192")):
         with pytest.raises(ValueError, match=re.escape(message)):
@@ -264,3 +265,26 @@ def test_bad_extra_logit_tokens_are_refused_and_change_nothing(context):
     full = _core.ModelRunner(context, STORIES, "", 128, 16 << 20)
     with pytest.raises(ValueError, match="none unless the runner has logit_token_ids"):
         full.set_extra_logit_tokens([1])
+    empty = red.step([])  # an empty step runs nothing
+    assert empty["logits_start"] == [0] and len(empty["argmax"]) == 0
+
+
+def test_proposers_sharing_a_reduced_drafter_each_see_their_own_columns(context):
+    """Two draft_model proposers on one reduced-vocabulary runner, sampling: each sets its own
+    extra tokens before drafting, so column ids always match the logits."""
+    red = _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=list(range(0, 512, 8)))
+    a = _core.spec.DraftModelProposer(red, 512)
+    b = _core.spec.DraftModelProposer(red, 512)
+    llm = specdec.LLM(STORIES, progress=False)
+    params = specdec.SamplingParams(temperature=1.0, max_tokens=12, seed=3)
+    from specdec.engine import EngineCore, LLMEngine
+    outs = []
+    for prop, prompt in ((a, [1, 2, 3, 4, 5]), (b, [1, 9, 17, 33, 300, 301]), (a, [1, 7, 7, 7])):
+        core = EngineCore(llm.runner, llm.tokenizer, prop, 3, 0, 1, 512, 8)
+        engine = LLMEngine(core)
+        req = llm._make_request({"prompt_token_ids": prompt}, params)
+        sink = engine.add_request(req)
+        for item in engine.iterate(sink, [req.request_id]):
+            if item.finished:
+                outs.append(item.output)
+    assert all(len(o.outputs[0].token_ids) == 12 for o in outs)

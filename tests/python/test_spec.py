@@ -80,6 +80,8 @@ BAD_CONFIGS = [
     ({"model": "d", "num_speculative_tokens": 2, "draft_vocab_size": -1}, "draft_vocab_size = -1"),
     ({"model": "d", "num_speculative_tokens": 2, "draft_vocab_file": "f.json"},
      "draft_vocab_file = f.json: None unless draft_vocab_size is given"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "draft_vocab_file": "f.json"},
+     r"draft_vocab_file = f.json: None \(only for method draft_model\)"),
     ({"method": "ngram", "num_speculative_tokens": 2, "tensor_parallel_size": 2}, "one device"),
     ({"method": "custom", "num_speculative_tokens": 2}, "model = None"),
     ({"method": "custom", "num_speculative_tokens": 2, "model": "no_such_module:Thing"}, "no_such_module"),
@@ -765,7 +767,9 @@ def test_draft_vocab_file_from_the_cli_ranks_the_drafters_vocabulary(tmp_path, c
     for content, message in (("{", "a JSON file written by `specdec draft-vocab`"),
                              ('{"format": "x"}', "format 'specdec-draft-vocab/1'"),
                              (json.dumps({**doc, "vocab_size": 1000}), "another tokenizer"),
-                             (json.dumps({**doc, "token_counts": [[600, 1]]}), "found [600, 1]")):
+                             (json.dumps({**doc, "token_counts": [[600, 1]]}), "found [600, 1]"),
+                             (json.dumps({**doc, "token_counts": [[True, 1]]}), "found [True, 1]"),
+                             (json.dumps({**doc, "token_counts": None}), "a 'token_counts' list")):
         bad.write_text(content)
         with pytest.raises(ValueError, match=re.escape(message)):
             specdec.LLM(STORIES, progress=False, speculative_config={**cfg, "draft_vocab_file": str(bad)})

@@ -36,7 +36,7 @@ DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> draf
   check_config(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
   const auto& base = drafter_->options().logit_token_ids;
   if (!base.empty()) {
-    in_base_.assign(static_cast<size_t>(drafter_->config().vocab_size), false);
+    in_base_.assign(static_cast<size_t>(drafter_->num_lm_head_rows()), false);
     for (int32_t id : base) in_base_[static_cast<size_t>(id)] = true;
     uses_.assign(in_base_.size(), 0);
     drafter_->set_extra_logit_tokens({});
@@ -48,25 +48,31 @@ void DraftModelProposer::track_context(State& st, const std::vector<int32_t>& co
   for (; st.scanned < context.size(); ++st.scanned) {
     const int32_t t = context[st.scanned];
     if (t < 0 || t >= static_cast<int32_t>(in_base_.size()) || in_base_[static_cast<size_t>(t)]) continue;
-    if (std::find(st.extra.begin(), st.extra.end(), t) != st.extra.end()) continue;
+    if (st.extra.contains(t)) continue;
     if (uses_[static_cast<size_t>(t)] == 0) {
       if (num_extra_ >= runner::ModelRunner::kMaxExtraLogitTokens) continue;  // full: not drafted
       ++num_extra_;
       extra_dirty_ = true;
     }
     ++uses_[static_cast<size_t>(t)];
-    st.extra.push_back(t);
+    st.extra.insert(t);
   }
 }
 
 void DraftModelProposer::sync_extra_tokens() {
-  if (!extra_dirty_) return;
-  extra_.clear();
-  for (size_t t = 0; t < uses_.size(); ++t) {
-    if (uses_[t] > 0) extra_.push_back(static_cast<int32_t>(t));
+  if (in_base_.empty()) return;
+  if (extra_dirty_) {
+    std::vector<int32_t> ids;
+    for (size_t t = 0; t < uses_.size(); ++t) {
+      if (uses_[t] > 0) ids.push_back(static_cast<int32_t>(t));
+    }
+    drafter_->set_extra_logit_tokens(ids);  // ConfigError: nothing changed
+    extra_ = std::move(ids);
+    extra_dirty_ = false;
+  } else {
+    // the runner may be shared: set ours again (free when it already holds them)
+    drafter_->set_extra_logit_tokens(extra_);
   }
-  drafter_->set_extra_logit_tokens(extra_);
-  extra_dirty_ = false;
 }
 
 int32_t DraftModelProposer::column_token(int64_t column) const {
@@ -146,6 +152,10 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
     }
     std::vector<float> padded(static_cast<size_t>(vt), -std::numeric_limits<float>::infinity());
     const int64_t width = so.vocab_size;
+    if (reduced) {
+      check_config(width == static_cast<int64_t>(opts.logit_token_ids.size() + extra_.size()), "drafter logit columns",
+                   width, "the reduced vocabulary and the extra tokens this proposer set (a runner shared while drafting?)");
+    }
     const float* src = so.logits.data() + row * width;
     if (!reduced) {
       std::copy(src, src + std::min(width, vt), padded.begin());

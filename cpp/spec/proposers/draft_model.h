@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "runner/model_runner.h"
 #include "spec/proposer.h"
@@ -45,7 +46,7 @@ class DraftModelProposer final : public Proposer {
     int64_t last_context = -1;    // context length of the last draft, reused when unchanged
     Draft last_draft;
     size_t scanned = 0;            // context tokens looked at for the extra logit tokens
-    std::vector<int32_t> extra;    // its tokens outside the reduced vocabulary (counted in uses_)
+    std::unordered_set<int32_t> extra;  // its tokens outside the reduced vocabulary (in uses_)
   };
   // A reduced draft vocabulary: adds the context's tokens outside it to the extra logit tokens.
   void track_context(State& st, const std::vector<int32_t>& context);
@@ -57,7 +58,7 @@ class DraftModelProposer final : public Proposer {
   int64_t num_steps_ = 0, num_tokens_ = 0;
   std::vector<bool> in_base_;            // [drafter vocab]: in logit_token_ids (empty: whole vocabulary)
   std::vector<int32_t> uses_;            // [drafter vocab]: requests holding the token as extra
-  std::vector<int32_t> extra_;           // the drafter's extra logit tokens, as last set
+  std::vector<int32_t> extra_;           // the drafter's extra logit tokens, as set by this proposer
   int64_t num_extra_ = 0;                // tokens with uses_ > 0
   bool extra_dirty_ = false;
 };
