@@ -150,7 +150,7 @@ void bind_groups(py::module_& m) {
       })
       .def("choice", [](const AttentionSetup& s, const std::string& layer) {
         auto it = s.choices.find(layer);
-        check_config(it != s.choices.end(), "layer_name", "'" + layer + "'", "not a layer of this setup");
+        SPECDEC_CHECK(it != s.choices.end(), "layer_name", "'" + layer + "'", "not a layer of this setup");
         return choice_dict(it->second);
       }, py::arg("layer_name"))
       .def("explain", &AttentionSetup::explain);

@@ -24,13 +24,13 @@ namespace {
 // Python ints arrive as int64 and are range-checked here, so an out-of-range size is a
 // ValueError naming the field rather than a binding TypeError.
 int as_int(int64_t value, const char* field) {
-  check_config(value >= INT32_MIN && value <= INT32_MAX, field, value, "must fit in 32 bits");
+  SPECDEC_CHECK(value >= INT32_MIN && value <= INT32_MAX, field, value, "must fit in 32 bits");
   return static_cast<int>(value);
 }
 
 int head_size_v_arg(std::optional<int64_t> v) {
   if (!v.has_value()) return -1;
-  check_config(*v >= 1, "head_size_v", *v, "must be >= 1 (or None for head_size)");
+  SPECDEC_CHECK(*v >= 1, "head_size_v", *v, "must be >= 1 (or None for head_size)");
   return as_int(*v, "head_size_v");
 }
 

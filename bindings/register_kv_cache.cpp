@@ -20,15 +20,15 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 // A slot mapping from any 1-D integer array, range-checked before narrowing to int32.
 std::vector<int32_t> slot_vector(const py::array& array) {
   const char kind = array.dtype().kind();
-  check_config(kind == 'i' || kind == 'u', "slot_mapping", str_cat("array of dtype ", std::string(py::str(array.dtype()))),
+  SPECDEC_CHECK(kind == 'i' || kind == 'u', "slot_mapping", str_cat("array of dtype ", std::string(py::str(array.dtype()))),
                "must be an integer array (-1 = padding)");
-  check_config(array.ndim() == 1, "slot_mapping", str_cat("array of ", array.ndim(), " dims"),
+  SPECDEC_CHECK(array.ndim() == 1, "slot_mapping", str_cat("array of ", array.ndim(), " dims"),
                "must be 1-D: [num_tokens]");
   const auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
   std::vector<int32_t> out(static_cast<size_t>(wide.size()));
   for (py::ssize_t i = 0; i < wide.size(); ++i) {
     const int64_t s = wide.data()[i];
-    check_config(s >= -1 && s <= INT32_MAX, str_cat("slot_mapping[", i, "]"), s, "must be -1 or a slot index");
+    SPECDEC_CHECK(s >= -1 && s <= INT32_MAX, str_cat("slot_mapping[", i, "]"), s, "must be -1 or a slot index");
     out[static_cast<size_t>(i)] = static_cast<int32_t>(s);
   }
   return out;
@@ -47,7 +47,7 @@ KvPart parse_part(const std::string& part) {
 }
 
 void check_rows(const FloatArray& src, const KvPartView& p, size_t num_tokens, const char* field) {
-  check_config(src.ndim() == 3 && static_cast<size_t>(src.shape(0)) == num_tokens &&
+  SPECDEC_CHECK(src.ndim() == 3 && static_cast<size_t>(src.shape(0)) == num_tokens &&
                    src.shape(1) == p.num_heads && src.shape(2) == p.width,
                field, str_cat("array of ", src.ndim(), " dims, size ", src.size()),
                str_cat("must have shape [num_tokens=", num_tokens, ", ", p.num_heads, ", ", p.width, "]"));

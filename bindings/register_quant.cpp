@@ -35,7 +35,7 @@ GgmlType to_type(const py::object& t) {
 // x as a 2-D [n, cols] float array (1-D = one row).
 std::pair<int64_t, int64_t> rows_cols(const Floats& x) {
   if (x.ndim() == 1) return {1, x.shape(0)};
-  check_config(x.ndim() == 2, "x.ndim", x.ndim(), "must be 1 or 2");
+  SPECDEC_CHECK(x.ndim() == 2, "x.ndim", x.ndim(), "must be 1 or 2");
   return {x.shape(0), x.shape(1)};
 }
 
@@ -49,7 +49,7 @@ py::array_t<float> dequantize_py(const py::object& type, const Bytes& data, int6
                                  int64_t cols) {
   const GgmlType t = to_type(type);
   const int64_t need = rows * row_bytes(t, cols);
-  check_config(
+  SPECDEC_CHECK(
       data.size() == need, "data", str_cat(data.size(), " bytes"),
       str_cat("must be ", need, " bytes for ", rows, " x ", cols, " ", weight_type_name(t)));
   std::vector<float> v;
@@ -71,7 +71,7 @@ Bytes quantize_py(const py::object& type, const Floats& x) {
 
 Floats matmul_py(ocl::Context& ctx, const DeviceWeight& w, const Floats& x) {
   const auto [n, cols] = rows_cols(x);
-  check_config(cols == w.cols(), "x.shape[1]", cols,
+  SPECDEC_CHECK(cols == w.cols(), "x.shape[1]", cols,
                str_cat("must equal the weight's cols ", w.cols()));
   std::vector<float> y(static_cast<size_t>(n * w.rows()));
   if (n > 0) {
@@ -100,10 +100,10 @@ Floats matmul_reference_py(const py::object& type, const Bytes& data, int64_t ro
                            const Floats& x, const std::string& numerics) {
   const GgmlType t = to_type(type);
   const auto [n, xc] = rows_cols(x);
-  check_config(xc == cols, "x.shape[1]", xc, str_cat("must equal cols ", cols));
-  check_config(data.size() == rows * row_bytes(t, cols), "data", str_cat(data.size(), " bytes"),
+  SPECDEC_CHECK(xc == cols, "x.shape[1]", xc, str_cat("must equal cols ", cols));
+  SPECDEC_CHECK(data.size() == rows * row_bytes(t, cols), "data", str_cat(data.size(), " bytes"),
                str_cat("must be ", rows * row_bytes(t, cols), " bytes"));
-  check_config(numerics == "device" || numerics == "exact", "numerics", numerics,
+  SPECDEC_CHECK(numerics == "device" || numerics == "exact", "numerics", numerics,
                "must be 'device' or 'exact'");
   const std::vector<float> y =
       matmul_reference(t, data.data(), rows, cols, x.data(), n,

@@ -20,7 +20,7 @@ namespace {
 
 runner::StepRequest to_request(const py::handle& h) {
   const auto t = h.cast<py::tuple>();
-  check_config(t.size() == 4 || t.size() == 5, "request", t.size(),
+  SPECDEC_CHECK(t.size() == 4 || t.size() == 5, "request", t.size(),
                "a tuple (request_id, tokens, num_computed_tokens, num_logits[, num_committed_tokens])");
   runner::StepRequest r;
   r.request_id = t[0].cast<std::string>();
@@ -64,7 +64,7 @@ py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vecto
 }
 
 const float* row(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
-  check_config(a.ndim() == 1 && a.shape(0) > 0, "logits", a.ndim(), "a 1-D array of one row of logits");
+  SPECDEC_CHECK(a.ndim() == 1 && a.shape(0) > 0, "logits", a.ndim(), "a 1-D array of one row of logits");
   return a.data();
 }
 

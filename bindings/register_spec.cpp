@@ -120,12 +120,12 @@ void register_spec(py::module_& root) {
                              "One request asking for drafts: its sequence, k and sampling.")
       .def(py::init([](std::shared_ptr<Sequence> seq, int k, double temperature, int top_k, double top_p,
                        double min_p, sampling::Generator* gen) {
-             check_config(k >= 0, "num_speculative_tokens", k, ">= 0");
+             SPECDEC_CHECK(k >= 0, "num_speculative_tokens", k, ">= 0");
              ProposeRequest r;
              r.sequence = std::move(seq);
              r.num_speculative_tokens = k;
              r.params = sampling::SamplingParams::make(temperature, top_k, top_p, min_p);
-             check_config(r.params.greedy() || gen != nullptr, "generator", "None",
+             SPECDEC_CHECK(r.params.greedy() || gen != nullptr, "generator", "None",
                           "a SamplingGenerator for a sampled request");
              r.generator = gen;
              return r;
@@ -145,7 +145,7 @@ void register_spec(py::module_& root) {
              Draft d;
              d.tokens = std::move(tokens);
              if (probs) {
-               check_config(probs->ndim() == 2 && probs->shape(0) == static_cast<py::ssize_t>(d.tokens.size()),
+               SPECDEC_CHECK(probs->ndim() == 2 && probs->shape(0) == static_cast<py::ssize_t>(d.tokens.size()),
                             "probs rows", probs->ndim() == 2 ? probs->shape(0) : -1,
                             str_cat(d.tokens.size(), " (one row of draft probabilities per token)"));
                d.vocab_size = probs->shape(1);
@@ -194,7 +194,7 @@ void register_spec(py::module_& root) {
       "ValueError naming what differs when the drafter's vocabulary is not the target's (llama.cpp's rule).");
 
   m.def("verify_greedy", [](const std::vector<int32_t>& draft, const IntArray& argmax) {
-        check_config(argmax.ndim() == 1 && argmax.shape(0) == static_cast<py::ssize_t>(draft.size()) + 1,
+        SPECDEC_CHECK(argmax.ndim() == 1 && argmax.shape(0) == static_cast<py::ssize_t>(draft.size()) + 1,
                      "target_argmax", argmax.ndim() == 1 ? argmax.shape(0) : -1,
                      str_cat(draft.size() + 1, " rows (draft + 1)"));
         const VerifyResult r = verify_greedy(draft, argmax.data());
@@ -203,11 +203,11 @@ void register_spec(py::module_& root) {
       "(tokens, num_accepted): accept while draft == argmax, then the target's token.");
   m.def("verify_sampled", [](const Draft& draft, const FloatArray& logits, double temperature, int top_k,
                              double top_p, double min_p, sampling::Generator* gen) {
-        check_config(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
+        SPECDEC_CHECK(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
                      "target_logits rows", logits.ndim() == 2 ? logits.shape(0) : -1,
                      str_cat(draft.tokens.size() + 1, " rows (draft + 1) of a 2-D array"));
         const sampling::SamplingParams p = sampling::SamplingParams::make(temperature, top_k, top_p, min_p);
-        check_config(p.greedy() || gen != nullptr, "generator", "None", "a SamplingGenerator for a sampled request");
+        SPECDEC_CHECK(p.greedy() || gen != nullptr, "generator", "None", "a SamplingGenerator for a sampled request");
         sampling::Generator unused(0);  // greedy verification draws nothing
         VerifyResult r;
         {

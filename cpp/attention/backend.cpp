@@ -10,7 +10,7 @@ AttentionRequirements AttentionRequirements::from_spec(const kv::KvCacheSpec& sp
                                                        bool use_non_causal, bool use_softcap,
                                                        bool use_sinks) {
   spec.validate();
-  check_config(num_q_heads >= 1 && num_q_heads % spec.num_kv_heads == 0, "num_q_heads", num_q_heads,
+  SPECDEC_CHECK(num_q_heads >= 1 && num_q_heads % spec.num_kv_heads == 0, "num_q_heads", num_q_heads,
                str_cat("must be a positive multiple of num_kv_heads = ", spec.num_kv_heads));
   AttentionRequirements r;
   r.use_mla = spec.kind == kv::KvSpecKind::kMla;
@@ -44,13 +44,13 @@ std::string AttentionRequirements::to_string() const {
 }
 
 void AttentionRequirements::validate() const {
-  check_config(head_size >= 1, "head_size", head_size, "must be >= 1");
-  check_config(head_size_v >= 1, "head_size_v", head_size_v, "must be >= 1");
-  check_config(num_kv_heads >= 1, "num_kv_heads", num_kv_heads, "must be >= 1");
-  check_config(num_q_heads >= 1 && num_q_heads % num_kv_heads == 0, "num_q_heads", num_q_heads,
+  SPECDEC_CHECK(head_size >= 1, "head_size", head_size, "must be >= 1");
+  SPECDEC_CHECK(head_size_v >= 1, "head_size_v", head_size_v, "must be >= 1");
+  SPECDEC_CHECK(num_kv_heads >= 1, "num_kv_heads", num_kv_heads, "must be >= 1");
+  SPECDEC_CHECK(num_q_heads >= 1 && num_q_heads % num_kv_heads == 0, "num_q_heads", num_q_heads,
                str_cat("must be a positive multiple of num_kv_heads = ", num_kv_heads));
-  check_config(block_size >= 1, "block_size", block_size, "must be >= 1");
-  check_config(!(use_sliding_window && use_chunked_local), "use_chunked_local", "true",
+  SPECDEC_CHECK(block_size >= 1, "block_size", block_size, "must be >= 1");
+  SPECDEC_CHECK(!(use_sliding_window && use_chunked_local), "use_chunked_local", "true",
                "a layer has a sliding window or a chunk, not both");
 }
 
@@ -70,24 +70,24 @@ AttentionLayerParams AttentionLayerParams::from_spec(const kv::KvCacheSpec& spec
 void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerParams& p, const kv::LayerKvView& view) {
   const kv::KvCacheSpec& s = view.spec;
   const bool mla = s.kind == kv::KvSpecKind::kMla;
-  check_config(p.num_kv_heads == s.num_kv_heads, "num_kv_heads", p.num_kv_heads,
+  SPECDEC_CHECK(p.num_kv_heads == s.num_kv_heads, "num_kv_heads", p.num_kv_heads,
                str_cat("must equal the cache's ", s.num_kv_heads));
-  check_config(p.num_q_heads >= 1 && p.num_q_heads % s.num_kv_heads == 0, "num_q_heads", p.num_q_heads,
+  SPECDEC_CHECK(p.num_q_heads >= 1 && p.num_q_heads % s.num_kv_heads == 0, "num_q_heads", p.num_q_heads,
                str_cat("must be a positive multiple of num_kv_heads = ", s.num_kv_heads));
-  check_config(p.head_size == s.head_size, "head_size", p.head_size, str_cat("must equal the cache's ", s.head_size));
+  SPECDEC_CHECK(p.head_size == s.head_size, "head_size", p.head_size, str_cat("must equal the cache's ", s.head_size));
   const int head_size_v = mla ? s.kv_lora_rank : s.head_size_v;
-  check_config(p.head_size_v == head_size_v, "head_size_v", p.head_size_v,
+  SPECDEC_CHECK(p.head_size_v == head_size_v, "head_size_v", p.head_size_v,
                str_cat("must equal the cache's ", head_size_v));
-  check_config(md.block_size == s.block_size, "block_size", md.block_size,
+  SPECDEC_CHECK(md.block_size == s.block_size, "block_size", md.block_size,
                str_cat("metadata built for another block size; the cache's is ", s.block_size));
   const int window = s.kind == kv::KvSpecKind::kSlidingWindow ? s.sliding_window : 0;
-  check_config(p.sliding_window == window, "sliding_window", p.sliding_window,
+  SPECDEC_CHECK(p.sliding_window == window, "sliding_window", p.sliding_window,
                str_cat("must be the layer's window ", window,
                        window > 0 ? " (blocks that left it are freed: a wider window reads freed blocks)" : ""));
   const int chunk = s.kind == kv::KvSpecKind::kChunkedLocal ? s.attention_chunk_size : 0;
-  check_config(p.attention_chunk_size == 0 || p.attention_chunk_size == chunk, "attention_chunk_size",
+  SPECDEC_CHECK(p.attention_chunk_size == 0 || p.attention_chunk_size == chunk, "attention_chunk_size",
                p.attention_chunk_size, str_cat("must be 0 or the layer's chunk ", chunk));
-  check_config(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
+  SPECDEC_CHECK(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
 }
 
 void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLayerParams& p,
@@ -95,14 +95,14 @@ void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLay
                            const ocl::Buffer& output) {
   const size_t rows = static_cast<size_t>(md.num_actual_tokens) * static_cast<size_t>(p.num_q_heads);
   const size_t n_q = rows * static_cast<size_t>(p.head_size), n_out = rows * static_cast<size_t>(p.head_size_v);
-  check_config(query.size_bytes() >= n_q * sizeof(float), "query", str_cat(query.size_bytes(), " bytes"),
+  SPECDEC_CHECK(query.size_bytes() >= n_q * sizeof(float), "query", str_cat(query.size_bytes(), " bytes"),
                str_cat("must hold num_tokens * num_q_heads * head_size = ", n_q, " floats"));
-  check_config(output.size_bytes() >= n_out * sizeof(float), "output", str_cat(output.size_bytes(), " bytes"),
+  SPECDEC_CHECK(output.size_bytes() >= n_out * sizeof(float), "output", str_cat(output.size_bytes(), " bytes"),
                str_cat("must hold num_tokens * num_q_heads * head_size_v = ", n_out, " floats"));
-  check_config(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
+  SPECDEC_CHECK(cache.size_bytes() >= static_cast<size_t>(view.size_bytes()), "cache",
                str_cat(cache.size_bytes(), " bytes"), str_cat("must hold the view's ", view.size_bytes(), " bytes"));
   if (p.sinks != nullptr) {
-    check_config(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float), "sinks",
+    SPECDEC_CHECK(p.sinks->size_bytes() >= static_cast<size_t>(p.num_q_heads) * sizeof(float), "sinks",
                  str_cat(p.sinks->size_bytes(), " bytes"), str_cat("must hold num_q_heads = ", p.num_q_heads, " floats"));
   }
 }

@@ -16,7 +16,7 @@ std::map<std::string, const LayerAttentionInfo*> index_layers(const kv::KvCacheC
   std::map<std::string, const LayerAttentionInfo*> out;
   for (const auto& l : layers) out[l.layer_name] = &l;
   for (const auto& [name, spec] : config.layer_specs()) {
-    check_config(out.count(name) == 1, "layers", "'" + name + "'",
+    SPECDEC_CHECK(out.count(name) == 1, "layers", "'" + name + "'",
                  "every layer of the KV-cache plan needs its attention info (num_q_heads, ...)");
   }
   return out;

@@ -10,33 +10,33 @@
 namespace specdec::attn {
 
 void CommonAttentionMetadata::validate() const {
-  check_config(num_reqs >= 0, "num_reqs", num_reqs, "must be >= 0");
-  check_config(block_size >= 1, "block_size", block_size, "must be >= 1");
-  check_config(query_start_loc.size() == static_cast<size_t>(num_reqs) + 1, "query_start_loc",
+  SPECDEC_CHECK(num_reqs >= 0, "num_reqs", num_reqs, "must be >= 0");
+  SPECDEC_CHECK(block_size >= 1, "block_size", block_size, "must be >= 1");
+  SPECDEC_CHECK(query_start_loc.size() == static_cast<size_t>(num_reqs) + 1, "query_start_loc",
                str_cat(query_start_loc.size(), " entries"), str_cat("must have num_reqs + 1 = ", num_reqs + 1));
-  check_config(query_start_loc[0] == 0, "query_start_loc[0]", query_start_loc[0], "must be 0");
-  check_config(seq_lens.size() == static_cast<size_t>(num_reqs), "seq_lens", str_cat(seq_lens.size(), " entries"),
+  SPECDEC_CHECK(query_start_loc[0] == 0, "query_start_loc[0]", query_start_loc[0], "must be 0");
+  SPECDEC_CHECK(seq_lens.size() == static_cast<size_t>(num_reqs), "seq_lens", str_cat(seq_lens.size(), " entries"),
                str_cat("must have num_reqs = ", num_reqs));
-  check_config(num_computed_tokens.size() == static_cast<size_t>(num_reqs), "num_computed_tokens",
+  SPECDEC_CHECK(num_computed_tokens.size() == static_cast<size_t>(num_reqs), "num_computed_tokens",
                str_cat(num_computed_tokens.size(), " entries"), str_cat("must have num_reqs = ", num_reqs));
-  check_config(max_blocks_per_req >= 0 && block_table.size() == static_cast<size_t>(num_reqs) * max_blocks_per_req,
+  SPECDEC_CHECK(max_blocks_per_req >= 0 && block_table.size() == static_cast<size_t>(num_reqs) * max_blocks_per_req,
                "block_table", str_cat(block_table.size(), " entries"),
                str_cat("must have num_reqs * max_blocks_per_req = ", int64_t{num_reqs} * max_blocks_per_req));
   for (int r = 0; r < num_reqs; ++r) {
     const int q = query_len(r);
-    check_config(q >= 0, str_cat("query_start_loc[", r + 1, "]"), query_start_loc[r + 1], "must not decrease");
-    check_config(seq_lens[r] >= q, str_cat("seq_lens[", r, "]"), seq_lens[r],
+    SPECDEC_CHECK(q >= 0, str_cat("query_start_loc[", r + 1, "]"), query_start_loc[r + 1], "must not decrease");
+    SPECDEC_CHECK(seq_lens[r] >= q, str_cat("seq_lens[", r, "]"), seq_lens[r],
                  str_cat("must be >= the request's query length ", q));
-    check_config(num_computed_tokens[r] == seq_lens[r] - q, str_cat("num_computed_tokens[", r, "]"),
+    SPECDEC_CHECK(num_computed_tokens[r] == seq_lens[r] - q, str_cat("num_computed_tokens[", r, "]"),
                  num_computed_tokens[r], str_cat("must be seq_lens - query length = ", seq_lens[r] - q));
-    check_config(seq_lens[r] <= int64_t{max_blocks_per_req} * block_size, str_cat("seq_lens[", r, "]"), seq_lens[r],
+    SPECDEC_CHECK(seq_lens[r] <= int64_t{max_blocks_per_req} * block_size, str_cat("seq_lens[", r, "]"), seq_lens[r],
                  str_cat("exceeds what the block table covers (", max_blocks_per_req, " blocks of ", block_size, ")"));
-    check_config(q <= max_query_len, "max_query_len", max_query_len, str_cat("must be >= ", q));
-    check_config(seq_lens[r] <= max_seq_len, "max_seq_len", max_seq_len, str_cat("must be >= ", seq_lens[r]));
+    SPECDEC_CHECK(q <= max_query_len, "max_query_len", max_query_len, str_cat("must be >= ", q));
+    SPECDEC_CHECK(seq_lens[r] <= max_seq_len, "max_seq_len", max_seq_len, str_cat("must be >= ", seq_lens[r]));
   }
-  check_config(query_start_loc[num_reqs] == num_actual_tokens, "num_actual_tokens", num_actual_tokens,
+  SPECDEC_CHECK(query_start_loc[num_reqs] == num_actual_tokens, "num_actual_tokens", num_actual_tokens,
                str_cat("must equal query_start_loc[num_reqs] = ", query_start_loc[num_reqs]));
-  check_config(slot_mapping.size() == static_cast<size_t>(num_actual_tokens), "slot_mapping",
+  SPECDEC_CHECK(slot_mapping.size() == static_cast<size_t>(num_actual_tokens), "slot_mapping",
                str_cat(slot_mapping.size(), " entries"), str_cat("must have num_actual_tokens = ", num_actual_tokens));
 }
 
@@ -57,17 +57,17 @@ CommonAttentionMetadata build_common_metadata(const kv::KvCacheManager& manager,
     const ScheduledRequest& req = requests[r];
     const auto& table = manager.block_table(req.request_id, group_id);
     const int64_t end = req.num_computed_tokens + req.num_new_tokens;
-    check_config(req.num_computed_tokens >= 0 && req.num_new_tokens >= 0 && end <= int64_t{md.block_size} * static_cast<int64_t>(table.size()),
+    SPECDEC_CHECK(req.num_computed_tokens >= 0 && req.num_new_tokens >= 0 && end <= int64_t{md.block_size} * static_cast<int64_t>(table.size()),
                  str_cat("requests[", r, "]"), req.request_id,
                  str_cat("tokens [", req.num_computed_tokens, ", ", end, ") are not covered by its block table of ",
                          table.size(), " blocks; call allocate_slots first"));
     std::copy(table.begin(), table.end(), md.block_table.begin() + static_cast<int64_t>(r) * md.max_blocks_per_req);
     for (int64_t pos = req.num_computed_tokens; pos < end; ++pos) {
       const int32_t block = table[pos / md.block_size];
-      check_config(block != kv::kNullBlockId, str_cat("requests[", r, "]"), req.request_id,
+      SPECDEC_CHECK(block != kv::kNullBlockId, str_cat("requests[", r, "]"), req.request_id,
                    str_cat("position ", pos, " lies in a freed block"));
       const int64_t slot = int64_t{block} * md.block_size + pos % md.block_size;
-      check_config(slot <= INT32_MAX, "slot_mapping", slot, "slots are int32: the planner caps num_blocks * block_size");
+      SPECDEC_CHECK(slot <= INT32_MAX, "slot_mapping", slot, "slots are int32: the planner caps num_blocks * block_size");
       md.slot_mapping.push_back(static_cast<int32_t>(slot));
     }
     md.query_start_loc.push_back(static_cast<int32_t>(md.slot_mapping.size()));
@@ -83,7 +83,7 @@ CommonAttentionMetadata build_common_metadata(const kv::KvCacheManager& manager,
 CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const CommonAttentionMetadata& common) {
   common.validate();
   const int bs = common.block_size;
-  check_config(chunk >= 1 && chunk % bs == 0, "attention_chunk_size", chunk,
+  SPECDEC_CHECK(chunk >= 1 && chunk % bs == 0, "attention_chunk_size", chunk,
                str_cat("must be a positive multiple of block_size = ", bs));
   const int pages = chunk / bs;
   CommonAttentionMetadata out;

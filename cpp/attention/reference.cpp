@@ -15,11 +15,11 @@ std::vector<float> attention_ref(const CommonAttentionMetadata& md, const Attent
   md.validate();
   const bool mla = view.spec.kind == kv::KvSpecKind::kMla;
   const int hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_size, dv = p.head_size_v;
-  check_config(hq >= 1 && hkv >= 1 && hq % hkv == 0, "num_q_heads", hq,
+  SPECDEC_CHECK(hq >= 1 && hkv >= 1 && hq % hkv == 0, "num_q_heads", hq,
                str_cat("must be a positive multiple of num_kv_heads = ", hkv));
-  check_config(query.size() == static_cast<size_t>(md.num_actual_tokens) * hq * d, "query",
+  SPECDEC_CHECK(query.size() == static_cast<size_t>(md.num_actual_tokens) * hq * d, "query",
                str_cat(query.size(), " floats"), str_cat("must be num_tokens * num_q_heads * head_size"));
-  check_config(sinks.empty() || sinks.size() == static_cast<size_t>(hq), "sinks", str_cat(sinks.size(), " floats"),
+  SPECDEC_CHECK(sinks.empty() || sinks.size() == static_cast<size_t>(hq), "sinks", str_cat(sinks.size(), " floats"),
                str_cat("must be empty or num_q_heads = ", hq));
   const DType dt = view.spec.dtype;
   const int bs = view.spec.block_size;

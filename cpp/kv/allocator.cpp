@@ -8,7 +8,7 @@ std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const Lay
                                           KvLayout default_attention_layout) {
   const auto specs = config.layer_specs();
   for (const auto& [layer, layout] : layouts) {
-    check_config(specs.count(layer) == 1, "layouts", "'" + layer + "'",
+    SPECDEC_CHECK(specs.count(layer) == 1, "layouts", "'" + layer + "'",
                  "names no layer of this KV-cache plan");
   }
   std::vector<LayerKvView> views;
@@ -39,7 +39,7 @@ std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const Lay
 KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const KvCacheConfig& config,
                                      const LayoutMap& layouts, KvLayout default_attention_layout)
     : ctx_(std::move(ctx)), config_(config) {
-  check_config(ctx_ != nullptr, "context", "null", "an OpenCL context is required");
+  SPECDEC_CHECK(ctx_ != nullptr, "context", "null", "an OpenCL context is required");
   views_ = make_layer_views(config_, layouts, default_attention_layout);
   const auto& device = ctx_->device();
   if (config_.total_bytes() > device.global_mem_bytes) {
@@ -58,13 +58,13 @@ KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const Kv
 
 const LayerKvView& KvCacheAllocation::view(const std::string& layer_name) const {
   auto it = view_index_.find(layer_name);
-  check_config(it != view_index_.end(), "layer_name", "'" + layer_name + "'",
+  SPECDEC_CHECK(it != view_index_.end(), "layer_name", "'" + layer_name + "'",
                "not a layer of this KV cache");
   return views_[it->second];
 }
 
 const ocl::Buffer& KvCacheAllocation::tensor(int index) const {
-  check_config(index >= 0 && index < static_cast<int>(buffers_.size()), "tensor_index", index,
+  SPECDEC_CHECK(index >= 0 && index < static_cast<int>(buffers_.size()), "tensor_index", index,
                str_cat("must be in [0, ", buffers_.size(), ")"));
   return buffers_[index];
 }

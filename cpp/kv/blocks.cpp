@@ -48,7 +48,7 @@ class ChunkedLocalManager final : public GroupBlockManager {
 // BlockPool
 
 BlockPool::BlockPool(int64_t num_blocks) : num_blocks_(num_blocks) {
-  check_config(num_blocks >= 2 && num_blocks <= kMaxNumBlocks, "num_blocks", num_blocks,
+  SPECDEC_CHECK(num_blocks >= 2 && num_blocks <= kMaxNumBlocks, "num_blocks", num_blocks,
                str_cat("must be in [2, ", kMaxNumBlocks,
                        "]: block 0 is the null block, so a pool needs at least one more; "
                        "give the KV cache more memory or use a smaller block_size"));
@@ -186,7 +186,7 @@ std::string AllocationResult::to_string() const {
 // KvCacheManager
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config) : max_model_len_(config.max_model_len) {
-  check_config(config.max_model_len >= 1, "max_model_len", config.max_model_len, "must be >= 1");
+  SPECDEC_CHECK(config.max_model_len >= 1, "max_model_len", config.max_model_len, "must be >= 1");
   groups_.reserve(config.groups.size());
   for (const KvCacheGroup& group : config.groups) {
     groups_.push_back(make_group_block_manager(group.spec, group.num_blocks));
@@ -214,7 +214,7 @@ KvCacheManager::RequestState& KvCacheManager::find_state(const std::string& requ
 }
 
 void KvCacheManager::check_group_id(int group_id) const {
-  check_config(group_id >= 0 && group_id < num_groups(), "group_id", group_id,
+  SPECDEC_CHECK(group_id >= 0 && group_id < num_groups(), "group_id", group_id,
                str_cat("must be in [0, ", num_groups(), ")"));
 }
 
@@ -236,10 +236,10 @@ void KvCacheManager::check_window_intact(const RequestState& state, int64_t num_
 
 void KvCacheManager::check_allocation_args(const RequestState& state, int64_t num_computed_tokens,
                                            int64_t num_new_tokens) const {
-  check_config(num_computed_tokens >= 0, "num_computed_tokens", num_computed_tokens,
+  SPECDEC_CHECK(num_computed_tokens >= 0, "num_computed_tokens", num_computed_tokens,
                "must be >= 0");
-  check_config(num_new_tokens >= 0, "num_new_tokens", num_new_tokens, "must be >= 0");
-  check_config(
+  SPECDEC_CHECK(num_new_tokens >= 0, "num_new_tokens", num_new_tokens, "must be >= 0");
+  SPECDEC_CHECK(
       num_computed_tokens <= state.num_slot_tokens, "num_computed_tokens", num_computed_tokens,
       str_cat("must be <= the ", state.num_slot_tokens, " tokens of this request that have slots"));
   if (num_new_tokens > max_model_len_ - num_computed_tokens) {
@@ -268,7 +268,7 @@ AllocationResult KvCacheManager::find_shortfall(const RequestState& state,
 
 namespace {
 int64_t free_point(int64_t num_computed_tokens, int64_t num_committed_tokens) {
-  check_config(num_committed_tokens >= -1, "num_committed_tokens", num_committed_tokens,
+  SPECDEC_CHECK(num_committed_tokens >= -1, "num_committed_tokens", num_committed_tokens,
                "-1 (all computed tokens are committed) or a count >= 0");
   return num_committed_tokens < 0 ? num_computed_tokens
                                   : std::min(num_computed_tokens, num_committed_tokens);
@@ -327,7 +327,7 @@ bool KvCacheManager::can_allocate(const std::string& request_id, int64_t num_com
 
 void KvCacheManager::truncate(const std::string& request_id, int64_t num_tokens) {
   RequestState& request = find_state(request_id);
-  check_config(num_tokens >= 0 && num_tokens <= request.num_slot_tokens, "num_tokens", num_tokens,
+  SPECDEC_CHECK(num_tokens >= 0 && num_tokens <= request.num_slot_tokens, "num_tokens", num_tokens,
                str_cat("must be in [0, ", request.num_slot_tokens,
                        "] (the tokens of this request that have slots)"));
   check_window_intact(request, num_tokens, "num_tokens");

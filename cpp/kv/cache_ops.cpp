@@ -51,7 +51,7 @@ void check_slot_mapping(const LayerKvView& view, const std::vector<int32_t>& slo
   const int64_t num_slots = view.num_blocks * view.spec.block_size;
   for (size_t i = 0; i < slot_mapping.size(); ++i) {
     const int64_t s = slot_mapping[i];
-    check_config(s == -1 || (s >= 0 && s < num_slots), str_cat("slot_mapping[", i, "]"), s,
+    SPECDEC_CHECK(s == -1 || (s >= 0 && s < num_slots), str_cat("slot_mapping[", i, "]"), s,
                  str_cat("must be -1 (padding) or in [0, ", num_slots, ")"));
   }
 }
@@ -77,15 +77,15 @@ void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerK
   if (num_tokens == 0 || (view.k.empty() && view.v.empty())) return;
   auto stride = [](const KvRows& r, const KvPartView& p) {
     const int64_t row = int64_t{p.num_heads} * p.width;
-    check_config(r.token_stride == 0 || r.token_stride >= row, "kv rows token_stride", r.token_stride,
+    SPECDEC_CHECK(r.token_stride == 0 || r.token_stride >= row, "kv rows token_stride", r.token_stride,
                  str_cat("0 or at least num_heads * width = ", row));
     return r.token_stride == 0 ? row : r.token_stride;
   };
   auto check_rows = [&](const KvRows& r, const KvPartView& p, const char* what) {
     if (p.empty()) return;
-    check_config(r.buffer != nullptr && r.buffer->get() != nullptr, what, "none", "a device buffer");
+    SPECDEC_CHECK(r.buffer != nullptr && r.buffer->get() != nullptr, what, "none", "a device buffer");
     const int64_t need = (r.offset + int64_t{num_tokens - 1} * stride(r, p) + int64_t{p.num_heads} * p.width) * 4;
-    check_config(r.offset >= 0 && static_cast<int64_t>(r.buffer->size_bytes()) >= need, what,
+    SPECDEC_CHECK(r.offset >= 0 && static_cast<int64_t>(r.buffer->size_bytes()) >= need, what,
                  str_cat(r.buffer->size_bytes(), " bytes"), str_cat("at least ", need, " bytes"));
   };
   check_rows(k, view.k, "kv_cache_write_kv.k");

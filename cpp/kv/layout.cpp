@@ -93,7 +93,7 @@ LayerKvView make_layer_view(const std::string& layer_name, int tensor_index,
                                        : "; attention caches use kv_major or block_major"));
   }
   const int64_t page = spec.page_size_bytes();
-  check_config(tensor_bytes > 0 && tensor_bytes % page == 0, layer_name + ".tensor_bytes",
+  SPECDEC_CHECK(tensor_bytes > 0 && tensor_bytes % page == 0, layer_name + ".tensor_bytes",
                tensor_bytes, str_cat("must be a positive multiple of the page size ", page));
   LayerKvView view;
   view.layer_name = layer_name;

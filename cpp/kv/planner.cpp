@@ -33,12 +33,12 @@ void validate_sharing(const std::vector<LayerKvSpec>& layers,
     throw ConfigError(field, value, "no layer of that name; it must name an earlier layer");
   }
   const LayerKvSpec& target = layers[it->second];
-  check_config(it->second != i, field, value, "a layer cannot share its own KV cache");
-  check_config(it->second < i, field, value, "the target must come before the sharing layer");
-  check_config(target.kv_sharing_target.empty(), field, value,
+  SPECDEC_CHECK(it->second != i, field, value, "a layer cannot share its own KV cache");
+  SPECDEC_CHECK(it->second < i, field, value, "the target must come before the sharing layer");
+  SPECDEC_CHECK(target.kv_sharing_target.empty(), field, value,
                str_cat("the target itself reads '", target.kv_sharing_target,
                        "'; point at that layer instead"));
-  check_config(target.spec == layer.spec, field, value,
+  SPECDEC_CHECK(target.spec == layer.spec, field, value,
                str_cat("the target's spec ", target.spec.to_string(),
                        " differs from this layer's ", layer.spec.to_string(),
                        "; a shared cache must be read with the spec that wrote it"));
@@ -92,18 +92,18 @@ std::string fit_advice(const std::vector<LayerKvSpec>& layers, int64_t budget_by
 }  // namespace
 
 void validate_layers(const std::vector<LayerKvSpec>& layers, int64_t max_model_len) {
-  check_config(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
+  SPECDEC_CHECK(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
                str_cat("must be in [1, ", kMaxTokens, "] tokens"));
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& layer = layers[i];
-    check_config(!layer.layer_name.empty(), str_cat("layers[", i, "].layer_name"), "''",
+    SPECDEC_CHECK(!layer.layer_name.empty(), str_cat("layers[", i, "].layer_name"), "''",
                  "every layer needs a name");
-    check_config(index_of.emplace(layer.layer_name, i).second, str_cat("layers[", i, "].layer_name"),
+    SPECDEC_CHECK(index_of.emplace(layer.layer_name, i).second, str_cat("layers[", i, "].layer_name"),
                  "'" + layer.layer_name + "'", "layer names must be unique");
     validate_spec_of(layer);
     if (layer.spec.kind == KvSpecKind::kSlidingWindow) {
-      check_config(layer.spec.sliding_window <= max_model_len, layer.layer_name + ".sliding_window",
+      SPECDEC_CHECK(layer.spec.sliding_window <= max_model_len, layer.layer_name + ".sliding_window",
                    layer.spec.sliding_window,
                    str_cat("must be <= max_model_len = ", max_model_len,
                            " (a window that wide is full attention: declare the layer "
@@ -178,8 +178,8 @@ int64_t max_model_len_for_budget(const std::vector<LayerKvSpec>& layers, int64_t
 
 KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
                             int64_t max_model_len, const PlannerOptions& options) {
-  check_config(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
-  check_config(options.num_blocks_override >= 0, "num_blocks_override",
+  SPECDEC_CHECK(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
+  SPECDEC_CHECK(options.num_blocks_override >= 0, "num_blocks_override",
                options.num_blocks_override, "must be >= 0 (0 = size from the budget)");
   KvCacheConfig config;
   config.groups = group_layers(layers, max_model_len, options.max_num_batched_tokens);
@@ -190,10 +190,10 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
 
   const int64_t required = required_bytes(config.groups);
   if (options.num_blocks_override > 0) {
-    check_config(options.num_blocks_override >= 2, "num_blocks_override",
+    SPECDEC_CHECK(options.num_blocks_override >= 2, "num_blocks_override",
                  options.num_blocks_override, "must be >= 2 (block 0 is the null block)");
     for (auto& g : config.groups) {
-      check_config(options.num_blocks_override <= INT32_MAX / g.spec.block_size, "num_blocks_override",
+      SPECDEC_CHECK(options.num_blocks_override <= INT32_MAX / g.spec.block_size, "num_blocks_override",
                    options.num_blocks_override,
                    str_cat("must be <= ", INT32_MAX / g.spec.block_size, " (slots are int32)"));
       g.num_blocks = options.num_blocks_override;
@@ -211,7 +211,7 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
     for (auto& g : config.groups) {
       const __int128 scaled = static_cast<__int128>(budget_bytes) * blocks_needed_per_request(g);
       g.num_blocks = std::min<int64_t>(static_cast<int64_t>(scaled / required), INT32_MAX / g.spec.block_size);
-      check_config(g.num_blocks >= blocks_needed_per_request(g), "max_model_len", max_model_len,
+      SPECDEC_CHECK(g.num_blocks >= blocks_needed_per_request(g), "max_model_len", max_model_len,
                    "one request needs more blocks than int32 slot mappings can address; lower max_model_len");
     }
   }
@@ -274,9 +274,9 @@ SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_
                                          double drafter_fraction,
                                          const PlannerOptions& target_options,
                                          const PlannerOptions& drafter_options) {
-  check_config(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
-  check_config(!target_layers.empty(), "target_layers", "[]", "the target needs at least one attention layer");
-  check_config(!drafter_layers.empty(), "drafter_layers", "[]",
+  SPECDEC_CHECK(budget_bytes >= 0, "kv_cache_memory_bytes", budget_bytes, "must be >= 0");
+  SPECDEC_CHECK(!target_layers.empty(), "target_layers", "[]", "the target needs at least one attention layer");
+  SPECDEC_CHECK(!drafter_layers.empty(), "drafter_layers", "[]",
                "a drafter with a KV cache needs at least one attention layer");
   SpecDecodeKvPlan plan;
   const int64_t need_t = min_budget_bytes(target_layers, max_model_len, target_options);
@@ -297,7 +297,7 @@ SpecDecodeKvPlan plan_target_and_drafter(const std::vector<LayerKvSpec>& target_
     plan.split = str_cat("proportional to one max_model_len request (target ", need_t,
                          " B : drafter ", need_d, " B), so both hold the same number of requests");
   } else {
-    check_config(drafter_fraction > 0 && drafter_fraction < 1, "drafter_fraction",
+    SPECDEC_CHECK(drafter_fraction > 0 && drafter_fraction < 1, "drafter_fraction",
                  drafter_fraction, "must be in (0, 1), or < 0 for the proportional split");
     plan.drafter_budget_bytes = static_cast<int64_t>(static_cast<double>(budget_bytes) * drafter_fraction);
     plan.split = str_cat("fixed: drafter_fraction = ", drafter_fraction);

@@ -13,7 +13,7 @@ constexpr int kMaxHeads = 1 << 12;
 constexpr int kMaxHeadSize = 1 << 16;
 
 void check_range(int value, int lo, int hi, const char* field) {
-  check_config(value >= lo && value <= hi, field, value,
+  SPECDEC_CHECK(value >= lo && value <= hi, field, value,
                str_cat("must be in [", lo, ", ", hi, "]"));
 }
 
@@ -80,10 +80,10 @@ void KvCacheSpec::validate() const {
   if (kind == KvSpecKind::kMla) {
     check_range(kv_lora_rank, 0, kMaxHeadSize, "kv_lora_rank");
     check_range(qk_rope_head_dim, 0, kMaxHeadSize, "qk_rope_head_dim");
-    check_config(kv_lora_rank + qk_rope_head_dim > 0, "kv_lora_rank + qk_rope_head_dim",
+    SPECDEC_CHECK(kv_lora_rank + qk_rope_head_dim > 0, "kv_lora_rank + qk_rope_head_dim",
                  kv_lora_rank + qk_rope_head_dim, "the MLA latent row must not be empty");
-    check_config(num_kv_heads == 1, "num_kv_heads", num_kv_heads, "MLA caches have one latent head");
-    check_config(head_size == kv_lora_rank + qk_rope_head_dim, "head_size", head_size,
+    SPECDEC_CHECK(num_kv_heads == 1, "num_kv_heads", num_kv_heads, "MLA caches have one latent head");
+    SPECDEC_CHECK(head_size == kv_lora_rank + qk_rope_head_dim, "head_size", head_size,
                  str_cat("for MLA must equal kv_lora_rank + qk_rope_head_dim = ",
                          kv_lora_rank + qk_rope_head_dim));
     return;
@@ -92,12 +92,12 @@ void KvCacheSpec::validate() const {
   check_range(head_size, 1, kMaxHeadSize, "head_size");
   check_range(head_size_v, 1, kMaxHeadSize, "head_size_v");
   if (kind == KvSpecKind::kSlidingWindow) {
-    check_config(sliding_window >= 1, "sliding_window", sliding_window, "must be >= 1 token");
+    SPECDEC_CHECK(sliding_window >= 1, "sliding_window", sliding_window, "must be >= 1 token");
   }
   if (kind == KvSpecKind::kChunkedLocal) {
-    check_config(attention_chunk_size >= 1, "attention_chunk_size", attention_chunk_size,
+    SPECDEC_CHECK(attention_chunk_size >= 1, "attention_chunk_size", attention_chunk_size,
                  "must be >= 1 token");
-    check_config(attention_chunk_size % block_size == 0, "attention_chunk_size",
+    SPECDEC_CHECK(attention_chunk_size % block_size == 0, "attention_chunk_size",
                  attention_chunk_size,
                  str_cat("must be a multiple of block_size = ", block_size,
                          " (chunks are made of whole blocks)"));
@@ -120,9 +120,9 @@ int64_t KvCacheSpec::bytes_per_token() const { return page_size_bytes() / block_
 
 int64_t KvCacheSpec::max_blocks_per_request(int64_t max_model_len,
                                             int64_t max_num_batched_tokens) const {
-  check_config(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
+  SPECDEC_CHECK(max_model_len >= 1 && max_model_len <= kMaxTokens, "max_model_len", max_model_len,
                str_cat("must be in [1, ", kMaxTokens, "]"));
-  check_config(max_num_batched_tokens >= 1 && max_num_batched_tokens <= kMaxTokens,
+  SPECDEC_CHECK(max_num_batched_tokens >= 1 && max_num_batched_tokens <= kMaxTokens,
                "max_num_batched_tokens", max_num_batched_tokens,
                str_cat("must be in [1, ", kMaxTokens, "]"));
   switch (kind) {

@@ -82,7 +82,7 @@ int ModelConfig::num_sliding_layers() const {
 namespace {
 
 void check_positive(int64_t value, const char* field) {
-  check_config(value > 0, field, value, "must be > 0");
+  SPECDEC_CHECK(value > 0, field, value, "must be > 0");
 }
 
 }  // namespace
@@ -97,34 +97,34 @@ void ModelConfig::validate() const {
   check_positive(head_size_v, "head_size_v");
   check_positive(vocab_size, "vocab_size");
   check_positive(context_length, "context_length");
-  check_config(num_q_heads % num_kv_heads == 0, "num_kv_heads", num_kv_heads,
+  SPECDEC_CHECK(num_q_heads % num_kv_heads == 0, "num_kv_heads", num_kv_heads,
                str_cat("must divide num_q_heads = ", num_q_heads));
-  check_config(static_cast<int>(layers.size()) == num_layers, "layers", layers.size(),
+  SPECDEC_CHECK(static_cast<int>(layers.size()) == num_layers, "layers", layers.size(),
                str_cat("one entry per layer (num_layers = ", num_layers, ")"));
-  check_config(rope_type == RopeType::kNone || (rope_dim > 0 && rope_dim <= head_size &&
+  SPECDEC_CHECK(rope_type == RopeType::kNone || (rope_dim > 0 && rope_dim <= head_size &&
                                                  rope_dim % 2 == 0),
                "rope_dim", rope_dim, str_cat("an even number in [2, head_size = ", head_size, "]"));
-  check_config(norm_eps > 0 && norm_eps < 1, "norm_eps", norm_eps, "must be in (0, 1)");
-  check_config(rope_scaling_factor > 0, "rope_scaling_factor", rope_scaling_factor, "must be > 0");
+  SPECDEC_CHECK(norm_eps > 0 && norm_eps < 1, "norm_eps", norm_eps, "must be in (0, 1)");
+  SPECDEC_CHECK(rope_scaling_factor > 0, "rope_scaling_factor", rope_scaling_factor, "must be > 0");
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerConfig& l = layers[i];
     const std::string prefix = str_cat("layers.", i, ".");
-    check_config(l.attention != LayerAttention::kSliding || l.sliding_window > 0,
+    SPECDEC_CHECK(l.attention != LayerAttention::kSliding || l.sliding_window > 0,
                  prefix + "sliding_window", l.sliding_window, "must be > 0 on a sliding layer");
-    check_config(l.attention != LayerAttention::kChunked || l.attention_chunk_size > 0,
+    SPECDEC_CHECK(l.attention != LayerAttention::kChunked || l.attention_chunk_size > 0,
                  prefix + "attention_chunk_size", l.attention_chunk_size,
                  "must be > 0 on a chunked layer");
-    check_config(!l.use_rope || rope_type == RopeType::kNone || l.rope_base > 0,
+    SPECDEC_CHECK(!l.use_rope || rope_type == RopeType::kNone || l.rope_base > 0,
                  prefix + "rope_base", l.rope_base, "must be > 0");
-    check_config(l.kv_sharing_target < static_cast<int>(i), prefix + "kv_sharing_target",
+    SPECDEC_CHECK(l.kv_sharing_target < static_cast<int>(i), prefix + "kv_sharing_target",
                  l.kv_sharing_target, "an earlier layer (or -1)");
     if (l.kv_sharing_target >= 0) {
       const LayerConfig& t = layers[static_cast<size_t>(l.kv_sharing_target)];
-      check_config(t.attention == l.attention && t.kv_sharing_target < 0,
+      SPECDEC_CHECK(t.attention == l.attention && t.kv_sharing_target < 0,
                    prefix + "kv_sharing_target", l.kv_sharing_target,
                    "a layer of the same attention kind that owns its cache");
     }
-    check_config((l.attention == LayerAttention::kMla) == (architecture == "deepseek2"),
+    SPECDEC_CHECK((l.attention == LayerAttention::kMla) == (architecture == "deepseek2"),
                  prefix + "attention", layer_attention_name(l.attention),
                  "mla exactly for the deepseek2 architecture");
   }

@@ -54,7 +54,7 @@ GgufValue array_of(GgufType type, const std::vector<T>& values) {
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
-  check_config(alignment > 0 && (alignment & (alignment - 1)) == 0, "alignment", alignment,
+  SPECDEC_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0, "alignment", alignment,
                "a power of two");
   if (alignment != kGgufDefaultAlignment) set_u32("general.alignment", alignment);
 }
@@ -100,18 +100,18 @@ GgufWriter& GgufWriter::erase(const std::string& key) {
 GgufWriter& GgufWriter::add_tensor(const std::string& name, GgmlType type,
                                    std::vector<int64_t> dims, std::vector<uint8_t> data) {
   const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(type));
-  check_config(info != nullptr, name + ".type", static_cast<uint32_t>(type), "a known ggml type");
-  check_config(!dims.empty() && dims.size() <= kGgufMaxDims, name + ".dims", dims.size(),
+  SPECDEC_CHECK(info != nullptr, name + ".type", static_cast<uint32_t>(type), "a known ggml type");
+  SPECDEC_CHECK(!dims.empty() && dims.size() <= kGgufMaxDims, name + ".dims", dims.size(),
                "1 to 4 dimensions");
   int64_t n = 1;
   for (int64_t d : dims) {
-    check_config(d > 0, name + ".dims", d, "positive");
+    SPECDEC_CHECK(d > 0, name + ".dims", d, "positive");
     n *= d;
   }
-  check_config(dims[0] % info->block_size == 0, name + ".dims[0]", dims[0],
+  SPECDEC_CHECK(dims[0] % info->block_size == 0, name + ".dims[0]", dims[0],
                str_cat("a multiple of the ", info->name, " block size ", info->block_size));
   const uint64_t expected = static_cast<uint64_t>(n / info->block_size * info->type_size);
-  check_config(data.size() == expected, name + ".data", data.size(),
+  SPECDEC_CHECK(data.size() == expected, name + ".data", data.size(),
                str_cat(expected, " bytes for these dims"));
   tensors_.push_back({name, type, std::move(dims), std::move(data)});
   return *this;

@@ -54,7 +54,7 @@ void scale(ocl::Context& ctx, Slice x, int64_t n, float s) {
 
 void softcap(ocl::Context& ctx, Slice x, int64_t n, float cap) {
   check_at_least(n, 0, "softcap.n");
-  check_config(std::isfinite(cap) && cap > 0.0f, "softcap.cap", cap, "must be finite and > 0");
+  SPECDEC_CHECK(std::isfinite(cap) && cap > 0.0f, "softcap.cap", cap, "must be finite and > 0");
   check_slice(x, n, "softcap.x");
   ocl::Kernel k = elementwise_kernel(ctx, "softcap");
   k.arg(0, *x.buffer).arg(1, cl_long{x.offset}).arg(2, cl_float{cap}).arg(3, cl_long{n});
@@ -66,7 +66,7 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   check_at_least(rows, 0, "gated_activation.rows");
   check_at_least(ff, 1, "gated_activation.ff");
   if (in_row_stride == 0) in_row_stride = ff;
-  check_config(in_row_stride >= ff, "gated_activation.in_row_stride", in_row_stride,
+  SPECDEC_CHECK(in_row_stride >= ff, "gated_activation.in_row_stride", in_row_stride,
                str_cat("must be 0 or >= ff = ", ff));
   if (rows == 0) return;
   const int64_t in_span = checked_add(checked_mul(rows - 1, in_row_stride, "gated_activation.gate"),
@@ -76,9 +76,9 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   check_slice(out, checked_mul(rows, ff, "gated_activation.rows * ff"), "gated_activation.out");
   if (q != nullptr) {
     const int64_t n = rows * ff;
-    check_config(ff % 32 == 0, "gated_activation.ff", ff, "a multiple of 32 when the output is also quantised");
-    check_config(out.offset == 0, "gated_activation.out.offset", out.offset, "0 when the output is also quantised");
-    check_config(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
+    SPECDEC_CHECK(ff % 32 == 0, "gated_activation.ff", ff, "a multiple of 32 when the output is also quantised");
+    SPECDEC_CHECK(out.offset == 0, "gated_activation.out.offset", out.offset, "0 when the output is also quantised");
+    SPECDEC_CHECK(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
                      q->q8->size_bytes() >= static_cast<size_t>(n) &&
                      q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
                      q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,

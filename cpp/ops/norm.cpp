@@ -13,16 +13,16 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
                  float weight_offset, const QuantizedOut* q) {
   check_at_least(rows, 0, op + ".rows");
   check_at_least(dim, 1, op + ".dim");
-  check_config(std::isfinite(eps) && eps >= 0.0f, op + ".eps", eps, "must be finite and >= 0");
+  SPECDEC_CHECK(std::isfinite(eps) && eps >= 0.0f, op + ".eps", eps, "must be finite and >= 0");
   const int64_t n = checked_mul(rows, dim, "rows * dim");
   check_slice(x, n, op + ".x");
   if (residual) check_slice(*residual, n, op + ".residual");
   check_slice(y, n, op + ".y");
   if (weight) check_slice(*weight, dim, op + ".weight");
   if (q != nullptr) {
-    check_config(dim % 32 == 0, op + ".dim", dim, "a multiple of 32 when the output is also quantised");
-    check_config(y.offset == 0, op + ".y.offset", y.offset, "0 when the output is also quantised");
-    check_config(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
+    SPECDEC_CHECK(dim % 32 == 0, op + ".dim", dim, "a multiple of 32 when the output is also quantised");
+    SPECDEC_CHECK(y.offset == 0, op + ".y.offset", y.offset, "0 when the output is also quantised");
+    SPECDEC_CHECK(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
                      q->q8->size_bytes() >= static_cast<size_t>(n) &&
                      q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
                      q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,

@@ -21,17 +21,17 @@ std::vector<float> rope_inv_freq(int rope_dim, double base, double freq_scale,
 RopeTable::RopeTable(ocl::Context& ctx, model::RopeType type, int rope_dim, double base,
                      double freq_scale, std::span<const float> freq_factors)
     : type_(type), rope_dim_(rope_dim) {
-  check_config(type != model::RopeType::kNone, "rope_type", model::rope_type_name(type),
+  SPECDEC_CHECK(type != model::RopeType::kNone, "rope_type", model::rope_type_name(type),
                "must be norm or neox (a model without RoPE skips the op)");
-  check_config(rope_dim > 0 && rope_dim % 2 == 0, "rope_dim", rope_dim, "must be even and > 0");
-  check_config(std::isfinite(base) && base > 1.0, "rope_base", base, "must be finite and > 1");
-  check_config(std::isfinite(freq_scale) && freq_scale > 0.0, "rope_freq_scale", freq_scale,
+  SPECDEC_CHECK(rope_dim > 0 && rope_dim % 2 == 0, "rope_dim", rope_dim, "must be even and > 0");
+  SPECDEC_CHECK(std::isfinite(base) && base > 1.0, "rope_base", base, "must be finite and > 1");
+  SPECDEC_CHECK(std::isfinite(freq_scale) && freq_scale > 0.0, "rope_freq_scale", freq_scale,
                "must be finite and > 0");
-  check_config(freq_factors.empty() || freq_factors.size() == static_cast<size_t>(rope_dim / 2),
+  SPECDEC_CHECK(freq_factors.empty() || freq_factors.size() == static_cast<size_t>(rope_dim / 2),
                "rope_freqs.size", freq_factors.size(),
                str_cat("must be 0 or rope_dim / 2 = ", rope_dim / 2));
   for (size_t i = 0; i < freq_factors.size(); ++i) {
-    check_config(std::isfinite(freq_factors[i]) && freq_factors[i] > 0.0f,
+    SPECDEC_CHECK(std::isfinite(freq_factors[i]) && freq_factors[i] > 0.0f,
                  str_cat("rope_freqs[", i, "]"), freq_factors[i], "must be finite and > 0");
   }
   inv_freq_ = rope_inv_freq(rope_dim, base, freq_scale, freq_factors);
@@ -44,11 +44,11 @@ void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int n
   const int rope_dim = table.rope_dim();
   check_at_least(num_tokens, 0, "rope.num_tokens");
   check_at_least(num_heads, 1, "rope.num_heads");
-  check_config(head_size >= rope_dim, "rope.head_size", head_size,
+  SPECDEC_CHECK(head_size >= rope_dim, "rope.head_size", head_size,
                str_cat("must be >= rope_dim = ", rope_dim));
   const int64_t row = checked_mul(num_heads, head_size, "rope.num_heads * head_size");
   if (token_stride == 0) token_stride = row;
-  check_config(token_stride >= row, "rope.token_stride", token_stride,
+  SPECDEC_CHECK(token_stride >= row, "rope.token_stride", token_stride,
                str_cat("must be 0 or >= num_heads * head_size = ", row));
   if (num_tokens == 0) return;
   check_slice(x, checked_add(checked_mul(num_tokens - 1, token_stride, "rope.x"), row, "rope.x"),

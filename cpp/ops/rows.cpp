@@ -61,7 +61,7 @@ void split_columns(ocl::Context& ctx, Slice src, Slice dst_a, Slice dst_b, Slice
   check_at_least(b, 0, "split_columns.b");
   check_at_least(c, 0, "split_columns.c");
   const int64_t width = int64_t{a} + b + c;
-  check_config(width <= INT32_MAX, "split_columns.a + b + c", width, "must fit in int32");
+  SPECDEC_CHECK(width <= INT32_MAX, "split_columns.a + b + c", width, "must fit in int32");
   check_slice(src, checked_mul(rows, width, "split_columns.src"), "split_columns.src");
   check_slice(dst_a, checked_mul(rows, a, "split_columns.dst_a"), "split_columns.dst_a");
   check_slice(dst_b, checked_mul(rows, b, "split_columns.dst_b"), "split_columns.dst_b");

@@ -51,7 +51,7 @@ void argmax(ocl::Context& ctx, Slice logits, Slice ids, int64_t rows, int vocab)
 void top_k(ocl::Context& ctx, Slice logits, Slice values, Slice ids, int64_t rows, int vocab,
            int k) {
   check_logits(logits, rows, vocab, "top_k");
-  check_config(k >= 1 && k <= std::min(kMaxTopK, vocab), "top_k.k", k,
+  SPECDEC_CHECK(k >= 1 && k <= std::min(kMaxTopK, vocab), "top_k.k", k,
                str_cat("must be in [1, min(", kMaxTopK, ", vocab = ", vocab, ")]"));
   const int64_t n = checked_mul(rows, k, "top_k.rows * k");
   check_slice(values, n, "top_k.values");

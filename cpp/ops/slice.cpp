@@ -9,18 +9,18 @@
 namespace specdec::ops {
 
 void check_slice(const Slice& s, int64_t num_elems, const std::string& what) {
-  check_config(s.buffer != nullptr && s.buffer->get() != nullptr, what, "(no buffer)",
+  SPECDEC_CHECK(s.buffer != nullptr && s.buffer->get() != nullptr, what, "(no buffer)",
                "must be an allocated device buffer");
-  check_config(s.offset >= 0, what + ".offset", s.offset, "must be >= 0");
+  SPECDEC_CHECK(s.offset >= 0, what + ".offset", s.offset, "must be >= 0");
   const int64_t capacity = static_cast<int64_t>(s.buffer->size_bytes() / 4);
-  check_config(
+  SPECDEC_CHECK(
       num_elems >= 0 && s.offset <= capacity && num_elems <= capacity - s.offset, what,
       str_cat(num_elems, " elements from offset ", s.offset),
       str_cat("must fit in the buffer of ", capacity, " 4-byte elements; pass a larger buffer"));
 }
 
 void check_at_least(int64_t value, int64_t min_value, const std::string& what) {
-  check_config(value >= min_value, what, value, str_cat("must be >= ", min_value));
+  SPECDEC_CHECK(value >= min_value, what, value, str_cat("must be >= ", min_value));
 }
 
 int reduction_local_size(const ocl::Context& ctx) {

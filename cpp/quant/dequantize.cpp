@@ -162,7 +162,7 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
 }
 
 std::vector<float> dequantize(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols) {
-  check_config(rows >= 0, "rows", rows, "must be >= 0");
+  SPECDEC_CHECK(rows >= 0, "rows", rows, "must be >= 0");
   const int64_t rb = row_bytes(type, cols);
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
@@ -171,7 +171,7 @@ std::vector<float> dequantize(GgmlType type, const uint8_t* src, int64_t rows, i
 }
 
 std::vector<uint8_t> quantize(GgmlType type, const float* src, int64_t rows, int64_t cols) {
-  check_config(rows >= 0, "rows", rows, "must be >= 0");
+  SPECDEC_CHECK(rows >= 0, "rows", rows, "must be >= 0");
   const int64_t rb = row_bytes(type, cols);
   std::vector<uint8_t> out(static_cast<size_t>(rows * rb));
   for (int64_t r = 0; r < rows; ++r) quantize_row(type, src + r * cols, out.data() + r * rb, cols);

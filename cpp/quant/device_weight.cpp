@@ -23,11 +23,11 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
     throw UnsupportedError(str_cat(who, ": weight format ", weight_type_name(type),
                                    " is not supported; supported: ", supported_weight_type_list()));
   }
-  check_config(!dims.empty() && dims.size() <= 4, who + ".dims", dims.size(),
+  SPECDEC_CHECK(!dims.empty() && dims.size() <= 4, who + ".dims", dims.size(),
                "must have 1 to 4 dims");
   int64_t rows = 1;
   for (size_t i = 1; i < dims.size(); ++i) {
-    check_config(dims[i] > 0 && rows <= (int64_t{1} << 40) / dims[i], who + ".dims", dims[i],
+    SPECDEC_CHECK(dims[i] > 0 && rows <= (int64_t{1} << 40) / dims[i], who + ".dims", dims[i],
                  "must be positive and the matrix below 2^40 rows");
     rows *= dims[i];
   }
@@ -38,10 +38,10 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
     throw e.with_prefix(who);
   }
   const int64_t expected = rows * row_bytes(type, dims[0]);
-  check_config(static_cast<int64_t>(size_bytes) == expected, who + ".size_bytes", size_bytes,
+  SPECDEC_CHECK(static_cast<int64_t>(size_bytes) == expected, who + ".size_bytes", size_bytes,
                str_cat("must be ", expected, " for ", rows, " rows of ", dims[0], " ",
                        weight_format(type).name, " elements"));
-  check_config(data != nullptr, who + ".data", "null", "must point at the tensor's bytes");
+  SPECDEC_CHECK(data != nullptr, who + ".data", "null", "must point at the tensor's bytes");
   if (layout.total_bytes > ctx.device().max_alloc_bytes) {
     throw UnsupportedError(str_cat(who, ": ", layout.total_bytes, " bytes on the device exceed ",
                                    ctx.device().name, "'s largest allocation (",
@@ -62,16 +62,16 @@ DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor) {
 DeviceWeight upload_weight_stacked(ocl::Context& ctx,
                                    const std::vector<const model::GgufTensor*>& parts,
                                    const std::string& name) {
-  check_config(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
+  SPECDEC_CHECK(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
   const model::GgufTensor& first = *parts[0];
-  check_config(!first.dims.empty(), first.name + ".dims", 0, "must have at least one dim");
+  SPECDEC_CHECK(!first.dims.empty(), first.name + ".dims", 0, "must have at least one dim");
   int64_t rows = 0;
   size_t bytes = 0;
   for (const model::GgufTensor* t : parts) {
-    check_config(
+    SPECDEC_CHECK(
         t->type == first.type, t->name + ".type", weight_type_name(t->type),
         str_cat("must equal ", first.name, "'s ", weight_type_name(first.type), " to stack"));
-    check_config(!t->dims.empty() && t->dims[0] == first.dims[0], t->name + ".dims[0]",
+    SPECDEC_CHECK(!t->dims.empty() && t->dims[0] == first.dims[0], t->name + ".dims[0]",
                  t->dims.empty() ? 0 : t->dims[0],
                  str_cat("must equal ", first.name, "'s ", first.dims[0], " to stack"));
     int64_t r = 1;
@@ -82,7 +82,7 @@ DeviceWeight upload_weight_stacked(ocl::Context& ctx,
   std::vector<uint8_t> data(bytes);
   size_t at = 0;
   for (const model::GgufTensor* t : parts) {
-    check_config(t->data != nullptr, t->name + ".data", "null", "must point at the tensor's bytes");
+    SPECDEC_CHECK(t->data != nullptr, t->name + ".data", "null", "must point at the tensor's bytes");
     std::memcpy(data.data() + at, t->data, static_cast<size_t>(t->size_bytes));
     at += static_cast<size_t>(t->size_bytes);
   }

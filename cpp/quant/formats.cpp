@@ -71,7 +71,7 @@ GgmlType parse_weight_type(const std::string& name) {
 
 void check_row_length(GgmlType type, int64_t cols, const std::string& field) {
   const WeightFormat& f = weight_format(type);
-  check_config(cols > 0 && cols % f.block_size == 0, field, cols,
+  SPECDEC_CHECK(cols > 0 && cols % f.block_size == 0, field, cols,
                str_cat("must be a positive multiple of ", f.block_size, " for ", f.name));
 }
 

@@ -220,7 +220,7 @@ const Plane& DeviceLayout::plane(const std::string& name) const {
 
 DeviceLayout device_layout(GgmlType type, int64_t rows, int64_t cols) {
   const WeightFormat& f = weight_format(type);
-  check_config(rows > 0, "rows", rows, "must be > 0");
+  SPECDEC_CHECK(rows > 0, "rows", rows, "must be > 0");
   check_row_length(type, cols);
   DeviceLayout layout;
   layout.type = type;

@@ -165,7 +165,7 @@ cl_ulong plane_offset(const DeviceWeight& w, size_t i) {
 void check_holds(const ocl::Buffer& buf, int64_t n, int64_t width, size_t elem_bytes,
                  const std::string& field, const std::string& shape) {
   const auto need = static_cast<size_t>(n) * static_cast<size_t>(width) * elem_bytes;
-  check_config(
+  SPECDEC_CHECK(
       buf.get() != nullptr && buf.size_bytes() >= need, field, str_cat(buf.size_bytes(), " bytes"),
       str_cat("must hold ", shape, " = ", n, " x ", width, " elements (", need, " bytes)"));
 }
@@ -215,8 +215,9 @@ std::string MatmulConfig::options() const {
                        : isa == QuantIsa::kAvx512bw   ? " -DQUANT_AVX512BW"
                        : isa == QuantIsa::kAvx512vnni ? " -DQUANT_AVX512VNNI"
                                                       : "";
-  return str_cat("-DNB=", rows_per_item, define,
-                 prefetch_bytes > 0 ? str_cat(" -DQUANT_PREFETCH=", prefetch_bytes) : std::string());
+  std::string options = "-DNB=" + std::to_string(rows_per_item) + define;  // no ostream: per launch
+  if (prefetch_bytes > 0) options += " -DQUANT_PREFETCH=" + std::to_string(prefetch_bytes);
+  return options;
 }
 
 const std::vector<QuantIsa>& device_quant_isas(ocl::Context& ctx) {
@@ -302,8 +303,8 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
 }
 
 bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out) {
-  check_config(n >= 0, "n", n, "must be >= 0");
-  check_config(cols > 0, "cols", cols, "must be > 0");
+  SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
+  SPECDEC_CHECK(cols > 0, "cols", cols, "must be > 0");
   out.n = n;
   out.cols = cols;
   out.source = nullptr;
@@ -317,8 +318,8 @@ bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedAc
 
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out) {
-  check_config(n >= 0, "n", n, "must be >= 0");
-  check_config(cols > 0, "cols", cols, "must be > 0");
+  SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
+  SPECDEC_CHECK(cols > 0, "cols", cols, "must be > 0");
   check_holds(x, n, cols, sizeof(float), "x", "[n, cols]");
   // No block format has rows of such length: only F32 / F16 / BF16 weights (which read x) can
   // follow, so there is nothing to quantise.
@@ -340,7 +341,7 @@ void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
 
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
             const QuantizedActivations& xq, int64_t n, ocl::Buffer& y) {
-  check_config(n >= 0, "n", n, "must be >= 0");
+  SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   const int64_t rows = w.rows(), cols = w.cols();
   check_holds(y, n, rows, sizeof(float), "y", "[n, rows]");
   if (n == 0) return;
@@ -358,7 +359,7 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
     return;
   }
-  check_config(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
+  SPECDEC_CHECK(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
                str_cat(xq.n, " x ", xq.cols),
                str_cat("must be quantize_activations of x [", n, ", ", cols, "]"));
   if (fam == Family::kQ32) {
@@ -391,7 +392,7 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x, int6
 
 void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
                       ocl::Buffer& out, float scale) {
-  check_config(n >= 0, "n", n, "must be >= 0");
+  SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   check_holds(ids, n, 1, sizeof(int32_t), "ids", "[n]");
   check_holds(out, n, w.cols(), sizeof(float), "out", "[n, cols]");
   if (n == 0) return;
@@ -406,7 +407,7 @@ void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffe
 void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, std::span<const int32_t> ids,
                       ocl::Buffer& out, float scale) {
   for (size_t i = 0; i < ids.size(); ++i) {
-    check_config(ids[i] >= 0 && ids[i] < w.rows(), str_cat("ids[", i, "]"), ids[i],
+    SPECDEC_CHECK(ids[i] >= 0 && ids[i] < w.rows(), str_cat("ids[", i, "]"), ids[i],
                  str_cat("must be a row of ", w.name, " in [0, ", w.rows(), ")"));
   }
   if (ids.empty()) return;

@@ -156,7 +156,7 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
 }  // namespace
 
 HostActivations quantize_activations_reference(const float* x, int64_t n, int64_t cols) {
-  check_config(cols > 0 && cols % 32 == 0, "cols", cols, "must be a positive multiple of 32");
+  SPECDEC_CHECK(cols > 0 && cols % 32 == 0, "cols", cols, "must be a positive multiple of 32");
   HostActivations a;
   a.n = n;
   a.cols = cols;
@@ -186,8 +186,8 @@ HostActivations quantize_activations_reference(const float* x, int64_t n, int64_
 
 std::vector<float> matmul_reference(GgmlType type, const uint8_t* w, int64_t rows, int64_t cols,
                                     const float* x, int64_t n, Numerics numerics) {
-  check_config(rows > 0, "rows", rows, "must be > 0");
-  check_config(n >= 0, "n", n, "must be >= 0");
+  SPECDEC_CHECK(rows > 0, "rows", rows, "must be > 0");
+  SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   const int64_t rb = row_bytes(type, cols);
   std::vector<float> y(static_cast<size_t>(n * rows));
   const bool is_float = weight_format(type).block_size == 1;

@@ -44,7 +44,7 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   } else {
     quant::matmul(ctx, w.wq, s.h, s.xq, t, s.attn);
   }
-  check_config(s.layer_rope[il] >= 0, "layers[" + std::to_string(il) + "].use_rope", 0,
+  SPECDEC_CHECK(s.layer_rope[il] >= 0, "layers[" + std::to_string(il) + "].use_rope", 0,
                "true for MLA layers (their k_rope part is rotated)");
   const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
   ops::rope(ctx, ops::Slice(s.attn, nope), s.positions, t, heads, qk, table);

@@ -35,10 +35,10 @@ std::vector<attn::LayerAttentionInfo> layer_infos(const model::ModelConfig& c) {
 }
 
 kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
-  check_config(o.max_num_batched_tokens >= 1, "max_num_batched_tokens", o.max_num_batched_tokens, ">= 1");
-  check_config(o.max_num_logits >= 1, "max_num_logits", o.max_num_logits, ">= 1");
-  check_config(o.max_model_len >= 0, "max_model_len", o.max_model_len, ">= 0 (0: the model's)");
-  check_config(o.max_model_len <= c.context_length, "max_model_len", o.max_model_len,
+  SPECDEC_CHECK(o.max_num_batched_tokens >= 1, "max_num_batched_tokens", o.max_num_batched_tokens, ">= 1");
+  SPECDEC_CHECK(o.max_num_logits >= 1, "max_num_logits", o.max_num_logits, ">= 1");
+  SPECDEC_CHECK(o.max_model_len >= 0, "max_model_len", o.max_model_len, ">= 0 (0: the model's)");
+  SPECDEC_CHECK(o.max_model_len <= c.context_length, "max_model_len", o.max_model_len,
                str_cat("at most the model's context length ", c.context_length));
   kv::PlannerOptions po;
   po.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -47,7 +47,7 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
   if (len == 0) {
     len = kv::max_model_len_for_budget(c.layer_kv_specs(o.block_size, o.kv_cache_dtype),
                                        o.kv_cache_memory_bytes, c.context_length, po);
-    check_config(len > 0, "kv_cache_memory_bytes", o.kv_cache_memory_bytes,
+    SPECDEC_CHECK(len > 0, "kv_cache_memory_bytes", o.kv_cache_memory_bytes,
                  "too small to hold one request of even one block");
   }
   // Windows as wide as the longest request are full attention (one group fewer).
@@ -93,7 +93,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
     const int64_t vocab = lm_head_rows(file_, c);
     for (size_t j = 0; j < ids.size(); ++j) {
       const int32_t lo = j == 0 ? 0 : ids[j - 1] + 1;
-      check_config(ids[j] >= lo && ids[j] < vocab, str_cat("logit_token_ids[", j, "]"), ids[j],
+      SPECDEC_CHECK(ids[j] >= lo && ids[j] < vocab, str_cat("logit_token_ids[", j, "]"), ids[j],
                    str_cat("token ids in [0, ", vocab, "), strictly increasing (here in [", lo, ", ", vocab, "))"));
     }
     if (weights_.output) weights_.device_bytes -= weights_.output->source_bytes();
@@ -144,14 +144,14 @@ void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
   std::lock_guard<std::mutex> guard(mu_);
   if (ids == extra_ids_) return;
   const auto& base = options_.logit_token_ids;
-  check_config(!base.empty() || ids.empty(), "extra logit tokens", str_cat(ids.size(), " ids"),
+  SPECDEC_CHECK(!base.empty() || ids.empty(), "extra logit tokens", str_cat(ids.size(), " ids"),
                "none unless the runner has logit_token_ids (a reduced vocabulary)");
-  check_config(static_cast<int64_t>(ids.size()) <= kMaxExtraLogitTokens, "extra logit tokens",
+  SPECDEC_CHECK(static_cast<int64_t>(ids.size()) <= kMaxExtraLogitTokens, "extra logit tokens",
                str_cat(ids.size(), " ids"), str_cat("at most ", kMaxExtraLogitTokens));
   const int64_t vocab = lm_head_rows(file_, config_);
   for (size_t j = 0; j < ids.size(); ++j) {
     const int32_t lo = j == 0 ? 0 : ids[j - 1] + 1;
-    check_config(ids[j] >= lo && ids[j] < vocab && !std::binary_search(base.begin(), base.end(), ids[j]),
+    SPECDEC_CHECK(ids[j] >= lo && ids[j] < vocab && !std::binary_search(base.begin(), base.end(), ids[j]),
                  str_cat("extra logit token [", j, "]"), ids[j],
                  str_cat("token ids in [0, ", vocab, "), strictly increasing, not in logit_token_ids"));
   }
@@ -179,30 +179,30 @@ void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const
   int64_t tokens = 0, logits = 0;
   for (const auto& r : requests) {
     const std::string f = "request " + r.request_id;
-    check_config(!r.tokens.empty(), f + ".tokens", 0, "at least one new token");
+    SPECDEC_CHECK(!r.tokens.empty(), f + ".tokens", 0, "at least one new token");
     const auto it = lengths_.find(r.request_id);
     const int64_t have = it == lengths_.end() ? 0 : it->second;
-    check_config(r.num_computed_tokens == have, f + ".num_computed_tokens", r.num_computed_tokens,
+    SPECDEC_CHECK(r.num_computed_tokens == have, f + ".num_computed_tokens", r.num_computed_tokens,
                  str_cat("the tokens in the cache: ", have));
-    check_config(r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()) <= max_model_len(),
+    SPECDEC_CHECK(r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()) <= max_model_len(),
                  f + ".tokens", r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()),
                  str_cat("total length at most max_model_len = ", max_model_len()));
-    check_config(r.num_logits >= 0 && r.num_logits <= static_cast<int>(r.tokens.size()),
+    SPECDEC_CHECK(r.num_logits >= 0 && r.num_logits <= static_cast<int>(r.tokens.size()),
                  f + ".num_logits", r.num_logits, "in [0, number of new tokens]");
     for (int32_t id : r.tokens) {
-      check_config(id >= 0 && id < config_.vocab_size, f + ".token", id,
+      SPECDEC_CHECK(id >= 0 && id < config_.vocab_size, f + ".token", id,
                    str_cat("a token id in [0, ", config_.vocab_size, ")"));
     }
     for (const auto& other : requests) {
-      check_config(&other == &r || other.request_id != r.request_id, "request_id", r.request_id,
+      SPECDEC_CHECK(&other == &r || other.request_id != r.request_id, "request_id", r.request_id,
                    "unique within a step");
     }
     tokens += static_cast<int64_t>(r.tokens.size());
     logits += r.num_logits;
   }
-  check_config(tokens <= options_.max_num_batched_tokens, "tokens in the step", tokens,
+  SPECDEC_CHECK(tokens <= options_.max_num_batched_tokens, "tokens in the step", tokens,
                str_cat("at most max_num_batched_tokens = ", options_.max_num_batched_tokens));
-  check_config(logits <= options_.max_num_logits, "logit rows in the step", logits,
+  SPECDEC_CHECK(logits <= options_.max_num_logits, "logit rows in the step", logits,
                str_cat("at most max_num_logits = ", options_.max_num_logits));
 }
 
@@ -255,7 +255,7 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   std::lock_guard<std::mutex> guard(mu_);
   check_requests(requests);
   for (int l : hidden_layers) {
-    check_config(l >= -1 && l < config_.num_layers, "hidden_layers", l,
+    SPECDEC_CHECK(l >= -1 && l < config_.num_layers, "hidden_layers", l,
                  str_cat("layer indices in [0, ", config_.num_layers, ") or -1 (after the final norm)"));
   }
   if (requests.empty()) {  // nothing to run
@@ -396,8 +396,8 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
 
 void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
   std::lock_guard<std::mutex> guard(mu_);
-  check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
-  check_config(num_tokens >= 0 && num_tokens <= lengths_[request_id], "num_tokens", num_tokens,
+  SPECDEC_CHECK(lengths_.contains(request_id), "request_id", request_id, "a running request");
+  SPECDEC_CHECK(num_tokens >= 0 && num_tokens <= lengths_[request_id], "num_tokens", num_tokens,
                str_cat("in [0, ", lengths_[request_id], "] (the tokens in the cache)"));
   manager_->truncate(request_id, num_tokens);
   lengths_[request_id] = num_tokens;
@@ -405,7 +405,7 @@ void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
 
 void ModelRunner::free(const std::string& request_id) {
   std::lock_guard<std::mutex> guard(mu_);
-  check_config(lengths_.contains(request_id), "request_id", request_id, "a running request");
+  SPECDEC_CHECK(lengths_.contains(request_id), "request_id", request_id, "a running request");
   manager_->free(request_id);
   lengths_.erase(request_id);
 }

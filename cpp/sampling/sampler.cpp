@@ -9,11 +9,11 @@
 namespace specdec::sampling {
 
 void SamplingParams::validate() const {
-  check_config(std::isfinite(temperature) && temperature >= 0, "temperature", temperature,
+  SPECDEC_CHECK(std::isfinite(temperature) && temperature >= 0, "temperature", temperature,
                "a finite number >= 0 (0 is greedy)");
-  check_config(top_k >= -1, "top_k", top_k, "-1 or 0 (all tokens) or a positive count");
-  check_config(top_p > 0 && top_p <= 1, "top_p", top_p, "in (0, 1]");
-  check_config(min_p >= 0 && min_p <= 1, "min_p", min_p, "in [0, 1]");
+  SPECDEC_CHECK(top_k >= -1, "top_k", top_k, "-1 or 0 (all tokens) or a positive count");
+  SPECDEC_CHECK(top_p > 0 && top_p <= 1, "top_p", top_p, "in (0, 1]");
+  SPECDEC_CHECK(min_p >= 0 && min_p <= 1, "min_p", min_p, "in [0, 1]");
 }
 
 int32_t argmax(const float* logits, int64_t vocab) {
@@ -53,7 +53,7 @@ std::vector<std::pair<int32_t, double>> weights(const float* logits, int64_t voc
 std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int64_t vocab,
                                                        const SamplingParams& params) {
   params.validate();
-  check_config(vocab > 0, "vocab", vocab, "at least one logit");
+  SPECDEC_CHECK(vocab > 0, "vocab", vocab, "at least one logit");
   if (params.greedy()) return {{argmax(logits, vocab), 1.0}};
   auto w = weights(logits, vocab, params.temperature);
   if (w.empty()) return {{argmax(logits, vocab), 1.0}};
@@ -102,7 +102,7 @@ int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params,
 }
 
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids) {
-  check_config(n >= 0, "logprobs", n, "a count >= 0");
+  SPECDEC_CHECK(n >= 0, "logprobs", n, "a count >= 0");
   double max = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) {
     if (!std::isnan(logits[i])) max = std::max(max, static_cast<double>(logits[i]));
@@ -117,7 +117,7 @@ Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<i
   };
   Logprobs out;
   for (int32_t id : ids) {
-    check_config(id >= 0 && id < vocab, "token_id", id, str_cat("in [0, ", vocab, ")"));
+    SPECDEC_CHECK(id >= 0 && id < vocab, "token_id", id, str_cat("in [0, ", vocab, ")"));
     out.of_ids.push_back(lp(id));
     int64_t rank = 1;
     for (int64_t i = 0; i < vocab; ++i) rank += lp(i) > lp(id) ? 1 : 0;

@@ -16,7 +16,7 @@ constexpr int kMaxProbeAfter = 256;
 }  // namespace
 
 AdaptiveK::AdaptiveK(int max_k) : max_k_(max_k) {
-  check_config(max_k >= 1 && max_k <= 64, "num_speculative_tokens", max_k, "an integer in [1, 64]");
+  SPECDEC_CHECK(max_k >= 1 && max_k <= 64, "num_speculative_tokens", max_k, "an integer in [1, 64]");
   pool_.tried.assign(max_k, 0.0);
   pool_.accepted.assign(max_k, 0.0);
 }

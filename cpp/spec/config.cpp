@@ -31,14 +31,14 @@ int64_t get_int(const nlohmann::json& v, const std::string& field, int64_t lo, i
   } else {
     x = v.get<int64_t>();
   }
-  check_config(x >= lo && x <= hi, field, x, allowed);
+  SPECDEC_CHECK(x >= lo && x <= hi, field, x, allowed);
   return x;
 }
 
 double get_real(const nlohmann::json& v, const std::string& field, const std::string& allowed) {
   if (!v.is_number()) throw ConfigError(field, show(v), allowed);
   const double x = v.get<double>();
-  check_config(std::isfinite(x), field, x, allowed);
+  SPECDEC_CHECK(std::isfinite(x), field, x, allowed);
   return x;
 }
 
@@ -74,7 +74,7 @@ int64_t get_bytes(const nlohmann::json& v, const std::string& field) {
   for (const auto& [name, mult] : units) {
     if (unit == name) {
       const double bytes = n * mult;
-      check_config(bytes >= 0 && bytes <= static_cast<double>(int64_t{1} << 50), field, s, allowed);
+      SPECDEC_CHECK(bytes >= 0 && bytes <= static_cast<double>(int64_t{1} << 50), field, s, allowed);
       return static_cast<int64_t>(bytes);
     }
   }
@@ -129,7 +129,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "draft_vocab_size") c.draft_vocab_size = get_int(v, f, 0, int64_t{1} << 31, "0 (the whole vocabulary) or an integer >= 1");
     else if (key == "draft_vocab_file") c.draft_vocab_file = get_text(v, f, "the path of a JSON file written by `specdec draft-vocab`");
     else if (key == "adaptive") {
-      check_config(v.is_boolean(), f, show(v), "true or false");
+      SPECDEC_CHECK(v.is_boolean(), f, show(v), "true or false");
       c.adaptive = v.get<bool>();
     }
   }
@@ -155,55 +155,55 @@ void SpeculativeConfig::validate() {
     else if (!model.empty()) method = "draft_model";
     else throw ConfigError(p + "method", "None", std::string(kMethods) + " (or a drafter model)");
   }
-  check_config(method == "draft_model" || method == "ngram" || method == "suffix" || method == "custom",
+  SPECDEC_CHECK(method == "draft_model" || method == "ngram" || method == "suffix" || method == "custom",
                p + "method", method, kMethods);
   const bool ngram = method == "ngram", suffix = method == "suffix", draft = method == "draft_model";
   if (draft || method == "custom") {
-    check_config(!model.empty(), p + "model", "None",
+    SPECDEC_CHECK(!model.empty(), p + "model", "None",
                  draft ? "the drafter: a GGUF path or a catalog name (see `specdec models`)"
                        : "'module:Class' naming a specdec.Proposer subclass (or pass the proposer object)");
   }
-  if (ngram) check_config(model.empty() || model == "ngram" || model == "[ngram]", p + "model", model,
+  if (ngram) SPECDEC_CHECK(model.empty() || model == "ngram" || model == "[ngram]", p + "model", model,
                           "None or 'ngram' for method ngram");
-  if (suffix) check_config(model.empty(), p + "model", model, "None for method suffix (no model)");
+  if (suffix) SPECDEC_CHECK(model.empty(), p + "model", model, "None for method suffix (no model)");
   if (num_speculative_tokens == 0) {
-    check_config(suffix, p + "num_speculative_tokens", "None",
+    SPECDEC_CHECK(suffix, p + "num_speculative_tokens", "None",
                  str_cat("an integer in [1, ", kMaxSpecLen, "] (required for method ", method, ")"));
     num_speculative_tokens = std::min(suffix_decoding_max_tree_depth, kMaxSpecLen);
   }
-  check_config(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpecLen,
+  SPECDEC_CHECK(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpecLen,
                p + "num_speculative_tokens", num_speculative_tokens, str_cat("an integer in [1, ", kMaxSpecLen, "]"));
   // n-gram fields
   if (ngram) {
     if (prompt_lookup_min == 0 && prompt_lookup_max == 0) prompt_lookup_min = prompt_lookup_max = 5;
     else if (prompt_lookup_min == 0) prompt_lookup_min = prompt_lookup_max;
     else if (prompt_lookup_max == 0) prompt_lookup_max = prompt_lookup_min;
-    check_config(prompt_lookup_min <= prompt_lookup_max, p + "prompt_lookup_min", prompt_lookup_min,
+    SPECDEC_CHECK(prompt_lookup_min <= prompt_lookup_max, p + "prompt_lookup_min", prompt_lookup_min,
                  str_cat("<= prompt_lookup_max = ", prompt_lookup_max));
   } else {
-    check_config(prompt_lookup_min == 0, p + "prompt_lookup_min", prompt_lookup_min, "None (only for method ngram)");
-    check_config(prompt_lookup_max == 0, p + "prompt_lookup_max", prompt_lookup_max, "None (only for method ngram)");
+    SPECDEC_CHECK(prompt_lookup_min == 0, p + "prompt_lookup_min", prompt_lookup_min, "None (only for method ngram)");
+    SPECDEC_CHECK(prompt_lookup_max == 0, p + "prompt_lookup_max", prompt_lookup_max, "None (only for method ngram)");
   }
   // suffix fields
-  check_config(suffix_decoding_max_spec_factor > 0, p + "suffix_decoding_max_spec_factor",
+  SPECDEC_CHECK(suffix_decoding_max_spec_factor > 0, p + "suffix_decoding_max_spec_factor",
                suffix_decoding_max_spec_factor, "a finite number > 0");
-  check_config(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1,
+  SPECDEC_CHECK(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1,
                p + "suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, "a number in [0, 1]");
   // drafter fields
   if (!draft) {
-    check_config(attention_backend.empty(), p + "attention_backend", attention_backend, "None (only for method draft_model)");
-    check_config(max_model_len == 0, p + "max_model_len", max_model_len, "None (only for method draft_model)");
-    check_config(draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_memory_bytes",
+    SPECDEC_CHECK(attention_backend.empty(), p + "attention_backend", attention_backend, "None (only for method draft_model)");
+    SPECDEC_CHECK(max_model_len == 0, p + "max_model_len", max_model_len, "None (only for method draft_model)");
+    SPECDEC_CHECK(draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_memory_bytes",
                  draft_kv_cache_memory_bytes, "None (only for method draft_model)");
-    check_config(draft_kv_cache_fraction == 0, p + "draft_kv_cache_fraction", draft_kv_cache_fraction,
+    SPECDEC_CHECK(draft_kv_cache_fraction == 0, p + "draft_kv_cache_fraction", draft_kv_cache_fraction,
                  "None (only for method draft_model)");
-    check_config(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
-    check_config(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size, "None (only for method draft_model)");
-    check_config(draft_vocab_file.empty(), p + "draft_vocab_file", draft_vocab_file, "None (only for method draft_model)");
+    SPECDEC_CHECK(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
+    SPECDEC_CHECK(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size, "None (only for method draft_model)");
+    SPECDEC_CHECK(draft_vocab_file.empty(), p + "draft_vocab_file", draft_vocab_file, "None (only for method draft_model)");
   }
-  check_config(draft_vocab_size >= 0, p + "draft_vocab_size", draft_vocab_size,
+  SPECDEC_CHECK(draft_vocab_size >= 0, p + "draft_vocab_size", draft_vocab_size,
                "0 (the whole vocabulary) or an integer >= 1");
-  check_config(draft_vocab_file.empty() || draft_vocab_size > 0, p + "draft_vocab_file", draft_vocab_file,
+  SPECDEC_CHECK(draft_vocab_file.empty() || draft_vocab_size > 0, p + "draft_vocab_file", draft_vocab_file,
                "None unless draft_vocab_size is given (the file ranks the ids; the size picks how many)");
   std::string lower = attention_backend;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -214,15 +214,15 @@ void SpeculativeConfig::validate() {
     const auto names = attn::backend_names();
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    check_config(std::find(names.begin(), names.end(), upper) != names.end(), p + "attention_backend",
+    SPECDEC_CHECK(std::find(names.begin(), names.end(), upper) != names.end(), p + "attention_backend",
                  attention_backend, "None, 'auto' or one of " + list);
     attention_backend = upper;
   }
-  check_config(max_model_len == 0 || max_model_len >= 2, p + "max_model_len", max_model_len,
+  SPECDEC_CHECK(max_model_len == 0 || max_model_len >= 2, p + "max_model_len", max_model_len,
                "0 (the target's) or an integer >= 2");
-  check_config(draft_kv_cache_fraction == 0 || (draft_kv_cache_fraction > 0 && draft_kv_cache_fraction < 1),
+  SPECDEC_CHECK(draft_kv_cache_fraction == 0 || (draft_kv_cache_fraction > 0 && draft_kv_cache_fraction < 1),
                p + "draft_kv_cache_fraction", draft_kv_cache_fraction, "a number in (0, 1)");
-  check_config(draft_kv_cache_fraction == 0 || draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_fraction",
+  SPECDEC_CHECK(draft_kv_cache_fraction == 0 || draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_fraction",
                draft_kv_cache_fraction, "None when draft_kv_cache_memory_bytes is given (one of the two)");
   if (!kv_cache_dtype.empty()) parse_dtype(kv_cache_dtype, p + "kv_cache_dtype");
 }

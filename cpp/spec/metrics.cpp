@@ -8,7 +8,7 @@
 namespace specdec::spec {
 
 void SpecDecodingStats::observe_draft(int num_draft, int num_accepted) {
-  check_config(num_draft >= 0 && num_accepted >= 0 && num_accepted <= num_draft, "num_accepted_tokens",
+  SPECDEC_CHECK(num_draft >= 0 && num_accepted >= 0 && num_accepted <= num_draft, "num_accepted_tokens",
                num_accepted, str_cat("in [0, num_draft_tokens = ", num_draft, "]"));
   if (num_draft == 0) return;
   ++num_drafts;

@@ -45,7 +45,7 @@ VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int6
                             const sampling::SamplingParams& params, sampling::Generator& gen) {
   const size_t k = draft.tokens.size();
   if (draft.has_probs()) {
-    check_config(draft.vocab_size == vocab && draft.probs.size() == k * static_cast<size_t>(vocab),
+    SPECDEC_CHECK(draft.vocab_size == vocab && draft.probs.size() == k * static_cast<size_t>(vocab),
                  "draft.probs", draft.probs.size(),
                  str_cat("[", k, " x ", vocab, "] (one row per draft token over the target's vocabulary)"));
   }
@@ -65,7 +65,7 @@ VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int6
       return r;
     }
     const int32_t d = draft.tokens[i];
-    check_config(d >= 0 && d < vocab, "draft token", d, str_cat("a token id in [0, ", vocab, ")"));
+    SPECDEC_CHECK(d >= 0 && d < vocab, "draft token", d, str_cat("a token id in [0, ", vocab, ")"));
     const float* q = draft.has_probs() ? draft.probs.data() + i * static_cast<size_t>(vocab) : nullptr;
     const double qd = q ? static_cast<double>(q[d]) : 1.0;
     const double u = gen.uniform();

@@ -317,30 +317,30 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
   const int d = p.head_size;
   if (!md.host.causal) throw UnsupportedError("OCL_FLASH: non-causal attention not supported");
   if (p.sinks != nullptr) throw UnsupportedError("OCL_FLASH: attention sinks not supported");
-  check_config(view.layout == kv::KvLayout::kBlockMajor, "view.layout",
+  SPECDEC_CHECK(view.layout == kv::KvLayout::kBlockMajor, "view.layout",
                kv::layout_name(view.layout), "OCL_FLASH reads block_major caches");
-  check_config(
+  SPECDEC_CHECK(
       std::find(caps_.head_sizes.begin(), caps_.head_sizes.end(), d) != caps_.head_sizes.end(),
       "head_size", d, "OCL_FLASH supports 64, 128, 256");
-  check_config(p.head_size_v == d, "head_size_v", p.head_size_v,
+  SPECDEC_CHECK(p.head_size_v == d, "head_size_v", p.head_size_v,
                str_cat("must equal head_size = ", d));
-  check_config(p.num_kv_heads >= 1 && p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0,
+  SPECDEC_CHECK(p.num_kv_heads >= 1 && p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0,
                "num_q_heads", p.num_q_heads,
                str_cat("must be a positive multiple of num_kv_heads = ", p.num_kv_heads));
-  check_config(view.k.num_heads == p.num_kv_heads && view.k.width == d && view.v.width == d, "view",
+  SPECDEC_CHECK(view.k.num_heads == p.num_kv_heads && view.k.width == d && view.v.width == d, "view",
                str_cat(view.k.num_heads, " kv heads of ", view.k.width, "/", view.v.width),
                str_cat("must match num_kv_heads = ", p.num_kv_heads, " and head_size = ", d));
-  check_config(view.spec.block_size % 16 == 0, "block_size", view.spec.block_size,
+  SPECDEC_CHECK(view.spec.block_size % 16 == 0, "block_size", view.spec.block_size,
                "must be a multiple of 16");
-  check_config(md.host.block_size == view.spec.block_size, "metadata.block_size",
+  SPECDEC_CHECK(md.host.block_size == view.spec.block_size, "metadata.block_size",
                md.host.block_size,
                str_cat("must equal the cache's block_size = ", view.spec.block_size));
-  check_config(view.k.stride_slot == d && view.v.stride_slot == d &&
+  SPECDEC_CHECK(view.k.stride_slot == d && view.v.stride_slot == d &&
                    view.k.stride_block == view.v.stride_block &&
                    view.k.stride_head == view.v.stride_head,
                "view", view.layer_name, "strides are not those of a block_major cache");
-  check_config(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
-  check_config(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
+  SPECDEC_CHECK(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
+  SPECDEC_CHECK(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
                "must be >= 0");
 }
 

@@ -100,18 +100,18 @@ void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
                            " in layout " + kv::layout_name(view.layout) +
                            "; OCL_MLA serves only MLA caches in mla_latent");
   }
-  check_config(p.num_kv_heads == 1, "num_kv_heads", p.num_kv_heads, "must be 1 for MLA");
-  check_config(p.num_q_heads >= 1, "num_q_heads", p.num_q_heads, "must be at least 1");
-  check_config(p.head_size == s.kv_lora_rank + s.qk_rope_head_dim && p.head_size <= 1024,
+  SPECDEC_CHECK(p.num_kv_heads == 1, "num_kv_heads", p.num_kv_heads, "must be 1 for MLA");
+  SPECDEC_CHECK(p.num_q_heads >= 1, "num_q_heads", p.num_q_heads, "must be at least 1");
+  SPECDEC_CHECK(p.head_size == s.kv_lora_rank + s.qk_rope_head_dim && p.head_size <= 1024,
                "head_size", p.head_size,
                str_cat("must equal kv_lora_rank + qk_rope_head_dim = ",
                        s.kv_lora_rank + s.qk_rope_head_dim, " (at most 1024)"));
-  check_config(p.head_size_v == s.kv_lora_rank, "head_size_v", p.head_size_v,
+  SPECDEC_CHECK(p.head_size_v == s.kv_lora_rank, "head_size_v", p.head_size_v,
                str_cat("must equal kv_lora_rank = ", s.kv_lora_rank));
   if (p.sliding_window != 0 || p.attention_chunk_size != 0) {
     throw UnsupportedError("OCL_MLA: sliding window and chunked local attention not supported");
   }
-  check_config(md.host.block_size == s.block_size, "block_size", md.host.block_size,
+  SPECDEC_CHECK(md.host.block_size == s.block_size, "block_size", md.host.block_size,
                str_cat("must equal the layer's block_size = ", s.block_size));
   check_forward_buffers(md.host, p, view, cache, query, output);
 }

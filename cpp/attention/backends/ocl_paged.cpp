@@ -80,25 +80,25 @@ void check_call(const AttentionMetadata& md, const AttentionLayerParams& p,
                 const ocl::Buffer& output) {
   if (!view.spec.is_attention())
     throw UnsupportedError("OCL_PAGED: MLA caches are not supported; use OCL_MLA");
-  check_config(p.num_kv_heads == view.k.num_heads && p.num_kv_heads == view.v.num_heads,
+  SPECDEC_CHECK(p.num_kv_heads == view.k.num_heads && p.num_kv_heads == view.v.num_heads,
                "num_kv_heads", p.num_kv_heads,
                str_cat("must equal the cache's ", view.k.num_heads));
-  check_config(p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, "num_q_heads",
+  SPECDEC_CHECK(p.num_q_heads >= 1 && p.num_q_heads % p.num_kv_heads == 0, "num_q_heads",
                p.num_q_heads,
                str_cat("must be a positive multiple of num_kv_heads = ", p.num_kv_heads));
-  check_config(p.head_size == view.k.width, "head_size", p.head_size,
+  SPECDEC_CHECK(p.head_size == view.k.width, "head_size", p.head_size,
                str_cat("must equal the cache's ", view.k.width));
-  check_config(p.head_size_v == view.v.width, "head_size_v", p.head_size_v,
+  SPECDEC_CHECK(p.head_size_v == view.v.width, "head_size_v", p.head_size_v,
                str_cat("must equal the cache's ", view.v.width));
   if (p.head_size > kMaxHeadSize || p.head_size_v > kMaxHeadSize) {
     throw UnsupportedError(str_cat("OCL_PAGED: head sizes up to ", kMaxHeadSize,
                                    " are supported, got ", p.head_size, " / ", p.head_size_v));
   }
-  check_config(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
-  check_config(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
-  check_config(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
+  SPECDEC_CHECK(p.logit_softcap >= 0.0f, "logit_softcap", p.logit_softcap, "must be >= 0");
+  SPECDEC_CHECK(p.sliding_window >= 0, "sliding_window", p.sliding_window, "must be >= 0");
+  SPECDEC_CHECK(p.attention_chunk_size >= 0, "attention_chunk_size", p.attention_chunk_size,
                "must be >= 0");
-  check_config(md.host.block_size == view.spec.block_size, "block_size", md.host.block_size,
+  SPECDEC_CHECK(md.host.block_size == view.spec.block_size, "block_size", md.host.block_size,
                str_cat("must equal the cache's ", view.spec.block_size));
   check_forward_buffers(md.host, p, view, cache, query, output);
 }

@@ -54,7 +54,7 @@ class ReferenceBackend final : public AttentionBackend {
     std::vector<float> sinks;
     if (params.sinks != nullptr) {
       sinks.resize(static_cast<size_t>(params.num_q_heads));
-      check_config(params.sinks->size_bytes() >= sinks.size() * sizeof(float), "sinks",
+      SPECDEC_CHECK(params.sinks->size_bytes() >= sinks.size() * sizeof(float), "sinks",
                    str_cat(params.sinks->size_bytes(), " bytes"),
                    str_cat("must hold num_q_heads = ", params.num_q_heads, " floats"));
       params.sinks->read(ctx, sinks.data(), sinks.size() * sizeof(float));

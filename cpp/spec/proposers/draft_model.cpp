@@ -11,15 +11,15 @@ namespace specdec::spec {
 void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Tokenizer& d) {
   const std::string allowed = "a drafter with the target's vocabulary (llama.cpp's rule: same "
                               "tokenizer, special tokens, and token texts)";
-  check_config(t.kind() == d.kind(), "drafter tokenizer", tokenizer::tokenizer_kind_name(d.kind()),
+  SPECDEC_CHECK(t.kind() == d.kind(), "drafter tokenizer", tokenizer::tokenizer_kind_name(d.kind()),
                str_cat(allowed, "; the target's is ", tokenizer::tokenizer_kind_name(t.kind())));
-  check_config(t.bos_id() == d.bos_id() && t.add_bos() == d.add_bos(), "drafter BOS",
+  SPECDEC_CHECK(t.bos_id() == d.bos_id() && t.add_bos() == d.add_bos(), "drafter BOS",
                str_cat(d.bos_id(), d.add_bos() ? " (added)" : " (not added)"),
                str_cat(allowed, "; the target's is ", t.bos_id(), t.add_bos() ? " (added)" : " (not added)"));
-  check_config(t.eos_id() == d.eos_id() && t.add_eos() == d.add_eos(), "drafter EOS", d.eos_id(),
+  SPECDEC_CHECK(t.eos_id() == d.eos_id() && t.add_eos() == d.add_eos(), "drafter EOS", d.eos_id(),
                str_cat(allowed, "; the target's is ", t.eos_id()));
   const int64_t diff = std::abs(static_cast<int64_t>(t.vocab_size()) - d.vocab_size());
-  check_config(diff <= 128, "drafter vocab_size", d.vocab_size(),
+  SPECDEC_CHECK(diff <= 128, "drafter vocab_size", d.vocab_size(),
                str_cat("within 128 of the target's ", t.vocab_size()));
   const int32_t n = std::min(t.vocab_size(), d.vocab_size());
   for (int32_t i = 5; i < n; ++i) {
@@ -32,8 +32,8 @@ void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Toke
 
 DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab)
     : drafter_(std::move(drafter)), target_vocab_(target_vocab) {
-  check_config(drafter_ != nullptr, "drafter", "None", "a loaded ModelRunner");
-  check_config(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
+  SPECDEC_CHECK(drafter_ != nullptr, "drafter", "None", "a loaded ModelRunner");
+  SPECDEC_CHECK(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
   const auto& base = drafter_->options().logit_token_ids;
   if (!base.empty()) {
     in_base_.assign(static_cast<size_t>(drafter_->num_lm_head_rows()), false);
@@ -153,7 +153,7 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
     std::vector<float> padded(static_cast<size_t>(vt), -std::numeric_limits<float>::infinity());
     const int64_t width = so.vocab_size;
     if (reduced) {
-      check_config(width == static_cast<int64_t>(opts.logit_token_ids.size() + extra_.size()), "drafter logit columns",
+      SPECDEC_CHECK(width == static_cast<int64_t>(opts.logit_token_ids.size() + extra_.size()), "drafter logit columns",
                    width, "the reduced vocabulary and the extra tokens this proposer set (a runner shared while drafting?)");
     }
     const float* src = so.logits.data() + row * width;

@@ -44,9 +44,9 @@ std::vector<int32_t> ngram_lookup(const std::vector<int32_t>& origin, int min_n,
 
 NgramProposer::NgramProposer(int prompt_lookup_min, int prompt_lookup_max, int64_t max_model_len)
     : min_n_(prompt_lookup_min), max_n_(prompt_lookup_max), max_model_len_(max_model_len) {
-  check_config(min_n_ >= 1, "prompt_lookup_min", min_n_, "an integer >= 1");
-  check_config(max_n_ >= 1, "prompt_lookup_max", max_n_, "an integer >= 1");
-  check_config(min_n_ <= max_n_, "prompt_lookup_min", min_n_,
+  SPECDEC_CHECK(min_n_ >= 1, "prompt_lookup_min", min_n_, "an integer >= 1");
+  SPECDEC_CHECK(max_n_ >= 1, "prompt_lookup_max", max_n_, "an integer >= 1");
+  SPECDEC_CHECK(min_n_ <= max_n_, "prompt_lookup_min", min_n_,
                str_cat("<= prompt_lookup_max = ", max_n_));
 }
 

@@ -119,13 +119,13 @@ SuffixProposer::SuffixProposer(int max_tree_depth, int64_t max_cached_requests, 
                                double min_token_prob, int64_t max_model_len)
     : max_depth_(max_tree_depth), max_cached_(max_cached_requests), max_spec_factor_(max_spec_factor),
       min_token_prob_(min_token_prob), max_model_len_(max_model_len), global_(max_tree_depth) {
-  check_config(max_tree_depth >= 1 && max_tree_depth <= 64, "suffix_decoding_max_tree_depth",
+  SPECDEC_CHECK(max_tree_depth >= 1 && max_tree_depth <= 64, "suffix_decoding_max_tree_depth",
                max_tree_depth, "an integer in [1, 64]");
-  check_config(max_cached_requests >= 0, "suffix_decoding_max_cached_requests", max_cached_requests,
+  SPECDEC_CHECK(max_cached_requests >= 0, "suffix_decoding_max_cached_requests", max_cached_requests,
                "an integer >= 0 (0: no global tree)");
-  check_config(std::isfinite(max_spec_factor) && max_spec_factor > 0, "suffix_decoding_max_spec_factor",
+  SPECDEC_CHECK(std::isfinite(max_spec_factor) && max_spec_factor > 0, "suffix_decoding_max_spec_factor",
                max_spec_factor, "a finite number > 0");
-  check_config(min_token_prob >= 0 && min_token_prob <= 1, "suffix_decoding_min_token_prob",
+  SPECDEC_CHECK(min_token_prob >= 0 && min_token_prob <= 1, "suffix_decoding_min_token_prob",
                min_token_prob, "a number in [0, 1]");
 }
 
