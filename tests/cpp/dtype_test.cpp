@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/dtype.h"
+#include "common/errors.h"
 
 using namespace specdec;
 
@@ -29,4 +30,30 @@ TEST(DType, Bf16RoundsToNearestEven) {
     const float f = dist(rng);
     EXPECT_NEAR(bf16_bits_to_float(float_to_bf16_bits(f)), f, std::fabs(f) / 128.0f);
   }
+}
+
+// SPECDEC_CHECK formats field, value and allowed only when the condition fails, and then throws
+// the same ConfigError check_config would.
+TEST(Errors, CheckBuildsItsMessageOnlyOnFailure) {
+  int formatted = 0;
+  auto allowed = [&](int64_t limit) {
+    ++formatted;
+    return str_cat("must be <= ", limit);
+  };
+  for (int64_t v = 0; v <= 4; ++v) SPECDEC_CHECK(v <= 4, "v", v, allowed(4));
+  EXPECT_EQ(formatted, 0);
+  try {
+    SPECDEC_CHECK(7 <= 4, "v", 7, allowed(4));
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(formatted, 1);
+    EXPECT_EQ(e.field(), "v");
+    EXPECT_EQ(e.value(), "7");
+    EXPECT_EQ(e.allowed(), "must be <= 4");
+    EXPECT_STREQ(e.what(), "v = 7: must be <= 4");
+  }
+  if (formatted > 0) SPECDEC_CHECK(true, "x", 0, allowed(0));  // a statement in if / else
+  else
+    FAIL();
+  EXPECT_EQ(formatted, 1);
 }
