@@ -20,6 +20,7 @@ from specdec.engine import EngineCore, LLMEngine
 from specdec.testing import write_random_model
 
 spec = _core.spec
+ROOT = Path(__file__).resolve().parents[2]
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 GREEDY = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
@@ -557,10 +558,14 @@ def test_lossless_greedy_real_qwen_pair(real_model):
     want = _plain(target, CODE_PROMPTS, params, **kw)
     for cfg in ({"method": "draft_model", "model": drafter, "num_speculative_tokens": 4},
                 {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-                {"method": "suffix", "num_speculative_tokens": 6}):
+                {"method": "suffix", "num_speculative_tokens": 6},
+                # the main job's drafter: reduced vocabulary from the committed ranking, adaptive k
+                {"method": "draft_model", "model": drafter, "num_speculative_tokens": 4, "adaptive": True,
+                 "draft_vocab_size": 16384,
+                 "draft_vocab_file": str(ROOT / "data" / "draft_vocab_qwen2.5-coder.json")}):
         llm = specdec.LLM(target, speculative_config=cfg, **kw)
         outs = llm.generate(CODE_PROMPTS, params)
-        assert [o.outputs[0].token_ids for o in outs] == want, cfg["method"]
+        assert [o.outputs[0].token_ids for o in outs] == want, cfg
         if cfg["method"] == "draft_model":
             m = llm.last_metrics
             assert m["num_draft_tokens"] > 0 and m["acceptance_rate"] > 0.4, m
