@@ -126,16 +126,10 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const Co
   return out;
 }
 
-namespace {
-
-// Created holding the values (copied at creation: no blocking write through the queue per
-// buffer, five per KV-cache group and step).
-ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {
+ocl::Buffer upload_int32s(ocl::Context& ctx, const std::vector<int32_t>& values) {
   if (values.empty()) return ocl::Buffer(ctx, sizeof(int32_t));
   return ocl::Buffer(ctx, values.data(), values.size() * sizeof(int32_t));
 }
-
-}  // namespace
 
 AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetadata& common) {
   common.validate();
@@ -146,11 +140,11 @@ AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetada
     std::fill(md.token_request.begin() + common.query_start_loc[r],
               md.token_request.begin() + common.query_start_loc[r + 1], r);
   }
-  md.query_start_loc = upload(ctx, common.query_start_loc);
-  md.seq_lens = upload(ctx, common.seq_lens);
-  md.block_table = upload(ctx, common.block_table);
-  md.token_request_buf = upload(ctx, md.token_request);
-  md.slot_mapping = upload(ctx, common.slot_mapping);
+  md.query_start_loc = upload_int32s(ctx, common.query_start_loc);
+  md.seq_lens = upload_int32s(ctx, common.seq_lens);
+  md.block_table = upload_int32s(ctx, common.block_table);
+  md.token_request_buf = upload_int32s(ctx, md.token_request);
+  md.slot_mapping = upload_int32s(ctx, common.slot_mapping);
   return md;
 }
 

@@ -79,6 +79,9 @@ struct AttentionMetadata {
 
 // Uploads `common` (after validate()) and derives token_request.
 AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetadata& common);
+// A device buffer created holding `values` (copied at creation, no blocking write through the
+// queue); one int32 of room when empty.
+ocl::Buffer upload_int32s(ocl::Context& ctx, const std::vector<int32_t>& values);
 
 class AttentionMetadataBuilder {
  public:

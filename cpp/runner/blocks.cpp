@@ -39,9 +39,6 @@ StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t
   attn_v = f32(t * o_v);
   gate = f32(t * c.intermediate_size);
   up = f32(t * c.intermediate_size);
-  ids = f32(t);
-  positions = f32(t);
-  rows = f32(max_logits);
   xs = f32(max_logits * c.hidden_size);
   logits = f32(max_logits * c.vocab_size);
   reduced = f32(6 * max_logits);  // two parts with extra logit tokens (ModelRunner)

@@ -37,8 +37,8 @@ struct StepBuffers {
   ocl::Buffer attn;       // [t, heads * head_size_v] attention output (MLA: latent output)
   ocl::Buffer attn_v;     // MLA: [t, heads * v_head_dim]
   ocl::Buffer gate, up;   // [t, ff]
-  ocl::Buffer ids, positions;  // int32 [t]
-  ocl::Buffer rows;       // int32 [max_logits]
+  ocl::Buffer ids, positions;  // int32 [t]: created with their contents by each step
+  ocl::Buffer rows;       // int32 [logit rows]: likewise
   ocl::Buffer xs;         // [max_logits, hidden]
   ocl::Buffer logits;     // [max_logits, vocab]
   ocl::Buffer reduced;    // [2][3, max_logits]: argmax (int32), logsumexp, logit at argmax

@@ -46,23 +46,23 @@ def corpus_files(paths: Sequence[str], suffixes: Sequence[str] = TEXT_SUFFIXES) 
     return out
 
 
-def count_tokens(tokenizer, files: Iterable[Path], vocab_size: int, max_bytes: int = 0,
+def count_tokens(tokenizer, files: Iterable[Path], vocab_size: int, max_chars: int = 0,
                  progress: Optional[Callable[[int], None]] = None) -> Dict[str, object]:
     """Token counts [vocab_size] over the files (read as UTF-8, undecodable bytes replaced), up to
-    max_bytes characters of text (0: all); progress(bytes of the file) after each file."""
+    max_chars characters of text (0: all); progress(bytes of the file) after each file."""
     files = list(files)
     counts = np.zeros(vocab_size, dtype=np.int64)
     used = 0
     read = 0
     for f in files:
-        if max_bytes and read >= max_bytes:
+        if max_chars and read >= max_chars:
             break
         try:
             text = f.read_text(encoding="utf-8", errors="replace")
         except OSError as e:
             raise _error("path", str(f), f"a readable file ({e.strerror})") from None
-        if max_bytes:
-            text = text[:max(0, max_bytes - read)]
+        if max_chars:
+            text = text[:max(0, max_chars - read)]
         read += len(text)
         if text:
             ids = np.asarray(tokenizer.encode(text, add_special=False), dtype=np.int64)

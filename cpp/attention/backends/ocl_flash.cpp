@@ -211,11 +211,6 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
 };
 
-ocl::Buffer upload(ocl::Context& ctx, const std::vector<int32_t>& values) {  // copied at creation
-  if (values.empty()) return ocl::Buffer(ctx, sizeof(int32_t));
-  return ocl::Buffer(ctx, values.data(), values.size() * sizeof(int32_t));
-}
-
 // The plan of `md` (at least one token) for shape `s`.
 std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, const FlashShape& s,
                                                          const CommonAttentionMetadata& md) {
@@ -224,8 +219,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
   fm->tile = tile_tokens_for(ctx, s.dtype, s.num_q_heads / s.num_kv_heads, s.head_size,
                              s.block_size, s.split_keys);
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
-  fm->items = upload(ctx, fm->plan.items);
-  fm->token_part = upload(ctx, fm->plan.token_part);
+  fm->items = upload_int32s(ctx, fm->plan.items);
+  fm->token_part = upload_int32s(ctx, fm->plan.token_part);
   const size_t partial_rows = static_cast<size_t>(std::max<int64_t>(fm->plan.max_partials, 1)) *
                               static_cast<size_t>(s.num_q_heads);
   fm->part_acc = ocl::Buffer(ctx, partial_rows * s.head_size * sizeof(float));

@@ -129,6 +129,7 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
       else dr.truncate(rid, p);
     }
     st.tokens.resize(static_cast<size_t>(p));
+    st.scanned = std::min(st.scanned, static_cast<size_t>(p));  // a changed context: look again
     st.last_context = -1;
     const std::vector<int64_t> need = dr.num_blocks_needed(rid, p, len - p + k - 1);
     bool fits = true;
