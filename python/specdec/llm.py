@@ -210,7 +210,8 @@ class LLM:
         if params.prompt_logprobs is not None:
             req.prompt_logprobs = [None]
         if stream:
-            req.stream = self.tokenizer.stream_decoder(continuation=True)
+            req.stream = self.tokenizer.stream_decoder(special=not params.skip_special_tokens,
+                                                       continuation=True)
         return req
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],

@@ -292,14 +292,31 @@ class EngineCore:
                     self._logprobs(r, logits[row0 + j], tid)
                 r.sequence.append([tid])
                 new_ids.append(tid)
-                if r.stream is not None:
+                if r.stream is not None and not p.stop:
                     text += r.stream.push(tid)
                 status = self._stop_status(r, tid)
                 if status is not None:
                     self._finish(r, status)
                     break
+            if r.stream is not None:
+                text = self.stream_text(r, text)
             updates.append(StepUpdate(r, new_ids, text))
         return updates
+
+    def stream_text(self, r: Request, pushed: str = "") -> str:
+        """The text a streaming request may send now; the pieces joined equal its final text.
+        Without stop strings: the stream decoder's text (``pushed``), flushed at the end. With
+        stop strings: the new part of ``r.text`` except a tail that could still become a stop
+        string (or an unfinished UTF-8 character), which waits until it cannot (as vLLM holds
+        it back), so a stop string and what follows it are never streamed."""
+        if not r.params.stop:
+            return pushed + (r.stream.flush() if r.finished else "")
+        end = len(r.text) if r.finished else stable_text_end(r.text, r.params.stop)
+        if end <= r.num_streamed_chars:
+            return ""
+        out = r.text[r.num_streamed_chars:end]
+        r.num_streamed_chars = end
+        return out
 
     def _logprobs(self, r: Request, row: np.ndarray, tid: int) -> None:
         p = r.params
@@ -347,3 +364,18 @@ class EngineCore:
                 break
         r.text = text
         return status
+
+
+def stable_text_end(text: str, stops) -> int:
+    """Where the part of ``text`` that no further token can change ends: before a trailing
+    unfinished character (U+FFFD) and before the longest tail that is the start of a stop string."""
+    end = len(text)
+    while end and text[end - 1] == "\ufffd":
+        end -= 1
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, end), hold, -1):
+            if text.endswith(stop[:n], 0, end):
+                hold = n
+                break
+    return end - hold

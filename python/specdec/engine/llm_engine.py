@@ -47,6 +47,7 @@ class LLMEngine:
         self._queues: Dict[str, "queue.SimpleQueue[StreamOutput]"] = {}
         self._pending: set = set()  # request ids added and not yet finished
         self._owner: Optional[int] = None  # the thread running a step
+        self._idle = False  # the last step found no request to run
 
     # ---- from any thread ----
     def add_request(self, request: Request, sink: Optional["queue.SimpleQueue"] = None) -> "queue.SimpleQueue":
@@ -115,15 +116,24 @@ class LLMEngine:
                     raise item.error
                 yield item
                 continue
+            seen = self._steps
             if self._step_lock.acquire(blocking=False):
                 try:
                     self._step_locked()
+                    idle = self._idle
                 finally:
                     self._step_lock.release()
-            else:
-                with self._cond:  # another thread is stepping: wait for its step to end
-                    seen = self._steps
-                    self._cond.wait_for(lambda: self._steps != seen or not sink.empty(), timeout=0.5)
+                if not idle:
+                    continue
+                seen = self._steps
+                with self._inbox_lock:
+                    lost = sink.empty() and not any(rid in self._pending for rid in left)
+                if lost:  # finished without a final output: an engine bug, never a hang
+                    raise RuntimeError(f"requests {sorted(left)} left the engine without an output")
+            # another thread is stepping, or there was nothing to step (this thread's requests
+            # are in another thread's hands): sleep until a step ends or news arrives, never spin
+            with self._cond:
+                self._cond.wait_for(lambda: self._steps != seen or not sink.empty(), timeout=0.5)
 
     # ---- the loop ----
     def _take_inbox(self) -> None:
@@ -133,29 +143,34 @@ class LLMEngine:
         for r in inbox:
             self.core.add_request(r)
         for rid in aborts:
-            r = self.core.abort_request(rid)
+            try:
+                r = self.core.abort_request(rid)
+            except Exception as e:  # noqa: BLE001 - a proposer's finish raised: the request
+                self._fail(rid, e)  # is out of the core; its consumer gets the error
+                continue
             if r is None:
                 continue  # unknown or already finished
-            self._deliver(StepUpdate(r, [], ""))
+            self._deliver(StepUpdate(r, [], self.core.stream_text(r) if r.stream is not None else ""))
 
     def _deliver(self, u: StepUpdate) -> StreamOutput:
         r = u.request
         out = StreamOutput(r.request_id, u.new_token_ids, u.new_text, r.finished,
                            request_output(r) if r.finished else None)
-        with self._inbox_lock:
+        with self._inbox_lock:  # put under the lock: pending and the sink change together
             sink = self._queues.get(r.request_id)
             if r.finished:
                 self._queues.pop(r.request_id, None)
                 self._pending.discard(r.request_id)
-        if sink is not None:
-            sink.put(out)
+            if sink is not None:
+                sink.put(out)
         return out
 
     def _step_locked(self) -> List[StreamOutput]:
         self._owner = threading.get_ident()
         try:
             self._take_inbox()
-            outs = [self._deliver(u) for u in self.core.step()] if self.core.has_unfinished_requests() else []
+            self._idle = not self.core.has_unfinished_requests()
+            outs = [] if self._idle else [self._deliver(u) for u in self.core.step()]
             self._take_inbox()  # aborts that came during the step
         except BaseException as e:  # every running request fails with the step's error
             self._fail_all(e)
@@ -168,16 +183,28 @@ class LLMEngine:
         return outs
 
     def _fail_all(self, error: BaseException) -> None:
-        for r in list(self.core.requests.values()):
+        """Ends every request the failed step (or abort) touched with its error: all that were
+        taken into the core, including those it had already finished or popped when the error
+        came (a proposer's finish raising), so no consumer waits forever. Requests that arrived in
+        the inbox during the step were not touched and run at the next one."""
+        with self._inbox_lock:
+            waiting = {r.request_id for r in self._inbox}
+            failed = [rid for rid in self._pending if rid not in waiting]
+        for rid in failed:
             try:
-                self.core.abort_request(r.request_id)
+                self.core.abort_request(rid)
             except Exception:  # noqa: BLE001 - the first error is the one reported
                 pass
-            with self._inbox_lock:
-                sink = self._queues.pop(r.request_id, None)
-                self._pending.discard(r.request_id)
+            self._fail(rid, error)
+
+    def _fail(self, rid: str, error: BaseException) -> None:
+        with self._inbox_lock:
+            sink = self._queues.pop(rid, None)
+            self._pending.discard(rid)
+            if rid in self._aborts:
+                self._aborts.remove(rid)
             if sink is not None:
-                sink.put(_Failure(r.request_id, [], "", True, None, error))
+                sink.put(_Failure(rid, [], "", True, None, error))
 
 
 @dataclass

@@ -46,6 +46,7 @@ class Request:
     cumulative_logprob: float = 0.0
     stats: Any = field(default_factory=lambda: _core.spec.SpecDecodingStats())
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
+    num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: Optional[float] = None
     first_token_time: Optional[float] = None

@@ -1,0 +1,106 @@
+"""Stop strings are never streamed: what ``stream()`` and ``generate(on_token=...)`` send, joined,
+equals the final text, for plain decoding and every speculative method (issue 20, finding 2)."""
+
+from pathlib import Path
+
+import pytest
+
+import specdec
+from specdec.engine.core import stable_text_end
+
+STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+PROMPTS = ["Once upon a time", "The dog", "Lily went to the park"]
+
+
+class Echo(specdec.Proposer):
+    def propose(self, requests):
+        return [[r.token_ids[-1]] * r.num_speculative_tokens for r in requests]
+
+
+METHODS = {
+    "plain": None,
+    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+              "prompt_lookup_max": 3},
+    "suffix": {"method": "suffix", "num_speculative_tokens": 5},
+    "draft_model": {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 4},
+    "custom": {"method": "custom", "proposer": Echo(), "num_speculative_tokens": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def stops():
+    """Stop strings cut out of each prompt's plain output: a word that starts in the middle (it
+    spans tokens, so a step may emit it and more at once) and a two-word string after it."""
+    llm = specdec.LLM(STORIES, max_model_len=128, progress=False)
+    out = llm.generate(PROMPTS, specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    cases = []
+    for o in out:
+        text = o.outputs[0].text
+        words = text.split()
+        mid = words[len(words) // 3]
+        assert mid in text[1:]
+        cases.append([mid[1:] if len(mid) > 2 else mid, " ".join(words[-3:-1])])
+    return cases
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_streamed_text_equals_final_text_with_stop_strings(method, temperature, stops):
+    llm = specdec.LLM(STORIES, max_model_len=128, progress=False,
+                      speculative_config=METHODS[method])
+    for prompt, stop in zip(PROMPTS, stops):
+        for stop_list in ([stop[0]], stop, [stop[1]]):
+            params = specdec.SamplingParams(temperature=temperature, seed=7, max_tokens=40,
+                                            ignore_eos=True, stop=stop_list)
+            streamed, last = "", None
+            for item in llm.stream(prompt, params):
+                streamed += item.new_text
+                last = item
+            final = last.output.outputs[0].text
+            assert streamed == final, (method, stop_list, streamed, final)
+            if last.output.outputs[0].finish_reason == "stop":
+                assert not any(s in streamed for s in stop_list)
+            pieces = []
+            out = llm.generate(prompt, params, on_token=lambda _rid, t: pieces.append(t))[0]
+            assert "".join(pieces) == out.outputs[0].text
+            if temperature == 0:  # sampled drafts may differ between runs (the suffix cache)
+                assert out.outputs[0].text == final
+
+
+def test_streamed_text_equals_final_text_without_stop_strings_and_with_special_tokens():
+    llm = specdec.LLM(STORIES, max_model_len=128, progress=False)
+    for skip in (True, False):
+        params = specdec.SamplingParams(temperature=0, max_tokens=60, skip_special_tokens=skip)
+        streamed, last = "", None
+        for item in llm.stream("Once upon a time", params):
+            streamed += item.new_text
+            last = item
+        assert streamed == last.output.outputs[0].text
+
+
+def test_an_aborted_stream_with_stop_strings_gets_its_held_back_text():
+    llm = specdec.LLM(STORIES, max_model_len=128, progress=False)
+    params = specdec.SamplingParams(temperature=0, max_tokens=100, ignore_eos=True,
+                                    stop=["zzzz-never"])
+    streamed = ""
+    stream = llm.stream("Once upon a time", params)
+    for i, item in enumerate(stream):
+        streamed += item.new_text
+        if i == 5:
+            llm.abort(item.request_id)
+        last = item
+    assert last.output.outputs[0].finish_reason == "abort"
+    assert streamed == last.output.outputs[0].text
+
+
+@pytest.mark.parametrize("text,stops,end", [
+    ("hello wor", ["world"], 6),          # "wor" may become "world"
+    ("hello w", ["world", "x"], 6),
+    ("hello", ["world"], 5),
+    ("abc\ufffd", ["zz"], 3),             # an unfinished character waits
+    ("ab", ["abc"], 0),
+    ("", ["a"], 0),
+    ("aXa", ["aXaY", "aY"], 0),           # the longest matching tail is held
+])
+def test_stable_text_end(text, stops, end):
+    assert stable_text_end(text, stops) == end
