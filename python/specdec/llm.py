@@ -36,11 +36,13 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 
 from specdec import _core
-from specdec._checks import (check_bool, check_int, check_messages, check_text, check_token_ids,
-                             error)
+from specdec._checks import (check_bool, check_int, check_messages, check_real, check_text,
+                             check_token_ids, error)
 from specdec.engine import EngineCore, LLMEngine, Request, StreamOutput
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
+from specdec.memory import KvSizing, log, size_kv_cache
+from specdec.model import load_model_config
 from specdec.outputs import RequestOutput, SamplingParams
 from specdec.speculative import build_speculation
 from specdec.tokenizer import Tokenizer
@@ -86,14 +88,20 @@ class LLM:
     ``model``: a GGUF path or a catalog name (``specdec models``), fetched into the cache on first
     use. ``device``: an index, ``P:D``, ``gpu``/``cpu`` or part of a name (default:
     ``SPECDEC_DEVICE`` or the first device). ``attention_backend``: None for automatic choice.
+    ``kv_cache_memory_bytes``: None sizes the KV cache from ``max_num_seqs`` requests of
+    ``max_model_len`` tokens (target and drafter), capped by ``memory_utilization`` of the
+    device's memory less the weights (default 0.5 on a CPU device, 0.9 on a GPU);
+    ``max_model_len`` 0 is the model's context, lowered with a notice when it does not fit
+    (``specdec.memory``; ``llm.kv_sizing`` tells what was chosen).
     """
 
     def __init__(self, model: str, device: Optional[str] = None,
                  attention_backend: Optional[str] = None, max_model_len: int = 0,
-                 kv_cache_memory_bytes: Union[int, str] = "1GiB", block_size: int = 16,
+                 kv_cache_memory_bytes: Union[int, str, None] = None, block_size: int = 16,
                  kv_cache_dtype: str = "f16", max_num_batched_tokens: int = 512,
                  max_num_seqs: int = 16, progress: bool = True,
-                 speculative_config: Any = None) -> None:
+                 speculative_config: Any = None,
+                 memory_utilization: Optional[float] = None) -> None:
         # every argument is checked before anything is fetched or loaded
         if not isinstance(model, (str, os.PathLike)):
             raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
@@ -107,7 +115,12 @@ class LLM:
         allowed = "0 (the model's context length) or at least 2 (a prompt token and a generated one)"
         if check_int("max_model_len", max_model_len, 0, None, allowed) == 1:
             raise error("max_model_len", max_model_len, allowed)
-        kv_bytes = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        kv_bytes = None
+        if kv_cache_memory_bytes is not None and kv_cache_memory_bytes != "auto":
+            kv_bytes = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
+        if memory_utilization is not None:
+            memory_utilization = check_real("memory_utilization", memory_utilization,
+                                            "None or a fraction in (0, 1]", lambda v: 0 < v <= 1)
         check_int("block_size", block_size, 1, 1 << 16)
         check_text("kv_cache_dtype", kv_cache_dtype, "'f32', 'f16', 'bf16' or 'int8'")
         check_int("max_num_batched_tokens", max_num_batched_tokens, 1, 1 << 30)
@@ -126,9 +139,19 @@ class LLM:
         # logit rows per step: 1 + k verify rows per running request, or prompt-logprobs chunks
         self.max_num_logits = max(128, max_num_seqs * (1 + k))
         drafter_path = speculation.resolve_drafter(progress)
-        if drafter_path is not None:
-            _core.spec.check_vocab_compatible(self.model_path, drafter_path)
-        self.kv_split = speculation.split_budget(self.model_path, drafter_path, kv_bytes, max_model_len,
+        if drafter_path is not None:  # the target's file was read above: errors are the drafter's
+            try:
+                load_model_config(drafter_path)
+                _core.spec.check_vocab_compatible(self.model_path, drafter_path)
+            except ValueError as e:
+                raise type(e)(f"speculative_config.model = {speculation.config.model!r}: {e}") from None
+        # the KV cache: sized from the requests, capped by memory; max_model_len lowered to fit
+        self.kv_sizing = self._size_kv_cache(drafter_path, speculation.config, max_model_len, kv_bytes,
+                                             memory_utilization, block_size, kv_cache_dtype,
+                                             max_num_seqs, max_num_batched_tokens)
+        max_model_len = self.kv_sizing.max_model_len
+        self.kv_split = speculation.split_budget(self.model_path, drafter_path,
+                                                 self.kv_sizing.kv_cache_memory_bytes, max_model_len,
                                                  block_size, kv_cache_dtype, max_num_batched_tokens)
         self.runner = _core.ModelRunner(
             self.context, self.model_path, attention_backend or "", max_model_len,
@@ -152,6 +175,29 @@ class LLM:
             speculation.config.disable_by_batch_size if speculation.config is not None else 0,
             max_num_seqs, max_num_batched_tokens, self.max_num_logits,
             adaptive=speculation.config is not None and speculation.config.adaptive))
+
+    def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
+                       kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,
+                       dtype: str, max_num_seqs: int, max_num_batched_tokens: int) -> KvSizing:
+        t_cfg = load_model_config(self.model_path)
+        d_cfg = load_model_config(drafter_path) if drafter_path is not None else None
+        for cfg, name in ((t_cfg, "the model's"), (d_cfg, "the drafter's")):
+            if cfg is not None and max_model_len > cfg.context_length:
+                raise error("max_model_len", max_model_len,
+                            f"at most {name} context length {cfg.context_length}")
+        weights = os.path.getsize(self.model_path) + (
+            os.path.getsize(drafter_path) if drafter_path is not None else 0)
+        sizing = size_kv_cache(
+            t_cfg, d_cfg, max_model_len=max_model_len,
+            drafter_max_model_len=config.max_model_len if d_cfg is not None else 0,
+            kv_cache_memory_bytes=kv_bytes, memory_utilization=memory_utilization,
+            device=self.context.device, weights_bytes=weights, block_size=block_size,
+            dtype=dtype.lower(), drafter_dtype=((config.kv_cache_dtype or dtype) if d_cfg is not None
+                                                else dtype).lower(),
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        if sizing.notice:
+            log.warning(sizing.notice)
+        return sizing
 
     def _warm_up(self) -> None:
         """Builds the kernels a prefill and a decode use (OpenCL compiles on first launch; PoCL
