@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import specdec  # noqa: E402
 from specdec import _core  # noqa: E402
+from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 
 from peer_llamacpp import DEFAULT_MODELS, N_VALUES, forward_costs, summary_line  # noqa: E402
 from prompts import LONG  # noqa: E402
@@ -145,11 +146,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
     ap.add_argument("--peer-tools", default=None,
-                    help="measure llama.cpp with llama-bench from this folder (bench/setup_peer_tools.sh: "
-                         "build/peer-llama.cpp/bin) instead of the llama-cpp-python package")
+                    help="measure llama.cpp with llama-bench from this folder (bench/setup_peer_tools.sh "
+                         "installs into $SPECDEC_CACHE/peer-llama.cpp/bin, default "
+                         "~/.cache/specdec/peer-llama.cpp/bin) instead of the llama-cpp-python package")
     ap.add_argument("--device", default="")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "model_bench.json"))
     args = ap.parse_args(argv)
+    default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
+    check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
 
     ctx = _core.Context(args.device)
     report: Dict[str, object] = {
@@ -183,8 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{peer['relative_cost']['4']:.2f}x of a 1-token forward", flush=True)
         report["models"].append(entry)
     report["load_average_after"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_file_atomic(args.out, json.dumps(report, indent=1) + "\n", "--out")
     print(f"wrote {args.out}")
     return 0
 

@@ -37,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 from prompts import LONG  # noqa: E402
 
 DEFAULT_MODELS = ["smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m",
@@ -149,6 +150,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "peer_llamacpp.json"))
     args = ap.parse_args(argv)
+    default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
+    check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
 
     import llama_cpp
     report = {"what": "llama.cpp CPU decode / prefill / n-token forward cost",
@@ -161,8 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report["models"].append(bench_model(name, args.decode_tokens, args.prefill_tokens,
                                             args.context, args.repeats))
     report["load_average_after"] = os.getloadavg()  # other work on the machine skews timings
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_file_atomic(args.out, json.dumps(report, indent=1) + "\n", "--out")
     print(f"wrote {args.out}")
     return 0
 

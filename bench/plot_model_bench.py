@@ -8,6 +8,7 @@ tokens relative to one token (what verifying n - 1 drafts costs) per model.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from specdec._files import write_file_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"specdec": ("specdec (OpenCL, PoCL)", "tab:blue"), "llama_cpp": ("llama.cpp (CPU)", "tab:orange")}
@@ -63,8 +66,10 @@ def plot(data: dict, dst: Path) -> None:
     fig.suptitle(f"Plain forward on {data.get('device', '?')} ({data.get('machine', '?')}), llama-cpp-python "
                  f"{data.get('llama_cpp_python', '?')}; load average before: {load}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(dst, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    write_file_atomic(dst, buf.getvalue(), "DST")
 
 
 def main() -> int:

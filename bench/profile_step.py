@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import specdec  # noqa: E402
 from specdec import _core  # noqa: E402
+from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +39,8 @@ def main() -> int:
     ap.add_argument("--device", default="")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "profile_step.json"))
     args = ap.parse_args()
+    default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
+    check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
     path = specdec.resolve_model(args.model)
     ctx = specdec.Context(args.device) if args.device else specdec.Context()
     runner = _core.ModelRunner(ctx, path, "", 512, 256 << 20)
@@ -68,8 +71,7 @@ def main() -> int:
            "span_us_per_step": prof["span_us"] / s, "device_us_per_step": device,
            "gap_us_per_step": prof["span_us"] / s - device, "launches_per_step": launches,
            "kernels": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    write_file_atomic(args.out, json.dumps(out, indent=1), "--out")
     print(f"{args.model}: {args.tokens} token(s)/step, wall {out['wall_ms_per_step_median']:.2f} ms "
           f"(median), {launches:.0f} launches, device {device / 1e3:.2f} ms, gaps "
           f"{out['gap_us_per_step'] / 1e3:.2f} ms ({out['gap_us_per_step'] / launches:.1f} µs per launch)")

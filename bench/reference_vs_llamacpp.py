@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import specdec  # noqa: E402
+from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 from prompts import LONG, PROMPTS  # noqa: E402
 from reference.numpy_model import NumpyModel  # noqa: E402
 
@@ -202,8 +203,7 @@ def _versions() -> Dict[str, str]:
 
 
 def _write(report: Dict[str, object], out: str) -> None:
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(report, indent=1) + "\n")
+    write_file_atomic(out, json.dumps(report, indent=1) + "\n", "--out")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -219,6 +219,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="where dequantized F32 twins are written (and removed); default: a "
                          "temporary directory; 'none' skips the twin comparison")
     args = ap.parse_args(argv)
+    default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
+    check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
 
     report: Dict[str, object] = {"what": "teacher-forced logits: NumPy reference vs llama.cpp",
                                  "versions": _versions(), "threads": THREADS, "models": []}

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own speculative tools (llama-speculative-simple, llama-lookup, llama-bench)
-# from the vendor/llama.cpp tree inside the pinned llama-cpp-python sdist, as a native CPU build,
-# into build/peer-llama.cpp/bin. ~10 minutes on 2 cores; idempotent. Not needed by the tests.
+# from the vendor/llama.cpp tree inside the pinned llama-cpp-python sdist, as a native CPU build
+# (in build/peer-llama.cpp), and installs them where `specdec bench` looks for them:
+# $SPECDEC_PEER_BIN if set, else $SPECDEC_CACHE/peer-llama.cpp/bin (default
+# ~/.cache/specdec/peer-llama.cpp/bin). specdec never runs tools from the working directory.
+# ~10 minutes on 2 cores; idempotent. Not needed by the tests.
 set -euo pipefail
+# resolved before the cd below: a relative SPECDEC_PEER_BIN / SPECDEC_CACHE means what it does to specdec
+cache="${SPECDEC_CACHE:-$HOME/.cache/specdec}"
+dest="$(realpath -m "${SPECDEC_PEER_BIN:-$cache/peer-llama.cpp/bin}")"
 cd "$(dirname "$0")/.."
 LLAMA_CPP_PYTHON_VERSION="0.3.36"   # the same pin as bench/setup_peer.sh
 out=build/peer-llama.cpp
-if [ -x "$out/bin/llama-speculative-simple" ] && [ -x "$out/bin/llama-lookup" ] && [ -x "$out/bin/llama-bench" ]; then
-  echo "peer tools already built in $out/bin"; exit 0
+tools="llama-speculative-simple llama-lookup llama-bench"
+installed() { for t in $tools; do [ -x "$1/$t" ] || return 1; done; }
+if installed "$dest"; then
+  echo "peer tools already installed in $dest"; exit 0
+fi
+if installed "$out/bin"; then  # built by an earlier version of this script
+  mkdir -p "$dest"
+  for t in $tools; do install -m 755 "$out/bin/$t" "$dest/$t"; done
+  echo "peer tools in $dest"; exit 0
 fi
 mkdir -p "$out"
 if [ ! -d "$out/src" ]; then
@@ -20,6 +33,6 @@ source bench/peer_cpu_flags.sh
 # shellcheck disable=SC2086
 cmake -S "$out/src/vendor/llama.cpp" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $flags > "$out/cmake.log"
 cmake --build "$out/build" -j 2 --target llama-speculative-simple llama-lookup llama-bench
-mkdir -p "$out/bin"
-cp "$out"/build/bin/llama-speculative-simple "$out"/build/bin/llama-lookup "$out"/build/bin/llama-bench "$out/bin/"
-echo "peer tools in $out/bin"
+mkdir -p "$dest"
+for t in $tools; do install -m 755 "$out/build/bin/$t" "$dest/$t"; done
+echo "peer tools in $dest"

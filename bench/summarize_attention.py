@@ -1,7 +1,10 @@
 """Prints a table from attention_bench JSON (and a PNG plot when matplotlib is available)."""
 
+import io
 import json
 import sys
+
+from specdec._files import write_file_atomic
 
 data = json.load(open(sys.argv[1]))
 print(f"device: {data['device']}; host streaming read {data['host_read_GBps']:.1f} GB/s; "
@@ -27,5 +30,7 @@ ax.set_ylabel("KV bytes read / time (GB/s)")
 ax.legend()
 fig.tight_layout()
 out = sys.argv[1].replace(".json", ".png")
-fig.savefig(out, dpi=100)
+buf = io.BytesIO()
+fig.savefig(buf, format="png", dpi=100)
+write_file_atomic(out, buf.getvalue(), "the plot")
 print(f"plot: {out}")

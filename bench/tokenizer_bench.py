@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, List
 
 import specdec
+from specdec._files import check_output_file, write_file_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = ["qwen2.5-coder-0.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_1",
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "tokenizer_bench.json"))
     ap.add_argument("--quick", action="store_true", help="10 KB, 1 repeat, vocab test file only")
     args = ap.parse_args()
+    default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
+    check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
     if args.quick:
         args.bytes, args.repeat = 10_000, 1
         args.models = [str(ROOT.parent / "shared" / "testdata" / "vocab" / "ggml-vocab-gpt-2.gguf")]
@@ -88,10 +91,9 @@ def main() -> None:
         print(f"{r['model']}: {r['text_bytes']} bytes -> {r['tokens']} tokens; encode "
               f"{r['encode_ms']} ms ({r['encode_MBps']} MB/s, {r['encode_tokens_per_s']} tok/s); "
               f"decode {r['decode_ms']} ms; stream {r['stream_decode_us_per_token']} us/token")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "processor": platform.processor(),
-                               "results": results}, indent=2) + "\n")
+    out = write_file_atomic(args.out, json.dumps({"machine": platform.platform(),
+                                                  "processor": platform.processor(),
+                                                  "results": results}, indent=2) + "\n", "--out")
     print(f"wrote {out}")
 
 

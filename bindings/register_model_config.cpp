@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/errors.h"
+#include "common/json.h"
 #include "model/config.h"
 
 namespace py = pybind11;
@@ -54,7 +56,13 @@ void register_model_config(py::module_& m) {
         "ModelConfig of a GGUF file, a config.json, or a directory holding config.json.");
   m.def("model_config_from_hf_json",
         [](const std::string& text, const std::string& source) {
-          return config_from_hf_json(nlohmann::json::parse(text), source);
+          nlohmann::json j;
+          try {
+            j = parse_json(text);
+          } catch (const FormatError& e) {
+            throw FormatError(str_cat(source, ": not valid JSON: ", e.what()));
+          }
+          return config_from_hf_json(j, source);
         },
         py::arg("text"), py::arg("source") = "config.json");
   m.def("supported_architectures", &supported_architectures);

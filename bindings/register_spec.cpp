@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "spec/adaptive.h"
@@ -29,6 +30,46 @@ namespace {
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
+std::string type_name(const py::handle& value) {
+  return py::type::of(value).attr("__name__").cast<std::string>();
+}
+
+// repr(value) cut to 80 characters, or its type when repr fails (a value nested too deeply).
+std::string short_repr(const py::handle& value) {
+  try {
+    const std::string text = py::repr(value).cast<std::string>();
+    return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+  } catch (const py::error_already_set&) {
+    return str_cat("<a ", type_name(value), " that cannot be shown>");
+  }
+}
+
+// The keyword arguments as JSON text. Each value is checked on its own, so that an error names its
+// field: one json.dumps can take (Python bounds its recursion), nested at most kMaxJsonDepth
+// levels.
+std::string kwargs_json(const py::kwargs& kw) {
+  const py::object dumps = py::module_::import("json").attr("dumps");
+  const std::string allowed = "a JSON-like value (string, number, None)";
+  for (const auto& [key, value] : kw) {
+    const std::string field = "speculative_config." + py::str(key).cast<std::string>();
+    std::string text;
+    try {
+      text = dumps(value).cast<std::string>();
+    } catch (const py::error_already_set& e) {
+      if (!e.matches(PyExc_RecursionError)) throw ConfigError(field, short_repr(value), allowed);
+      throw ConfigError(field, str_cat("<a ", type_name(value), " nested too deeply to show>"),
+                        str_cat(allowed, ", nested at most ", kMaxJsonDepth, " levels"));
+    }
+    try {
+      parse_json(text);
+    } catch (const FormatError& e) {
+      const std::string shown = text.size() > 80 ? text.substr(0, 77) + "..." : text;  // ASCII
+      throw ConfigError(field, shown, str_cat(allowed, " (", e.what(), ")"));
+    }
+  }
+  return dumps(kw).cast<std::string>();
+}
+
 std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
   py::gil_scoped_release release;
   return p.propose(reqs);
@@ -44,14 +85,7 @@ void register_spec(py::module_& root) {
                                 "SpeculativeConfig.from_json(text). vLLM's field names; ValueError naming the field "
                                 "for unknown keys and bad values.")
       .def(py::init([](const py::kwargs& kw) {
-        std::string text;
-        try {
-          text = py::module_::import("json").attr("dumps")(kw).cast<std::string>();
-        } catch (const py::error_already_set& e) {
-          throw ConfigError("speculative_config", py::repr(kw).cast<std::string>(),
-                            "JSON-like values (strings, numbers, None)");
-        }
-        return SpeculativeConfig::from_json_text(text);
+        return SpeculativeConfig::from_json_text(kwargs_json(kw));
       }))
       .def_static("from_json", &SpeculativeConfig::from_json_text, py::arg("text"),
                   "From a JSON object's text; ValueError naming the field for unknown keys and bad values.")

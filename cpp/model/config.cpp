@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "model/gguf.h"
 
 namespace specdec::model {
@@ -180,11 +182,14 @@ ModelConfig load_model_config(const std::string& path) {
                                     "config.json");
   }
   if (p.filename() == "config.json" || p.extension() == ".json") {
-    std::ifstream in(p);
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) throw FormatError(str_cat(p.string(), ": cannot be read"));
     nlohmann::json j;
     try {
-      in >> j;
-    } catch (const nlohmann::json::exception& e) {
+      j = parse_json(text.str());
+    } catch (const FormatError& e) {
       throw FormatError(str_cat(p.string(), ": not valid JSON: ", e.what()));
     }
     ModelConfig config = config_from_hf_json(j, p.string());

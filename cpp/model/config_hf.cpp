@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "model/config.h"
 
 namespace specdec::model {
@@ -29,9 +30,9 @@ class Fields {
       return fallback;
     }
     const Json& v = j_.at(key);
-    if (!v.is_number()) fail(key, v.dump(), "must be a number");
+    if (!v.is_number()) fail(key, json_summary(v), "must be a number");
     const double x = v.get<double>();
-    if (!std::isfinite(x)) fail(key, v.dump(), "must be finite");
+    if (!std::isfinite(x)) fail(key, json_summary(v), "must be finite");
     return x;
   }
 
@@ -42,7 +43,7 @@ class Fields {
     }
     const Json& v = j_.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
-      fail(key, v.dump(), "must be an integer in [0, 2^30]");
+      fail(key, json_summary(v), "must be an integer in [0, 2^30]");
     }
     return static_cast<int>(v.get<int64_t>());
   }
@@ -50,14 +51,14 @@ class Fields {
   bool flag(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     const Json& v = j_.at(key);
-    if (!v.is_boolean()) fail(key, v.dump(), "must be true or false");
+    if (!v.is_boolean()) fail(key, json_summary(v), "must be true or false");
     return v.get<bool>();
   }
 
   std::string string(const char* key, const std::string& fallback) const {
     if (!has(key)) return fallback;
     const Json& v = j_.at(key);
-    if (!v.is_string()) fail(key, v.dump(), "must be a string");
+    if (!v.is_string()) fail(key, json_summary(v), "must be a string");
     return v.get<std::string>();
   }
 
@@ -85,7 +86,7 @@ void read_common(const Fields& f, ModelConfig& c, double default_eps, double def
   c.tied_embeddings = f.flag("tie_word_embeddings", default_tied);
   if (f.has("rope_scaling")) {
     const Json& s = f.json().at("rope_scaling");
-    if (!s.is_object()) f.fail("rope_scaling", s.dump(), "must be an object or null");
+    if (!s.is_object()) f.fail("rope_scaling", json_summary(s), "must be an object or null");
     const Fields rs(s, "rope_scaling");
     c.rope_scaling_type = rs.string("rope_type", rs.string("type", ""));
     if (c.rope_scaling_type == "default") c.rope_scaling_type.clear();
@@ -119,12 +120,13 @@ void gemma3_layers(const Fields& f, ModelConfig& c) {
   if (f.has("layer_types")) {
     const Json& t = f.json().at("layer_types");
     if (!t.is_array() || static_cast<int>(t.size()) != c.num_layers) {
-      f.fail("layer_types", t.dump().substr(0, 80), "one entry per layer");
+      f.fail("layer_types", json_summary(t), "one entry per layer");
     }
     for (int i = 0; i < c.num_layers; ++i) {
       const std::string s = t[i].is_string() ? t[i].get<std::string>() : "";
       if (s != "sliding_attention" && s != "full_attention") {
-        f.fail("layer_types", t[i].dump(), "entries are sliding_attention or full_attention");
+        f.fail("layer_types", json_summary(t[i]),
+               "entries are sliding_attention or full_attention");
       }
       sliding[i] = s == "sliding_attention";
     }

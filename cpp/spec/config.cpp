@@ -8,6 +8,8 @@
 #include "attention/registry.h"
 #include "common/dtype.h"
 #include "common/errors.h"
+#include "common/json.h"
+#include "common/utf8.h"
 
 namespace specdec::spec {
 
@@ -15,10 +17,7 @@ namespace {
 
 const char* kMethods = "'draft_model', 'ngram', 'suffix' or 'custom'";
 
-std::string show(const nlohmann::json& v) {
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
+std::string show(const nlohmann::json& v) { return json_summary(v); }
 
 int64_t get_int(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi,
                 const std::string& allowed) {
@@ -140,9 +139,9 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
 SpeculativeConfig SpeculativeConfig::from_json_text(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    std::string shown = text.size() > 80 ? text.substr(0, 77) + "..." : text;
+    j = parse_json(text);
+  } catch (const FormatError& e) {
+    const std::string shown = valid_utf8(text.size() > 80 ? text.substr(0, 77) + "..." : text);
     throw ConfigError("speculative_config", shown, str_cat("a JSON object (", e.what(), ")"));
   }
   return from_json(j);

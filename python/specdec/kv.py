@@ -6,6 +6,7 @@ import re
 from typing import Mapping, Sequence, Union
 
 from specdec import _core
+from specdec._checks import printable
 
 MAX_BYTES = 1 << 62
 
@@ -118,7 +119,7 @@ def compress_names(names: Sequence[str]) -> str:
 
 
 def _format_config(c: "_core.KvCacheConfig", indent: str = "") -> list[str]:
-    out = [f"{indent}KV-cache plan{': ' + c.model_name if c.model_name else ''}",
+    out = [f"{indent}KV-cache plan{': ' + printable(c.model_name) if c.model_name else ''}",
            f"{indent}  max_model_len {c.max_model_len}, max_num_batched_tokens "
            f"{c.max_num_batched_tokens}, budget {_size(c.budget_bytes)}, allocated "
            f"{_size(c.total_bytes)} in {len(c.tensors)} tensors",

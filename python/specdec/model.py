@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Union
 
 from specdec import _core
+from specdec._checks import printable
 from specdec.hub import resolve_model
 from specdec.kv import _size, format_kv_plan, parse_bytes, plan_kv_cache
 
@@ -106,7 +107,8 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     budget = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
     layers = config.layer_kv_specs(block_size, dtype)
     fits = _core.max_model_len_for_budget(layers, budget, config.context_length)
-    length = max_model_len or min(config.context_length, fits)
+    # not even one token fits: plan the whole context, so that the planner says what it needs
+    length = max_model_len or min(config.context_length, fits) or config.context_length
     plan = plan_kv_cache(config.layer_kv_specs(block_size, dtype, length), budget, length,
                          model_name=config.name or Path(path).name)
     return {"path": path, "config": json.loads(config.to_json()), "files": files,
@@ -128,11 +130,12 @@ def _layer_pattern(layers: List[dict]) -> str:
 
 
 def format_inspect(info: Dict[str, Any]) -> str:
-    """The dict of :func:`inspect_model` as text for a person."""
+    """The dict of :func:`inspect_model` as text for a person (what came from the file, such as
+    its name, with control characters escaped: one field, one line)."""
     c, f, kv = info["config"], info["files"], info["kv_cache"]
-    lines = [f"{info['path']}",
+    lines = [f"{printable(info['path'])}",
              f"  format        {f['format']}, {_size(f['file_bytes'])} in {len(f['files'])} file(s)",
-             f"  architecture  {c['architecture']} ({c['name'] or 'unnamed'})",
+             f"  architecture  {printable(c['architecture'])} ({printable(c['name']) or 'unnamed'})",
              f"  sizes         {c['num_layers']} layers, hidden {c['hidden_size']}, MLP "
              f"{c['intermediate_size']}, heads {c['num_q_heads']} q / {c['num_kv_heads']} kv x "
              f"{c['head_size']}" + (f" (v {c['head_size_v']})" if c['head_size_v'] != c['head_size'] else "")
@@ -158,7 +161,8 @@ def format_inspect(info: Dict[str, Any]) -> str:
         lines.append(f"    {t:8s} {e['count']:5d} tensors  {_size(e['bytes']):>10s}")
     tok = f["tokenizer"]
     if tok:
-        lines.append(f"  tokenizer     {tok['kind']} (pre {tok['pre'] or '-'}), vocabulary {tok['vocab_size']}, "
+        lines.append(f"  tokenizer     {printable(tok['kind'])} (pre {printable(tok['pre'] or '-')}), "
+                     f"vocabulary {tok['vocab_size']}, "
                      f"{tok['num_control_tokens']} control tokens, chat template "
                      f"{tok['chat_template'] or 'none'}")
         specials = ", ".join(f"{k} {v['id']} {v['text']!r}" for k, v in tok["special_tokens"].items())
@@ -167,7 +171,7 @@ def format_inspect(info: Dict[str, Any]) -> str:
         if flags:
             lines.append(f"    flags       {flags}")
     if not info.get("runnable", True):
-        lines.append(f"  runnable      no: {info['unsupported']}")
+        lines.append(f"  runnable      no: {printable(info['unsupported'])}")
     lines.append(f"  KV cache      budget {_size(kv['budget_bytes'])}, {kv['dtype']}, block {kv['block_size']}: "
                  f"longest request that fits {kv['max_model_len_that_fits']} tokens "
                  f"(context {c['context_length']}); plan for {kv['max_model_len']}")

@@ -15,37 +15,52 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from specdec import _core
 from specdec._checks import error
+from specdec._json import check_depth
 from specdec.draft_vocab import draft_vocab_ids, read_ranking
 from specdec.hub import resolve_model
 from specdec.model import load_model_config
+from specdec.proposers import Proposer
 
 SpeculativeConfig = _core.spec.SpeculativeConfig
 
 
 def _check_proposer(obj: Any, field: str) -> Any:
-    """A custom proposer must be an instance with its own propose(requests)."""
+    """A custom proposer must be an instance of a specdec.Proposer subclass."""
     allowed = "a proposer object: an instance of a specdec.Proposer subclass that defines propose(requests)"
     if isinstance(obj, type):
         raise error(field, obj, allowed + " (an instance, not the class)")
-    propose = getattr(obj, "propose", None)
-    if not callable(propose):
+    if not isinstance(obj, Proposer) or not callable(getattr(obj, "propose", None)):
         raise error(field, obj, allowed)
     return obj
 
 
-def _load_class(path: str, field: str):
-    mod, sep, name = path.partition(":")
-    if not sep:
-        mod, _, name = path.rpartition(".")
+def _class_path(path: Any, field: str) -> tuple:
+    """``(module, class)`` from ``"module:Class"`` or ``"module.Class"``; the shape only (nothing
+    is imported)."""
     allowed = "'module:Class' or 'module.Class' naming a specdec.Proposer subclass"
-    if not mod or not name:
+    text = path if isinstance(path, str) else ""
+    mod, sep, name = text.partition(":")
+    if not sep:
+        mod, _, name = text.rpartition(".")
+    if not (mod and name.isidentifier() and all(part.isidentifier() for part in mod.split("."))):
         raise error(field, path, allowed)
+    return mod, name
+
+
+def _load_class(path: str, field: str) -> Any:
+    """Imports ``module`` (its code runs: see "Trust" in docs/speculative.md), checks that
+    ``Class`` is a specdec.Proposer subclass, and only then instantiates it with no arguments."""
+    mod, name = _class_path(path, field)
+    allowed = "'module:Class' or 'module.Class' naming a specdec.Proposer subclass"
     try:
         cls = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as e:
-        raise error(field, path, f"{allowed} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - ImportError, AttributeError or the module's own error
+        raise error(field, path, f"{allowed} ({type(e).__name__}: {e})") from None
     if not isinstance(cls, type):
         raise error(field, path, f"{allowed} ({path} is not a class)")
+    if not issubclass(cls, Proposer):
+        raise error(field, path, f"{allowed} ({cls.__module__}.{cls.__qualname__} is not a "
+                    "subclass of specdec.Proposer; it was not instantiated)")
     try:
         obj = cls()
     except Exception as e:  # noqa: BLE001 - any failure of a user's constructor, named
@@ -147,18 +162,21 @@ def _plain_value(v: Any) -> Any:
     return v
 
 
-def build_speculation(value: Any) -> Speculation:
-    """Checks ``speculative_config`` (before anything loads)."""
+def build_speculation(value: Any, load: bool = True) -> Speculation:
+    """Checks ``speculative_config`` (before anything loads).
+
+    For ``method: "custom"`` with ``model: "module:Class"``, ``load`` imports the module and
+    instantiates the class (a specdec.Proposer subclass); ``load=False`` checks the string's
+    shape only and imports nothing (what planning needs: ``specdec kv-plan``, ``backends``).
+    """
     allowed = ("None, a SpeculativeConfig, a dict such as {'method': 'ngram', "
                "'num_speculative_tokens': 4}, or its JSON text")
     if value is None:
         return Speculation(None)
     if isinstance(value, SpeculativeConfig):
-        if value.method == "custom":
-            return Speculation(value, _load_class(value.model, "speculative_config.model"))
-        return Speculation(value)
+        return Speculation(value, _custom_class(value, load))
     if isinstance(value, str):
-        return build_speculation(_core.spec.SpeculativeConfig.from_json(value)) if value.strip() \
+        return build_speculation(_core.spec.SpeculativeConfig.from_json(value), load) if value.strip() \
             else Speculation(None)
     if not isinstance(value, Mapping):
         raise error("speculative_config", value, allowed)
@@ -174,14 +192,24 @@ def build_speculation(value: Any) -> Speculation:
         if not isinstance(key, str):
             raise error("speculative_config", key, "string keys (field names)")
         v = fields[key] = _plain_value(v)
+        check_depth(f"speculative_config.{key}", v, "a JSON-like value (string, number, None)")
         try:
             json.dumps(v, allow_nan=False)
         except (TypeError, ValueError):
             raise error(f"speculative_config.{key}", v, "a JSON-like value (string, number, None)") from None
     config = SpeculativeConfig.from_json(json.dumps(fields))
-    if config.method == "custom" and custom is None:
-        custom = _load_class(config.model, "speculative_config.model")
-    return Speculation(config, custom)
+    return Speculation(config, custom if custom is not None else _custom_class(config, load))
+
+
+def _custom_class(config: "SpeculativeConfig", load: bool) -> Any:
+    """The proposer that ``model: "module:Class"`` names (None for other methods, or when not
+    ``load``: then the name's shape alone is checked)."""
+    if config.method != "custom":
+        return None
+    if not load:
+        _class_path(config.model, "speculative_config.model")
+        return None
+    return _load_class(config.model, "speculative_config.model")
 
 
 __all__ = ["Speculation", "SpeculativeConfig", "build_speculation"]

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import specdec
 from specdec.cli import main
@@ -53,3 +54,23 @@ def test_devices_command():
     assert devs and devs[0]["name"] == specdec.devices()[0].name
     out = run("devices")
     assert "OpenCL device(s)" in out.stdout and "default device" in out.stdout
+
+
+STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+
+
+def test_errors_name_the_flag_given(capsys):
+    assert main(["backends", "--device-type", "toaster"]) == 2
+    err = capsys.readouterr().err
+    assert err == "specdec: error: --device-type = 'toaster': one of cpu, gpu, accelerator, other\n"
+    assert main(["backends", "--device-type", "GPU"]) == 0
+    assert "on a gpu device" in capsys.readouterr().out
+    for budget in ("0", "1"):  # not even one token fits
+        assert main(["inspect", STORIES, "--budget", budget]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("specdec: error: --budget") and err.count("\n") == 1, err
+        assert "max_model_len = 0" not in err and "not even one token fits" in err
+    assert main(["inspect", STORIES, "--budget", "lots"]) == 2
+    assert capsys.readouterr().err.startswith("specdec: error: --budget = 'lots'")
+    assert main(["kv-plan", "--model", STORIES, "--budget", "0"]) == 2
+    assert capsys.readouterr().err.startswith("specdec: error: --budget")

@@ -132,3 +132,25 @@ def test_progress_without_a_terminal_prints_each_tenth_once():
     p.advance(55)
     p.finish()
     assert out.getvalue() == "x: 55% (0.0 of 0.0 MiB)\n"  # finish() does not repeat the line
+
+
+@pytest.mark.parametrize("name,what", [("tiny-test.gguf", "the cached model"),
+                                       (".tiny-test.lock", "the lock"),
+                                       ("tiny-test.gguf.verified", "the hash stamp")])
+def test_a_folder_at_a_cache_path_is_a_one_line_error(local_index, monkeypatch, capsys, name, what):
+    cache = local_index["cache"]
+    (cache / name).mkdir(parents=True)
+    kw = dict(catalog=local_index["catalog"], pip_args=local_index["pip_args"], progress=False)
+    for force in (False, True):
+        with pytest.raises(ValueError) as err:
+            hub.fetch("tiny-test", force=force, **kw)
+        message = str(err.value)
+        assert "\n" not in message and repr(str(cache / name)) in message, message
+        assert what in message and "a directory" in message, message
+    assert sorted(p.name for p in cache.iterdir()) == [name]  # nothing downloaded, nothing left
+    # the CLI: one line naming the path, exit 2
+    monkeypatch.setattr(hub, "load_catalog", lambda path=None: local_index["catalog"])
+    monkeypatch.setenv("SPECDEC_PIP_ARGS", " ".join(local_index["pip_args"]))
+    assert cli.main(["fetch", "tiny-test", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specdec: error: ") and str(cache / name) in err

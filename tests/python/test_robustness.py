@@ -703,3 +703,79 @@ def test_fuzz_python_entry_points_over_mutated_files(tmp_path):
         assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
         if proc.returncode == 2:
             one_line_error(proc)
+
+
+# ---- 7. no terminal escapes from model files or paths (issue 20.9) ----
+
+ESC_NAME = "evil\x1b]0;pwned\x07\x1b[2J"         # sets the terminal's title, clears the screen
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")  # all but \t and \n
+
+
+def _rewritten(src, dst, overrides):
+    """A copy of GGUF `src` (F32 tensors) with some metadata values replaced."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    reader = GGUFReader(str(src))
+    arch = overrides.get("general.architecture", reader.fields["general.architecture"].contents())
+    writer = GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, overrides.get(name, field.contents()), vtype, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, t.data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def _no_raw_controls(proc):
+    for stream in (proc.stdout, proc.stderr):
+        assert not RAW_CONTROL.search(stream), ascii(stream[-2000:])
+
+
+def test_inspect_escapes_control_characters_from_the_file(tmp_path):
+    import json
+    evil = _rewritten(STORIES, tmp_path / "evil.gguf", {"general.name": ESC_NAME})
+    proc = run_cli("inspect", str(evil), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    _no_raw_controls(proc)
+    assert r"(evil\x1b]0;pwned\x07\x1b[2J)" in proc.stdout  # the architecture line
+    assert r"KV-cache plan: evil\x1b]0;pwned\x07\x1b[2J" in proc.stdout
+    proc = run_cli("inspect", str(evil), "--json", timeout=120)  # escaped by JSON itself
+    _no_raw_controls(proc)
+    assert json.loads(proc.stdout)["config"]["name"] == ESC_NAME
+    # a newline in the name does not start a line of its own
+    spoof = _rewritten(STORIES, tmp_path / "spoof.gguf", {"general.name": "x\n  runnable      yes"})
+    proc = run_cli("inspect", str(spoof), timeout=120)
+    assert r"(x\n  runnable      yes)" in proc.stdout
+    assert "\n  runnable      yes" not in proc.stdout
+
+
+def test_errors_escape_control_characters_from_the_file_and_paths(tmp_path):
+    arch = _rewritten(STORIES, tmp_path / "arch.gguf", {"general.architecture": "ll\x1b[2Jama\x9b"})
+    proc = run_cli("inspect", str(arch), timeout=120)
+    one_line_error(proc, "general.architecture", r"ll\x1b[2Jama\x9b")
+    _no_raw_controls(proc)
+    proc = run_cli("inspect", str(tmp_path / "gone\x1b[2J\u202e.gguf"), timeout=60)
+    one_line_error(proc, "gone")
+    _no_raw_controls(proc)
+
+
+def test_paths_with_control_characters_are_printed_escaped(tmp_path):
+    named = tmp_path / "a\x1b[2Jb\u202ec.gguf"
+    named.write_bytes(STORIES.read_bytes())
+    for args in (["inspect", str(named)], ["kv-plan", "--model", str(named)],
+                 ["backends", "--model", str(named)]):
+        proc = run_cli(*args, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        _no_raw_controls(proc)
+        assert r"a\x1b[2Jb\u202ec.gguf" in proc.stdout, args
+    env = {**os.environ, "SPECDEC_CACHE": str(tmp_path / "cache\x1b]0;x\x07")}
+    proc = run_cli("models", env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    _no_raw_controls(proc)
+    assert r"cache\x1b]0;x\x07" in proc.stdout

@@ -5,8 +5,11 @@ pressure, threads."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import queue
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -322,7 +325,9 @@ def test_drafter_backend_is_chosen_independently():
                       speculative_config={"model": STORIES, "num_speculative_tokens": 2})
     assert set(llm.runner.attention_backends) == {"REFERENCE"}
     assert "REFERENCE" not in llm.drafter.attention_backends  # auto: never inherited
-    assert llm.kv_split["target_bytes"] + llm.kv_split["drafter_bytes"] == 1 << 30
+    # the default KV cache: 16 requests of the whole context in both models, split between them
+    total = llm.kv_split["target_bytes"] + llm.kv_split["drafter_bytes"]
+    assert total == llm.kv_sizing.kv_cache_memory_bytes == 16 * llm.kv_sizing.request_bytes
     assert llm.kv_split["drafter_bytes"] > 0 and llm.kv_split["rule"]
     with pytest.raises(ValueError, match="OCL_MLA"):  # a named backend that does not fit: reasons
         specdec.LLM(STORIES, progress=False, speculative_config={
@@ -715,7 +720,8 @@ def test_review_findings_custom_proposers_and_aborts():
 
 @pytest.mark.parametrize("fields,message", [
     ({"method": "custom", "num_speculative_tokens": 2, "model": "os:getcwd"}, "not a class"),
-    ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec:LLM"}, "no arguments"),
+    ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec:LLM"},
+     "not a subclass of specdec.Proposer"),
     ({"method": "custom", "num_speculative_tokens": 2, "model": "specdec.proposers:Proposer"},
      "abstract"),
     ({"method": "custom", "num_speculative_tokens": 2, "proposer": EchoProposer}, "not the class"),
@@ -787,3 +793,102 @@ def test_draft_vocab_file_from_the_cli_ranks_the_drafters_vocabulary(tmp_path, c
     assert "no text files" in capsys.readouterr().err
     assert cli.main(["draft-vocab", STORIES, str(tmp_path / "nothing"), "--out", str(out)]) != 0
     assert "an existing file or folder" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- "model": "module:Class" (issue 20.8)
+PLANTED = '''
+import pathlib
+import specdec
+_here = pathlib.Path(__file__).parent
+(_here / "{name}.imported").write_text("yes")
+
+class NotAProposer:
+    def __init__(self):
+        (_here / "{name}.instantiated").write_text("yes")
+    def propose(self, requests):
+        return [[] for _ in requests]
+
+class NeedsArgs(specdec.Proposer):
+    def __init__(self, x):
+        pass
+    def propose(self, requests):
+        return [[] for _ in requests]
+
+class Fine(specdec.Proposer):
+    def propose(self, requests):
+        return [[] for _ in requests]
+'''
+
+
+def _planted(folder: Path, name: str) -> Path:
+    """A module `name` in `folder` that leaves `name.imported` on import and
+    `name.instantiated` when its NotAProposer is constructed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(PLANTED.format(name=name))
+    return folder
+
+
+def _custom(model: str) -> dict:
+    return {"method": "custom", "model": model, "num_speculative_tokens": 2}
+
+
+def test_custom_class_must_be_a_proposer_and_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    from specdec.speculative import build_speculation
+    _planted(tmp_path, "planted_refused")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"^speculative_config.model = 'planted_refused:NotAProposer': "
+                                             r".*not a subclass of specdec.Proposer") as err:
+            build_speculation(_custom("planted_refused:NotAProposer"))
+        assert "\n" not in str(err.value)
+        assert not (tmp_path / "planted_refused.instantiated").exists()
+        with pytest.raises(ValueError, match=r"speculative_config.model = .*NeedsArgs.*no arguments"):
+            build_speculation(_custom("planted_refused:NeedsArgs"))
+        assert isinstance(build_speculation(_custom("planted_refused.Fine")).custom, specdec.Proposer)
+    finally:
+        sys.modules.pop("planted_refused", None)
+
+    class Duck:  # has propose, but is not a specdec.Proposer
+        def propose(self, requests):
+            return [[] for _ in requests]
+    with pytest.raises(ValueError, match=r"^speculative_config.proposer = .*specdec.Proposer"):
+        build_speculation({"method": "custom", "num_speculative_tokens": 2, "proposer": Duck()})
+    # a SpeculativeConfig naming a class is checked the same way
+    with pytest.raises(ValueError, match="not a subclass of specdec.Proposer"):
+        build_speculation(specdec.SpeculativeConfig(method="custom", model="specdec:LLM",
+                                                    num_speculative_tokens=2))
+
+
+def test_planning_never_imports_a_custom_proposer(tmp_path, monkeypatch):
+    from specdec.speculative import build_speculation
+    mods = _planted(tmp_path / "mods", "planted_plan")
+    monkeypatch.syspath_prepend(str(mods))
+    sp = build_speculation(_custom("planted_plan:NotAProposer"), load=False)
+    assert sp.config.method == "custom" and sp.custom is None
+    for bad in ("no colon", "mod:", ":Cls", "a b:C", "m:C.D", "m:1x"):
+        with pytest.raises(ValueError, match=f"^speculative_config.model = {re.escape(repr(bad))}"):
+            build_speculation(_custom(bad), load=False)
+    assert not (mods / "planted_plan.imported").exists()
+    # the planning commands: kv-plan and backends read the config only
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(mods)])}
+    config = json.dumps(_custom("planted_plan:NotAProposer"))
+    for args in (["kv-plan", "--model", STORIES, "--speculative-config", config],
+                 ["backends", "--speculative-config", config]):
+        proc = subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "method custom" in proc.stdout
+        assert not (mods / "planted_plan.imported").exists(), args
+
+
+def test_python_m_specdec_does_not_import_from_the_working_directory(tmp_path):
+    _planted(tmp_path, "planted_cwd")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    proc = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", STORIES,
+                           "--prompt", "Once", "--max-tokens", "2", "--max-model-len", "64",
+                           "--speculative-config", json.dumps(_custom("planted_cwd:Fine"))],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert not (tmp_path / "planted_cwd.imported").exists()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "speculative_config.model = 'planted_cwd:Fine'" in proc.stderr
+    assert "No module named 'planted_cwd'" in proc.stderr
