@@ -22,11 +22,20 @@ std::string str_cat(Args&&... args) {
 }
 
 // A configuration value is wrong. The message names the field, the value and what is allowed.
+// At most `max_bytes` of `text` (cut at a UTF-8 character boundary) with "..." when cut: a field
+// name or value that came from the user (an unknown 10 MB key) must not make a 10 MB message.
+inline std::string clip_for_message(const std::string& text, size_t max_bytes = 200) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
 class ConfigError : public std::invalid_argument {
  public:
   ConfigError(const std::string& field, const std::string& value, const std::string& allowed)
-      : std::invalid_argument(str_cat(field, " = ", value, ": ", allowed)),
-        field_(field), value_(value), allowed_(allowed) {}
+      : std::invalid_argument(str_cat(clip_for_message(field), " = ", clip_for_message(value), ": ", allowed)),
+        field_(clip_for_message(field)), value_(clip_for_message(value)), allowed_(allowed) {}
   const std::string& field() const { return field_; }
   const std::string& value() const { return value_; }
   const std::string& allowed() const { return allowed_; }

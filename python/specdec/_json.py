@@ -18,9 +18,11 @@ import numpy as np
 MAX_DEPTH = 64  # as kMaxJsonDepth in C++; real configs nest 3 or 4 levels
 
 _CONTAINERS = (list, tuple, dict)
-# A JSON string, or an unterminated one to the end of the text: every match attempt consumes what
-# it scans (possessive, never fails), so the scan is linear even for hostile text.
-_STRING = re.compile(r'"(?:[^"\\]++|\\[\s\S]?)*+(?:"|\Z)')
+# A JSON string, or an unterminated one to the end of the text. Once the opening quote matched the
+# rest cannot fail (the loop stops only at a quote or at the end, and both end the match), so the
+# engine never backtracks and the scan is linear even for hostile text (no possessive quantifiers:
+# those need Python 3.11).
+_STRING = re.compile(r'"(?:[^"\\]+|\\[\s\S]?)*(?:"|\Z)')
 _STEP = np.zeros(256, dtype=np.int8)  # what each byte outside strings does to the depth
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
@@ -38,10 +40,14 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
 
     Iterative, depth first: a cyclic value reaches the limit after ``limit`` steps."""
     stack = [(value, 0)] if isinstance(value, _CONTAINERS) else []
+    seen = {}  # id -> the deepest depth a container was walked at (a shared part is walked once)
     while stack:
         node, depth = stack.pop()  # depth: the containers around node
         if depth >= limit:
             return True
+        if seen.get(id(node), -1) >= depth:
+            continue
+        seen[id(node)] = depth
         children = node.values() if isinstance(node, dict) else node
         stack.extend((c, depth + 1) for c in children if isinstance(c, _CONTAINERS))
     return False

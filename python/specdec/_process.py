@@ -55,7 +55,11 @@ def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     """Ends the process group ``proc`` leads (started with start_new_session): SIGTERM, SIGKILL
     after ``grace_s``; waits for ``proc``."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
+        if proc.poll() is not None:  # the leader is gone: what it left in its group goes too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             return
         try:
             os.killpg(proc.pid, sig)

@@ -187,6 +187,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     llm = specdec.LLM(path, device=args.device, attention_backend=args.attention_backend,
                       max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
                       memory_utilization=args.memory_utilization,
+                      max_num_seqs=1,  # one prompt: the KV cache of one request, not sixteen
                       progress=True, speculative_config=args.speculative_config)
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
@@ -201,14 +202,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                        f"{(llm.kv_split['drafter_bytes'] + llm.kv_split['target_bytes']) / 2**20:.0f}")
         sys.stderr.write(f"[speculative: {sc.method}, k = {sc.num_speculative_tokens}{drafter}]\n")
 
+    # generated text is the model's (its token texts come from the file): on a terminal, control
+    # characters are shown escaped so that a hostile vocabulary cannot act on it (newlines and
+    # tabs stay); piped or redirected output is the model's text byte for byte
+    on_terminal = sys.stdout.isatty()
+
     def emit(_rid: str, text: str) -> None:
-        sys.stdout.write(text)
+        sys.stdout.write(printable(text, keep="\n\t") if on_terminal else text)
         sys.stdout.flush()
 
     # the ids checked above: with --chat the template's markers are the only control tokens
     # (LLM.chat's encoding) unless --parse-special lets the user's text carry its own
     if not args.chat:
-        sys.stdout.write(prompt)
+        sys.stdout.write(printable(prompt, keep="\n\t") if on_terminal else prompt)
     out = llm.generate({"prompt": prompt, "prompt_token_ids": ids}, params, on_token=emit)[0]
     m = llm.last_metrics
     sys.stdout.write("\n")
@@ -587,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tokens (default: it stays text)")
     p.add_argument("--kv-cache-memory", default="auto",
                    help="KV-cache budget shared with the drafter, e.g. 2GiB (default auto: what "
-                        "16 requests of --max-model-len need, capped by --memory-utilization)")
+                        "one request of --max-model-len needs, capped by --memory-utilization)")
     p.add_argument("--memory-utilization", default=None,
                    type=_float_in("a fraction in (0, 1]", lambda v: 0 < v <= 1),
                    help="the share of the device's memory that weights and KV cache may take "

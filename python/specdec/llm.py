@@ -181,15 +181,17 @@ class LLM:
                        dtype: str, max_num_seqs: int, max_num_batched_tokens: int) -> KvSizing:
         t_cfg = load_model_config(self.model_path)
         d_cfg = load_model_config(drafter_path) if drafter_path is not None else None
-        for cfg, name in ((t_cfg, "the model's"), (d_cfg, "the drafter's")):
-            if cfg is not None and max_model_len > cfg.context_length:
-                raise error("max_model_len", max_model_len,
-                            f"at most {name} context length {cfg.context_length}")
+        if max_model_len > t_cfg.context_length:
+            raise error("max_model_len", max_model_len,
+                        f"at most the model's context length {t_cfg.context_length}")
         weights = os.path.getsize(self.model_path) + (
             os.path.getsize(drafter_path) if drafter_path is not None else 0)
         sizing = size_kv_cache(
             t_cfg, d_cfg, max_model_len=max_model_len,
-            drafter_max_model_len=config.max_model_len if d_cfg is not None else 0,
+            drafter_max_model_len=(min(config.max_model_len or d_cfg.context_length,
+                                       d_cfg.context_length) if d_cfg is not None else 0),
+            drafter_kv_bytes=config.draft_kv_cache_memory_bytes if d_cfg is not None else 0,
+            drafter_fraction=config.draft_kv_cache_fraction if d_cfg is not None else 0.0,
             kv_cache_memory_bytes=kv_bytes, memory_utilization=memory_utilization,
             device=self.context.device, weights_bytes=weights, block_size=block_size,
             dtype=dtype.lower(), drafter_dtype=((config.kv_cache_dtype or dtype) if d_cfg is not None

@@ -111,7 +111,8 @@ class Speculation:
                      block_size: int, dtype: str, max_num_batched_tokens: int, max_num_logits: int,
                      progress) -> "_core.ModelRunner":
         c = self.config
-        length = target_max_model_len
+        # a drafter with a shorter context holds what it can; past it, it stops drafting
+        length = min(target_max_model_len, load_model_config(path).context_length)
         if c.max_model_len:
             if c.max_model_len > target_max_model_len:
                 raise ValueError(f"speculative_config.max_model_len = {c.max_model_len}: at most the "

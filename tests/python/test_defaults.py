@@ -180,3 +180,31 @@ def test_drafter_file_errors_name_speculative_config_model(real_model, tmp_path,
     with pytest.raises(ValueError, match=rf"^speculative_config.model = '{re.escape(drafter)}': .*{message}"):
         specdec.LLM(STORIES, progress=False, speculative_config={
             "method": "draft_model", "model": drafter, "num_speculative_tokens": 2})
+
+
+def _short_context_copy(tmp_path, n):
+    from test_robustness import _rewritten
+    return str(_rewritten(STORIES, tmp_path / f"stories-ctx{n}.gguf", {"llama.context_length": n}))
+
+
+def test_a_drafter_with_a_shorter_context_does_not_shorten_the_target(tmp_path):
+    short = _short_context_copy(tmp_path, 64)
+    params = specdec.SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    want = specdec.LLM(STORIES, progress=False).generate("Once upon a time", params)[0]
+    for extra in ({}, {"max_model_len": 64}):
+        llm = specdec.LLM(STORIES, progress=False, speculative_config={
+            "method": "draft_model", "model": short, "num_speculative_tokens": 3, **extra})
+        assert llm.runner.max_model_len == 128 and llm.drafter.max_model_len == 64
+        out = llm.generate("Once upon a time", params)[0]  # past 64 tokens: no drafts, lossless
+        assert out.outputs[0].token_ids == want.outputs[0].token_ids
+        assert out.metrics["num_drafts"] > 0
+
+
+@pytest.mark.parametrize("extra", [{"draft_kv_cache_memory_bytes": "64MiB"},
+                                   {"draft_kv_cache_fraction": 0.99}])
+def test_the_drafters_own_share_is_added_to_the_automatic_size(extra):
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, **extra})
+    assert llm.runner.max_model_len == 128
+    assert llm.kv_split["target_bytes"] > 0
+    assert llm.kv_split["drafter_bytes"] >= (64 << 20 if "draft_kv_cache_memory_bytes" in extra else 1)

@@ -134,3 +134,37 @@ def test_a_waiting_thread_sleeps_instead_of_spinning():
     assert not a.is_alive() and not b.is_alive() and not errors
     busy = (t1.ru_utime + t1.ru_stime) - (t0.ru_utime + t0.ru_stime)
     assert busy < 0.5, f"{busy:.2f} CPU-s used in 2 s of waiting: a thread is spinning"
+
+
+def test_an_interrupt_in_one_threads_step_is_an_error_in_the_others():
+    """Ctrl-C (KeyboardInterrupt) in the thread running a step: that thread gets it; the other
+    threads' requests end with a RuntimeError, not a KeyboardInterrupt of their own."""
+    class Interrupts(specdec.Proposer):
+        def __init__(self):
+            self.calls = 0
+
+        def propose(self, requests):
+            self.calls += 1
+            if self.calls == 4:
+                raise KeyboardInterrupt
+            return [[] for _ in requests]
+
+    llm = _llm(Interrupts())
+    errors = {}
+
+    def run(i):
+        try:
+            for _ in llm.stream(["Once upon a time", "The dog", "Lily"][i], PARAMS):
+                pass
+        except BaseException as e:  # noqa: BLE001 - what each thread got is checked below
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    kinds = sorted(type(e).__name__ for e in errors.values())
+    assert kinds.count("KeyboardInterrupt") <= 1 and "RuntimeError" in kinds, kinds
+    assert not llm.engine.has_unfinished_requests()

@@ -173,3 +173,21 @@ def test_speculative_config_keywords_with_a_deep_python_value():
         specdec.SpeculativeConfig(method=nested_list(100_000))
     with pytest.raises(ValueError, match=r"speculative_config\.method = .*" + LIMIT):
         specdec.SpeculativeConfig(method=nested_list(100))
+
+
+def test_shared_sub_lists_are_checked_in_linear_time():
+    import time
+    from specdec import _json
+    a = []
+    for _ in range(40):
+        a = [a, a]  # 2^40 paths, 41 distinct lists
+    t0 = time.perf_counter()
+    assert not _json.too_deep(a, 64) and _json.too_deep(a, 30)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_huge_field_names_and_values_make_short_messages():
+    for text in (json.dumps({"method": "x" * 10_000_000}), json.dumps({"y" * 10_000_000: 1})):
+        with pytest.raises(ValueError) as err:
+            specdec.SpeculativeConfig.from_json(text)
+        assert len(str(err.value)) < 2000

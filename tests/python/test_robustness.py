@@ -779,3 +779,38 @@ def test_paths_with_control_characters_are_printed_escaped(tmp_path):
     assert proc.returncode == 0, proc.stderr
     _no_raw_controls(proc)
     assert r"cache\x1b]0;x\x07" in proc.stdout
+
+
+def test_generated_text_on_a_terminal_is_escaped_and_piped_text_is_raw(tmp_path):
+    """Token texts come from the model file: on a terminal `generate` shows their control
+    characters escaped; piped, the output is the model's text byte for byte."""
+    import pty
+    from gguf import GGUFReader
+    tokens = GGUFReader(str(STORIES)).fields["tokenizer.ggml.tokens"].contents()
+    tokens = [("\u2581\x1b]0;PWN\x07" if t == "\u2581Lily" else t) for t in tokens]
+    evil = _rewritten(STORIES, tmp_path / "evil-vocab.gguf", {"tokenizer.ggml.tokens": tokens})
+    args = [*SPECDEC, "generate", "--model", str(evil), "--prompt", "Once upon a time",
+            "--max-tokens", "40"]
+    piped = subprocess.run(args, capture_output=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert b"\x1b]0;PWN" in piped.stdout  # the model says "Lily" in its first sentences
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(args, stdout=follower, stderr=subprocess.PIPE, timeout=300)
+        os.close(follower)
+        follower = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed (EIO)
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 0, proc.stderr
+    assert b"\x1b" not in seen and b"\\x1b]0;PWN\\x07" in seen, seen[-500:]

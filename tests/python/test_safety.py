@@ -319,3 +319,22 @@ def test_bench_never_runs_tools_from_the_working_directory(tmp_path, monkeypatch
         Path("build/peer-llama.cpp/bin")
     monkeypatch.setenv("SPECDEC_PEER_BIN", "build/peer-llama.cpp/bin")
     assert bench.peer_bin_dir(bench.BenchOptions()) == Path("build/peer-llama.cpp/bin")
+
+
+def test_a_finished_child_leaves_nothing_running_in_its_group(tmp_path):
+    """A tool that exits but left a background process in its group: the group is ended too."""
+    from specdec._process import ChildProcesses
+    pid_file = tmp_path / "bg.pid"
+    ChildProcesses().run(["sh", "-c", f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}"])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return  # killed, waiting to be reaped by init
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the background child of a finished tool is still running")

@@ -104,3 +104,15 @@ def test_an_aborted_stream_with_stop_strings_gets_its_held_back_text():
 ])
 def test_stable_text_end(text, stops, end):
     assert stable_text_end(text, stops) == end
+
+
+def test_the_earliest_stop_string_ends_the_text_whatever_the_order():
+    llm = specdec.LLM(STORIES, max_model_len=128, progress=False)
+    plain = llm.generate("Once upon a time", specdec.SamplingParams(temperature=0, max_tokens=30))
+    text = plain[0].outputs[0].text
+    words = text.split()
+    early, late = words[1], words[4]
+    assert text.find(early) < text.find(late)
+    out = llm.generate("Once upon a time", specdec.SamplingParams(
+        temperature=0, max_tokens=30, stop=[late, early]))[0].outputs[0]
+    assert out.stop_reason == early and out.text == text[:text.find(early)]

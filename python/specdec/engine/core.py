@@ -356,12 +356,11 @@ class EngineCore:
             return status
         text = self.tokenizer.decode(r.output_token_ids, special=not p.skip_special_tokens,
                                      continuation=True)
-        for s in p.stop:
-            i = text.find(s)
-            if i >= 0:
-                text = text[:i]
-                status, r.stop_reason = RequestStatus.FINISHED_STOPPED, s
-                break
+        found = [(i, n, s) for n, s in enumerate(p.stop) for i in (text.find(s),) if i >= 0]
+        if found:  # the earliest stop string in the text ends it (ties: the first listed)
+            i, _, s = min(found)
+            text = text[:i]
+            status, r.stop_reason = RequestStatus.FINISHED_STOPPED, s
         r.text = text
         return status
 

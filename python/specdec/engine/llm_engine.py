@@ -187,6 +187,11 @@ class LLMEngine:
         taken into the core, including those it had already finished or popped when the error
         came (a proposer's finish raising), so no consumer waits forever. Requests that arrived in
         the inbox during the step were not touched and run at the next one."""
+        if not isinstance(error, Exception):  # Ctrl-C in the stepping thread: others get an error
+            interrupted = RuntimeError(f"the engine step was interrupted ({type(error).__name__}) "
+                                       "in the thread running it; this request was ended")
+            interrupted.__cause__ = error
+            error = interrupted
         with self._inbox_lock:
             waiting = {r.request_id for r in self._inbox}
             failed = [rid for rid in self._pending if rid not in waiting]
