@@ -28,9 +28,11 @@ def fake_device(gib: float, kind: str = "gpu"):
 
 def test_a_tiny_model_gets_a_tiny_kv_cache():
     """stories260K used to reserve and touch 1 GiB of KV (1.16 GB RSS for a 1 MB model)."""
-    code = ("import resource, specdec; llm = specdec.LLM(%r, progress=False); "
-            "print(llm.kv_sizing.kv_cache_memory_bytes, llm.runner.max_model_len, "
-            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)" % STORIES)
+    # the peak resident memory of this process image (VmHWM; ru_maxrss would count the forked
+    # pytest process it started as)
+    code = ("import re, specdec; llm = specdec.LLM(%r, progress=False); "
+            "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
+            "print(llm.kv_sizing.kv_cache_memory_bytes, llm.runner.max_model_len, hwm)" % STORIES)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     kv_bytes, length, maxrss_kib = map(int, out.stdout.split())
