@@ -234,7 +234,7 @@ def test_a_signalled_fetch_ends_its_pip_child_and_leaves_nothing(tmp_path, sig, 
     exits at once, its `pip download` is ended and the download's temporary files are gone."""
     server = StallingServer()
     cache = tmp_path / "cache"
-    env = dict(os.environ, SPECDEC_CACHE=str(cache), PYTHONPATH=str(ROOT / "python"),
+    env = dict(os.environ, SPECDEC_CACHE=str(cache),
                SPECDEC_PIP_ARGS=f"--no-index --find-links {server.url} --timeout 120 --retries 0")
     name = min(hub.load_catalog().values(), key=lambda m: m.gguf_bytes).name
     proc = subprocess.Popen([*SPECDEC, "fetch", name, "--quiet"], env=env,
