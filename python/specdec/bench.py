@@ -306,7 +306,23 @@ def peer_bin_dir(o: BenchOptions) -> Path:
         return Path(o.peer_bin)
     if os.environ.get("SPECDEC_PEER_BIN"):
         return Path(os.environ["SPECDEC_PEER_BIN"])
-    return specdec.cache_dir() / "peer-llama.cpp" / "bin"
+    bindir = specdec.cache_dir() / "peer-llama.cpp" / "bin"
+    _check_not_shared(bindir)
+    return bindir
+
+
+def _check_not_shared(bindir: Path) -> None:
+    """The default folder is in the model cache, which may be shared: its tools run only when
+    the folders and files are this user's (or root's) and nobody else may write them."""
+    me = os.getuid()
+    paths = [bindir.parent, bindir] + sorted(bindir.glob("*")) if bindir.is_dir() else []
+    for p in paths:
+        st = os.lstat(p)
+        if st.st_uid not in (me, 0) or st.st_mode & 0o022:
+            raise ValueError(f"{p}: owned by uid {st.st_uid} or writable by other users (mode "
+                             f"{st.st_mode & 0o777:o}); specdec runs llama.cpp tools only from a "
+                             "folder that only you can write: build them with "
+                             "bench/setup_peer_tools.sh into your own cache, or pass --peer-bin")
 
 
 PEER_TOOLS = ("llama-bench", "llama-speculative-simple", "llama-lookup")
@@ -540,8 +556,8 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ValueError("plots need matplotlib: pip install matplotlib (or pass --no-plots)") from None
-    bindir = peer_bin_dir(o)
-    missing = [t for t in PEER_TOOLS if not (bindir / t).exists()]
+    bindir = peer_bin_dir(o) if o.peer != "off" else Path()
+    missing = [t for t in PEER_TOOLS if not (bindir / t).exists()] if o.peer != "off" else []
     run_peer_tools = o.peer != "off" and not missing
     if o.peer == "require" and missing:
         raise ValueError(f"--peer require: llama.cpp tools {', '.join(missing)} not in {bindir}; "

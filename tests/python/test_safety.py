@@ -338,3 +338,24 @@ def test_a_finished_child_leaves_nothing_running_in_its_group(tmp_path):
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the background child of a finished tool is still running")
+
+
+def test_bench_refuses_peer_tools_others_may_write(tmp_path, monkeypatch):
+    """The default folder lives in the model cache, which may be shared: a tool there that
+    another user could have replaced is not run."""
+    monkeypatch.delenv("SPECDEC_PEER_BIN", raising=False)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    bindir = tmp_path / "cache" / "peer-llama.cpp" / "bin"
+    bindir.mkdir(parents=True)
+    tool = bindir / "llama-bench"
+    tool.write_text("#!/bin/sh\n")
+    for p in (bindir.parent, bindir, tool):
+        p.chmod(0o755)
+    assert bench.peer_bin_dir(bench.BenchOptions()) == bindir
+    tool.chmod(0o777)
+    with pytest.raises(ValueError, match="writable by other users"):
+        bench.peer_bin_dir(bench.BenchOptions())
+    tool.chmod(0o755)
+    bindir.chmod(0o775)
+    with pytest.raises(ValueError, match="--peer-bin"):
+        bench.peer_bin_dir(bench.BenchOptions())
