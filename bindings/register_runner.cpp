@@ -112,6 +112,9 @@ void register_runner(py::module_& m) {
            "[rows, vocab] float32 (0 rows with return_logits=False), 'logits_start': first row per "
            "request (+ total), 'argmax': int32 [rows] (ties: lowest id), 'argmax_logprob': "
            "float32 [rows], both reduced on the device, 'hidden': {layer: [tokens, hidden]}}.")
+      .def("warm_up", &runner::ModelRunner::warm_up, py::call_guard<py::gil_scoped_release>(),
+           "Launches every kernel variant this runner's steps use once, on throwaway tokens (so "
+           "no kernel is compiled inside a request); returns the seconds it took.")
       .def("truncate", &runner::ModelRunner::truncate, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"), py::arg("num_tokens"))
       .def("free", &runner::ModelRunner::free, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
       .def("has_request", &runner::ModelRunner::has_request, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))

@@ -12,7 +12,11 @@ namespace {
 // Work-items per (head, token) row (-DLANES): a tuning value per device type, measured on PoCL
 // (1 is fastest on a CPU: the row loop vectorises), SPECDEC_KV_LANES overrides it.
 int lanes(const ocl::Context& ctx) {
-  if (const char* env = std::getenv("SPECDEC_KV_LANES")) return std::max(1, std::atoi(env));
+  static const int from_env = [] {  // read once: this runs for every KV write
+    const char* env = std::getenv("SPECDEC_KV_LANES");
+    return env != nullptr ? std::max(1, std::atoi(env)) : 0;
+  }();
+  if (from_env > 0) return from_env;
   return ctx.device().type == "cpu" ? 1 : 32;
 }
 
@@ -117,6 +121,54 @@ void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerK
   const size_t global[3] = {static_cast<size_t>(heads) * n, static_cast<size_t>(num_tokens), 2};
   const size_t local[3] = {n, 1, 1};
   kern.launch(ctx, 3, global, local);
+}
+
+bool qkv_epilogue_fits(const LayerKvView& view, int kv_heads, int head_size) {
+  auto fits = [&](const KvPartView& p) { return p.num_heads == kv_heads && p.width == head_size; };
+  return head_size > 0 && head_size % 2 == 0 && kv_heads > 0 && fits(view.k) && fits(view.v);
+}
+
+void kv_cache_write_qkv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+                        const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens) {
+  if (num_tokens == 0) return;
+  SPECDEC_CHECK(qkv_epilogue_fits(view, e.kv_heads, e.head_size), "kv_cache_write_qkv.view",
+               str_cat(view.k.num_heads, " x ", view.k.width, " K, ", view.v.num_heads, " x ", view.v.width, " V"),
+               str_cat(e.kv_heads, " heads of head_size ", e.head_size, " (even) in K and V"));
+  SPECDEC_CHECK(e.q_heads > 0, "kv_cache_write_qkv.q_heads", e.q_heads, "> 0");
+  const int64_t width = int64_t{e.q_heads + 2 * e.kv_heads} * e.head_size;
+  const int64_t nq = int64_t{e.q_heads} * e.head_size;
+  SPECDEC_CHECK(e.x_stride >= width, "kv_cache_write_qkv.x_stride", e.x_stride, str_cat(">= ", width));
+  SPECDEC_CHECK(e.q_stride >= nq, "kv_cache_write_qkv.q_stride", e.q_stride, str_cat(">= ", nq));
+  auto holds = [&](const ocl::Buffer* b, int64_t bytes, const char* what) {
+    SPECDEC_CHECK(b != nullptr && b->get() != nullptr && static_cast<int64_t>(b->size_bytes()) >= bytes, what,
+                 b == nullptr ? std::string("none") : str_cat(b->size_bytes(), " bytes"), str_cat("at least ", bytes, " bytes"));
+  };
+  const int64_t t = num_tokens;
+  holds(e.x, ((t - 1) * e.x_stride + width) * 4, "kv_cache_write_qkv.x");
+  holds(e.q_out, ((t - 1) * e.q_stride + nq) * 4, "kv_cache_write_qkv.q_out");
+  holds(e.positions, t * 4, "kv_cache_write_qkv.positions");
+  holds(&slot_mapping, t * 4, "kv_cache_write_qkv.slot_mapping");
+  if (e.bias != nullptr) holds(e.bias, width * 4, "kv_cache_write_qkv.bias");
+  if (e.inv_freq != nullptr) holds(e.inv_freq, e.head_size / 2 * 4, "kv_cache_write_qkv.inv_freq");
+  std::string options = cache_dtype_define(view.spec.dtype, "kv_cache_write_qkv");
+  if (ctx.device().fp64) options += " -DUSE_FP64";  // cos / sin as the rope kernel takes them
+  options += " -cl-fp32-correctly-rounded-divide-sqrt";
+  ocl::Kernel k = ctx.kernel("fused_qkv", "qkv_bias_rope_kv", options);
+  k.arg(0, *e.x).arg(1, cl_long{0}).arg(2, cl_long{e.x_stride});
+  k.arg(3, e.bias != nullptr ? *e.bias : *e.x).arg(4, cl_long{0}).arg(5, cl_int{e.bias != nullptr ? 1 : 0});
+  k.arg(6, *e.positions).arg(7, cl_long{0});
+  k.arg(8, e.inv_freq != nullptr ? *e.inv_freq : *e.x).arg(9, cl_long{0});
+  k.arg(10, cl_int{e.neox ? 1 : 0}).arg(11, cl_int{e.inv_freq != nullptr ? 1 : 0});
+  k.arg(12, *e.q_out).arg(13, cl_long{0}).arg(14, cl_long{e.q_stride});
+  k.arg(15, cl_int{e.q_heads}).arg(16, cl_int{e.kv_heads}).arg(17, cl_int{e.head_size});
+  k.arg(18, slot_mapping).arg(19, cache).arg(20, cl_int{view.spec.block_size});
+  k.arg(21, cl_long{view.k.offset}).arg(22, cl_long{view.k.stride_block})
+      .arg(23, cl_long{view.k.stride_slot}).arg(24, cl_long{view.k.stride_head});
+  k.arg(25, cl_long{view.v.offset}).arg(26, cl_long{view.v.stride_block})
+      .arg(27, cl_long{view.v.stride_slot}).arg(28, cl_long{view.v.stride_head});
+  const size_t global[2] = {static_cast<size_t>((e.head_size / 2 + 15) / 16), static_cast<size_t>(t)};
+  const size_t local[2] = {1, 1};
+  k.launch(ctx, 2, global, local);
 }
 
 void kv_cache_gather(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,

@@ -37,6 +37,29 @@ struct KvRows {
 void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
                        const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
                        int num_tokens);
+// The epilogue of a fused q | k | v projection (kernels/fused_qkv.cl), one launch for what
+// add_bias + rope + split_columns + kv_cache_write_kv do: x [num_tokens, x_stride] holds each
+// token's q (q_heads heads), k and v (kv_heads heads each) of head_size elements; the bias (when
+// given) is added, q and k are rotated by RoPE (when inv_freq is given: rope_dim = head_size),
+// q goes to q_out [num_tokens, q_stride] and k, v into the layer's cache through the slot mapping.
+// Bitwise what the separate kernels give.
+struct QkvEpilogue {
+  const ocl::Buffer* x = nullptr;
+  int64_t x_stride = 0;
+  const ocl::Buffer* bias = nullptr;       // [q + k + v] f32, or null
+  const ocl::Buffer* positions = nullptr;  // int32 [num_tokens]
+  const ocl::Buffer* inv_freq = nullptr;   // f32 [head_size / 2] (ops::RopeTable), or null: no RoPE
+  bool neox = false;                       // NEOX pairs (i, i + head_size / 2), else adjacent
+  ocl::Buffer* q_out = nullptr;
+  int64_t q_stride = 0;
+  int q_heads = 0, kv_heads = 0, head_size = 0;
+};
+// Whether the fused epilogue can serve this layer: its K and V parts have kv_heads heads of
+// head_size (even) elements each.
+bool qkv_epilogue_fits(const LayerKvView& view, int kv_heads, int head_size);
+void kv_cache_write_qkv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+                        const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens);
+
 // Device: reads `part` at each slot into dst [num_tokens, num_heads, width] (f32).
 void kv_cache_gather(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
                      KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,

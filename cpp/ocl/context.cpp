@@ -104,12 +104,19 @@ cl_program Context::build(const std::string& name, const std::string& source,
   return program;
 }
 
+size_t Context::LaunchKeyHash::operator()(const LaunchKeyView& k) const noexcept {
+  const std::hash<std::string_view> h;
+  size_t seed = h(k.program);
+  seed ^= h(k.kernel) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
+  seed ^= h(k.options) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
+  return seed;
+}
+
 Kernel Context::kernel(const std::string& program, const std::string& kernel_name,
                        const std::string& options) {
   auto guard = lock();
-  auto fast_key = std::make_tuple(program, kernel_name, options);
-  if (auto it = launch_cache_.find(fast_key); it != launch_cache_.end()) {
-    return Kernel(it->second, kernel_name, std::move(guard));
+  if (auto it = launch_cache_.find(LaunchKeyView{program, kernel_name, options}); it != launch_cache_.end()) {
+    return Kernel(it->second.first, it->second.second, std::move(guard));
   }
   cl_program p = build(program, kernel_source(program), options);
   const auto key = std::make_pair(p, kernel_name);
@@ -122,8 +129,8 @@ Kernel Context::kernel(const std::string& program, const std::string& kernel_nam
     check(err, "clCreateKernel", str_cat("kernel '", kernel_name, "' of program '", program, "'"));
     kernels_.emplace(key, k);
   }
-  launch_cache_.emplace(std::move(fast_key), k);
-  return Kernel(k, kernel_name, std::move(guard));
+  const auto it = launch_cache_.emplace(LaunchKey{program, kernel_name, options}, std::make_pair(k, kernel_name)).first;
+  return Kernel(k, it->second.second, std::move(guard));
 }
 
 Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags)
@@ -196,8 +203,8 @@ void Buffer::fill_zero(const Context& ctx) {
                                        nullptr, nullptr));
 }
 
-Kernel::Kernel(cl_kernel kernel, std::string name, std::unique_lock<std::recursive_mutex> lock)
-    : kernel_(kernel), name_(std::move(name)), lock_(std::move(lock)) {
+Kernel::Kernel(cl_kernel kernel, std::string_view name, std::unique_lock<std::recursive_mutex> lock)
+    : kernel_(kernel), name_(name), lock_(std::move(lock)) {
   SPECDEC_CL_CHECK(clRetainKernel(kernel_));
 }
 
@@ -206,19 +213,32 @@ Kernel::~Kernel() {
 }
 
 Kernel::Kernel(Kernel&& other) noexcept
-    : kernel_(other.kernel_), name_(std::move(other.name_)), lock_(std::move(other.lock_)) {
+    : kernel_(other.kernel_), name_(other.name_), lock_(std::move(other.lock_)) {
   other.kernel_ = nullptr;
+}
+
+void Kernel::arg_failed(cl_int err, cl_uint index) const {
+  check(err, "clSetKernelArg", str_cat(name_, " arg ", index));
+  throw OclError(err, "clSetKernelArg");  // not reached: check throws for err != CL_SUCCESS
 }
 
 void Kernel::launch(const Context& ctx, cl_uint dims, const size_t* global, const size_t* local) {
   for (cl_uint i = 0; i < dims; ++i) {
     if (global[i] == 0) return;  // nothing to do (e.g. an empty batch or a zero-sized part)
   }
+  size_t fixed[3] = {1, 1, 1};
+  if (local == nullptr && ctx.device().type == "cpu" && dims <= 3) {
+    // dims >= 2: dim 0 is a width of the model (columns, heads), the others rows or tokens
+    if (dims >= 2) {
+      while (fixed[0] < 64 && global[0] % (fixed[0] * 2) == 0) fixed[0] *= 2;
+    }
+    local = fixed;
+  }
   cl_event event = nullptr;
-  check(clEnqueueNDRangeKernel(ctx.queue(), kernel_, dims, nullptr, global, local, 0, nullptr,
-                               ctx.profiling() ? &event : nullptr),
-        "clEnqueueNDRangeKernel", name_);
-  if (event != nullptr) ctx.record_launch(name_, event);
+  const cl_int err = clEnqueueNDRangeKernel(ctx.queue(), kernel_, dims, nullptr, global, local, 0,
+                                            nullptr, ctx.profiling() ? &event : nullptr);
+  if (err != CL_SUCCESS) check(err, "clEnqueueNDRangeKernel", std::string(name_));
+  if (event != nullptr) ctx.record_launch(std::string(name_), event);
 }
 
 void Context::record_launch(const std::string& kernel, cl_event event) const {

@@ -6,7 +6,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -83,7 +85,29 @@ class Context {
   std::map<std::tuple<std::string, std::string, size_t>, cl_program> programs_;
   std::map<std::pair<cl_program, std::string>, cl_kernel> kernels_;
   // (program, kernel, options) -> kernel: the per-launch lookup, before any source is hashed.
-  std::map<std::tuple<std::string, std::string, std::string>, cl_kernel> launch_cache_;
+  // Looked up by string_views (no key strings are built per launch).
+  struct LaunchKey {
+    std::string program, kernel, options;
+  };
+  struct LaunchKeyView {
+    std::string_view program, kernel, options;
+  };
+  struct LaunchKeyHash {
+    using is_transparent = void;
+    size_t operator()(const LaunchKeyView& k) const noexcept;
+    size_t operator()(const LaunchKey& k) const noexcept { return (*this)(LaunchKeyView{k.program, k.kernel, k.options}); }
+  };
+  struct LaunchKeyEq {
+    using is_transparent = void;
+    static LaunchKeyView view(const LaunchKey& k) { return {k.program, k.kernel, k.options}; }
+    static LaunchKeyView view(const LaunchKeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      const LaunchKeyView x = view(a), y = view(b);
+      return x.program == y.program && x.kernel == y.kernel && x.options == y.options;
+    }
+  };
+  std::unordered_map<LaunchKey, std::pair<cl_kernel, std::string>, LaunchKeyHash, LaunchKeyEq> launch_cache_;
   std::vector<std::pair<std::string, std::string>> build_logs_;
   bool profiling_ = false;
   mutable std::recursive_mutex mu_;
@@ -121,8 +145,9 @@ class Buffer {
 // A kernel object with typed argument setting. Move-only.
 class Kernel {
  public:
-  // Takes a reference of its own to `kernel`; holds `lock` (the context's) while it lives.
-  Kernel(cl_kernel kernel, std::string name, std::unique_lock<std::recursive_mutex> lock = {});
+  // Takes a reference of its own to `kernel`; holds `lock` (the context's) while it lives. `name`
+  // (for error messages and profiles) must outlive the Kernel: a literal, or the context's cache.
+  Kernel(cl_kernel kernel, std::string_view name, std::unique_lock<std::recursive_mutex> lock = {});
   ~Kernel();
   Kernel(Kernel&& other) noexcept;
   Kernel& operator=(Kernel&&) = delete;
@@ -131,18 +156,27 @@ class Kernel {
 
   template <typename T>
   Kernel& arg(cl_uint index, const T& value) {
-    check(clSetKernelArg(kernel_, index, sizeof(T), &value), "clSetKernelArg",
-          name_ + " arg " + std::to_string(index));
+    // the error text is formatted only on failure (arguments are set ~10 times per launch)
+    if (const cl_int err = clSetKernelArg(kernel_, index, sizeof(T), &value); err != CL_SUCCESS) {
+      arg_failed(err, index);
+    }
     return *this;
   }
   Kernel& arg(cl_uint index, const Buffer& buffer) { return arg(index, buffer.get()); }
-  // Enqueues over `global` work-items in up to 3 dims (local = nullptr: driver's choice).
+  // Enqueues over `global` work-items in up to 3 dims. local = nullptr: the driver's choice on a
+  // GPU; on a CPU device 1 in every dimension except, in a launch of 2 or 3 dims (whose dim 0 is
+  // a width of the model by the kernels' convention), the largest power of two <= 64 dividing
+  // global[0]. PoCL builds a work-group function per local size at the first launch with it, and
+  // its own choice follows the token count (dims 1 and 2 are tokens or rows in most kernels): every
+  // new batch shape compiled kernels inside a request. With this rule a kernel's local sizes
+  // depend on the model's widths only, so warming a runner up at load builds all of them.
   void launch(const Context& ctx, cl_uint dims, const size_t* global, const size_t* local = nullptr);
   cl_kernel get() const { return kernel_; }
 
  private:
+  [[noreturn]] void arg_failed(cl_int err, cl_uint index) const;
   cl_kernel kernel_ = nullptr;
-  std::string name_;
+  std::string_view name_;
   std::unique_lock<std::recursive_mutex> lock_;
 };
 

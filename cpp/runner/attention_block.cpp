@@ -2,6 +2,8 @@
 // sliding-window, chunked-local and KV-sharing layers differ only in the config and in the
 // layer's KV-cache group and attention backend.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "common/errors.h"
 #include "kv/cache_ops.h"
@@ -12,6 +14,14 @@
 #include "runner/blocks.h"
 
 namespace specdec::runner {
+
+bool fused_qkv_epilogue() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPECDEC_FUSED_QKV");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
 
 void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
@@ -28,6 +38,36 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const ocl::Buffer* query = &s.qb;
   kv::KvRows k_rows{&s.kb, 0, 0}, v_rows{&s.vb, 0, 0};
   quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
+  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
+                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
+  const LayerBinding& b = st.layers[static_cast<size_t>(il)];
+  if (w.wqkv && !c.qk_norm && owns_kv && c.head_size == c.head_size_v && fused_qkv_epilogue() &&
+      (rope_index < 0 || s.rope_tables[rope_index].rope_dim() == c.head_size) &&
+      kv::qkv_epilogue_fits(*b.view, c.num_kv_heads, c.head_size)) {
+    // two launches before attention: the q | k | v matmul, then bias + RoPE + the K/V cache
+    // write + q for attention in one epilogue (kernels/fused_qkv.cl)
+    quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
+    kv::QkvEpilogue e;
+    e.x = &s.fused;
+    e.x_stride = q + k + v;
+    e.bias = present(w.bqkv) ? &w.bqkv : nullptr;
+    e.positions = &s.positions;
+    if (rope_index >= 0) {
+      e.inv_freq = &s.rope_tables[rope_index].buffer();
+      e.neox = s.rope_tables[rope_index].type() == model::RopeType::kNeox;
+    }
+    e.q_out = &s.qb;
+    e.q_stride = q;
+    e.q_heads = c.num_q_heads;
+    e.kv_heads = c.num_kv_heads;
+    e.head_size = c.head_size;
+    const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
+    kv::kv_cache_write_qkv(ctx, *b.tensor, *b.view, e, md.slot_mapping, static_cast<int>(t));
+    write_kv_and_attend(st, il, nullptr, nullptr, s.qb, scale, s.attn);  // K/V already written
+    project(st, w.wo, s.attn, s.proj);
+    if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);
+    return;
+  }
   if (w.wqkv) {  // one launch for q, k and v (and one for their biases)
     quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);
@@ -67,8 +107,6 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
     if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
   }
-  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
-                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
   write_kv_and_attend(st, il, owns_kv ? &k_rows : nullptr, &v_rows, *query, scale, s.attn);
 
   project(st, w.wo, s.attn, s.proj);

@@ -44,19 +44,31 @@ StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t
   reduced = f32(6 * max_logits);  // two parts with extra logit tokens (ModelRunner)
 }
 
+std::vector<LayerBinding> bind_layers(const model::ModelConfig& c, const attn::AttentionSetup& setup,
+                                      const kv::KvCacheAllocation& cache) {
+  std::vector<LayerBinding> out;
+  for (int il = 0; il < c.num_layers; ++il) {
+    const std::string name = str_cat("layers.", il);
+    LayerBinding b;
+    b.attention_group = setup.layer_to_attention_group.at(name);
+    b.group = &setup.attention_groups[static_cast<size_t>(b.attention_group)];
+    b.view = &cache.view(name);
+    b.tensor = &cache.tensor_of(name);
+    b.params = attn::AttentionLayerParams::from_spec(b.group->spec, c.num_q_heads, 1.0f);
+    b.params.logit_softcap = static_cast<float>(c.attn_logit_softcap);
+    out.push_back(b);
+  }
+  return out;
+}
+
 void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const kv::KvRows* v,
                          const ocl::Buffer& query, float scale, ocl::Buffer& out) {
-  const std::string name = str_cat("layers.", il);
-  const int ag = st.setup.layer_to_attention_group.at(name);
-  const attn::AttentionGroup& group = st.setup.attention_groups[ag];
-  const attn::AttentionMetadata& md = st.metadata[ag];
-  const kv::LayerKvView& view = st.cache.view(name);
-  const ocl::Buffer& tensor = st.cache.tensor_of(name);
-  if (k != nullptr) kv::kv_cache_write_kv(st.ctx, tensor, view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
-  attn::AttentionLayerParams params =
-      attn::AttentionLayerParams::from_spec(group.spec, st.config.num_q_heads, scale);
-  params.logit_softcap = static_cast<float>(st.config.attn_logit_softcap);
-  group.backend->forward(st.ctx, md, params, view, tensor, query, out);
+  const LayerBinding& b = st.layers[static_cast<size_t>(il)];
+  const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
+  if (k != nullptr) kv::kv_cache_write_kv(st.ctx, *b.tensor, *b.view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
+  attn::AttentionLayerParams params = b.params;
+  params.scale = scale;
+  b.group->backend->forward(st.ctx, md, params, *b.view, *b.tensor, query, out);
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {

@@ -48,18 +48,34 @@ struct StepBuffers {
   std::vector<int> layer_rope;              // table index per layer, -1: NoPE
 };
 
+// A layer's attention as resolved once at load (layer -> attention group -> KV view, cache tensor,
+// backend and parameters): a step does no name look-ups.
+struct LayerBinding {
+  int attention_group = 0;
+  const attn::AttentionGroup* group = nullptr;
+  const kv::LayerKvView* view = nullptr;
+  const ocl::Buffer* tensor = nullptr;
+  attn::AttentionLayerParams params;  // the scale is the block's (set per call)
+};
+
+// Resolves every layer of `config` through `setup` and `cache` (which must outlive the result).
+std::vector<LayerBinding> bind_layers(const model::ModelConfig& config, const attn::AttentionSetup& setup,
+                                      const kv::KvCacheAllocation& cache);
+
 // What a block needs of the step.
 struct LayerStep {
   ocl::Context& ctx;
   const model::ModelConfig& config;
-  const attn::AttentionSetup& setup;
-  kv::KvCacheAllocation& cache;
+  const std::vector<LayerBinding>& layers;
   const std::vector<attn::AttentionMetadata>& metadata;  // per attention group
   StepBuffers& s;
   int64_t num_tokens;
 };
 
 void gqa_attention(const LayerStep& step, int il, const LayerWeights& w);
+// Whether GQA layers with a fused q | k | v projection use the one-launch epilogue
+// (kv::kv_cache_write_qkv); SPECDEC_FUSED_QKV=0 turns it off (read once: for measuring both).
+bool fused_qkv_epilogue();
 void mla_attention(const LayerStep& step, int il, const LayerWeights& w);
 void gated_ffn(const LayerStep& step, const LayerWeights& w);
 

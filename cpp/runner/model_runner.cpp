@@ -1,6 +1,7 @@
 #include "runner/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -106,6 +107,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
   cache_ = std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts);
   manager_ = std::make_unique<kv::KvCacheManager>(kv_config_);
   scratch_ = std::make_unique<StepBuffers>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
+  layers_ = bind_layers(c, setup_, *cache_);
   // RoPE tables: linear scaling applies to global layers only when local layers have their own
   // base (Gemma 3), else to every layer.
   std::vector<std::pair<double, double>> keys;
@@ -231,7 +233,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   ocl::Context& ctx = *ctx_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  const LayerStep step{ctx, c, setup_, *cache_, md, s, t};
+  const LayerStep step{ctx, c, layers_, md, s, t};
 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
@@ -258,20 +260,27 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     SPECDEC_CHECK(l >= -1 && l < config_.num_layers, "hidden_layers", l,
                  str_cat("layer indices in [0, ", config_.num_layers, ") or -1 (after the final norm)"));
   }
-  if (requests.empty()) {  // nothing to run
-    StepOutput out;
-    out.vocab_size = logit_columns();
-    out.logits_start = {0};
-    return out;
-  }
+  StepOutput out;
+  out.vocab_size = logit_columns();
+  out.logits_start = {0};
+  if (requests.empty()) return out;  // nothing to run
+  const StepPlan plan = plan_step(requests);
+  out.logits_start = plan.logits_start;
+  run_layers(plan, hidden_layers, out);
+  compute_logits(plan, return_logits, out);
+  for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+  return out;
+}
+
+ModelRunner::StepPlan ModelRunner::plan_step(const std::vector<StepRequest>& requests) {
+  StepPlan plan;
   // Allocate every request's slots; on a shortage undo this step's allocations.
-  std::vector<attn::ScheduledRequest> sched;
   for (const auto& r : requests) {
     const kv::AllocationResult a = manager_->allocate_slots(
         r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size()),
         r.num_committed_tokens);
     if (!a.ok) {
-      for (const auto& done : sched) {
+      for (const auto& done : plan.sched) {
         if (done.num_computed_tokens == 0) manager_->free(done.request_id);
         else manager_->truncate(done.request_id, done.num_computed_tokens);
       }
@@ -279,13 +288,16 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
       throw ConfigError("kv_cache", a.to_string(), "a step whose new tokens fit the free KV blocks "
                         "(finish or preempt requests, or give a larger kv_cache_memory_bytes)");
     }
-    sched.push_back({r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size())});
+    plan.sched.push_back({r.request_id, r.num_computed_tokens, static_cast<int64_t>(r.tokens.size())});
   }
-  std::vector<int32_t> ids, positions, rows;
-  StepOutput out;
-  const int64_t vocab = logit_columns();
-  out.vocab_size = vocab;
-  out.logits_start.push_back(0);
+  plan_inputs(requests, plan);
+  return plan;
+}
+
+void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan& plan) {
+  // The flattened inputs: token ids and positions of every new token, and the logit rows.
+  std::vector<int32_t> ids, positions;
+  plan.logits_start.push_back(0);
   for (const auto& r : requests) {
     const int64_t base = static_cast<int64_t>(ids.size());
     for (size_t j = 0; j < r.tokens.size(); ++j) {
@@ -293,18 +305,28 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
       positions.push_back(static_cast<int32_t>(r.num_computed_tokens + static_cast<int64_t>(j)));
     }
     for (int j = static_cast<int>(r.tokens.size()) - r.num_logits; j < static_cast<int>(r.tokens.size()); ++j) {
-      rows.push_back(static_cast<int32_t>(base + j));
+      plan.logit_rows.push_back(static_cast<int32_t>(base + j));
     }
-    out.logits_start.push_back(static_cast<int64_t>(rows.size()));
+    plan.logits_start.push_back(static_cast<int64_t>(plan.logit_rows.size()));
   }
-  const int64_t t = static_cast<int64_t>(ids.size());
+  plan.num_tokens = static_cast<int64_t>(ids.size());
+  StepBuffers& s = *scratch_;
+  // copied when created: no blocking write through the queue (each costs a round trip on PoCL)
+  s.ids = ocl::Buffer(*ctx_, ids.data(), ids.size() * 4);
+  s.positions = ocl::Buffer(*ctx_, positions.data(), positions.size() * 4);
+  if (!plan.logit_rows.empty()) {
+    s.rows = ocl::Buffer(*ctx_, plan.logit_rows.data(), plan.logit_rows.size() * 4);
+  }
+  // Per attention group, once for every layer of the group (slot mappings, block tables, the
+  // backend's launch plan).
+  plan.metadata = attn::build_step_metadata(*ctx_, setup_, *manager_, plan.sched);
+}
+
+void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out) {
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
+  const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
-  // copied when created: no blocking write through the queue (each costs a round trip on PoCL)
-  s.ids = ocl::Buffer(ctx, ids.data(), ids.size() * 4);
-  s.positions = ocl::Buffer(ctx, positions.data(), positions.size() * 4);
-  const std::vector<attn::AttentionMetadata> md = attn::build_step_metadata(ctx, setup_, *manager_, sched);
   quant::embedding_lookup(ctx, weights_.token_embd, s.ids, t, s.x, static_cast<float>(config_.embedding_scale));
   auto capture = [&](int layer, const ocl::Buffer& from) {
     for (int l : hidden_layers) {
@@ -319,79 +341,123 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
   for (int il = 0; il < config_.num_layers; ++il) {
-    run_layer(il, md, t);
+    run_layer(il, plan.metadata, t);
     capture(il, s.x);  // the residual stream after the layer
   }
   capture(-1, s.h);  // after the final norm
-  const int64_t m = static_cast<int64_t>(rows.size());
-  if (m > 0) {
-    s.rows = ocl::Buffer(ctx, rows.data(), rows.size() * 4);
-    ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
-    quant::quantize_activations(ctx, s.xs, m, d, s.xq);
-    const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
-    // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into
-    // s.reduced from element `at`; both parts' reductions come back in one transfer
-    auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, int64_t n, int64_t at) {
-      quant::matmul(ctx, w, s.xs, s.xq, m, logits);
-      if (config_.final_logit_softcap > 0) {
-        ops::softcap(ctx, logits, m * n, static_cast<float>(config_.final_logit_softcap));
-      }
-      const ops::Slice ids(s.reduced, at), lse(s.reduced, at + m), picked(s.reduced, at + 2 * m);
-      ops::argmax(ctx, logits, ids, m, static_cast<int>(n));
-      ops::logsumexp_rows(ctx, logits, lse, m, static_cast<int>(n));
-      ops::gather_columns(ctx, logits, ids, picked, m, static_cast<int>(n));
-    };
-    head(weights_.lm_head(), s.logits, base, 0);
-    const bool two = !extra_ids_.empty();
-    if (two) head(*extra_head_, extra_logits_, vocab - base, 3 * m);
-    std::vector<float> reduced(static_cast<size_t>((two ? 6 : 3) * m));
-    s.reduced.read(ctx, reduced.data(), reduced.size() * 4);
-    const float* extra = two ? reduced.data() + 3 * m : nullptr;
-    const auto& columns = options_.logit_token_ids;
-    auto token = [&](int32_t column, bool in_extra) {  // a column of either part -> its token id
-      if (in_extra) return extra_ids_[static_cast<size_t>(column)];
-      return columns.empty() ? column : columns[static_cast<size_t>(column)];
-    };
-    out.argmax.resize(static_cast<size_t>(m));
-    out.argmax_logprob.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      int32_t col;
-      std::memcpy(&col, &reduced[static_cast<size_t>(i)], 4);
-      int32_t id = token(col, false);
-      float best = reduced[2 * m + i], lse = reduced[m + i];
-      if (extra != nullptr) {  // the larger logit of the two parts (ties: the lower id)
-        int32_t ecol;
-        std::memcpy(&ecol, extra + i, 4);
-        const int32_t eid = token(ecol, true);
-        const float ev = extra[2 * m + i], else_lse = extra[m + i];
-        if (ev > best || (ev == best && eid < id)) {
-          best = ev;
-          id = eid;
-        }
-        const float hi = std::max(lse, else_lse);
-        lse = hi + static_cast<float>(std::log(std::exp(static_cast<double>(lse) - hi) +
-                                               std::exp(static_cast<double>(else_lse) - hi)));
-      }
-      out.argmax[static_cast<size_t>(i)] = id;
-      out.argmax_logprob[static_cast<size_t>(i)] = best - lse;
+}
+
+void ModelRunner::compute_logits(const StepPlan& plan, bool return_logits, StepOutput& out) {
+  const int64_t m = static_cast<int64_t>(plan.logit_rows.size());
+  if (m == 0) return;
+  StepBuffers& s = *scratch_;
+  ocl::Context& ctx = *ctx_;
+  const int64_t t = plan.num_tokens;
+  const int d = config_.hidden_size;
+  const int64_t vocab = out.vocab_size;
+  ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
+  quant::quantize_activations(ctx, s.xs, m, d, s.xq);
+  const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
+  // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into
+  // s.reduced from element `at`; both parts' reductions come back in one transfer
+  auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, int64_t n, int64_t at) {
+    quant::matmul(ctx, w, s.xs, s.xq, m, logits);
+    if (config_.final_logit_softcap > 0) {
+      ops::softcap(ctx, logits, m * n, static_cast<float>(config_.final_logit_softcap));
     }
-    if (return_logits) {
-      out.logits.resize(static_cast<size_t>(m * vocab));
-      if (extra_ids_.empty()) {
-        s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
-      } else {  // [m, base] and [m, extra] -> rows of [base | extra]
-        std::vector<float> a(static_cast<size_t>(m * base)), b(static_cast<size_t>(m * (vocab - base)));
-        s.logits.read(ctx, a.data(), a.size() * 4);
-        extra_logits_.read(ctx, b.data(), b.size() * 4);
-        for (int64_t i = 0; i < m; ++i) {
-          std::copy_n(a.data() + i * base, base, out.logits.data() + i * vocab);
-          std::copy_n(b.data() + i * (vocab - base), vocab - base, out.logits.data() + i * vocab + base);
-        }
+    const ops::Slice ids(s.reduced, at), lse(s.reduced, at + m), picked(s.reduced, at + 2 * m);
+    ops::argmax(ctx, logits, ids, m, static_cast<int>(n));
+    ops::logsumexp_rows(ctx, logits, lse, m, static_cast<int>(n));
+    ops::gather_columns(ctx, logits, ids, picked, m, static_cast<int>(n));
+  };
+  head(weights_.lm_head(), s.logits, base, 0);
+  const bool two = !extra_ids_.empty();
+  if (two) head(*extra_head_, extra_logits_, vocab - base, 3 * m);
+  std::vector<float> reduced(static_cast<size_t>((two ? 6 : 3) * m));
+  s.reduced.read(ctx, reduced.data(), reduced.size() * 4);
+  const float* extra = two ? reduced.data() + 3 * m : nullptr;
+  const auto& columns = options_.logit_token_ids;
+  auto token = [&](int32_t column, bool in_extra) {  // a column of either part -> its token id
+    if (in_extra) return extra_ids_[static_cast<size_t>(column)];
+    return columns.empty() ? column : columns[static_cast<size_t>(column)];
+  };
+  out.argmax.resize(static_cast<size_t>(m));
+  out.argmax_logprob.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    int32_t col;
+    std::memcpy(&col, &reduced[static_cast<size_t>(i)], 4);
+    int32_t id = token(col, false);
+    float best = reduced[2 * m + i], lse = reduced[m + i];
+    if (extra != nullptr) {  // the larger logit of the two parts (ties: the lower id)
+      int32_t ecol;
+      std::memcpy(&ecol, extra + i, 4);
+      const int32_t eid = token(ecol, true);
+      const float ev = extra[2 * m + i], else_lse = extra[m + i];
+      if (ev > best || (ev == best && eid < id)) {
+        best = ev;
+        id = eid;
+      }
+      const float hi = std::max(lse, else_lse);
+      lse = hi + static_cast<float>(std::log(std::exp(static_cast<double>(lse) - hi) +
+                                             std::exp(static_cast<double>(else_lse) - hi)));
+    }
+    out.argmax[static_cast<size_t>(i)] = id;
+    out.argmax_logprob[static_cast<size_t>(i)] = best - lse;
+  }
+  if (return_logits) {
+    out.logits.resize(static_cast<size_t>(m * vocab));
+    if (extra_ids_.empty()) {
+      s.logits.read(ctx, out.logits.data(), out.logits.size() * 4);
+    } else {  // [m, base] and [m, extra] -> rows of [base | extra]
+      std::vector<float> a(static_cast<size_t>(m * base)), b(static_cast<size_t>(m * (vocab - base)));
+      s.logits.read(ctx, a.data(), a.size() * 4);
+      extra_logits_.read(ctx, b.data(), b.size() * 4);
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(a.data() + i * base, base, out.logits.data() + i * vocab);
+        std::copy_n(b.data() + i * (vocab - base), vocab - base, out.logits.data() + i * vocab + base);
       }
     }
   }
-  for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
-  return out;
+}
+
+double ModelRunner::warm_up() {
+  const auto start = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> guard(mu_);
+  const std::string id = "\x01warm-up";  // no user's request id (those are printable)
+  // One throwaway request of `n` new tokens after `computed` positions whose K/V rows hold
+  // whatever the cache holds (the results are discarded); skipped when its blocks do not fit.
+  auto run = [&](int64_t computed, int64_t n) {
+    if (n < 1 || computed + n > max_model_len() || n > options_.max_num_batched_tokens) return;
+    if (!manager_->allocate_slots(id, 0, computed + n).ok) {
+      if (manager_->has_request(id)) manager_->free(id);
+      return;
+    }
+    StepRequest r;
+    r.request_id = id;
+    r.tokens.assign(static_cast<size_t>(n), 0);
+    r.num_computed_tokens = computed;
+    r.num_logits = static_cast<int>(std::min<int64_t>(n, options_.max_num_logits));
+    StepPlan plan;
+    plan.sched.push_back({id, computed, n});
+    try {
+      plan_inputs({r}, plan);
+      StepOutput out;
+      out.vocab_size = logit_columns();
+      run_layers(plan, {}, out);
+      compute_logits(plan, false, out);
+    } catch (...) {
+      manager_->free(id);
+      throw;
+    }
+    manager_->free(id);
+  };
+  // decode (one activation row per matmul), verify (up to 16 rows), a prefill chunk (64 rows):
+  // every matmul variant; 64 also gives the logit-row kernels their widest work-groups
+  for (int64_t n : {1, 2, 64}) run(0, n);
+  // a decode far enough into the context that split-KV attention splits and merges
+  run(std::min<int64_t>(max_model_len() - 1, 1024), 1);
+  ctx_->finish();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {

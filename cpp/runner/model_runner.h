@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention/groups.h"
+#include "attention/metadata.h"
 #include "common/dtype.h"
 #include "kv/allocator.h"
 #include "kv/blocks.h"
@@ -29,6 +30,7 @@
 namespace specdec::runner {
 
 struct StepBuffers;
+struct LayerBinding;
 
 struct RunnerOptions {
   std::string attention_backend;           // "" / "auto" or a backend name
@@ -88,6 +90,15 @@ class ModelRunner {
   StepOutput step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers = {},
                   bool return_logits = true);
 
+  // Runs every kernel variant the steps of this runner can launch once, on throwaway tokens
+  // (decode, verify and prefill shapes, split-KV attention past one split, logits): OpenCL
+  // builds kernels at their first launch (PoCL a work-group function per local size), so a
+  // runner warmed up at load compiles nothing inside a request. Leaves no request behind; needs
+  // the KV cache to be empty of other requests' blocks only as far as one request's worth.
+  // Returns the seconds it took (mostly compilation the first time on a machine: PoCL caches
+  // the binaries on disk).
+  double warm_up();
+
   // Rolls a request back to num_tokens (speculative rejection); frees the blocks past it.
   void truncate(const std::string& request_id, int64_t num_tokens);
   // Ends a request and returns its blocks.
@@ -127,6 +138,22 @@ class ModelRunner {
  private:
   void check_requests(const std::vector<StepRequest>& requests) const;
   int64_t logit_columns() const;  // num_logit_columns with mu_ held
+  // A step in three parts: plan_step allocates the requests' slots (undone on a shortage),
+  // flattens their tokens, positions and logit rows onto the device and builds each attention
+  // group's metadata, once for every layer; run_layers runs the embedding and the decoder
+  // layers; compute_logits the head and its reductions for the logit rows.
+  struct StepPlan {
+    std::vector<attn::ScheduledRequest> sched;
+    int64_t num_tokens = 0;
+    std::vector<int32_t> logit_rows;    // rows of the step's tokens that get logits
+    std::vector<int64_t> logits_start;  // [num_requests + 1]
+    std::vector<attn::AttentionMetadata> metadata;  // per attention group
+  };
+  StepPlan plan_step(const std::vector<StepRequest>& requests);
+  // The flattened inputs and the metadata of `requests`, whose slots plan.sched holds.
+  void plan_inputs(const std::vector<StepRequest>& requests, StepPlan& plan);
+  void run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out);
+  void compute_logits(const StepPlan& plan, bool return_logits, StepOutput& out);
   void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens);
 
   std::shared_ptr<ocl::Context> ctx_;
@@ -139,6 +166,7 @@ class ModelRunner {
   std::unique_ptr<kv::KvCacheAllocation> cache_;
   std::unique_ptr<kv::KvCacheManager> manager_;
   std::unique_ptr<StepBuffers> scratch_;
+  std::vector<LayerBinding> layers_;        // per layer, resolved at load
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
   // set_extra_logit_tokens: the rows and their logits [max_num_logits, capacity]
   std::vector<int32_t> extra_ids_;

@@ -192,6 +192,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
                      f"{llm.context.device.name}]\n")
+    sys.stderr.write(f"[warm-up: every kernel variant built and run once in {llm.warm_up_seconds:.1f} s "
+                     "(OpenCL compiles at first launch; cached on disk after the first run)]\n")
     if llm.speculative_config is not None:
         sc = llm.speculative_config
         drafter = ""

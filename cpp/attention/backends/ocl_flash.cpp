@@ -32,13 +32,16 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Keys per split: kSplitKeys rounded up to whole blocks; SPECDEC_FLASH_SPLIT_KEYS overrides (a
 // tuning value: it changes the rounding of the results, so keep it fixed for a whole run).
 int split_keys_for(int block_size) {
-  int keys = kSplitKeys;
-  if (const char* env = std::getenv("SPECDEC_FLASH_SPLIT_KEYS")) keys = std::max(1, std::atoi(env));
+  static const int keys = [] {  // read once per process
+    const char* env = std::getenv("SPECDEC_FLASH_SPLIT_KEYS");
+    return env != nullptr ? std::max(1, std::atoi(env)) : kSplitKeys;
+  }();
   return static_cast<int>(cdiv(keys, block_size)) * block_size;
 }
 
 // Bytes of partials one launch may use; SPECDEC_FLASH_SCRATCH_BYTES overrides (the tests use a
-// small value to cut batches into several launches). A tile that needs more gets its own launch.
+// small value to cut batches into several launches, set while the process runs: so it is read
+// per plan, once per step, never per layer). A tile that needs more gets its own launch.
 int64_t scratch_bytes() {
   if (const char* env = std::getenv("SPECDEC_FLASH_SCRATCH_BYTES"))
     return std::max<int64_t>(1, std::atoll(env));

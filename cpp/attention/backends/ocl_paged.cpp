@@ -35,6 +35,12 @@ struct Shape {
   int acc = 1;
 };
 
+// getenv(name) clamped to [lo, hi]; `unset` when the variable is not set.
+int env_int_or(const char* name, int unset, int lo, int hi) {
+  const char* env = std::getenv(name);
+  return env != nullptr ? std::clamp(std::atoi(env), lo, hi) : unset;
+}
+
 Shape work_group_shape(const ocl::Context& ctx, int head_size_v) {
   Shape s;
   if (ctx.device().type == "cpu") {
@@ -42,11 +48,13 @@ Shape work_group_shape(const ocl::Context& ctx, int head_size_v) {
     s.kpw = std::max(1, 16 / s.local);
     s.vec = 8;
   }
-  if (const char* env = std::getenv("SPECDEC_PAGED_LOCAL"))
-    s.local = std::clamp(std::atoi(env), 1, 1024);
-  if (const char* env = std::getenv("SPECDEC_PAGED_KPW"))
-    s.kpw = std::clamp(std::atoi(env), 1, 256);
-  if (const char* env = std::getenv("SPECDEC_PAGED_VEC")) s.vec = std::atoi(env) == 4 ? 4 : 8;
+  // tuning overrides, read once (this runs for every layer's launch)
+  static const int env_local = env_int_or("SPECDEC_PAGED_LOCAL", 0, 1, 1024);
+  static const int env_kpw = env_int_or("SPECDEC_PAGED_KPW", 0, 1, 256);
+  static const int env_vec = env_int_or("SPECDEC_PAGED_VEC", -1, 0, 1 << 20);
+  if (env_local > 0) s.local = env_local;
+  if (env_kpw > 0) s.kpw = env_kpw;
+  if (env_vec >= 0) s.vec = env_vec == 4 ? 4 : 8;
   const int64_t lanes = int64_t{s.vec} * s.local;
   s.acc = std::max(next_pow2(cdiv(head_size_v, lanes)), static_cast<int>(cdiv(128, lanes)));
   return s;

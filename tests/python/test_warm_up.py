@@ -1,0 +1,79 @@
+"""No kernel is compiled inside a request: LLM warms its runners up at load.
+
+OpenCL builds a kernel at its first launch; PoCL builds a work-group function per kernel and local
+size and keeps the binary in its cache directory (POCL_CACHE_DIR). Each case runs in a child
+process with an empty cache: it loads a model (and a drafter), lists the binaries, serves requests
+of every shape a user's would have (prompts of several lengths, batched, greedy and sampled,
+decodes past one split of split-KV attention), and lists them again: nothing may have been added.
+Before the fix the runner's launches let PoCL pick local sizes that followed the token count, and
+14 of 31 binaries of a stories260K run were built inside its requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import specdec
+from specdec.testing import write_random_model
+
+ROOT = Path(__file__).resolve().parents[2]
+STORIES = ROOT.parent / "shared" / "models" / "stories260K.gguf"
+
+CHILD = r"""
+import glob, json, sys, time
+import specdec
+cache, model, spec, max_model_len = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+def binaries():
+    return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
+llm = specdec.LLM(model, max_model_len=max_model_len, kv_cache_memory_bytes=64 << 20,
+                  max_num_seqs=4, progress=False, speculative_config=spec)
+after_load = binaries()
+long_ids = [3 + (i * 7) % 200 for i in range(max_model_len - 40)]  # decodes past one attention split
+prompts = [{"prompt_token_ids": [5, 6, 7]}, {"prompt_token_ids": list(range(3, 40))},
+           {"prompt_token_ids": long_ids}]
+for temperature in (0.0, 0.9):
+    params = specdec.SamplingParams(max_tokens=24, temperature=temperature, seed=1, ignore_eos=True)
+    llm.generate(prompts, params)          # batched: prefill chunks beside decodes and verifies
+    llm.generate(prompts[1:2], params)     # alone
+after_requests = binaries()
+print(json.dumps({"after_load": len(after_load), "warm_up_seconds": llm.warm_up_seconds,
+                  "new": [p[len(cache):] for p in after_requests if p not in set(after_load)]}))
+"""
+
+
+def _pocl(context) -> bool:
+    return "portable computing language" in context.device.platform.lower()
+
+
+def _run(tmp_path: Path, model: str, spec, max_model_len: int) -> dict:
+    cache = tmp_path / "pocl-cache"
+    cache.mkdir()
+    env = dict(os.environ, POCL_CACHE_DIR=str(cache))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(cache), model, json.dumps(spec),
+                           str(max_model_len)], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", ["stories-draft_model", "qwen2-q4k-ngram", "gemma3-q6k-suffix"])
+def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
+    if not _pocl(context):
+        pytest.skip("the check reads PoCL's kernel cache directory")
+    if case == "stories-draft_model":
+        model, max_len = str(STORIES), 128  # F32 weights, its own drafter (draft_model path)
+        spec = {"method": "draft_model", "model": model, "num_speculative_tokens": 3}
+    elif case == "qwen2-q4k-ngram":
+        model, max_len = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K"), 320
+        spec = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1}
+    else:
+        model, max_len = write_random_model(tmp_path / "g.gguf", "gemma3", "Q6_K"), 320
+        spec = {"method": "suffix", "num_speculative_tokens": 4}
+    out = _run(tmp_path, model, spec, max_len)
+    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
+    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
