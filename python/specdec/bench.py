@@ -74,7 +74,8 @@ PROMPTS: Dict[str, str] = {
 }
 CODE_CATEGORIES = ("code_generation", "code_editing")
 DEFAULT_OUT_DIR = "bench/out"
-PLOT_FILES = ("tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png")
+GLANCE_FILE = "speedup_overview.png"  # the first plot: speedups a user reads at a glance
+PLOT_FILES = (GLANCE_FILE, "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png")
 METHODS = ("draft_model", "ngram", "suffix")
 
 
@@ -439,20 +440,199 @@ def summarize(rows: List[dict], peer: List[dict]) -> Dict[str, object]:
     return out
 
 
+def _base_method(r: dict) -> str:
+    """A specdec row's method without its k ("ngram", "draft_model vocab=16384")."""
+    return r.get("base_method") or re.sub(r"( adaptive)? k(=|<=)\d+$", "", r["method"])
+
+
+def _mode_label(r: dict, method: bool = True) -> str:
+    """A row's mode for a bar label: "ngram k=4", "suffix adaptive k≤6" (method=False: "k=4")."""
+    name = r["method"].replace("llama.cpp ", "", 1).replace("<=", "≤")
+    if method:
+        return name
+    m = re.search(r"(adaptive )?k(=|≤)\d+$", name)
+    return m.group(0) if m else name
+
+
+def glance_bars(result: dict) -> dict:
+    """What the first plot shows, per prompt category: specdec plain, specdec's best mode, each
+    specdec method at its best k (fixed or adaptive), llama.cpp plain and llama.cpp's best mode,
+    each as a speedup over llama.cpp's plain decoding in that category (over specdec plain where
+    the run has no llama.cpp plain figure for it). Returns {"categories", "baseline" (per category:
+    "llama.cpp plain", "specdec plain" or None), "series": [{"name", "kind", "bars": {category:
+    (speedup, label or None)}}]}; a bar that has no data is absent from "bars"."""
+    rows = [r for r in result.get("specdec") or [] if r.get("category") is not None]
+    peer = [r for r in result.get("llama_cpp") or [] if r.get("category") is not None]
+    cats = list(dict.fromkeys([*(result.get("categories") or []), *(r["category"] for r in rows + peer)]))
+
+    def ok(r):
+        return (r.get("tokens_per_s") or 0) > 0
+
+    def best(rs):
+        rs = [r for r in rs if ok(r)]
+        return max(rs, key=lambda r: r["tokens_per_s"]) if rs else None
+
+    spec_plain = {r["category"]: r for r in rows if r["method"] == "plain" and ok(r)}
+    peer_plain = {r["category"]: r for r in peer if r["method"].startswith("llama.cpp plain") and ok(r)}
+    peer_modes_ = [r for r in peer if not r["method"].startswith("llama.cpp plain")]
+    spec_modes = [r for r in rows if r["method"] != "plain"]
+    base = {}
+    for c in cats:
+        ref = peer_plain.get(c) or spec_plain.get(c)
+        base[c] = (("llama.cpp plain" if c in peer_plain else "specdec plain"), ref["tokens_per_s"]) if ref else None
+
+    series: List[dict] = []
+
+    def add(name, kind, pick, label=None):
+        bars = {}
+        for c in cats:
+            r = pick(c)
+            if r is not None and base[c] and ok(r):
+                bars[c] = (r["tokens_per_s"] / base[c][1], label(r) if label else None)
+        series.append({"name": name, "kind": kind, "bars": bars})
+
+    add("specdec plain", "specdec plain", lambda c: spec_plain.get(c))
+    if spec_modes:
+        add("specdec best mode", "specdec best", lambda c: best(r for r in spec_modes if r["category"] == c),
+            _mode_label)
+    for bm in dict.fromkeys(_base_method(r) for r in spec_modes):
+        add(f"{bm} (best k)", "method",
+            lambda c, bm=bm: best(r for r in spec_modes if r["category"] == c and _base_method(r) == bm),
+            lambda r: _mode_label(r, method=False))
+    if peer_plain or any(ok(r) for r in peer_modes_):
+        add("llama.cpp plain", "llama.cpp plain", lambda c: peer_plain.get(c))
+        if peer_modes_:
+            add("llama.cpp best mode", "llama.cpp best",
+                lambda c: best(r for r in peer_modes_ if r["category"] == c), _mode_label)
+    return {"categories": cats, "baseline": {c: base[c][0] if base[c] else None for c in cats},
+            "series": series}
+
+
+_METHOD_COLOURS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+_KIND_STYLE = {"specdec plain": dict(color="#9ecae1"), "specdec best": dict(color="#08519c"),
+               "llama.cpp plain": dict(color="#d9d9d9", hatch="//", edgecolor="#737373"),
+               "llama.cpp best": dict(color="#525252", hatch="//", edgecolor="#d9d9d9")}
+
+
+def _plot_glance(result: dict, subtitle: str, path: Path) -> str:
+    """The first plot: per category, the bars of `glance_bars` with their speedup printed on them,
+    a line at 1.0 and the legend below the axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    g = glance_bars(result)
+    cats, series = g["categories"], g["series"]
+    used = {b for c, b in g["baseline"].items() if b}
+    if used == {"llama.cpp plain"}:
+        ref = "llama.cpp's plain decoding"
+        ylabel = "speedup over llama.cpp plain (×)"
+    elif "llama.cpp plain" in used:
+        ref = "llama.cpp's plain decoding (specdec plain where llama.cpp has none: marked *)"
+        ylabel = "speedup over llama.cpp plain (×)"
+    else:
+        ref = "specdec's plain decoding (no llama.cpp results in this run)"
+        ylabel = "speedup over specdec plain (×)"
+    n = max(len(series), 1)
+    width = max(8.0, 0.36 * n * max(len(cats), 1) + 2.0)
+    fig, ax = plt.subplots(figsize=(width, 5.6), layout="constrained")
+    w = 0.86 / n
+    slot_in = (width - 1.2) * w / max(len(cats), 1)  # inches per bar, roughly
+    vfont = 7 if slot_in >= 0.34 else 6
+    vrot = 0 if slot_in >= 0.28 else 90
+    labels = []  # (mode label, x, bar height, value text, label colour)
+    handles = []
+    top = 0.0
+    mi = 0
+    for i, s in enumerate(series):
+        if s["kind"] == "method":
+            style = dict(color=_METHOD_COLOURS[mi % len(_METHOD_COLOURS)])
+            mi += 1
+        else:
+            style = dict(_KIND_STYLE[s["kind"]])
+        xs = [j + (i - (n - 1) / 2) * w for j in range(len(cats))]
+        handles.append(Patch(label=s["name"], facecolor=style["color"], hatch=style.get("hatch"),
+                             edgecolor=style.get("edgecolor", style["color"])))  # also with no bars
+        for x, c in zip(xs, cats):
+            if c not in s["bars"]:
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=6, color="#737373", rotation=90)
+                continue
+            v, lab = s["bars"][c]
+            ax.bar(x, v, w, **style)
+            top = max(top, v)
+            vt = ax.text(x, v, f"{v:.2f}×", ha="center", va="bottom", fontsize=vfont, rotation=vrot,
+                         fontweight="bold" if s["kind"] in ("specdec best", "llama.cpp best") else None,
+                         zorder=4, bbox=dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.85))
+            vt.set_in_layout(False)
+            if lab:
+                r, gr, b = to_rgb(style["color"])
+                dark = 0.299 * r + 0.587 * gr + 0.114 * b < 0.55
+                colour = "white" if dark else "black"
+                t = ax.text(x, 0, " " + lab, ha="center", va="bottom", rotation=90, fontsize=6.5,
+                            color=colour)
+                t.set_in_layout(False)
+                labels.append((t, x, v, vt, colour))
+    ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", zorder=3)
+    ax.set_xlim(-0.5, max(len(cats), 1) - 0.5)
+    ax.set_ylim(0, max(top, 1.0) * 1.2 or 1.0)
+    ax.set_xticks(range(len(cats)), [c + (" *" if g["baseline"][c] == "specdec plain" and
+                                          "llama.cpp plain" in used else "") + ("\n(no plain run)"
+                                          if g["baseline"][c] is None else "") for c in cats],
+                  fontsize=10)
+    ax.set_xlabel("prompt category")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.set_title(f"Decode speed at a glance: speedup over {ref}\n"
+                 f"each method at its best k per category; batch 1, greedy\n{subtitle}", fontsize=10)
+    handles.append(Line2D([], [], color="black", linestyle="--",
+                          label="1.0 = " + ("llama.cpp plain" if "llama.cpp plain" in used else "specdec plain")))
+    rows_ = 2 if len(handles) <= 12 else 3  # column by column: specdec first, llama.cpp last
+    fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // rows_), fontsize=8,
+               frameon=False)
+    # a mode label that does not fit in its bar goes above the bar's value; the y range grows to fit
+    for _ in range(3):
+        fig.canvas.draw()
+        rend = fig.canvas.get_renderer()
+        inv = ax.transData.inverted()
+        need = 0.0
+        for t, x, v, vt, _ in labels:
+            bar_top = ax.transData.transform((x, v))[1]
+            if t.get_position()[1] == 0 and t.get_window_extent(rend).y1 > bar_top - 2:
+                t.set_position((x, inv.transform((0, vt.get_window_extent(rend).y1 + 1))[1]))
+                t.set_color("black")
+            for a in (t, vt):
+                need = max(need, a.get_window_extent(rend).y1)
+        ax_top = ax.get_window_extent(rend).y1
+        if need <= ax_top - 3:
+            break
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * (need - ax.get_window_extent(rend).y0 + 10) /
+                    max(ax_top - ax.get_window_extent(rend).y0, 1))
+        for t, x, _, _, colour in labels:  # place again at the new scale
+            t.set_position((x, 0))
+            t.set_color(colour)
+    return _save_png(fig, path)
+
+
 def write_plots(result: dict, out_dir: Path) -> List[str]:
+    """The plots, the at-a-glance speedup first (GLANCE_FILE), then the details."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows, peer = result["specdec"], result["llama_cpp"]
-    m = result["machine"]
-    subtitle = f"{Path(result['target']).name} · {m['cpu']} ({', '.join(m['isa']) or 'no AVX'}) · {m['opencl_device']}"
-    files = []
+    m = result.get("machine") or {}
+    subtitle = (f"{Path(result.get('target') or '?').name} · {m.get('cpu', '?')} "
+                f"({', '.join(m.get('isa') or []) or 'no AVX'}) · {m.get('opencl_device', '?')}")
+    files = [_plot_glance(result, subtitle, out_dir / GLANCE_FILE)]
     # 1. tokens/s per method and category
     cats = list(dict.fromkeys(r["category"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows + peer))
     val = {(r["method"], r["category"]): r["tokens_per_s"] for r in rows + peer}
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cats) * max(1, len(methods)) / 3), 5))
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cats) * max(1, len(methods)) / 3) + 2.5, 5),
+                           layout="constrained")
     w = 0.85 / max(len(methods), 1)
     cmap = plt.get_cmap("tab20")
     for i, meth in enumerate(methods):
@@ -463,8 +643,8 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
     ax.set_xticks([j + 0.425 - w / 2 for j in range(len(cats))], cats)
     ax.set_ylabel("decode tokens/s (batch 1, greedy)")
     ax.set_title(f"tokens/s per method\n{subtitle}", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    if methods:  # outside the axes, right of the bars
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     files.append(_save_png(fig, out_dir / "tokens_per_s.png"))
     # 2. speedup vs k, per method (lines per category), adaptive as a dashed level
     base_methods = list(dict.fromkeys(r["base_method"] for r in rows if r["base_method"] != "plain"))
@@ -485,7 +665,8 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
             ax.set_xlabel("k (draft tokens per step)")
             ax.set_ylabel("speedup vs plain decoding")
             ax.set_title(f"{bm} (dashed: adaptive)", fontsize=9)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         fig.suptitle(subtitle, fontsize=8)
         fig.tight_layout()
         files.append(_save_png(fig, out_dir / "speedup_vs_k.png"))
@@ -506,7 +687,8 @@ def write_plots(result: dict, out_dir: Path) -> List[str]:
     ax.set_ylabel("acceptance rate (vLLM: accepted at position / drafts)")
     ax.set_ylim(0, 1.05)
     ax.set_title(f"acceptance per position\n{subtitle}", fontsize=9)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     files.append(_save_png(fig, out_dir / "acceptance_per_position.png"))
     return files

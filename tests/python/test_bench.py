@@ -41,11 +41,61 @@ def test_bench_writes_json_and_plots(tmp_path, capsys):
     assert set(data["summary"]["adaptive_min_speedup_per_category"]) == {
         "draft_model adaptive k<=4", "ngram adaptive k<=4", "suffix adaptive k<=4"}
     assert data["llama_cpp"] == []
-    for name in ("tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png"):
+    for name in ("speedup_overview.png", "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png"):
         png = (out / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     text = capsys.readouterr().out
     assert "speedup vs specdec plain" in text and "wrote" in text
+    wrote = [line.split("/")[-1] for line in text.splitlines() if line.startswith("wrote ")]
+    assert wrote[:2] == ["bench.json", "speedup_overview.png"]  # the at-a-glance plot first
+
+
+def _row(method, cat, tps, k=0, adaptive=False, base=None):
+    return {"method": method, "category": cat, "tokens_per_s": tps, "k": k, "adaptive": adaptive,
+            "base_method": base or method, "speedup_vs_plain": None, "acceptance_rate_per_pos": []}
+
+
+def test_glance_plot_speedups_and_missing_data(tmp_path):
+    """The first plot: per category specdec plain, its best mode, each method's best k,
+    llama.cpp plain (1.0) and its best mode, as speedups over llama.cpp plain; a category
+    without a llama.cpp plain figure falls back to specdec plain; missing data is no crash."""
+    pytest.importorskip("matplotlib")
+    rows = [_row("plain", "chat", 10.0), _row("plain", "code_editing", 10.0), _row("plain", "summarisation", 8.0),
+            _row("ngram k=2", "chat", 12.0, 2, base="ngram"), _row("ngram k=4", "chat", 15.0, 4, base="ngram"),
+            _row("ngram k=2", "code_editing", 30.0, 2, base="ngram"),
+            _row("suffix adaptive k<=6", "chat", 11.0, 6, True, base="suffix"),
+            _row("suffix k=2", "code_editing", None, 2, base="suffix"),
+            _row("ngram k=2", "summarisation", 12.0, 2, base="ngram")]
+    peer = [{"method": "llama.cpp plain", "category": "chat", "tokens_per_s": 20.0},
+            {"method": "llama.cpp plain", "category": "code_editing", "tokens_per_s": 20.0},
+            {"method": "llama.cpp plain", "category": "summarisation", "tokens_per_s": None},
+            {"method": "llama.cpp lookup k=2", "category": "chat", "tokens_per_s": 25.0},
+            {"method": "llama.cpp lookup k=4", "category": "chat", "tokens_per_s": 22.0}]
+    result = {"specdec": rows, "llama_cpp": peer, "target": "/m/t.gguf",
+              "categories": ["chat", "code_editing", "summarisation"],
+              "machine": {"cpu": "cpu", "isa": [], "opencl_device": "dev"}}
+    g = bench.glance_bars(result)
+    s = {x["name"]: x["bars"] for x in g["series"]}
+    assert list(s) == ["specdec plain", "specdec best mode", "ngram (best k)", "suffix (best k)",
+                       "llama.cpp plain", "llama.cpp best mode"]
+    assert g["baseline"] == {"chat": "llama.cpp plain", "code_editing": "llama.cpp plain",
+                             "summarisation": "specdec plain"}
+    assert s["specdec plain"]["chat"] == (0.5, None)
+    assert s["specdec best mode"]["chat"] == (0.75, "ngram k=4")
+    assert s["ngram (best k)"]["chat"] == (0.75, "k=4")
+    assert s["suffix (best k)"]["chat"] == (0.55, "adaptive k≤6")
+    assert "code_editing" not in s["suffix (best k)"] and "summarisation" not in s["suffix (best k)"]
+    assert s["llama.cpp plain"]["chat"] == (1.0, None) and "summarisation" not in s["llama.cpp plain"]
+    assert s["llama.cpp best mode"]["chat"] == (1.25, "lookup k=2")
+    assert "code_editing" not in s["llama.cpp best mode"]
+    assert s["specdec best mode"]["summarisation"] == (1.5, "ngram k=2")
+    files = bench.write_plots(result, tmp_path)
+    assert [Path(f).name for f in files][:2] == ["speedup_overview.png", "tokens_per_s.png"]
+    # no llama.cpp results: speedups over specdec plain, no llama.cpp bars
+    g = bench.glance_bars({**result, "llama_cpp": []})
+    assert set(g["baseline"].values()) == {"specdec plain"}
+    assert [x["name"] for x in g["series"]][-1] == "suffix (best k)"
+    assert bench.write_plots({**result, "llama_cpp": []}, tmp_path)[0].endswith("speedup_overview.png")
 
 
 def test_bench_peer_rows_from_fake_tools(tmp_path):
