@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -20,8 +22,15 @@ int lanes(const ocl::Context& ctx) {
   return ctx.device().type == "cpu" ? 1 : 32;
 }
 
-std::string cache_define(DType dtype, int lanes) {
-  return cache_dtype_define(dtype, "kv_cache_write") + " -DLANES=" + std::to_string(lanes);
+// Formatted once per thread and (dtype, lanes): every KV write asks for it.
+const std::string& cache_define(DType dtype, int lanes) {
+  thread_local std::map<std::pair<int, int>, std::string> known;
+  const auto key = std::make_pair(static_cast<int>(dtype), lanes);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    it = known.emplace(key, cache_dtype_define(dtype, "kv_cache_write") + " -DLANES=" + std::to_string(lanes)).first;
+  }
+  return it->second;
 }
 
 void set_part_args(ocl::Kernel& k, cl_uint first, const LayerKvView& view, const KvPartView& p) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <tuple>
 
 #include "common/errors.h"
 #include "common/math.h"
@@ -57,15 +59,19 @@ void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local
   kernel.launch(ctx, 1, &global, &local_size);
 }
 
-std::string ops_build_options(const ocl::Context& ctx, int local) {
+const std::string& ops_build_options(const ocl::Context& ctx, int local) {
   if (local == 0) local = reduction_local_size(ctx);
+  // built once per thread and (device, local): every forward-op launch asks for it
+  thread_local std::map<std::tuple<const void*, bool, int>, std::string> cache;
+  const auto key = std::make_tuple(static_cast<const void*>(ctx.device().id), ctx.device().fp64, local);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
   std::string options = "-DLOCAL=" + std::to_string(local);
   if (ctx.device().fp64) options += " -DUSE_FP64";
   // Correctly rounded / and sqrt (IEEE; OpenCL allows 2.5 ulp otherwise, and NVIDIA's runtime
   // takes it): the norms and the activation quantisation fused into them must give the same
   // scales as the C++ references on every device. No change on PoCL's CPU device.
   options += " -cl-fp32-correctly-rounded-divide-sqrt";
-  return options;
+  return cache.emplace(key, std::move(options)).first->second;
 }
 
 }  // namespace specdec::ops

@@ -40,6 +40,6 @@ void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local
 
 // Build options every ops program gets: -DLOCAL=<local> (0: reduction_local_size) and -DUSE_FP64
 // when the device has cl_khr_fp64 (double accumulators, correctly rounded f32 sqrt / division).
-std::string ops_build_options(const ocl::Context& ctx, int local = 0);
+const std::string& ops_build_options(const ocl::Context& ctx, int local = 0);
 
 }  // namespace specdec::ops

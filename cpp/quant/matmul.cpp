@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <vector>
 
@@ -156,6 +157,17 @@ std::string weight_define(GgmlType type) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return std::toupper(c); });
   return "-DWEIGHT_" + name;
+}
+
+// weight_define(type) + " " + cfg.options(), built once per thread and combination (a matmul
+// launch formats no strings).
+const std::string& matmul_options(GgmlType type, const MatmulConfig& cfg) {
+  thread_local std::map<std::tuple<uint32_t, int, int, int>, std::string> cache;
+  const auto key = std::make_tuple(static_cast<uint32_t>(type), cfg.rows_per_item,
+                                   static_cast<int>(cfg.isa), cfg.prefetch_bytes);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, weight_define(type) + " " + cfg.options()).first;
+  return it->second;
 }
 
 cl_ulong plane_offset(const DeviceWeight& w, size_t i) {
@@ -346,7 +358,7 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
   check_holds(y, n, rows, sizeof(float), "y", "[n, rows]");
   if (n == 0) return;
   const MatmulConfig cfg = matmul_config(ctx, n);
-  const std::string options = weight_define(w.type()) + " " + cfg.options();
+  const std::string& options = matmul_options(w.type(), cfg);
   const int64_t chunks = (n + cfg.rows_per_item - 1) / cfg.rows_per_item;
   const Family fam = family(w.type());
   if (fam == Family::kFloat) {

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,11 +89,29 @@ int64_t flash_kernel_local_mem(ocl::Context& ctx, DType dtype, int tile, int gro
 
 namespace {
 
+int find_tile_tokens(ocl::Context& ctx, DType dtype, int group, int head, int block, int split_keys);
+
 // Query tokens per work item: at most 32 q rows (tile * group) and 8 tokens per work-group, fewer
 // until the kernel fits the device's local memory, by the host's estimate and then by what the
 // built kernel reports. A fixed value per (device, shape): results never depend on it.
 int tile_tokens_for(ocl::Context& ctx, DType dtype, int group, int head, int block,
                     int split_keys) {
+  // per device and shape, found once (it builds the kernel to ask its local memory)
+  static std::mutex mu;
+  static std::map<std::tuple<cl_device_id, int, int, int, int, int>, int> known;
+  const auto key = std::make_tuple(ctx.device().id, static_cast<int>(dtype), group, head, block, split_keys);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const int tile = find_tile_tokens(ctx, dtype, group, head, block, split_keys);
+  std::lock_guard<std::mutex> lock(mu);
+  known.emplace(key, tile);
+  return tile;
+}
+
+int find_tile_tokens(ocl::Context& ctx, DType dtype, int group, int head, int block,
+                     int split_keys) {
   const int64_t limit = ctx.device().local_mem_bytes;
   int64_t need = 0;
   for (int tile = std::clamp(32 / group, 1, 8); tile >= 1; --tile) {
@@ -181,12 +202,18 @@ struct FlashShape {
   DType dtype = DType::kF16;
   int num_q_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
   int window = 0, chunk = 0, split_keys = 0;
-  int64_t partials_per_launch = 0;
+  int64_t partials_per_launch = 0;  // 0 when asked without the plan's scratch (forward)
   bool operator==(const FlashShape&) const = default;
+  // The same kernels and splits (a plan for `a` serves `b`), whatever the scratch.
+  bool same_kernels(const FlashShape& o) const {
+    return context == o.context && dtype == o.dtype && num_q_heads == o.num_q_heads &&
+           num_kv_heads == o.num_kv_heads && head_size == o.head_size && block_size == o.block_size &&
+           window == o.window && chunk == o.chunk && split_keys == o.split_keys;
+  }
 };
 
 FlashShape shape_of(const ocl::Context& ctx, DType dtype, int num_q_heads, int num_kv_heads,
-                    int head_size, int block_size, int window, int chunk) {
+                    int head_size, int block_size, int window, int chunk, bool with_scratch = true) {
   FlashShape s;
   s.context = ctx.get();
   s.dtype = dtype;
@@ -197,6 +224,7 @@ FlashShape shape_of(const ocl::Context& ctx, DType dtype, int num_q_heads, int n
   s.window = window;
   s.chunk = chunk;
   s.split_keys = split_keys_for(block_size);
+  if (!with_scratch) return s;  // per layer: no getenv
   const int64_t row_bytes = int64_t{num_q_heads} * (head_size + 2) * int64_t{sizeof(float)};
   s.partials_per_launch = std::max<int64_t>(1, scratch_bytes() / row_bytes);
   return s;
@@ -212,6 +240,7 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer token_part;  // [num_tokens, 2] int32
   ocl::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
+  std::string options;     // the kernels' build options (one string per step, not per layer)
 };
 
 // The plan of `md` (at least one token) for shape `s`.
@@ -221,6 +250,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
   fm->shape = s;
   fm->tile = tile_tokens_for(ctx, s.dtype, s.num_q_heads / s.num_kv_heads, s.head_size,
                              s.block_size, s.split_keys);
+  fm->options = build_options(ctx.device(), s.dtype, fm->tile, s.num_q_heads / s.num_kv_heads,
+                              s.head_size, s.block_size, s.split_keys);
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
   fm->items = upload_int32s(ctx, fm->plan.items);
   fm->token_part = upload_int32s(ctx, fm->plan.token_part);
@@ -351,15 +382,16 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   check_forward_buffers(md.host, p, view, cache, query, output);
   if (md.host.num_actual_tokens == 0) return;
   const int d = p.head_size, hq = p.num_q_heads, hkv = p.num_kv_heads, bs = view.spec.block_size;
-  const FlashShape shape =
-      shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window, p.attention_chunk_size);
+  const FlashShape shape = shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window,
+                                    p.attention_chunk_size, /*with_scratch=*/false);
   // the step's plan when it was built for this shape, else one for this call
   std::shared_ptr<const FlashMetadata> fm =
       std::dynamic_pointer_cast<const FlashMetadata>(md.backend_data);
-  if (fm == nullptr || !(fm->shape == shape)) fm = make_flash_metadata(ctx, shape, md.host);
-
-  const std::string options =
-      build_options(ctx.device(), view.spec.dtype, fm->tile, hq / hkv, d, bs, shape.split_keys);
+  if (fm == nullptr || !fm->shape.same_kernels(shape)) {
+    fm = make_flash_metadata(ctx, shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window,
+                                           p.attention_chunk_size), md.host);
+  }
+  const std::string& options = fm->options;
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;

@@ -2,6 +2,8 @@
 // (query token, q head) walks the token's visible keys in tiles with an online softmax; K and V
 // are read through the view's part strides, so any attention layout works (declared kv_major).
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -122,9 +124,16 @@ class OclPagedBackend final : public AttentionBackend {
     check_call(md, p, view, cache, query, output);
     if (md.host.num_actual_tokens == 0) return;
     const Shape shape = work_group_shape(ctx, p.head_size_v);
-    const std::string options =
-        str_cat(kv::cache_dtype_define(view.spec.dtype, "OCL_PAGED"), " -DLOCAL=", shape.local, " -DKPW=", shape.kpw,
-                " -DVEC=", shape.vec, " -DACC=", shape.acc, " -DHEAD_MAX=", kMaxHeadSize);
+    // the options per (dtype, shape), formatted once per thread (this runs for every layer)
+    thread_local std::map<std::tuple<int, int, int, int, int>, std::string> known;
+    const auto key = std::make_tuple(static_cast<int>(view.spec.dtype), shape.local, shape.kpw, shape.vec, shape.acc);
+    auto it = known.find(key);
+    if (it == known.end()) {
+      it = known.emplace(key, str_cat(kv::cache_dtype_define(view.spec.dtype, "OCL_PAGED"), " -DLOCAL=",
+                                      shape.local, " -DKPW=", shape.kpw, " -DVEC=", shape.vec,
+                                      " -DACC=", shape.acc, " -DHEAD_MAX=", kMaxHeadSize)).first;
+    }
+    const std::string& options = it->second;
     ocl::Kernel k = ctx.kernel("attention_paged", "paged_attention", options);
     k.arg(0, query).arg(1, output).arg(2, cache);
     k.arg(3, md.query_start_loc)
