@@ -104,7 +104,7 @@ json bench_ops(ocl::Context& ctx, int reps, bool quick) {
     for (int i = 0; i < rows; ++i) pos[i] = 1000 + i;
     ocl::Buffer pb(ctx, pos.size() * 4);
     pb.write(ctx, pos.data(), pos.size() * 4);
-    const RopeTable table(ctx, model::RopeType::kNeox, head, 1e6);
+    const RopeTable table(ctx, RopeType::kNeox, head, 1e6);
     const double n = double(rows) * dim, nh = double(rows) * heads * head, nf = double(rows) * ff;
     const std::string hs = r + std::to_string(heads) + "x" + std::to_string(head);
     add_entry(out, ctx, reps, "rms_norm", r + std::to_string(dim), 8 * n,
@@ -121,8 +121,8 @@ json bench_ops(ocl::Context& ctx, int reps, bool quick) {
       split_columns(ctx, x, y, Slice(y, rows * dim), Slice(y, rows * (dim + 256)), rows, dim, 256,
                     256);
     });
-    for (auto act : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
-      add_entry(out, ctx, reps, std::string("gated_") + model::activation_name(act),
+    for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
+      add_entry(out, ctx, reps, std::string("gated_") + activation_name(act),
                 r + std::to_string(ff), 12 * nf,
                 [&] { gated_activation(ctx, x, Slice(x, int64_t(rows) * ff), y, rows, ff, act); });
     }

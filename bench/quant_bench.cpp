@@ -26,6 +26,7 @@
 #include "model/gguf.h"
 #include "quant/dequantize.h"
 #include "quant/matmul.h"
+#include "runner/model_weights.h"
 
 using namespace specdec;
 using namespace specdec::quant;
@@ -173,7 +174,7 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
   std::vector<DeviceWeight> weights;
   int64_t bytes = 0, device_bytes = 0;
   for (size_t i = 0; bytes < opt.working_set_bytes && weights.size() < 4096; ++i) {
-    weights.push_back(upload_weight(ctx, *g.tensors[i % g.tensors.size()]));
+    weights.push_back(upload_weight(ctx, runner::weight_bytes(*g.tensors[i % g.tensors.size()])));
     bytes += weights.back().source_bytes();
     device_bytes += weights.back().layout.total_bytes;
   }

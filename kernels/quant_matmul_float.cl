@@ -28,7 +28,9 @@ kernel void matmul_float(global const uchar* wbuf, ulong w_off,
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
-  const int nr = min(NB, n - i0);
+  // NB == 1 (decode): one row, known at compile time, so the decoded weights feed the dot
+  // products directly instead of being kept (spilled on AVX2) for a loop over rows.
+  const int nr = NB == 1 ? 1 : min(NB, n - i0);
   global const w_t* w = (global const w_t*)(wbuf + w_off) + (size_t)g * cols * 16;
   global const float* xr = x + (size_t)i0 * cols;
   float16 acc[NB][4];

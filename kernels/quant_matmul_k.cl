@@ -32,7 +32,9 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
-  const int nr = min(NB, n - i0);
+  // NB == 1 (decode): one row, known at compile time, so the decoded weights feed the dot
+  // products directly instead of being kept (spilled on AVX2) for a loop over rows.
+  const int nr = NB == 1 ? 1 : min(NB, n - i0);
   const int nsb = cols / 256;
   const int nb = cols / 32;
   float16 acc[NB];
@@ -100,6 +102,16 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
       }
     }
 #elif defined(WEIGHT_Q6_K)
+// AVX2, NB == 1: ql / qh read through volatile, so each use loads from the (L1-resident) record
+// again instead of the compiler keeping every loaded vector of the unrolled super-block and
+// spilling them to the stack (16 vector registers; llvm-mca -mcpu=znver3 on PoCL's code: 398 ->
+// 366 cycles per super-block). The same loads and integers: results are unchanged. Other paths
+// (32 registers, or GPUs where volatile loads bypass caches) keep plain loads.
+#if NB == 1 && defined(QUANT_AVX2)
+#define Q6_LOAD(p, i) (((global const volatile uint16*)(p))[i])
+#else
+#define Q6_LOAD(p, i) ((p)[i])
+#endif
     global const uint16* ql = (global const uint16*)(wbuf + off0) + rec * 32;
     global const uint16* qh = (global const uint16*)(wbuf + off1) + rec * 16;
     global const char* scp = (global const char*)(wbuf + off2) + rec * 256;
@@ -114,8 +126,8 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
         uint16 e[8];
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
-          const uint16 q = ql[16 * h + 8 * (m & 1) + t];
-          e[t] = (m < 2 ? lo_nibbles(q) : hi_nibbles(q)) | bits_to_45(qh[8 * h + t], m);
+          const uint16 q = Q6_LOAD(ql, 16 * h + 8 * (m & 1) + t);
+          e[t] = (m < 2 ? lo_nibbles(q) : hi_nibbles(q)) | bits_to_45(Q6_LOAD(qh, 8 * h + t), m);
         }
         const float16 dsa = convert_float16(vload16(8 * h + 2 * m, scp)) * d;
         const float16 dsb = convert_float16(vload16(8 * h + 2 * m + 1, scp)) * d;

@@ -20,7 +20,9 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
-  const int nr = min(NB, n - i0);
+  // NB == 1 (decode): one row, known at compile time, so the decoded weights feed the dot
+  // products directly instead of being kept (spilled on AVX2) for a loop over rows.
+  const int nr = NB == 1 ? 1 : min(NB, n - i0);
   const int nb = cols / 32;
   float16 acc[NB];
   for (int i = 0; i < NB; ++i) acc[i] = 0.0f;

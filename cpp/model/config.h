@@ -15,18 +15,21 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/dtype.h"
+#include "common/model_types.h"
 #include "kv/spec.h"
 
 namespace specdec::model {
 
 class GgufFile;
 
-enum class RopeType { kNone, kNorm, kNeox };      // NORM: adjacent pairs; NEOX: halves
-enum class Activation { kSilu, kGeluTanh };       // gate activation of the gated MLP
+// RoPE pairing and gated-MLP activation (common/model_types.h), here under their model names.
+using specdec::Activation;
+using specdec::RopeType;
+using specdec::activation_name;
+using specdec::rope_type_name;
+
 enum class LayerAttention { kFull, kSliding, kChunked, kMla };
 
-const char* rope_type_name(RopeType type);              // "none", "norm", "neox"
-const char* activation_name(Activation act);            // "silu", "gelu_tanh"
 const char* layer_attention_name(LayerAttention kind);  // "full", "sliding", "chunked", "mla"
 
 struct LayerConfig {

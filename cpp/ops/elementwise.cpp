@@ -62,7 +62,7 @@ void softcap(ocl::Context& ctx, Slice x, int64_t n, float cap) {
 }
 
 void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_t rows, int ff,
-                      model::Activation act, int64_t in_row_stride, const QuantizedOut* q) {
+                      Activation act, int64_t in_row_stride, const QuantizedOut* q) {
   check_at_least(rows, 0, "gated_activation.rows");
   check_at_least(ff, 1, "gated_activation.ff");
   if (in_row_stride == 0) in_row_stride = ff;
@@ -88,7 +88,7 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
     k.arg(0, *gate.buffer).arg(1, cl_long{gate.offset});
     k.arg(2, *up.buffer).arg(3, cl_long{up.offset});
     k.arg(4, *out.buffer).arg(5, cl_int{ff}).arg(6, cl_long{in_row_stride});
-    k.arg(7, cl_int{act == model::Activation::kSilu ? 0 : 1});
+    k.arg(7, cl_int{act == Activation::kSilu ? 0 : 1});
     k.arg(8, *q->q8).arg(9, *q->q16).arg(10, *q->rec);
     const size_t global[2] = {static_cast<size_t>(ff / 32), static_cast<size_t>(rows)};
     k.launch(ctx, 2, global);
@@ -99,7 +99,7 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   k.arg(2, *up.buffer).arg(3, cl_long{up.offset});
   k.arg(4, *out.buffer).arg(5, cl_long{out.offset});
   k.arg(6, cl_int{ff}).arg(7, cl_long{in_row_stride});
-  k.arg(8, cl_int{act == model::Activation::kSilu ? 0 : 1});
+  k.arg(8, cl_int{act == Activation::kSilu ? 0 : 1});
   const size_t global[2] = {items(ff), static_cast<size_t>(rows)};
   k.launch(ctx, 2, global);
 }

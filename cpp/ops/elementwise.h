@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "model/config.h"
+#include "common/model_types.h"
 #include "ocl/context.h"
 #include "ops/norm.h"
 #include "ops/slice.h"
@@ -42,7 +42,7 @@ void gated_activation(ocl::Context& ctx,
                       Slice gate,  // [rows, ff] (rows in_row_stride apart)
                       Slice up,    // [rows, ff] (rows in_row_stride apart)
                       Slice out,   // [rows, ff]
-                      int64_t rows, int ff, model::Activation act, int64_t in_row_stride = 0,
+                      int64_t rows, int ff, Activation act, int64_t in_row_stride = 0,
                       const QuantizedOut* quantized = nullptr);  // also quantise out (ops/norm.h)
 
 }  // namespace specdec::ops

@@ -40,7 +40,7 @@ void rms_norm(std::span<const float> x, std::span<const float> weight, std::span
 }
 
 void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens, int num_heads,
-          int head_size, std::span<const float> inv_freq, model::RopeType type,
+          int head_size, std::span<const float> inv_freq, RopeType type,
           int64_t token_stride) {
   if (token_stride == 0) token_stride = int64_t{num_heads} * head_size;
   const int half = static_cast<int>(inv_freq.size());
@@ -49,8 +49,8 @@ void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_to
       const float theta = static_cast<float>(positions[at(t)]) * inv_freq[at(i)];
       const float c = static_cast<float>(std::cos(static_cast<double>(theta)));
       const float s = static_cast<float>(std::sin(static_cast<double>(theta)));
-      const int d0 = type == model::RopeType::kNeox ? i : 2 * i;
-      const int d1 = type == model::RopeType::kNeox ? i + half : 2 * i + 1;
+      const int d0 = type == RopeType::kNeox ? i : 2 * i;
+      const int d1 = type == RopeType::kNeox ? i + half : 2 * i + 1;
       for (int h = 0; h < num_heads; ++h) {
         float* head = x.data() + t * token_stride + int64_t{h} * head_size;
         const float x0 = head[d0], x1 = head[d1];
@@ -89,13 +89,13 @@ float gelu_tanh(float g) {
 }
 
 void gated_activation(std::span<const float> gate, std::span<const float> up, std::span<float> out,
-                      int64_t rows, int ff, model::Activation act, int64_t in_row_stride) {
+                      int64_t rows, int ff, Activation act, int64_t in_row_stride) {
   if (in_row_stride == 0) in_row_stride = ff;
   for (int64_t r = 0; r < rows; ++r) {
     for (int i = 0; i < ff; ++i) {
       const float g = gate[at(r * in_row_stride + i)];
       const float u = up[at(r * in_row_stride + i)];
-      out[at(r * ff + i)] = (act == model::Activation::kSilu ? silu(g) : gelu_tanh(g)) * u;
+      out[at(r * ff + i)] = (act == Activation::kSilu ? silu(g) : gelu_tanh(g)) * u;
     }
   }
 }

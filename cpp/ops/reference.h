@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "model/config.h"
+#include "common/model_types.h"
 
 namespace specdec::ops::ref {
 
@@ -19,7 +19,7 @@ void rms_norm(std::span<const float> x, std::span<const float> weight, std::span
 // In place on x [num_tokens, num_heads, head_size] (rows token_stride apart, 0: dense):
 // theta = (float)pos * inv_freq[i]; c, s = cos, sin of theta in double rounded to f32.
 void rope(std::span<float> x, std::span<const int32_t> positions, int64_t num_tokens, int num_heads,
-          int head_size, std::span<const float> inv_freq, model::RopeType type,
+          int head_size, std::span<const float> inv_freq, RopeType type,
           int64_t token_stride = 0);
 
 void add(std::span<float> x, std::span<const float> y);
@@ -31,7 +31,7 @@ float silu(float g);  // g / (1 + expf(-g))
 // 0.5 g (1 + tanh z), z = sqrt(2/pi) (g + 0.044715 g^3), computed as g / (1 + expf(-2 z)).
 float gelu_tanh(float g);
 void gated_activation(std::span<const float> gate, std::span<const float> up, std::span<float> out,
-                      int64_t rows, int ff, model::Activation act, int64_t in_row_stride = 0);
+                      int64_t rows, int ff, Activation act, int64_t in_row_stride = 0);
 
 void gather_rows(std::span<const float> src, std::span<const int32_t> idx, std::span<float> dst,
                  int64_t num_src_rows, int dim);

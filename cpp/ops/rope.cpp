@@ -18,10 +18,10 @@ std::vector<float> rope_inv_freq(int rope_dim, double base, double freq_scale,
   return out;
 }
 
-RopeTable::RopeTable(ocl::Context& ctx, model::RopeType type, int rope_dim, double base,
+RopeTable::RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base,
                      double freq_scale, std::span<const float> freq_factors)
     : type_(type), rope_dim_(rope_dim) {
-  SPECDEC_CHECK(type != model::RopeType::kNone, "rope_type", model::rope_type_name(type),
+  SPECDEC_CHECK(type != RopeType::kNone, "rope_type", rope_type_name(type),
                "must be norm or neox (a model without RoPE skips the op)");
   SPECDEC_CHECK(rope_dim > 0 && rope_dim % 2 == 0, "rope_dim", rope_dim, "must be even and > 0");
   SPECDEC_CHECK(std::isfinite(base) && base > 1.0, "rope_base", base, "must be finite and > 1");
@@ -59,14 +59,14 @@ void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int n
   k.arg(2, *positions.buffer).arg(3, cl_long{positions.offset});
   k.arg(4, table.buffer()).arg(5, cl_long{0});
   k.arg(6, cl_long{token_stride}).arg(7, cl_int{num_heads}).arg(8, cl_int{head_size});
-  k.arg(9, cl_int{rope_dim}).arg(10, cl_int{table.type() == model::RopeType::kNeox ? 1 : 0});
+  k.arg(9, cl_int{rope_dim}).arg(10, cl_int{table.type() == RopeType::kNeox ? 1 : 0});
   const size_t global[2] = {static_cast<size_t>(cdiv(rope_dim / 2, 16)),
                             static_cast<size_t>(num_tokens)};
   k.launch(ctx, 2, global);
 }
 
 void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
-          int head_size, int rope_dim, model::RopeType type, double base, double freq_scale) {
+          int head_size, int rope_dim, RopeType type, double base, double freq_scale) {
   const RopeTable table(ctx, type, rope_dim, base, freq_scale);
   rope(ctx, x, positions, num_tokens, num_heads, head_size, table);
 }

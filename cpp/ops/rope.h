@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "model/config.h"
+#include "common/model_types.h"
 #include "ocl/context.h"
 #include "ops/slice.h"
 
@@ -23,16 +23,16 @@ class RopeTable {
  public:
   // ConfigError naming the field for type none, an odd / non-positive rope_dim, a base <= 1,
   // a freq_scale <= 0 or freq_factors of the wrong size.
-  RopeTable(ocl::Context& ctx, model::RopeType type, int rope_dim, double base,
+  RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base,
             double freq_scale = 1.0, std::span<const float> freq_factors = {});
 
-  model::RopeType type() const { return type_; }
+  RopeType type() const { return type_; }
   int rope_dim() const { return rope_dim_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rope_dim / 2]
   const ocl::Buffer& buffer() const { return buffer_; }             // inv_freq on the device
 
  private:
-  model::RopeType type_;
+  RopeType type_;
   int rope_dim_;
   std::vector<float> inv_freq_;
   ocl::Buffer buffer_;
@@ -51,6 +51,6 @@ void rope(ocl::Context& ctx,
 // The same with the table built for this call (one small upload each time): for tests and
 // one-off use; a forward pass should hold RopeTables.
 void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
-          int head_size, int rope_dim, model::RopeType type, double base, double freq_scale = 1.0);
+          int head_size, int rope_dim, RopeType type, double base, double freq_scale = 1.0);
 
 }  // namespace specdec::ops

@@ -54,37 +54,35 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
   return w;
 }
 
-DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor) {
-  return upload_weight(ctx, tensor.type, tensor.data, static_cast<size_t>(tensor.size_bytes),
-                       tensor.dims, tensor.name);
+DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight) {
+  return upload_weight(ctx, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name);
 }
 
-DeviceWeight upload_weight_stacked(ocl::Context& ctx,
-                                   const std::vector<const model::GgufTensor*>& parts,
+DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
                                    const std::string& name) {
   SPECDEC_CHECK(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
-  const model::GgufTensor& first = *parts[0];
+  const WeightBytes& first = parts[0];
   SPECDEC_CHECK(!first.dims.empty(), first.name + ".dims", 0, "must have at least one dim");
   int64_t rows = 0;
   size_t bytes = 0;
-  for (const model::GgufTensor* t : parts) {
+  for (const WeightBytes& t : parts) {
     SPECDEC_CHECK(
-        t->type == first.type, t->name + ".type", weight_type_name(t->type),
+        t.type == first.type, t.name + ".type", weight_type_name(t.type),
         str_cat("must equal ", first.name, "'s ", weight_type_name(first.type), " to stack"));
-    SPECDEC_CHECK(!t->dims.empty() && t->dims[0] == first.dims[0], t->name + ".dims[0]",
-                 t->dims.empty() ? 0 : t->dims[0],
+    SPECDEC_CHECK(!t.dims.empty() && t.dims[0] == first.dims[0], t.name + ".dims[0]",
+                 t.dims.empty() ? 0 : t.dims[0],
                  str_cat("must equal ", first.name, "'s ", first.dims[0], " to stack"));
     int64_t r = 1;
-    for (size_t i = 1; i < t->dims.size(); ++i) r *= t->dims[i];
+    for (size_t i = 1; i < t.dims.size(); ++i) r *= t.dims[i];
     rows += r;
-    bytes += static_cast<size_t>(t->size_bytes);
+    bytes += t.size_bytes;
   }
   std::vector<uint8_t> data(bytes);
   size_t at = 0;
-  for (const model::GgufTensor* t : parts) {
-    SPECDEC_CHECK(t->data != nullptr, t->name + ".data", "null", "must point at the tensor's bytes");
-    std::memcpy(data.data() + at, t->data, static_cast<size_t>(t->size_bytes));
-    at += static_cast<size_t>(t->size_bytes);
+  for (const WeightBytes& t : parts) {
+    SPECDEC_CHECK(t.data != nullptr, t.name + ".data", "null", "must point at the tensor's bytes");
+    std::memcpy(data.data() + at, t.data, t.size_bytes);
+    at += t.size_bytes;
   }
   return upload_weight(ctx, first.type, data.data(), data.size(), {first.dims[0], rows}, name);
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "common/ggml_type.h"
 #include "ocl/context.h"
 #include "quant/layout.h"
 
@@ -26,10 +26,21 @@ struct DeviceWeight {
   std::vector<uint8_t> download(ocl::Context& ctx) const;
 };
 
-// Uploads a GGUF tensor: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
+// A weight's bytes in its ggml format, as a GGUF file stores them (not owned): what the uploads
+// take, so that quant needs nothing of the model layer (runner::weight_bytes makes one from a
+// model::GgufTensor).
+struct WeightBytes {
+  std::string name;
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> dims;  // ne[0] first (innermost, contiguous)
+  const uint8_t* data = nullptr;
+  size_t size_bytes = 0;
+};
+
+// Uploads a weight: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
 // 1-D tensor is one row). UnsupportedError for unsupported types (naming the tensor),
 // ConfigError for shapes the type cannot hold.
-DeviceWeight upload_weight(ocl::Context& ctx, const model::GgufTensor& tensor);
+DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight);
 // The same from raw ggml bytes (`size_bytes` must match the dims exactly).
 DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
                            const std::vector<int64_t>& dims, const std::string& name = "");
@@ -38,8 +49,7 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
 // matmul launch computes them all (q/k/v or gate/up projections of a layer: on PoCL every launch
 // costs ~10 µs, as much as a small matrix's data). Rows of part i follow those of parts < i; each
 // output element is bitwise the same as with the part alone. ConfigError when types or cols differ.
-DeviceWeight upload_weight_stacked(ocl::Context& ctx,
-                                   const std::vector<const model::GgufTensor*>& parts,
+DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
                                    const std::string& name);
 
 }  // namespace specdec::quant

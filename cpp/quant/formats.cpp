@@ -50,7 +50,7 @@ std::string supported_weight_type_list() {
 std::string weight_type_name(GgmlType type) {
   if (const WeightFormat* f = find_format(type)) return f->name;
   const auto id = static_cast<uint32_t>(type);
-  const model::GgmlTypeInfo* info = model::ggml_type_info(id);
+  const GgmlTypeInfo* info = ggml_type_info(id);
   return str_cat("type ", id, " (",
                  info != nullptr && info->name != nullptr ? info->name : "unknown", ")");
 }

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "common/ggml_type.h"
 
 namespace specdec::quant {
 
-using model::GgmlType;
+using specdec::GgmlType;
 
 // Elements per block and bytes per block of a supported type.
 struct WeightFormat {

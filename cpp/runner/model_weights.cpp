@@ -9,6 +9,12 @@
 #include "runner/tensor_names.h"
 
 namespace specdec::runner {
+
+quant::WeightBytes weight_bytes(const model::GgufTensor& tensor) {
+  return {tensor.name, tensor.type, tensor.dims, tensor.data,
+          static_cast<size_t>(tensor.size_bytes)};
+}
+
 namespace {
 
 class Loader {
@@ -20,7 +26,7 @@ class Loader {
 
   quant::DeviceWeight matrix(const std::string& name) {
     const model::GgufTensor& t = file_.tensor(name);
-    quant::DeviceWeight w = quant::upload_weight(ctx_, t);
+    quant::DeviceWeight w = quant::upload_weight(ctx_, weight_bytes(t));
     done(t);
     return w;
   }
@@ -33,7 +39,9 @@ class Loader {
     for (const auto* t : parts) {
       if (t->type != parts[0]->type) return std::nullopt;
     }
-    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, parts, name);
+    std::vector<quant::WeightBytes> views;
+    for (const auto* t : parts) views.push_back(weight_bytes(*t));
+    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, views, name);
     for (const auto* t : parts) done(*t);
     return w;
   }

@@ -15,6 +15,7 @@
 
 namespace specdec::model {
 class GgufFile;
+struct GgufTensor;
 }
 
 namespace specdec::runner {
@@ -66,6 +67,9 @@ void check_loadable(const model::GgufFile& file, const model::ModelConfig& confi
 // architecture or weight type without a device path here.
 ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress = {});
+
+// A GGUF tensor's bytes as quant's uploads take them (a view: valid while the GgufFile lives).
+quant::WeightBytes weight_bytes(const model::GgufTensor& tensor);
 
 // Whether a buffer was loaded (optional tensors leave it empty).
 inline bool present(const ocl::Buffer& b) { return b.get() != nullptr; }

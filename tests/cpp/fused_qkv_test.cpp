@@ -82,7 +82,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
     slots[t] = blocks[static_cast<size_t>((start + t) / block_size)] * block_size + (start + t) % block_size;
     if (t % 5 == 3) slots[t] = -1;  // padding: written nowhere
   }
-  const model::RopeType type = rope_kind == 2 ? model::RopeType::kNeox : model::RopeType::kNorm;
+  const RopeType type = rope_kind == 2 ? RopeType::kNeox : RopeType::kNorm;
   std::optional<ops::RopeTable> table;
   if (rope_kind > 0) table.emplace(ctx, type, head, 10000.0, 1.0);
 
@@ -118,7 +118,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   e.bias = with_bias ? &bb : nullptr;
   e.positions = &pb;
   e.inv_freq = table ? &table->buffer() : nullptr;
-  e.neox = type == model::RopeType::kNeox;
+  e.neox = type == RopeType::kNeox;
   e.q_out = &qb;
   e.q_stride = nq;
   e.q_heads = q_heads;

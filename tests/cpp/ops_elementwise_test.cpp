@@ -16,7 +16,6 @@
 using namespace specdec;
 using namespace specdec::ops;
 using namespace specdec::ops::testing;
-using model::Activation;
 
 namespace {
 
@@ -85,7 +84,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
     EXPECT_LE(s.max_rel, 5e-7);
     if (s.exact != s.n)
       std::printf("gated %s ff %d: %zu of %zu bitwise equal, max rel %.3g\n",
-                  model::activation_name(act), ff, s.exact, s.n, s.max_rel);
+                  activation_name(act), ff, s.exact, s.n, s.max_rel);
   }
   {  // in place into gate
     const ocl::Buffer g = upload(gate), u = upload(up);
@@ -125,11 +124,11 @@ TEST(Gated, ExtremeGates) {
     const auto got = download<float>(o, gate.size());
     for (size_t i = 0; i < gate.size(); ++i) {
       if (std::isnan(want[i]) || std::isinf(want[i])) {
-        EXPECT_TRUE(same_bits(got[i], want[i])) << model::activation_name(act) << " gate "
+        EXPECT_TRUE(same_bits(got[i], want[i])) << activation_name(act) << " gate "
                                                 << gate[i] << ": " << got[i] << " vs " << want[i];
       } else {
         EXPECT_NEAR(got[i], want[i], 5e-7 * std::abs(want[i]))
-            << model::activation_name(act) << " gate " << gate[i];
+            << activation_name(act) << " gate " << gate[i];
       }
     }
   }
@@ -155,7 +154,7 @@ TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
       gated_activation(ctx, Slice(g, at), Slice(u, at), one, 1, ff, act);
       EXPECT_TRUE(bitwise_equal(download<float>(one, ff),
                                 std::vector<float>(batch.begin() + at, batch.begin() + at + ff)))
-          << model::activation_name(act) << " row " << r;
+          << activation_name(act) << " row " << r;
     }
   }
   const ocl::Buffer all = upload(x);
@@ -204,7 +203,7 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers.
   ocl::Context& ctx = context();
   std::mt19937 rng(52);
-  for (auto act : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
+  for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
     for (int ff : {32, 1536}) {
       const int64_t rows = 3, n = rows * ff;
       const auto fused = random_floats(static_cast<size_t>(2 * n), rng, 2.0f);
@@ -226,7 +225,7 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
   const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
-  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 48, model::Activation::kSilu, 0, &qs), ConfigError);
-  EXPECT_THROW(gated_activation(ctx, a, a, Slice(a, 32), 1, 32, model::Activation::kSilu, 0, &qs), ConfigError);
-  EXPECT_THROW(gated_activation(ctx, a, a, a, 2, 64, model::Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(ctx, a, a, Slice(a, 32), 1, 32, Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(ctx, a, a, a, 2, 64, Activation::kSilu, 0, &qs), ConfigError);
 }

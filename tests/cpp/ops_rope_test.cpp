@@ -16,7 +16,6 @@
 using namespace specdec;
 using namespace specdec::ops;
 using namespace specdec::ops::testing;
-using model::RopeType;
 
 namespace {
 

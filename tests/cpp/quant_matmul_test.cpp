@@ -258,7 +258,7 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
   const int64_t cols = 512, n = 5;
   const std::vector<int64_t> part_rows = {40, 9, 27};
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<model::GgufTensor> tensors(part_rows.size());
+  std::vector<WeightBytes> tensors(part_rows.size());
   for (size_t i = 0; i < part_rows.size(); ++i) {
     bytes.push_back(random_weights(t, part_rows[i], cols, 30 + static_cast<uint32_t>(i)));
     tensors[i].name = "part" + std::to_string(i);
@@ -268,7 +268,7 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
     tensors[i].data = bytes[i].data();
   }
   const DeviceWeight stacked =
-      upload_weight_stacked(*context(), {&tensors[0], &tensors[1], &tensors[2]}, "qkv");
+      upload_weight_stacked(*context(), {tensors[0], tensors[1], tensors[2]}, "qkv");
   EXPECT_EQ(stacked.rows(), 76);
   const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 31);
   const std::vector<float> y = device_matmul(stacked, x, n);
@@ -283,12 +283,12 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
     }
     first_row += part_rows[i];
   }
-  model::GgufTensor other = tensors[1];
+  WeightBytes other = tensors[1];
   other.type = GgmlType::kQ6_K;
-  EXPECT_THROW(upload_weight_stacked(*context(), {&tensors[0], &other}, "bad"), ConfigError);
+  EXPECT_THROW(upload_weight_stacked(*context(), {tensors[0], other}, "bad"), ConfigError);
   other = tensors[1];
   other.dims = {256, 18};
-  EXPECT_THROW(upload_weight_stacked(*context(), {&tensors[0], &other}, "bad"), ConfigError);
+  EXPECT_THROW(upload_weight_stacked(*context(), {tensors[0], other}, "bad"), ConfigError);
 }
 
 TEST(QuantMatmulChecks, DownloadGivesTheUploadedBlocks) {
