@@ -451,9 +451,10 @@ double ModelRunner::warm_up() {
     }
     manager_->free(id);
   };
-  // decode (one activation row per matmul), verify (up to 16 rows), a prefill chunk (64 rows):
-  // every matmul variant; 64 also gives the logit-row kernels their widest work-groups
-  for (int64_t n : {1, 2, 64}) run(0, n);
+  // decode (one activation row per matmul), verify (up to 16 rows), a prefill chunk (more than
+  // 16 rows, as long as a step may be): every matmul variant
+  const int64_t chunk = std::min<int64_t>({64, options_.max_num_batched_tokens, max_model_len()});
+  for (int64_t n : {int64_t{1}, int64_t{2}, chunk}) run(0, n);
   // a decode far enough into the context that split-KV attention splits and merges
   run(std::min<int64_t>(max_model_len() - 1, 1024), 1);
   ctx_->finish();

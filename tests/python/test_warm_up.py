@@ -29,10 +29,11 @@ CHILD = r"""
 import glob, json, sys, time
 import specdec
 cache, model, spec, max_model_len = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+extra = json.loads(sys.argv[5])
 def binaries():
     return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
 llm = specdec.LLM(model, max_model_len=max_model_len, kv_cache_memory_bytes=64 << 20,
-                  max_num_seqs=4, progress=False, speculative_config=spec)
+                  max_num_seqs=4, progress=False, speculative_config=spec, **extra)
 after_load = binaries()
 long_ids = [3 + (i * 7) % 200 for i in range(max_model_len - 40)]  # decodes past one attention split
 prompts = [{"prompt_token_ids": [5, 6, 7]}, {"prompt_token_ids": list(range(3, 40))},
@@ -51,29 +52,36 @@ def _pocl(context) -> bool:
     return "portable computing language" in context.device.platform.lower()
 
 
-def _run(tmp_path: Path, model: str, spec, max_model_len: int) -> dict:
+def _run(tmp_path: Path, model: str, spec, max_model_len: int, extra: dict) -> dict:
     cache = tmp_path / "pocl-cache"
     cache.mkdir()
     env = dict(os.environ, POCL_CACHE_DIR=str(cache))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(cache), model, json.dumps(spec),
-                           str(max_model_len)], env=env, capture_output=True, text=True, timeout=900)
+                           str(max_model_len), json.dumps(extra)], env=env, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", ["stories-draft_model", "qwen2-q4k-ngram", "gemma3-q6k-suffix"])
+@pytest.mark.parametrize("case", ["stories-draft_model", "qwen2-q4k-ngram", "gemma3-q6k-suffix",
+                                  "llama-q8-small-chunks"])
 def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
     if not _pocl(context):
         pytest.skip("the check reads PoCL's kernel cache directory")
+    extra = {}
     if case == "stories-draft_model":
         model, max_len = str(STORIES), 128  # F32 weights, its own drafter (draft_model path)
         spec = {"method": "draft_model", "model": model, "num_speculative_tokens": 3}
     elif case == "qwen2-q4k-ngram":
         model, max_len = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K"), 320
         spec = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1}
-    else:
+    elif case == "gemma3-q6k-suffix":
         model, max_len = write_random_model(tmp_path / "g.gguf", "gemma3", "Q6_K"), 320
         spec = {"method": "suffix", "num_speculative_tokens": 4}
-    out = _run(tmp_path, model, spec, max_len)
+    else:  # prefill chunks of 32 tokens: the warm-up's chunk follows max_num_batched_tokens
+        model, max_len = write_random_model(tmp_path / "l.gguf", "llama", "Q8_0"), 320
+        spec = {"method": "ngram", "num_speculative_tokens": 3}
+        extra = {"max_num_batched_tokens": 32}
+    out = _run(tmp_path, model, spec, max_len, extra)
     assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
     assert out["new"] == [], f"kernels built inside requests: {out['new']}"
