@@ -426,11 +426,12 @@ double ModelRunner::warm_up() {
   const std::string id = "\x01warm-up";  // no user's request id (those are printable)
   // One throwaway request of `n` new tokens after `computed` positions whose K/V rows hold
   // whatever the cache holds (the results are discarded); skipped when its blocks do not fit.
+  // Returns whether it ran.
   auto run = [&](int64_t computed, int64_t n) {
-    if (n < 1 || computed + n > max_model_len() || n > options_.max_num_batched_tokens) return;
+    if (n < 1 || computed + n > max_model_len() || n > options_.max_num_batched_tokens) return false;
     if (!manager_->allocate_slots(id, 0, computed + n).ok) {
       if (manager_->has_request(id)) manager_->free(id);
-      return;
+      return false;
     }
     StepRequest r;
     r.request_id = id;
@@ -450,13 +451,18 @@ double ModelRunner::warm_up() {
       throw;
     }
     manager_->free(id);
+    return true;
   };
   // decode (one activation row per matmul), verify (up to 16 rows), a prefill chunk (more than
   // 16 rows, as long as a step may be): every matmul variant
   const int64_t chunk = std::min<int64_t>({64, options_.max_num_batched_tokens, max_model_len()});
   for (int64_t n : {int64_t{1}, int64_t{2}, chunk}) run(0, n);
-  // a decode far enough into the context that split-KV attention splits and merges
-  run(std::min<int64_t>(max_model_len() - 1, 1024), 1);
+  // a decode far enough into the context that split-KV attention splits and merges (256 keys a
+  // split): at position 1024, or, when one request's blocks for that do not fit the KV budget,
+  // at the latest of 768, 512, 384, 320 and 272 that fits (any request that passes a split must
+  // fit there too, so the merge kernel is never built inside one)
+  for (int64_t at : {int64_t{1024}, int64_t{768}, int64_t{512}, int64_t{384}, int64_t{320}, int64_t{272}})
+    if (run(std::min<int64_t>(max_model_len() - 1, at), 1)) break;
   ctx_->finish();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

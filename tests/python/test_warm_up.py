@@ -85,3 +85,53 @@ def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
     out = _run(tmp_path, model, spec, max_len, extra)
     assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
     assert out["new"] == [], f"kernels built inside requests: {out['new']}"
+
+
+RUNNER_CHILD = r"""
+import glob, json, sys
+import specdec
+from specdec import _core
+cache, model = sys.argv[1], sys.argv[2]
+def binaries():
+    return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
+ctx = specdec.Context()
+# KV for 1120 tokens (70 blocks of 16 tokens, 1032 bytes a token), max_model_len 1100; three
+# requests holding 720 of them (each shorter than one attention split) while the runner warms up
+# leave too little for the warm-up's decode at position 1024
+runner = _core.ModelRunner(ctx, model, "", 1100, 70 * 16 * 1032, max_num_batched_tokens=128)
+holds = [f"hold{j}" for j in range(3)]
+for j, h in enumerate(holds):
+    runner.step([(h, [3 + (i * 7 + j) % 200 for i in range(120)], 0, 1)])
+    runner.step([(h, [3 + (i * 5 + j) % 200 for i in range(120)], 120, 1)])
+seconds = runner.warm_up()
+after_warm_up = binaries()
+for h in holds:
+    runner.free(h)
+n = 300  # a request past one split of split-KV attention (256 keys)
+runner.step([("r", [3 + i % 200 for i in range(128)], 0, 1)])
+runner.step([("r", [3 + i % 200 for i in range(128)], 128, 1)])
+runner.step([("r", [3 + i % 200 for i in range(n - 256)], 256, 1)])
+for k in range(8):
+    runner.step([("r", [5], n + k, 1)])
+print(json.dumps({"after_load": len(after_warm_up), "warm_up_seconds": seconds,
+                  "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
+"""
+
+
+def test_warm_up_decodes_past_a_split_when_the_kv_cache_is_busy(context, tmp_path):
+    """The warm-up's late decode sits at position 1024; when one request of that length does not
+    fit the free KV blocks (a warm-up while requests hold most of them) it runs at a shorter
+    position that still splits. Before, it was skipped, and the next request past 256 positions
+    built the split-KV merge kernel inside the request."""
+    if not _pocl(context):
+        pytest.skip("the check reads PoCL's kernel cache directory")
+    model = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K")  # OCL_FLASH (head 64)
+    cache = tmp_path / "pocl-cache"
+    cache.mkdir()
+    proc = subprocess.run([sys.executable, "-c", RUNNER_CHILD, str(cache), model],
+                          env=dict(os.environ, POCL_CACHE_DIR=str(cache)), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
+    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
