@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import specdec  # noqa: E402
 from specdec import _core  # noqa: E402
+from specdec._core import StepRequest  # noqa: E402
 from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 
 from peer_llamacpp import DEFAULT_MODELS, N_VALUES, forward_costs, summary_line  # noqa: E402
@@ -69,30 +70,31 @@ def bench_ours(ctx, name: str, decode_tokens: int, prefill_tokens: int, context:
     runner = _core.ModelRunner(ctx, path, "", 2048, 256 << 20,
                                max_num_batched_tokens=max(prefill_tokens, 64), max_num_logits=32)
     # warm-up: every kernel variant built once
-    runner.step([("w", ids[:64], 0, 1)])
+    runner.step([StepRequest("w", ids[:64])])
     for n in N_VALUES:
-        runner.step([("w", ids[64:64 + n], 64, n)])
+        runner.step([StepRequest("w", ids[64:64 + n], num_computed_tokens=64, num_logits=n)])
         runner.truncate("w", 64)
     runner.free("w")
 
     prefill = []
     for _ in range(max(2, repeats // 2)):
-        prefill.append(_timed_step(runner, [("p", ids[:prefill_tokens], 0, 1)]))
+        prefill.append(_timed_step(runner, [StepRequest("p", ids[:prefill_tokens])]))
         runner.free("p")
 
-    out = runner.step([("d", ids[:16], 0, 1)])
-    t = int(np.argmax(out["logits"][0]))
+    out = runner.step([StepRequest("d", ids[:16])])
+    t = int(np.argmax(out.logits[0]))
     steps = []
     for i in range(decode_tokens):
         t0 = time.perf_counter()
-        out = runner.step([("d", [t], 16 + i, 1)])
+        out = runner.step([StepRequest("d", [t], num_computed_tokens=16 + i)])
         steps.append(time.perf_counter() - t0)
-        t = int(np.argmax(out["logits"][0]))
+        t = int(np.argmax(out.logits[0]))
     runner.free("d")
 
-    runner.step([("v", ids[:context], 0, 1)])
+    runner.step([StepRequest("v", ids[:context])])
     def forward(n: int) -> float:
-        t = _timed_step(runner, [("v", ids[context:context + n], context, n)])
+        t = _timed_step(runner, [StepRequest("v", ids[context:context + n], num_computed_tokens=context,
+                                             num_logits=n)])
         runner.truncate("v", context)
         return t
 

@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import specdec  # noqa: E402
 from specdec import _core  # noqa: E402
+from specdec._core import StepRequest  # noqa: E402
 from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,16 +46,17 @@ def main() -> int:
     ctx = specdec.Context(args.device) if args.device else specdec.Context()
     runner = _core.ModelRunner(ctx, path, "", 512, 256 << 20)
     prompt = list(range(3, 3 + 32))
-    runner.step([("p", prompt, 0, 1)])
+    runner.step([StepRequest("p", prompt)])
     n = len(prompt)
+    step = [StepRequest("p", prompt[:args.tokens], num_computed_tokens=n, num_logits=args.tokens)]
     for _ in range(3):  # warm-up: kernels built
-        runner.step([("p", prompt[:args.tokens], n, args.tokens)])
+        runner.step(step)
         runner.truncate("p", n)
     ctx.take_profile()
     wall = []
     for _ in range(args.steps):
         t = time.perf_counter()
-        runner.step([("p", prompt[:args.tokens], n, args.tokens)], return_logits=False)
+        runner.step(step, return_logits=False)
         wall.append(time.perf_counter() - t)
         runner.truncate("p", n)
     prof = ctx.take_profile()

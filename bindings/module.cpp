@@ -11,6 +11,7 @@ void register_attention(py::module_& m);
 void register_model(py::module_& m);
 void register_tokenizer(py::module_& m);
 void register_quant(py::module_& m);
+void register_step(py::module_& m);
 void register_runner(py::module_& m);
 void register_spec(py::module_& m);
 
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_core, m) {
   register_model(m);
   register_tokenizer(m);
   register_quant(m);
+  register_step(m);  // before register_runner: ModelRunner.step's types
   register_runner(m);
   register_spec(m);
 }

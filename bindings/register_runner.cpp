@@ -12,55 +12,23 @@
 #include "runner/model_weights.h"
 #include "tokenizer/tokenizer.h"
 #include "sampling/sampler.h"
+#include "step_types.h"
 
 namespace py = pybind11;
 using namespace specdec;
 
 namespace {
 
-runner::StepRequest to_request(const py::handle& h) {
-  const auto t = h.cast<py::tuple>();
-  SPECDEC_CHECK(t.size() == 4 || t.size() == 5, "request", t.size(),
-               "a tuple (request_id, tokens, num_computed_tokens, num_logits[, num_committed_tokens])");
-  runner::StepRequest r;
-  r.request_id = t[0].cast<std::string>();
-  r.tokens = t[1].cast<std::vector<int32_t>>();
-  r.num_computed_tokens = t[2].cast<int64_t>();
-  r.num_logits = t[3].cast<int>();
-  if (t.size() == 5) r.num_committed_tokens = t[4].cast<int64_t>();
-  return r;
-}
-
-py::dict step(runner::ModelRunner& r, const py::list& requests, const std::vector<int>& hidden_layers,
-              bool return_logits) {
-  std::vector<runner::StepRequest> reqs;
-  for (const auto& h : requests) reqs.push_back(to_request(h));
+// ModelRunner.step: StepRequest in, StepOutput out (step_types.h); the forward runs without the GIL.
+bindings::StepResult step(runner::ModelRunner& r, const py::object& requests,
+                          const std::vector<int>& hidden_layers, bool return_logits) {
+  const std::vector<runner::StepRequest> reqs = bindings::step_requests(requests);
   runner::StepOutput out;
   {
     py::gil_scoped_release release;
     out = r.step(reqs, hidden_layers, return_logits);
   }
-  const int64_t m = out.logits_start.back();
-  py::array_t<float> logits({return_logits ? m : 0, out.vocab_size});
-  std::copy(out.logits.begin(), out.logits.end(), logits.mutable_data());
-  py::array_t<int32_t> argmax(m);
-  std::copy(out.argmax.begin(), out.argmax.end(), argmax.mutable_data());
-  py::array_t<float> argmax_logprob(m);
-  std::copy(out.argmax_logprob.begin(), out.argmax_logprob.end(), argmax_logprob.mutable_data());
-  py::dict hidden;
-  for (auto& [layer, h] : out.hidden) {
-    const int64_t d = r.config().hidden_size;
-    py::array_t<float> a({static_cast<int64_t>(h.size()) / d, d});
-    std::copy(h.begin(), h.end(), a.mutable_data());
-    hidden[py::int_(layer)] = a;
-  }
-  py::dict d;
-  d["logits"] = logits;
-  d["logits_start"] = out.logits_start;
-  d["argmax"] = argmax;
-  d["argmax_logprob"] = argmax_logprob;
-  d["hidden"] = hidden;
-  return d;
+  return bindings::to_python(std::move(out), r.config().hidden_size, return_logits);
 }
 
 const float* row(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
@@ -108,10 +76,14 @@ void register_runner(py::module_& m) {
            "vocabulary): logit column j is token logit_token_ids[j], argmax a token id.")
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
            py::arg("return_logits") = true,
-           "requests: [(request_id, tokens, num_computed_tokens, num_logits)]. Returns {'logits': "
-           "[rows, vocab] float32 (0 rows with return_logits=False), 'logits_start': first row per "
-           "request (+ total), 'argmax': int32 [rows] (ties: lowest id), 'argmax_logprob': "
-           "float32 [rows], both reduced on the device, 'hidden': {layer: [tokens, hidden]}}.")
+           "One forward over a ragged batch. requests: a list of StepRequest (prefill chunks, decodes "
+           "and k+1 verify tokens together; positional tuples are refused with a TypeError). "
+           "hidden_layers: return the residual stream after these layers (-1: after the final norm). "
+           "return_logits=False skips the [rows, vocab] logits transfer. Returns a StepOutput: logits "
+           "float32 [rows, vocab_size] (0 rows with return_logits=False), logits_start (first row per "
+           "request, then the total; rows(i) is request i's slice), argmax int32 [rows] (ties: lowest "
+           "id) and argmax_logprob float32 [rows], both reduced on the device, hidden {layer: float32 "
+           "[tokens, hidden_size]}.")
       .def("warm_up", &runner::ModelRunner::warm_up, py::call_guard<py::gil_scoped_release>(),
            "Launches every kernel variant this runner's steps use once, on throwaway tokens (so "
            "no kernel is compiled inside a request); returns the seconds it took.")

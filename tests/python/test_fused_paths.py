@@ -22,12 +22,14 @@ from specdec import _core
 ctx = specdec.Context()
 runner = _core.ModelRunner(ctx, sys.argv[1], "", 256, 64 << 20)
 digest = hashlib.sha256()
-steps = [[("a", list(range(3, 23)), 0, 20), ("b", [7, 8, 9], 0, 3)],   # prefills
-         [("a", [5, 6, 7, 8, 9], 20, 5), ("b", [11], 3, 1)],          # a verify beside a decode
-         [("a", [12], 25, 1)]]
+R = _core.StepRequest
+steps = [[R("a", list(range(3, 23)), num_logits=20), R("b", [7, 8, 9], num_logits=3)],  # prefills
+         [R("a", [5, 6, 7, 8, 9], num_computed_tokens=20, num_logits=5),              # a verify
+          R("b", [11], num_computed_tokens=3)],                                        # beside a decode
+         [R("a", [12], num_computed_tokens=25)]]
 for step in steps:
     out = runner.step(step)
-    digest.update(out["logits"].tobytes())
+    digest.update(out.logits.tobytes())
 kernels = sorted(k["kernel"] for k in ctx.take_profile()["kernels"])
 print(json.dumps({"digest": digest.hexdigest(), "kernels": kernels}))
 """

@@ -9,6 +9,7 @@ import pytest
 
 import specdec
 from specdec import cli
+from specdec._core import StepRequest
 
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 
@@ -39,7 +40,7 @@ def test_greedy_matches_argmax_of_runner_logits(llm):
     out = llm.generate({"prompt_token_ids": ids}, specdec.SamplingParams(temperature=0, max_tokens=5))
     toks = out[0].outputs[0].token_ids
     r = llm.runner
-    logits = r.step([("chk", ids + toks[:4], 0, 5)])["logits"]
+    logits = r.step([StepRequest("chk", ids + toks[:4], num_logits=5)]).logits
     r.free("chk")
     # Prefill logits are deterministic, not necessarily bitwise equal to decode: compare argmax.
     assert [int(np.argmax(row)) for row in logits] == toks
@@ -86,7 +87,8 @@ def test_logprobs_and_prompt_logprobs(llm):
     assert c.cumulative_logprob == pytest.approx(sum(pos[t].logprob for t, pos in zip(c.token_ids, c.logprobs)))
     # prompt logprobs agree with the runner's own logits.
     r = llm.runner
-    logits = r.step([("lp", o.prompt_token_ids, 0, len(o.prompt_token_ids))])["logits"]
+    n = len(o.prompt_token_ids)
+    logits = r.step([StepRequest("lp", o.prompt_token_ids, num_logits=n)]).logits
     r.free("lp")
     row = logits[0].astype(np.float64)
     lse = row.max() + np.log(np.exp(row - row.max()).sum())

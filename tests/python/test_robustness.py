@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import specdec
+from specdec._core import StepRequest
 
 STORIES = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf"
 SPECDEC = [sys.executable, "-m", "specdec"]
@@ -100,11 +101,12 @@ def test_threads_stepping_one_runner_directly(llm):
         try:
             rid = f"raw-{k}"
             ids = llm.tokenizer.encode(PROMPTS[k])
-            out = r.step([(rid, ids, 0, 1)], return_logits=False)
-            toks = [int(out["argmax"][-1])]
+            out = r.step([StepRequest(rid, ids)], return_logits=False)
+            toks = [int(out.argmax[-1])]
             for i in range(20):
-                out = r.step([(rid, [toks[-1]], len(ids) + i, 1)], return_logits=(i % 2 == 0))
-                toks.append(int(out["argmax"][-1]))
+                out = r.step([StepRequest(rid, [toks[-1]], num_computed_tokens=len(ids) + i)],
+                             return_logits=(i % 2 == 0))
+                toks.append(int(out.argmax[-1]))
                 r.num_free_blocks()
             r.free(rid)
             got[k] = toks

@@ -9,6 +9,7 @@ import pytest
 
 import specdec
 from specdec import _core
+from specdec._core import StepRequest
 
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 
@@ -19,12 +20,13 @@ def _runner(context, path, backend="", max_model_len=128, **kw):
 
 def _greedy_decode(runner, rid, prompt, steps):
     """Prefill, then one token per step; returns (tokens, logits rows of each decode input)."""
-    out = runner.step([(rid, prompt, 0, 1)])
-    tokens, rows = [int(np.argmax(out["logits"][0]))], []
+    out = runner.step([StepRequest(rid, prompt)])
+    tokens, rows = [int(np.argmax(out.logits[0]))], []
     for _ in range(steps):
-        out = runner.step([(rid, [tokens[-1]], len(prompt) + len(tokens) - 1, 1)])
-        rows.append(out["logits"][0].copy())
-        tokens.append(int(np.argmax(out["logits"][0])))
+        n = len(prompt) + len(tokens) - 1
+        out = runner.step([StepRequest(rid, [tokens[-1]], num_computed_tokens=n)])
+        rows.append(out.logits[0].copy())
+        tokens.append(int(np.argmax(out.logits[0])))
     return tokens, np.stack(rows)
 
 
@@ -34,21 +36,23 @@ def _check_invariance(context, path, prompt, other_prompt, steps=6, backend=""):
     r.free("a")
     n = len(prompt)
     # Verify: the k+1 tokens of one request in one step give the decode rows bitwise.
-    r.step([("b", prompt, 0, 1)])
-    out = r.step([("b", tokens[:steps], n, steps)])
-    np.testing.assert_array_equal(out["logits"], decode_rows)
+    r.step([StepRequest("b", prompt)])
+    out = r.step([StepRequest("b", tokens[:steps], num_computed_tokens=n, num_logits=steps)])
+    np.testing.assert_array_equal(out.logits, decode_rows)
     # Rollback: back to n + 2, recompute the rest: the same rows again.
     r.truncate("b", n + 2)
-    out = r.step([("b", tokens[2:steps], n + 2, steps - 2)])
-    np.testing.assert_array_equal(out["logits"], decode_rows[2:])
+    out = r.step([StepRequest("b", tokens[2:steps], num_computed_tokens=n + 2,
+                              num_logits=steps - 2)])
+    np.testing.assert_array_equal(out.logits, decode_rows[2:])
     r.free("b")
     # Ragged batch: the verify tokens of c next to another request's prefill and a decode.
-    r.step([("c", prompt, 0, 1), ("d", other_prompt, 0, 1)])
-    out = r.step([("d", [5], len(other_prompt), 1), ("c", tokens[:steps], n, steps),
-                  ("e", other_prompt[:3], 0, 1)])
-    start = out["logits_start"]
+    r.step([StepRequest("c", prompt), StepRequest("d", other_prompt)])
+    out = r.step([StepRequest("d", [5], num_computed_tokens=len(other_prompt)),
+                  StepRequest("c", tokens[:steps], num_computed_tokens=n, num_logits=steps),
+                  StepRequest("e", other_prompt[:3])])
+    start = out.logits_start
     assert list(start) == [0, 1, 1 + steps, 2 + steps]
-    np.testing.assert_array_equal(out["logits"][1:1 + steps], decode_rows)
+    np.testing.assert_array_equal(out.logits[1:1 + steps], decode_rows)
     return tokens
 
 
@@ -130,30 +134,30 @@ def test_gemma_prompt_longer_than_window_frees_blocks(context, real_model):
     done = 0
     while done < len(prompt):  # chunked prefill across the window
         chunk = prompt[done:done + 256]
-        out = r.step([("g", chunk, done, 1)])
+        out = r.step([StepRequest("g", chunk, num_computed_tokens=done)])
         done += len(chunk)
-    assert np.isfinite(out["logits"]).all()
+    assert np.isfinite(out.logits).all()
     # Continuing in one step or in chunks must agree bitwise for the decode path.
-    t = int(np.argmax(out["logits"][0]))
-    a = r.step([("g", [t], done, 1)])["logits"][0].copy()
+    t = int(np.argmax(out.logits[0]))
+    a = r.step([StepRequest("g", [t], num_computed_tokens=done)]).logits[0].copy()
     r.truncate("g", done)
-    b = r.step([("g", [t], done, 1)])["logits"][0]
+    b = r.step([StepRequest("g", [t], num_computed_tokens=done)]).logits[0]
     np.testing.assert_array_equal(a, b)
 
 
 def test_bad_requests_name_the_field(context):
     r = _runner(context, STORIES, max_model_len=64)
     with pytest.raises(ValueError, match="token = 600"):
-        r.step([("a", [1, 600], 0, 1)])
+        r.step([StepRequest("a", [1, 600])])
     with pytest.raises(ValueError, match="num_computed_tokens = 3"):
-        r.step([("a", [1, 2], 3, 1)])
+        r.step([StepRequest("a", [1, 2], num_computed_tokens=3)])
     with pytest.raises(ValueError, match="max_model_len = 64"):
-        r.step([("a", list(range(1, 70)), 0, 1)])
+        r.step([StepRequest("a", list(range(1, 70)))])
     with pytest.raises(ValueError, match="num_logits = 3"):
-        r.step([("a", [1, 2], 0, 3)])
+        r.step([StepRequest("a", [1, 2], num_logits=3)])
     with pytest.raises(ValueError, match="unique"):
-        r.step([("a", [1], 0, 1), ("a", [2], 0, 1)])
-    r.step([("a", [1, 2], 0, 1)])
+        r.step([StepRequest("a", [1]), StepRequest("a", [2])])
+    r.step([StepRequest("a", [1, 2])])
     with pytest.raises(ValueError, match="num_tokens = 5"):
         r.truncate("a", 5)
     with pytest.raises(ValueError, match="request_id = zz"):
@@ -164,16 +168,17 @@ def test_device_argmax_and_logprob_match_the_logits(context, real_model):
     path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
     prompt = specdec.Tokenizer.from_file(path).encode("import numpy as np\n\ndef softmax(x):")
     r = _runner(context, path)
-    full = r.step([("a", prompt, 0, len(prompt))])
-    logits = full["logits"].astype(np.float64)
-    np.testing.assert_array_equal(full["argmax"], logits.argmax(1))
+    full = r.step([StepRequest("a", prompt, num_logits=len(prompt))])
+    logits = full.logits.astype(np.float64)
+    np.testing.assert_array_equal(full.argmax, logits.argmax(1))
     m = logits.max(1)
     lse = m + np.log(np.exp(logits - m[:, None]).sum(1))
-    np.testing.assert_allclose(full["argmax_logprob"], m - lse, rtol=0, atol=2e-4)
+    np.testing.assert_allclose(full.argmax_logprob, m - lse, rtol=0, atol=2e-4)
     r.truncate("a", len(prompt) - 3)
-    lean = r.step([("a", prompt[-3:], len(prompt) - 3, 3)], return_logits=False)
-    assert lean["logits"].shape == (0, logits.shape[1])
-    np.testing.assert_array_equal(lean["argmax"], full["argmax"][-3:])
+    lean = r.step([StepRequest("a", prompt[-3:], num_computed_tokens=len(prompt) - 3, num_logits=3)],
+                  return_logits=False)
+    assert lean.logits.shape == (0, logits.shape[1])
+    np.testing.assert_array_equal(lean.argmax, full.argmax[-3:])
 
 
 def test_profiling_times_every_launch(context):
@@ -187,7 +192,7 @@ from specdec import _core
 ctx = specdec.Context()
 assert ctx.profiling
 r = _core.ModelRunner(ctx, {STORIES!r}, "", 64, 1 << 20)
-r.step([("a", [1, 2, 3], 0, 1)])
+r.step([_core.StepRequest("a", [1, 2, 3])])
 p = ctx.take_profile()
 names = {{k["kernel"] for k in p["kernels"]}}
 assert {{"rms_norm", "embedding_lookup", "argmax"}} <= names, names
@@ -215,28 +220,28 @@ def test_logit_token_ids_give_the_same_logits_for_fewer_columns(context):
     assert red.num_logit_columns == len(ids) and full.num_logit_columns == 512
     assert red.logit_token_ids == ids and red.extra_logit_tokens == []
     prompt = [1, 50, 100, 7, 3, 9, 42]
-    a = full.step([("r", prompt, 0, 4)])
-    b = red.step([("r", prompt, 0, 4)])
-    assert b["logits"].shape == (4, len(ids))
-    np.testing.assert_array_equal(b["logits"], a["logits"][:, ids])  # bitwise: rows are independent
-    np.testing.assert_array_equal(b["argmax"], np.array(ids)[b["logits"].argmax(1)])  # token ids
-    np.testing.assert_allclose(b["argmax_logprob"], b["logits"].max(1) - _lse(b["logits"]), atol=2e-5)
+    a = full.step([StepRequest("r", prompt, num_logits=4)])
+    b = red.step([StepRequest("r", prompt, num_logits=4)])
+    assert b.logits.shape == (4, len(ids))
+    np.testing.assert_array_equal(b.logits, a.logits[:, ids])  # bitwise: rows are independent
+    np.testing.assert_array_equal(b.argmax, np.array(ids)[b.logits.argmax(1)])  # token ids
+    np.testing.assert_allclose(b.argmax_logprob, b.logits.max(1) - _lse(b.logits), atol=2e-5)
     # grown by extra tokens (a drafter's context): their columns follow, argmax / logprob cover both
     extra = [1, 2, 310, 500]
     red.set_extra_logit_tokens(extra)
     assert red.num_logit_columns == len(ids) + len(extra) and red.extra_logit_tokens == extra
-    c = red.step([("s", prompt, 0, 4)], return_logits=True)
+    c = red.step([StepRequest("s", prompt, num_logits=4)], return_logits=True)
     cols = ids + extra
-    np.testing.assert_array_equal(c["logits"], a["logits"][:, cols])
-    np.testing.assert_array_equal(c["argmax"], np.array(cols)[c["logits"].argmax(1)])
-    np.testing.assert_allclose(c["argmax_logprob"], c["logits"].max(1) - _lse(c["logits"]), atol=2e-5)
-    lean = red.step([("t", prompt, 0, 4)], return_logits=False)
-    np.testing.assert_array_equal(lean["argmax"], c["argmax"])
+    np.testing.assert_array_equal(c.logits, a.logits[:, cols])
+    np.testing.assert_array_equal(c.argmax, np.array(cols)[c.logits.argmax(1)])
+    np.testing.assert_allclose(c.argmax_logprob, c.logits.max(1) - _lse(c.logits), atol=2e-5)
+    lean = red.step([StepRequest("t", prompt, num_logits=4)], return_logits=False)
+    np.testing.assert_array_equal(lean.argmax, c.argmax)
     # the whole vocabulary as extra tokens: the full model's greedy choice again
     red.set_extra_logit_tokens([i for i in range(512) if i not in ids])
-    d = red.step([("u", prompt, 0, 4)], return_logits=False)
-    np.testing.assert_array_equal(d["argmax"], a["argmax"])
-    np.testing.assert_allclose(d["argmax_logprob"], a["argmax_logprob"], atol=2e-5)
+    d = red.step([StepRequest("u", prompt, num_logits=4)], return_logits=False)
+    np.testing.assert_array_equal(d.argmax, a.argmax)
+    np.testing.assert_allclose(d.argmax_logprob, a.argmax_logprob, atol=2e-5)
     red.set_extra_logit_tokens([])
     assert red.num_logit_columns == len(ids)
 
@@ -266,7 +271,7 @@ def test_bad_extra_logit_tokens_are_refused_and_change_nothing(context):
     with pytest.raises(ValueError, match="none unless the runner has logit_token_ids"):
         full.set_extra_logit_tokens([1])
     empty = red.step([])  # an empty step runs nothing
-    assert empty["logits_start"] == [0] and len(empty["argmax"]) == 0
+    assert empty.logits_start == [0] and len(empty.argmax) == 0
 
 
 def test_proposers_sharing_a_reduced_drafter_each_see_their_own_columns(context):

@@ -16,6 +16,7 @@ import pytest
 
 import specdec
 from specdec import _core
+from specdec._core import StepRequest
 from specdec.testing import WEIGHT_FORMATS, write_random_model, write_twin
 
 from reference.numpy_model import NumpyModel
@@ -39,7 +40,7 @@ TEXTS = [
 def _runner_logits(context, path, tokens, max_model_len, kv_cache_dtype="f16"):
     r = _core.ModelRunner(context, path, "", max_model_len, 64 << 20, kv_cache_dtype=kv_cache_dtype,
                           max_num_batched_tokens=256, max_num_logits=256)
-    out = r.step([("t", list(tokens), 0, len(tokens))])["logits"]
+    out = r.step([StepRequest("t", list(tokens), num_logits=len(tokens))]).logits
     r.free("t")
     return out
 

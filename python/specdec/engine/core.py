@@ -237,9 +237,9 @@ class EngineCore:
                                         if not s.is_prefill)
         return [u for u in updates if u.new_token_ids or u.request.finished]
 
-    def _update(self, plan: SchedulerOutput, out: dict) -> List[StepUpdate]:
-        logits, starts = out["logits"], out["logits_start"]
-        argmax, argmax_lp = out["argmax"], out["argmax_logprob"]
+    def _update(self, plan: SchedulerOutput, out: _core.StepOutput) -> List[StepUpdate]:
+        logits, starts = out.logits, out.logits_start
+        argmax, argmax_lp = out.argmax, out.argmax_logprob
         updates: List[StepUpdate] = []
         now = time.monotonic()
         for i, s in enumerate(plan.scheduled):

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional
 
+from specdec import _core
 from specdec.engine.request import Request, RequestStatus
 
 
@@ -27,8 +28,9 @@ class ScheduledRequest:
     draft: Optional[object] = None  # the Draft verified this step (None: prefill or plain decode)
     is_prefill: bool = False
 
-    def as_step(self) -> tuple:
-        return (self.request.request_id, self.tokens, self.num_computed, self.num_logits)
+    def as_step(self) -> _core.StepRequest:
+        return _core.StepRequest(self.request.request_id, self.tokens,
+                                 num_computed_tokens=self.num_computed, num_logits=self.num_logits)
 
 
 @dataclass
