@@ -91,6 +91,7 @@ RUNNER_CHILD = r"""
 import glob, json, sys
 import specdec
 from specdec import _core
+from specdec._core import StepRequest as Req
 cache, model = sys.argv[1], sys.argv[2]
 def binaries():
     return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
@@ -101,18 +102,18 @@ ctx = specdec.Context()
 runner = _core.ModelRunner(ctx, model, "", 1100, 70 * 16 * 1032, max_num_batched_tokens=128)
 holds = [f"hold{j}" for j in range(3)]
 for j, h in enumerate(holds):
-    runner.step([(h, [3 + (i * 7 + j) % 200 for i in range(120)], 0, 1)])
-    runner.step([(h, [3 + (i * 5 + j) % 200 for i in range(120)], 120, 1)])
+    runner.step([Req(h, [3 + (i * 7 + j) % 200 for i in range(120)], num_computed_tokens=0)])
+    runner.step([Req(h, [3 + (i * 5 + j) % 200 for i in range(120)], num_computed_tokens=120)])
 seconds = runner.warm_up()
 after_warm_up = binaries()
 for h in holds:
     runner.free(h)
 n = 300  # a request past one split of split-KV attention (256 keys)
-runner.step([("r", [3 + i % 200 for i in range(128)], 0, 1)])
-runner.step([("r", [3 + i % 200 for i in range(128)], 128, 1)])
-runner.step([("r", [3 + i % 200 for i in range(n - 256)], 256, 1)])
+runner.step([Req("r", [3 + i % 200 for i in range(128)], num_computed_tokens=0)])
+runner.step([Req("r", [3 + i % 200 for i in range(128)], num_computed_tokens=128)])
+runner.step([Req("r", [3 + i % 200 for i in range(n - 256)], num_computed_tokens=256)])
 for k in range(8):
-    runner.step([("r", [5], n + k, 1)])
+    runner.step([Req("r", [5], num_computed_tokens=n + k)])
 print(json.dumps({"after_load": len(after_warm_up), "warm_up_seconds": seconds,
                   "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
 """
