@@ -8,7 +8,13 @@
 // `vs_n1` is the time of a pass relative to n = 1. The machine's streaming bandwidth is measured
 // in the same run: host reads (1 and all threads) and a device read kernel. Formats no cached
 // model holds run on random blocks; `launch_us` is the fixed cost of one matmul launch.
-// Usage: quant_bench [--quick] [--working-set-mb N] [--reps N] [--models DIR]
+// --model SUBSTR: only the cached model files whose name contains SUBSTR. --all-shapes: every
+// (type, rows, cols) group of each model, not only the largest per type, and a `step` pass: all
+// of the model's matrices once, in file order (a decode step's matmuls back to back, n = 1), whose
+// GB/s is the one to hold against a peer's decode rate times the bytes it reads (and the same
+// pass for n = 4 and 8 rows: a verify step's matmuls). --step-only: the step pass alone.
+// Usage: quant_bench [--quick] [--working-set-mb N] [--reps N] [--models DIR] [--model SUBSTR]
+//                    [--all-shapes | --step-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +46,9 @@ struct Options {
   int64_t working_set_bytes = int64_t{512} << 20;
   int reps = 5;
   std::string models;
+  std::string model_filter;
+  bool all_shapes = false;
+  bool step_only = false;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -126,14 +135,20 @@ struct Group {
   }
 };
 
-// Per type: the (rows, cols) group with the most bytes; 2-D tensors only.
-std::vector<Group> largest_groups(const model::GgufFile& f) {
+// Per type: the (rows, cols) group with the most bytes (all_shapes: every group); 2-D tensors only.
+std::vector<Group> largest_groups(const model::GgufFile& f, bool all_shapes = false) {
   std::map<std::tuple<GgmlType, int64_t, int64_t>, Group> groups;
   for (const auto& t : f.tensors()) {
     if (t.dims.size() != 2 || !is_weight_type_supported(t.type)) continue;
     auto key = std::make_tuple(t.type, t.dims[1], t.dims[0]);
     auto [it, fresh] = groups.try_emplace(key, Group{t.type, t.dims[1], t.dims[0], {}});
     it->second.tensors.push_back(&t);
+  }
+  if (all_shapes) {
+    std::vector<Group> out;
+    for (auto& [key, g] : groups) out.push_back(g);
+    std::sort(out.begin(), out.end(), [](const Group& a, const Group& b) { return a.bytes() > b.bytes(); });
+    return out;
   }
   std::map<GgmlType, Group> best;
   for (auto& [key, g] : groups) {
@@ -211,6 +226,64 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
   return j;
 }
 
+// Every matrix of the model once, in file order, n = 1 (token_embd only where it is also the
+// output head, i.e. no output.weight): the matmuls of one decode step back to back.
+nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::GgufFile& f,
+                          const Options& opt) {
+  bool has_output = false;
+  for (const auto& t : f.tensors()) has_output = has_output || t.name == "output.weight";
+  std::vector<DeviceWeight> weights;
+  int64_t bytes = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.dims.size() != 2 || !is_weight_type_supported(t.type)) continue;
+    if (t.name == "token_embd.weight" && has_output) continue;  // a row lookup, not a matmul
+    weights.push_back(upload_weight(ctx, runner::weight_bytes(t)));
+    bytes += weights.back().source_bytes();
+  }
+  // matmuls of different widths: per width one activation buffer of n rows, quantised once
+  int64_t max_rows = 0;
+  for (const DeviceWeight& w : weights) max_rows = std::max(max_rows, w.rows());
+  auto pass = [&](int64_t n) {
+    std::map<int64_t, std::pair<ocl::Buffer, QuantizedActivations>> acts;
+    for (const DeviceWeight& w : weights) {
+      if (acts.contains(w.cols())) continue;
+      std::vector<float> v(static_cast<size_t>(n * w.cols()));
+      std::mt19937 rng(1);
+      std::normal_distribution<float> dist;
+      for (float& e : v) e = dist(rng);
+      auto& [xb, xq] = acts[w.cols()];
+      xb = ocl::Buffer(ctx, v.size() * sizeof(float));
+      xb.write(ctx, v.data(), v.size() * sizeof(float));
+      quantize_activations(ctx, xb, n, w.cols(), xq);
+    }
+    ocl::Buffer yb(ctx, static_cast<size_t>(n * max_rows) * sizeof(float));
+    double best = 1e30;
+    for (int rep = 0; rep < opt.reps + 1; ++rep) {  // the first pass builds the programs
+      const auto t0 = Clock::now();
+      for (const DeviceWeight& w : weights) {
+        auto& [xb, xq] = acts[w.cols()];
+        matmul(ctx, w, xb, xq, n, yb);
+      }
+      ctx.finish();
+      if (rep > 0) best = std::min(best, seconds_since(t0));
+    }
+    return best;
+  };
+  const double bw_before = reader.GBps(3);
+  const double t1 = pass(1);
+  const double bw = std::max(bw_before, reader.GBps(3));
+  const double t4 = pass(4), t8 = pass(8);
+  const double gbps = static_cast<double>(bytes) / t1 / 1e9;
+  std::fprintf(stderr,
+               "  step: %zu matmuls, %.1f MB, %.2f ms, %.2f GB/s (read %.2f: %.0f%%); n=4 %.2f ms "
+               "(%.2fx), n=8 %.2f ms (%.2fx)\n",
+               weights.size(), static_cast<double>(bytes) / 1e6, t1 * 1e3, gbps, bw, 100.0 * gbps / bw,
+               t4 * 1e3, t4 / t1, t8 * 1e3, t8 / t1);
+  return {{"matmuls", weights.size()}, {"MB", static_cast<double>(bytes) / 1e6}, {"ms", t1 * 1e3},
+          {"GBps", gbps}, {"device_read_GBps", bw}, {"vs_read", gbps / bw},
+          {"n4_ms", t4 * 1e3}, {"n8_ms", t8 * 1e3}, {"n4_vs_n1", t4 / t1}, {"n8_vs_n1", t8 / t1}};
+}
+
 // Seconds per matmul launch on a tiny in-cache matrix (16 x 256 Q4_0, n = 1), back to back: the
 // fixed cost every launch pays on this device.
 double launch_seconds(ocl::Context& ctx) {
@@ -282,6 +355,12 @@ Options parse(int argc, char** argv) {
       o.reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--models" && i + 1 < argc)
       o.models = argv[++i];
+    else if (a == "--model" && i + 1 < argc)
+      o.model_filter = argv[++i];
+    else if (a == "--all-shapes")
+      o.all_shapes = true;
+    else if (a == "--step-only")
+      o.all_shapes = o.step_only = true;
   }
   return o;
 }
@@ -313,7 +392,9 @@ int main(int argc, char** argv) {
   std::vector<fs::path> files;
   if (fs::is_directory(opt.models)) {
     for (const auto& e : fs::directory_iterator(opt.models)) {
-      if (e.path().extension() == ".gguf") files.push_back(e.path());
+      if (e.path().extension() == ".gguf" &&
+          e.path().filename().string().find(opt.model_filter) != std::string::npos)
+        files.push_back(e.path());
     }
   }
   std::sort(files.begin(), files.end());
@@ -321,24 +402,31 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", p.filename().c_str());
     const model::GgufFile f = model::GgufFile::open(p.string());
     nlohmann::json groups = nlohmann::json::array();
-    for (const Group& g : largest_groups(f)) groups.push_back(bench_group(*ctx, reader, g, opt));
-    models.push_back({{"model", p.filename().string()}, {"groups", groups}});
+    if (!opt.step_only) {
+      for (const Group& g : largest_groups(f, opt.all_shapes))
+        groups.push_back(bench_group(*ctx, reader, g, opt));
+    }
+    nlohmann::json m = {{"model", p.filename().string()}, {"groups", groups}};
+    if (opt.all_shapes) m["step"] = bench_step(*ctx, reader, f, opt);
+    models.push_back(m);
   }
   out["models"] = models;
-  std::vector<GgmlType> missing;
-  for (GgmlType t : supported_weight_types()) {
-    bool seen = false;
-    for (const auto& m : models) {
-      for (const auto& g : m["groups"]) seen = seen || g["type"] == weight_type_name(t);
+  if (opt.model_filter.empty()) {  // formats no cached model holds, on random blocks
+    std::vector<GgmlType> missing;
+    for (GgmlType t : supported_weight_types()) {
+      bool seen = false;
+      for (const auto& m : models) {
+        for (const auto& g : m["groups"]) seen = seen || g["type"] == weight_type_name(t);
+      }
+      if (!seen) missing.push_back(t);
     }
-    if (!seen) missing.push_back(t);
+    Synthetic syn;
+    add_synthetic(syn, missing);
+    std::fprintf(stderr, "synthetic (random blocks, 8960 x 1536)\n");
+    nlohmann::json synthetic = nlohmann::json::array();
+    for (const Group& g : syn.groups) synthetic.push_back(bench_group(*ctx, reader, g, opt));
+    out["synthetic"] = synthetic;
   }
-  Synthetic syn;
-  add_synthetic(syn, missing);
-  std::fprintf(stderr, "synthetic (random blocks, 8960 x 1536)\n");
-  nlohmann::json synthetic = nlohmann::json::array();
-  for (const Group& g : syn.groups) synthetic.push_back(bench_group(*ctx, reader, g, opt));
-  out["synthetic"] = synthetic;
   out["launch_us"] = launch_seconds(*ctx) * 1e6;
   std::fprintf(stderr, "launch: %.1f us per matmul launch\n", out["launch_us"].get<double>());
   out["bandwidth_GBps"]["host_read_all_threads_after"] = host_read_GBps(bw_bytes, threads);

@@ -275,6 +275,14 @@ QuantIsa device_quant_isa(ocl::Context& ctx) {
   return isas.back();
 }
 
+namespace {
+std::atomic<int> g_prefetch_override{-1};  // -1: none
+}  // namespace
+
+void set_quant_prefetch_override(std::optional<int> bytes) {
+  g_prefetch_override.store(bytes.has_value() ? std::max(0, *bytes) : -1);
+}
+
 void set_quant_isa_override(std::optional<QuantIsa> isa) {
   std::lock_guard<std::mutex> lock(g_isa_mu);
   g_isa_override = isa;
@@ -285,6 +293,17 @@ void set_quant_isa_override(std::optional<QuantIsa> isa) {
 bool device_has_avx512bw(ocl::Context& ctx) {
   const std::vector<QuantIsa>& isas = device_quant_isas(ctx);
   return std::find(isas.begin(), isas.end(), QuantIsa::kAvx512bw) != isas.end();
+}
+
+int default_prefetch_bytes(const ocl::DeviceInfo& device, QuantIsa isa) {
+  // Software prefetch (x86 builtin paths only) 2 KiB ahead on Intel CPUs: on a 2-core Xeon VM
+  // (AVX-512) it lifted a GEMV from 70-85 % to 90-100 % of the streaming bandwidth (the hardware
+  // prefetchers alone left the cores waiting between bursts of integer work). On an AMD EPYC
+  // Zen 4 it does the opposite: a 1.5B decode step's matmuls at 92-108 % of the streaming read
+  // without it, 55-76 % with 2 KiB ahead and less further ahead (bench/quant_bench --all-shapes,
+  // alternating runs; docs/quant.md). Other vendors: off (unmeasured; the hardware prefetchers).
+  if (isa == QuantIsa::kPortable || device.type != "cpu") return 0;
+  return device.vendor.find("Intel") != std::string::npos ? 2048 : 0;
 }
 
 MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
@@ -299,18 +318,18 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
     cl_context handle = nullptr;
     uint64_t generation = 0;
     QuantIsa isa = QuantIsa::kPortable;
+    int prefetch_bytes = 0;
   };
   thread_local Resolved resolved;
   const uint64_t generation = g_isa_generation.load(std::memory_order_relaxed);
   if (resolved.ctx != &ctx || resolved.handle != ctx.get() || resolved.generation != generation) {
-    resolved = {&ctx, ctx.get(), generation, device_quant_isa(ctx)};
+    const QuantIsa isa = device_quant_isa(ctx);
+    resolved = {&ctx, ctx.get(), generation, isa, default_prefetch_bytes(ctx.device(), isa)};
   }
   cfg.isa = resolved.isa;
-  // Software prefetch 2 KiB ahead: on PoCL's CPU device it lifts a GEMV from 70-85 % to 90-100 %
-  // of the streaming bandwidth (the hardware prefetchers alone leave the cores waiting between
-  // bursts of integer work). Only the x86 builtin paths have it.
   static const int prefetch = env_int("SPECDEC_QUANT_PREFETCH", -1, 0, 1 << 20);
-  cfg.prefetch_bytes = prefetch >= 0 ? prefetch : cfg.isa != QuantIsa::kPortable ? 2048 : 0;
+  const int forced = g_prefetch_override.load(std::memory_order_relaxed);
+  cfg.prefetch_bytes = forced >= 0 ? forced : prefetch >= 0 ? prefetch : resolved.prefetch_bytes;
   return cfg;
 }
 

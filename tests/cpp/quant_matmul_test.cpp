@@ -180,6 +180,40 @@ TEST_P(QuantMatmulIntegerPaths, BitwiseEqualToPortable) {
   EXPECT_EQ(bit_differences(fast, portable), 0) << quant_isa_name(isa());
 }
 
+// Software prefetch is a hint: on or off, bitwise the same results (x86 paths only compile it in).
+TEST_P(QuantMatmulIntegerPaths, PrefetchOnOffBitwise) {
+  const GgmlType t = type();
+  const int64_t rows = 300, cols = cols_for(t, 1536);
+  const std::vector<uint8_t> wq = random_weights(t, rows, cols, 31);
+  const DeviceWeight w = upload(t, wq, rows, cols);
+  for (int64_t n : {1, 5, 70}) {
+    const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 32);
+    set_quant_prefetch_override(0);
+    ASSERT_EQ(matmul_config(*context(), n).prefetch_bytes, 0);
+    const std::vector<float> off = device_matmul(w, x, n);
+    set_quant_prefetch_override(2048);
+    ASSERT_EQ(matmul_config(*context(), n).prefetch_bytes, 2048);
+    const std::vector<float> on = device_matmul(w, x, n);
+    set_quant_prefetch_override(std::nullopt);
+    EXPECT_EQ(bit_differences(on, off), 0) << weight_type_name(t) << " n=" << n;
+  }
+}
+
+TEST(QuantMatmulPrefetch, DefaultByVendor) {
+  ocl::DeviceInfo d;
+  d.type = "cpu";
+  d.vendor = "GenuineIntel";
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx512bw), 2048);
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx2), 2048);
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kPortable), 0);  // no builtin to prefetch with
+  d.vendor = "AuthenticAMD";
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx512bw), 0);
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx2), 0);
+  d.vendor = "Intel(R) Corporation";
+  d.type = "gpu";
+  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kPortable), 0);
+}
+
 TEST(QuantMatmulIsa, NamesAndForcing) {
   for (QuantIsa isa : {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
                        QuantIsa::kAvx512vnni}) {
