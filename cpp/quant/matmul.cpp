@@ -296,14 +296,14 @@ bool device_has_avx512bw(ocl::Context& ctx) {
 }
 
 int default_prefetch_bytes(const ocl::DeviceInfo& device, QuantIsa isa) {
-  // Software prefetch (x86 builtin paths only) 2 KiB ahead on Intel CPUs: on a 2-core Xeon VM
-  // (AVX-512) it lifted a GEMV from 70-85 % to 90-100 % of the streaming bandwidth (the hardware
-  // prefetchers alone left the cores waiting between bursts of integer work). On an AMD EPYC
-  // Zen 4 it does the opposite: a 1.5B decode step's matmuls at 92-108 % of the streaming read
-  // without it, 55-76 % with 2 KiB ahead and less further ahead (bench/quant_bench --all-shapes,
-  // alternating runs; docs/quant.md). Other vendors: off (unmeasured; the hardware prefetchers).
+  // Software prefetch (x86 builtin paths only) 2 KiB ahead: on a 2-core Xeon VM (AVX-512) it
+  // lifted a GEMV from 70-85 % to 90-100 % of the streaming bandwidth (the hardware prefetchers
+  // alone left the cores waiting between bursts of integer work). On an AMD EPYC Zen 4 a 1.5B
+  // decode step's matmuls take the same time with or without it, and 4- and 8-row passes are
+  // faster with it (bench/quant_bench --step-only, alternating runs on a quiet machine;
+  // docs/quant.md). GPUs and the portable path: none.
   if (isa == QuantIsa::kPortable || device.type != "cpu") return 0;
-  return device.vendor.find("Intel") != std::string::npos ? 2048 : 0;
+  return 2048;
 }
 
 MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {

@@ -91,7 +91,7 @@ struct MatmulConfig {
 // device_quant_isa), SPECDEC_QUANT_PREFETCH (bytes, 0 = off).
 MatmulConfig matmul_config(ocl::Context& ctx, int64_t n);
 // The software prefetch distance a device gets unless SPECDEC_QUANT_PREFETCH says otherwise:
-// 2048 bytes on Intel CPUs with an x86 integer path, 0 elsewhere (measured: matmul.cpp).
+// 2048 bytes on CPUs with an x86 integer path, 0 elsewhere (measured: matmul.cpp).
 int default_prefetch_bytes(const ocl::DeviceInfo& device, QuantIsa isa);
 // Forces the prefetch distance for this process (tests: both settings give bitwise the same
 // results); nullopt restores SPECDEC_QUANT_PREFETCH or the default.

@@ -199,17 +199,16 @@ TEST_P(QuantMatmulIntegerPaths, PrefetchOnOffBitwise) {
   }
 }
 
-TEST(QuantMatmulPrefetch, DefaultByVendor) {
+TEST(QuantMatmulPrefetch, DefaultPerDevice) {
   ocl::DeviceInfo d;
   d.type = "cpu";
-  d.vendor = "GenuineIntel";
-  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx512bw), 2048);
-  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx2), 2048);
-  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kPortable), 0);  // no builtin to prefetch with
-  d.vendor = "AuthenticAMD";
-  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx512bw), 0);
-  EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx2), 0);
-  d.vendor = "Intel(R) Corporation";
+  for (const char* vendor : {"GenuineIntel", "AuthenticAMD"}) {
+    d.vendor = vendor;
+    EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx512bw), 2048) << vendor;
+    EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kAvx2), 2048) << vendor;
+    EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kPortable), 0) << vendor;  // no builtin
+  }
+  d.vendor = "NVIDIA Corporation";
   d.type = "gpu";
   EXPECT_EQ(default_prefetch_bytes(d, QuantIsa::kPortable), 0);
 }
