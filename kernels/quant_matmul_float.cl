@@ -24,7 +24,8 @@ inline float16 load_w(global const w_t* p) { return as_float16(convert_uint16(vl
 kernel void matmul_float(global const uchar* wbuf, ulong w_off,
                          global const float* x,  // [n, cols]
                          global float* y,        // [n, rows]
-                         int rows, int cols, int n) {
+                         int rows, int cols, int n,
+                         int y_off, int ldy) {  // y row i at y + y_off + i * ldy
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
@@ -65,6 +66,6 @@ kernel void matmul_float(global const uchar* wbuf, ulong w_off,
   }
   for (int i = 0; i < nr; ++i) {
     const float16 s = (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
-    store_rows(y + (size_t)(i0 + i) * rows, s, g * 16, rows);
+    store_rows(y + y_off + (size_t)(i0 + i) * ldy, s, g * 16, rows);
   }
 }

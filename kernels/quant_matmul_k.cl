@@ -28,7 +28,8 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
                      global const char* xq,       // [n, cols]
                      global const act_rec* xrec,  // [n, cols / 32]
                      global float* y,             // [n, rows]
-                     int rows, int cols, int n) {
+                     int rows, int cols, int n,
+                     int y_off, int ldy) {  // y row i at y + y_off + i * ldy
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
@@ -152,5 +153,5 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #error "define WEIGHT_Q4_K, WEIGHT_Q5_K or WEIGHT_Q6_K"
 #endif
   }
-  for (int i = 0; i < nr; ++i) store_rows(y + (size_t)(i0 + i) * rows, acc[i], g * 16, rows);
+  for (int i = 0; i < nr; ++i) store_rows(y + y_off + (size_t)(i0 + i) * ldy, acc[i], g * 16, rows);
 }

@@ -16,7 +16,8 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
                      global const short* xq16,    // [n, cols]
                      global const act_rec* xrec,  // [n, cols / 32]
                      global float* y,             // [n, rows]
-                     int rows, int cols, int n) {
+                     int rows, int cols, int n,
+                     int y_off, int ldy) {  // y row i at y + y_off + i * ldy
   const int g = get_global_id(0);
   if (g * 16 >= rows) return;  // padding work-items of a rounded-up global size
   const int i0 = get_global_id(1) * NB;
@@ -95,5 +96,5 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #endif
     }
   }
-  for (int i = 0; i < nr; ++i) store_rows(y + (size_t)(i0 + i) * rows, acc[i], g * 16, rows);
+  for (int i = 0; i < nr; ++i) store_rows(y + y_off + (size_t)(i0 + i) * ldy, acc[i], g * 16, rows);
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <mutex>
@@ -371,11 +372,24 @@ void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
 }
 
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
-            const QuantizedActivations& xq, int64_t n, ocl::Buffer& y) {
+            const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   const int64_t rows = w.rows(), cols = w.cols();
-  check_holds(y, n, rows, sizeof(float), "y", "[n, rows]");
+  const int64_t ldy = out.stride == 0 ? rows : out.stride;
+  if (out.offset != 0 || out.stride != 0) {
+    SPECDEC_CHECK(out.offset >= 0 && ldy >= rows && out.offset + rows <= ldy && ldy <= std::numeric_limits<int32_t>::max(),
+                  "output columns", str_cat("offset ", out.offset, ", stride ", ldy),
+                  str_cat("must place the ", rows, " columns inside each row: 0 <= offset, offset + ",
+                          rows, " <= stride"));
+    const auto need = static_cast<size_t>(n > 0 ? (n - 1) * ldy + out.offset + rows : 0) * sizeof(float);
+    SPECDEC_CHECK(y.get() != nullptr && y.size_bytes() >= need, "y", str_cat(y.size_bytes(), " bytes"),
+                  str_cat("must hold ", n, " rows of stride ", ldy, " from column ", out.offset, " (",
+                          need, " bytes)"));
+  } else {
+    check_holds(y, n, rows, sizeof(float), "y", "[n, rows]");
+  }
   if (n == 0) return;
+  const cl_int y_off = static_cast<cl_int>(out.offset), y_ld = static_cast<cl_int>(ldy);
   const MatmulConfig cfg = matmul_config(ctx, n);
   const std::string& options = matmul_options(w.type(), cfg);
   const int64_t chunks = (n + cfg.rows_per_item - 1) / cfg.rows_per_item;
@@ -386,7 +400,9 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     k.arg(0, w.buffer).arg(1, plane_offset(w, 0)).arg(2, x).arg(3, y);
     k.arg(4, static_cast<cl_int>(rows))
         .arg(5, static_cast<cl_int>(cols))
-        .arg(6, static_cast<cl_int>(n));
+        .arg(6, static_cast<cl_int>(n))
+        .arg(7, y_off)
+        .arg(8, y_ld);
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
     return;
   }
@@ -400,7 +416,9 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     k.arg(4, xq.q8).arg(5, xq.q16).arg(6, xq.rec).arg(7, y);
     k.arg(8, static_cast<cl_int>(rows))
         .arg(9, static_cast<cl_int>(cols))
-        .arg(10, static_cast<cl_int>(n));
+        .arg(10, static_cast<cl_int>(n))
+        .arg(11, y_off)
+        .arg(12, y_ld);
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   } else {
     ocl::Kernel k = ctx.kernel("quant_matmul_k", "matmul_k", options);
@@ -409,7 +427,9 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
     k.arg(5, xq.q8).arg(6, xq.rec).arg(7, y);
     k.arg(8, static_cast<cl_int>(rows))
         .arg(9, static_cast<cl_int>(cols))
-        .arg(10, static_cast<cl_int>(n));
+        .arg(10, static_cast<cl_int>(n))
+        .arg(11, y_off)
+        .arg(12, y_ld);
     launch_2d(ctx, k, w.layout.groups, chunks, local_items());
   }
 }

@@ -45,13 +45,21 @@ void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out);
 
+// Where a matmul writes its [n, rows] result: row i at y + offset + i * stride (floats; stride 0:
+// rows, i.e. contiguous). Lets matmuls of different weight types fill column ranges of one wider
+// row buffer (q | k stacked and v apart, written into one q | k | v row for the fused epilogue).
+struct OutputColumns {
+  int64_t offset = 0;
+  int64_t stride = 0;
+};
+
 // y [n, rows] = x [n, cols] . W^T, all f32. n == 0 does nothing.
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
             ocl::Buffer& y);
 // The same with x already quantised by quantize_activations (ignored for F32/F16/BF16 weights,
-// which read x itself).
+// which read x itself), writing where `out` says.
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
-            const QuantizedActivations& xq, int64_t n, ocl::Buffer& y);
+            const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out = {});
 
 // out [n, cols] = scale * W[ids[i], :] (f32), dequantised on the device; ids int32 [n]. Ids are
 // clamped to [0, rows) on the device; the host overload checks them first (ConfigError).

@@ -41,12 +41,22 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(c.head_size));
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
-  if (w.wqkv && !c.qk_norm && owns_kv && c.head_size == c.head_size_v && fused_qkv_epilogue() &&
+  // q | k | v rows [t, q + k + v] into s.fused: one launch (wqkv), or two (wqk, then wv)
+  const bool stacked = w.wqkv.has_value() || w.wqk.has_value();
+  auto project_qkv = [&] {
+    if (w.wqkv) {
+      quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
+    } else {
+      quant::matmul(ctx, *w.wqk, s.h, s.xq, t, s.fused, {0, q + k + v});
+      quant::matmul(ctx, w.wv, s.h, s.xq, t, s.fused, {q + k, q + k + v});
+    }
+  };
+  if (stacked && !c.qk_norm && owns_kv && c.head_size == c.head_size_v && fused_qkv_epilogue() &&
       (rope_index < 0 || s.rope_tables[rope_index].rope_dim() == c.head_size) &&
       kv::qkv_epilogue_fits(*b.view, c.num_kv_heads, c.head_size)) {
-    // two launches before attention: the q | k | v matmul, then bias + RoPE + the K/V cache
-    // write + q for attention in one epilogue (kernels/fused_qkv.cl)
-    quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
+    // two launches before attention (three with wqk + wv): the q | k | v matmul, then bias + RoPE
+    // + the K/V cache write + q for attention in one epilogue (kernels/fused_qkv.cl)
+    project_qkv();
     kv::QkvEpilogue e;
     e.x = &s.fused;
     e.x_stride = q + k + v;
@@ -68,8 +78,8 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);
     return;
   }
-  if (w.wqkv) {  // one launch for q, k and v (and one for their biases)
-    quant::matmul(ctx, *w.wqkv, s.h, s.xq, t, s.fused);
+  if (stacked) {  // one launch for q, k and v (two with wqk + wv; and one for their biases)
+    project_qkv();
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, q + k + v);
     if (t == 1) {  // one token (decode): q, k and v lie contiguous in the fused row, no split
       if (c.qk_norm) {

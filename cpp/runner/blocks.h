@@ -1,6 +1,7 @@
 // The building blocks of a decoder layer, shared by every architecture (an architecture is the
 // ModelConfig's choice among them: biases, QK norm, post norms, activation, MLA or GQA):
-//   gqa_attention   q/k/v projections (stacked when their types agree) + biases, QK norm, RoPE,
+//   gqa_attention   q/k/v projections (stacked when their types agree, q | k stacked beside v when
+//                   only theirs do) + biases, QK norm, RoPE,
 //                   K/V written through the layer's KV-cache group, the layer's attention
 //                   backend, output projection (llama, qwen2, qwen3, gemma3, chunked, KV-sharing)
 //   mla_attention   DeepSeek-V2 multi-head latent attention in absorbed form on the mla_latent

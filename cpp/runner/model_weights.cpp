@@ -116,7 +116,11 @@ void load_gqa_attention(Loader& load, const model::ModelConfig& c, int il, Layer
                     v = blk(il, "attn_v.weight");
   const bool owns_kv = c.layers[il].kv_sharing_target < 0;
   if (owns_kv) l.wqkv = load.stacked({q, k, v}, blk(il, "attn_qkv.weight"));
-  if (l.wqkv) {
+  if (owns_kv && !l.wqkv) {
+    l.wqk = load.stacked({q, k}, blk(il, "attn_qk.weight"));
+    if (l.wqk) l.wv = load.matrix(v);
+  }
+  if (l.wqkv || l.wqk) {
     if (c.qkv_bias) {
       const auto bq = load.floats(blk(il, "attn_q.bias")), bk = load.floats(blk(il, "attn_k.bias")),
                  bv = load.floats(blk(il, "attn_v.bias"));

@@ -26,12 +26,15 @@ struct LayerWeights {
   ocl::Buffer post_attn_norm, post_ffn_norm;   // [hidden] (Gemma 3), else empty
 
   // Attention (GQA). q, k and v of one weight type are stacked into wqkv ([q + k + v, hidden],
-  // one launch) and the separate wq / wk / wv stay empty; otherwise they are apart. A layer
+  // one launch) and the separate wq / wk / wv stay empty. When only q and k share a type (a
+  // Q4_K_M file's Q6_K attn_v layers), q | k are stacked into wqk and v stays in wv: two launches
+  // that write one q | k | v row (quant::OutputColumns). Otherwise they are apart. A layer
   // reading another layer's KV loads wq only.
   std::optional<quant::DeviceWeight> wqkv;
+  std::optional<quant::DeviceWeight> wqk;      // [q + k, hidden] beside wv, else empty
   quant::DeviceWeight wq, wk, wv, wo;          // [q, hidden], [kv, hidden], [v, hidden], [hidden, o]
   ocl::Buffer bq, bk, bv, bo;                  // biases, else empty
-  ocl::Buffer bqkv;                            // [q + k + v] with wqkv and biases, else empty
+  ocl::Buffer bqkv;                            // [q + k + v] with wqkv or wqk and biases, else empty
 
   // Attention (MLA, DeepSeek-V2). wq is attn_q_b after wq_a / q_a_norm (q LoRA) or attn_q.
   quant::DeviceWeight wq_a, wkv_a;             // [q_lora, hidden] (or empty), [lora + rope, hidden]

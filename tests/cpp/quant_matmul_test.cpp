@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -282,6 +283,69 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
     FAIL();
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
+  }
+}
+
+// Two matmuls of different weight types filling column ranges of one [n, a + b] buffer (q | k
+// and v of a Q4_K_M layer): each range bitwise the matmul alone, nothing else touched; every
+// family (K-quant, 32-block, float) and n = 1 (decode), 5 (verify), 70 (prefill chunks).
+TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
+  ocl::Context& ctx = *context();
+  const int64_t cols = 512, ra = 40, rb = 27, width = ra + rb + 3;  // 3 spare columns
+  for (auto [ta, tb] : {std::pair{GgmlType::kQ4_K, GgmlType::kQ6_K},
+                        std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0},
+                        std::pair{GgmlType::kF16, GgmlType::kQ5_K}}) {
+    const DeviceWeight wa = upload(ta, random_weights(ta, ra, cols, 41), ra, cols);
+    const DeviceWeight wb = upload(tb, random_weights(tb, rb, cols, 42), rb, cols);
+    for (int64_t n : {1, 5, 70}) {
+      const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 43);
+      const std::vector<float> ya = device_matmul(wa, x, n), yb = device_matmul(wb, x, n);
+      ocl::Buffer xb(ctx, x.size() * sizeof(float));
+      xb.write(ctx, x.data(), x.size() * sizeof(float));
+      QuantizedActivations xq;
+      quantize_activations(ctx, xb, n, cols, xq);
+      std::vector<float> y(static_cast<size_t>(n * width), -7.0f);
+      ocl::Buffer ybuf(ctx, y.size() * sizeof(float));
+      ybuf.write(ctx, y.data(), y.size() * sizeof(float));
+      matmul(ctx, wa, xb, xq, n, ybuf, {0, width});
+      matmul(ctx, wb, xb, xq, n, ybuf, {ra, width});
+      ybuf.read(ctx, y.data(), y.size() * sizeof(float));
+      int64_t diff = 0, touched = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < width; ++j) {
+          const float got = y[static_cast<size_t>(i * width + j)];
+          if (j < ra) {
+            diff += std::memcmp(&got, &ya[static_cast<size_t>(i * ra + j)], sizeof(float)) != 0;
+          } else if (j < ra + rb) {
+            diff += std::memcmp(&got, &yb[static_cast<size_t>(i * rb + j - ra)], sizeof(float)) != 0;
+          } else {
+            touched += got != -7.0f;
+          }
+        }
+      }
+      EXPECT_EQ(diff, 0) << weight_type_name(ta) << " + " << weight_type_name(tb) << " n=" << n;
+      EXPECT_EQ(touched, 0) << weight_type_name(ta) << " + " << weight_type_name(tb) << " n=" << n;
+    }
+  }
+}
+
+TEST(QuantMatmulChecks, OutputColumnsOutsideTheRowOrBuffer) {
+  ocl::Context& ctx = *context();
+  const DeviceWeight w = upload(GgmlType::kQ4_0, random_weights(GgmlType::kQ4_0, 32, 64, 1), 32, 64);
+  ocl::Buffer x(ctx, 2 * 64 * 4);
+  QuantizedActivations xq;
+  quantize_activations(ctx, x, 2, 64, xq);
+  ocl::Buffer y(ctx, 2 * 48 * 4);
+  EXPECT_NO_THROW(matmul(ctx, w, x, xq, 2, y, {16, 48}));
+  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {17, 48}), ConfigError);   // past the row's end
+  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {-1, 48}), ConfigError);
+  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {0, 31}), ConfigError);    // stride below rows
+  EXPECT_NO_THROW(matmul(ctx, w, x, xq, 2, y, {0, 64}));   // row 1 ends at the buffer's end
+  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {16, 80}), ConfigError);   // buffer too small
+  try {
+    matmul(ctx, w, x, xq, 2, y, {17, 48});
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("offset 17, stride 48"), std::string::npos) << e.what();
   }
 }
 

@@ -27,11 +27,14 @@ steps = [[R("a", list(range(3, 23)), num_logits=20), R("b", [7, 8, 9], num_logit
          [R("a", [5, 6, 7, 8, 9], num_computed_tokens=20, num_logits=5),              # a verify
           R("b", [11], num_computed_tokens=3)],                                        # beside a decode
          [R("a", [12], num_computed_tokens=25)]]
+kernels = set()
 for step in steps:
     out = runner.step(step)
     digest.update(out.logits.tobytes())
-kernels = sorted(k["kernel"] for k in ctx.take_profile()["kernels"])
-print(json.dumps({"digest": digest.hexdigest(), "kernels": kernels}))
+    profile = ctx.take_profile()["kernels"]  # the last one: the decode step's launches
+    kernels |= {k["kernel"] for k in profile}
+decode = {k["kernel"]: k["launches"] for k in profile}
+print(json.dumps({"digest": digest.hexdigest(), "kernels": sorted(kernels), "decode": decode}))
 """
 
 
@@ -43,11 +46,22 @@ def _run(path: str, fused: bool) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("arch,fmt", [("qwen2", "Q4_K"), ("llama", "Q8_0"), ("qwen2", "F32")])
-def test_fused_epilogue_is_bitwise_the_separate_kernels(tmp_path, arch, fmt):
-    path = write_random_model(tmp_path / f"{arch}.gguf", arch, fmt)
+@pytest.mark.parametrize("arch,fmt,formats", [
+    ("qwen2", "Q4_K", None), ("llama", "Q8_0", None), ("qwen2", "F32", None),
+    # q | k stacked and v apart (a Q4_K_M file's Q6_K attn_v layers): two matmuls into one row
+    ("qwen2", "Q4_K", {"attn_v.weight": "Q6_K"}), ("llama", "Q4_0", {"attn_v.weight": "Q8_0"})])
+def test_fused_epilogue_is_bitwise_the_separate_kernels(tmp_path, arch, fmt, formats):
+    path = write_random_model(tmp_path / f"{arch}.gguf", arch, fmt, tensor_formats=formats)
     fused, separate = _run(path, True), _run(path, False)
     assert "qkv_bias_rope_kv" in fused["kernels"], fused["kernels"]
     assert "qkv_bias_rope_kv" not in separate["kernels"]
     assert "rope" in separate["kernels"] and "rope" not in fused["kernels"]
     assert fused["digest"] == separate["digest"], "logits differ between the fused and separate paths"
+    # a decode step: per layer the q | k | v matmul (two with v apart), attn_output, gate | up
+    # and ffn_down, plus the head; no bias or RoPE launches of their own
+    d = fused["decode"]
+    layers = d["qkv_bias_rope_kv"]
+    matmuls = sum(n for k, n in d.items() if k.startswith("matmul_"))
+    assert matmuls == (5 if formats else 4) * layers + 1, d
+    assert "add_bias" not in d and "rope" not in d, d
+    assert sum(d.values()) < sum(separate["decode"].values())

@@ -143,3 +143,38 @@ def test_real_models_dequantized_twins_match_reference(context, real_model, tmp_
         total += len(ids)
         agree += len(ids) - len(flips)
     assert agree / total >= 0.99, (agree, total)
+
+
+def _runner_logits_decoding(context, path, tokens, prefill, max_model_len):
+    """Logits of every token: a prefill of `prefill` tokens, then one decode step per token."""
+    r = _core.ModelRunner(context, path, "", max_model_len, 64 << 20,
+                          max_num_batched_tokens=256, max_num_logits=256)
+    rows = [r.step([StepRequest("t", list(tokens[:prefill]), num_logits=prefill)]).logits]
+    for i in range(prefill, len(tokens)):
+        rows.append(r.step([StepRequest("t", [tokens[i]], num_computed_tokens=i)]).logits)
+    r.free("t")
+    return np.concatenate(rows)
+
+
+# Mixed weight types inside one layer, as Q4_K_M files have them: q | k stacked with v apart (two
+# matmuls writing one q | k | v row, then the fused epilogue, or the unfused path with QK norm),
+# or q, k and v all apart.
+@pytest.mark.parametrize("arch,fmt,formats", [
+    ("qwen2", "Q4_K", {"attn_v.weight": "Q6_K"}),   # wqk + wv, biases, fused epilogue
+    ("llama", "Q4_K", {"attn_v.weight": "Q8_0"}),   # wqk + wv, no biases
+    ("qwen3", "Q4_K", {"attn_v.weight": "Q6_K"}),   # wqk + wv with QK norm (unfused path)
+    ("gemma3", "Q4_0", {"attn_v.weight": "Q8_0"}),  # wqk + wv, QK norm, sliding windows
+    ("qwen2", "Q8_0", {"attn_k.weight": "Q4_K"}),   # q, k, v apart
+])
+def test_mixed_qkv_types_match_reference(context, tmp_path, arch, fmt, formats):
+    path = str(tmp_path / f"{arch}-mixed.gguf")
+    write_random_model(path, arch, fmt, seed=5, tensor_formats=formats)
+    rng = np.random.default_rng(11)
+    ids = [int(t) for t in rng.integers(3, 300, size=40)]
+    ref = NumpyModel(path).logits(ids)
+    for ours in (_runner_logits(context, path, ids, 64),                  # prefill (t = 40)
+                 _runner_logits_decoding(context, path, ids, 30, 64)):    # then decodes (t = 1)
+        rel, margin, flips = _compare(ours, ref)
+        assert rel.max() < 0.12, (rel.max(), np.median(rel))
+        assert all(margin[i] < 0.03 for i in flips), [(i, margin[i]) for i in flips]
+        assert len(flips) <= 6

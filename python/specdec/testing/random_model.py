@@ -103,8 +103,10 @@ def byte_vocab(size: int = 320) -> TokenizerSpec:
 
 
 class _Builder:
-    def __init__(self, variant: str, fmt: str, seed: int, dims: _Dims, vocab: int) -> None:
+    def __init__(self, variant: str, fmt: str, seed: int, dims: _Dims, vocab: int,
+                 overrides: Optional[Dict[str, str]] = None) -> None:
         self.variant, self.fmt, self.d, self.vocab = variant, fmt, dims, vocab
+        self.overrides = overrides or {}
         self.rng = np.random.default_rng(seed)
         self.tensors: List[Tuple[str, np.ndarray, str]] = []  # name, float32 data, format
 
@@ -114,7 +116,8 @@ class _Builder:
 
     def add(self, name: str, w: np.ndarray) -> None:
         """A weight in the file's format (NumPy shape; GGUF dims reversed)."""
-        self.tensors.append((name, w, storage_format(self.fmt, w.shape[-1])))
+        fmt = next((f for suffix, f in self.overrides.items() if name.endswith(suffix)), self.fmt)
+        self.tensors.append((name, w, storage_format(fmt, w.shape[-1])))
 
     def matrix(self, name: str, rows: int, cols: int, std: float = 0.0) -> None:
         self.add(name, self.draw(rows, cols, std))
@@ -243,12 +246,15 @@ def _write_metadata(w: GGUFWriter, b: _Builder, arch: str, tok: TokenizerSpec) -
 
 def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama",
                        weight_format: str = "F32", seed: int = 0, vocab_size: int = 320,
-                       extra_tensors: Optional[Dict[str, np.ndarray]] = None) -> str:
+                       extra_tensors: Optional[Dict[str, np.ndarray]] = None,
+                       tensor_formats: Optional[Dict[str, str]] = None) -> str:
     """Writes a random model of ``architecture`` (a variant in ARCHITECTURES) whose matrices are
     in ``weight_format`` (WEIGHT_FORMATS; a matrix whose rows do not fit its blocks falls back to
     Q8_0, then F16, as llama.cpp's quantizer does; norms and biases are F32). ``extra_tensors``
     (name -> array, stored F32) are added as they are: tests of files with tensors a model should
-    not have. Returns the path."""
+    not have. ``tensor_formats`` (name suffix -> format, e.g. ``{"attn_v.weight": "Q6_K"}``, as a
+    Q4_K_M file mixes them) overrides the format of the matrices whose names end so. Returns the
+    path."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"architecture = {architecture!r}: expected one of "
                          f"{', '.join(ARCHITECTURES)}")
@@ -258,7 +264,11 @@ def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama
     arch = architecture.split("-")[0]
     tok = byte_vocab(vocab_size)
     dims = _dims(architecture, weight_format)
-    b = _Builder(architecture, weight_format, seed, dims, len(tok.tokens))
+    for suffix, fmt in (tensor_formats or {}).items():
+        if fmt not in WEIGHT_FORMATS:
+            raise ValueError(f"tensor_formats[{suffix!r}] = {fmt!r}: expected one of "
+                             f"{', '.join(WEIGHT_FORMATS)}")
+    b = _Builder(architecture, weight_format, seed, dims, len(tok.tokens), tensor_formats or {})
     _build_tensors(b, arch)
     path = os.fspath(path)
     w = GGUFWriter(path, arch)
