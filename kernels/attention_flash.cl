@@ -10,6 +10,9 @@
 //   SPLIT_KEYS   keys per split (a multiple of BLOCK); split s covers the absolute key positions
 //                [s * SPLIT_KEYS, (s + 1) * SPLIT_KEYS)
 //   PF_DIST      software prefetch distance in blocks (0: off; the host sets 2 on CPU devices)
+//   QUANT_OUT    also write the output quantised per 32-block for the output projection (the
+//                bytes quantize_activations would write: kernels/quant_rows.clh), into the
+//                three buffers appended to each kernel's arguments: one launch fewer per layer
 //
 // Work: one work-group of one work-item per (work item, kv head): a shape for CPU devices
 // (PoCL), where the code vectorises through its explicit float16 types and the __local arrays
@@ -29,6 +32,10 @@
 // combines them in split order.
 
 #include "cache_dtype.clh"
+#ifdef QUANT_OUT
+#include "quant_rows.clh"
+#endif
+
 
 #if !defined(HEAD) || !defined(GROUP) || !defined(BLOCK) || !defined(TILE) || !defined(SPLIT_KEYS)
 #error "define HEAD, GROUP, BLOCK, TILE and SPLIT_KEYS"
@@ -38,6 +45,28 @@
 #endif
 
 #define NC (HEAD / 16)       // float16 chunks per K/V row
+
+// One output row (a token's q head, NC float16 chunks) into the output at element `at` of the
+// [num_tokens, num_q_heads * HEAD] output; with QUANT_OUT also its int8 blocks (HEAD % 32 == 0:
+// no block straddles two heads).
+#ifdef QUANT_OUT
+#if HEAD % 32 != 0
+#error "QUANT_OUT needs HEAD % 32 == 0"
+#endif
+#define QUANT_OUT_ARGS , __global char* xq, __global short* xq16, __global act_rec* xrec
+#define QUANT_OUT_PASS , xq, xq16, xrec
+#else
+#define QUANT_OUT_ARGS
+#define QUANT_OUT_PASS
+#endif
+inline void store_output_row(__global float* output, long at, const float16* o QUANT_OUT_ARGS) {
+  for (int c = 0; c < NC; ++c) vstore16(o[c], c, output + at);
+#ifdef QUANT_OUT
+  for (int c = 0; c < NC; c += 2)
+    quantize_block32(o[c], o[c + 1], xq, xq16, xrec, (size_t)(at + 16 * c), (size_t)((at + 16 * c) / 32));
+#endif
+}
+
 #define ROWS (TILE * GROUP)  // q rows of a work-group: row = token * GROUP + q head in group
 
 // Value chunks per pass: GROUP * VCHUNKS independent accumulators hide the FMA latency.
@@ -249,7 +278,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_split(
     __global float* part_ml,              // [partials, num_q_heads, 2]
     const int item_offset, const int max_blocks, const long k_offset, const long v_offset,
     const long stride_block, const long stride_head, const float q_scale, const float softcap,
-    const int window, const int chunk) {
+    const int window, const int chunk QUANT_OUT_ARGS) {
   const int4 item = items[item_offset + get_group_id(0)];
   const int kvh = get_group_id(1);
   const int num_q_heads = get_num_groups(1) * GROUP;
@@ -345,9 +374,10 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_split(
       const int row = t * GROUP + g, h = kvh * GROUP + g;
       __local const float16* a = acc + row * NC;
       if (tp.y == 1) {
-        __global float* out = output + ((long)(t0 + t) * num_q_heads + h) * HEAD;
         const float inv = 1.0f / ml[row].y;
-        for (int c = 0; c < NC; ++c) vstore16(a[c] * inv, c, out);
+        float16 o[NC];
+        for (int c = 0; c < NC; ++c) o[c] = a[c] * inv;
+        store_output_row(output, ((long)(t0 + t) * num_q_heads + h) * HEAD, o QUANT_OUT_PASS);
       } else {
         const long pi = (long)(tp.x + split - first_split) * num_q_heads + h;
         for (int c = 0; c < NC; ++c) vstore16(a[c], c, part_acc + pi * HEAD);
@@ -364,7 +394,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_merge(
     __global const float* part_acc,   // [partials, num_q_heads, HEAD]
     __global const float* part_ml,    // [partials, num_q_heads, 2]
     __global float* output,           // [num_tokens, num_q_heads, HEAD]
-    const int token_offset) {
+    const int token_offset QUANT_OUT_ARGS) {
   const int h = get_global_id(0), num_q_heads = get_global_size(0);
   const int t = token_offset + get_global_id(1);
   const int2 tp = token_part[t];
@@ -377,13 +407,14 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_attn_merge(
     denom += ml.y * exp2(ml.x - mx);
   }
   const float inv = 1.0f / denom;
-  __global float* out = output + ((long)t * num_q_heads + h) * HEAD;
+  float16 o[NC];
   for (int c = 0; c < NC; ++c) {
     float16 a = 0.0f;
     for (int i = 0; i < tp.y; ++i) {
       const long pi = (long)(tp.x + i) * num_q_heads + h;
       a = fma((float16)(exp2(part_ml[pi * 2] - mx)), vload16(c, part_acc + pi * HEAD), a);
     }
-    vstore16(a * inv, c, out);
+    o[c] = a * inv;
   }
+  store_output_row(output, ((long)t * num_q_heads + h) * HEAD, o QUANT_OUT_PASS);
 }

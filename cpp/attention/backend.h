@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/norm.h"  // ops::QuantizedOut
 #include "attention/metadata.h"
 #include "common/dtype.h"
 #include "kv/layout.h"
@@ -64,6 +65,9 @@ struct BackendCapabilities {
   bool sinks = false;
   bool separate_head_size_v = false;   // head_size_v != head_size (attention, not MLA)
   bool on_device = true;               // false: runs on the host (REFERENCE)
+  // Writes the output quantised as well when AttentionLayerParams::quantized_output asks (the
+  // output projection's int8 activations: one launch fewer per layer).
+  bool quantized_output = false;
   kv::KvLayout kv_layout = kv::KvLayout::kKvMajor;  // the layout it allocates its caches in
   // Other attention layouts it can read (through the view's strides), e.g. a KV-sharing layer
   // reading a cache written by another backend.
@@ -82,6 +86,10 @@ struct AttentionLayerParams {
   int attention_chunk_size = 0;  // 0: none; else a query at p sees keys >= floor(p / C) * C
   // [num_q_heads] f32 sink logits (an extra softmax term with no value), or null for none.
   const ocl::Buffer* sinks = nullptr;
+  // Where a backend with capabilities().quantized_output also writes the output quantised per
+  // 32-block ([num_tokens, num_q_heads * head_size_v], the bytes quant::quantize_activations
+  // would write); null: not asked. Others ignore it (the caller checks the capability).
+  const ops::QuantizedOut* quantized_output = nullptr;
 
   // Parameters of a layer with `spec`: heads and head sizes, and the window or chunk of its kind.
   static AttentionLayerParams from_spec(const kv::KvCacheSpec& spec, int num_q_heads, float scale);

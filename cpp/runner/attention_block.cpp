@@ -73,7 +73,7 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     e.head_size = c.head_size;
     const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
     kv::kv_cache_write_qkv(ctx, *b.tensor, *b.view, e, md.slot_mapping, static_cast<int>(t));
-    write_kv_and_attend(st, il, nullptr, nullptr, s.qb, scale, s.attn);  // K/V already written
+    write_kv_and_attend(st, il, nullptr, nullptr, s.qb, scale, s.attn, &w.wo);  // K/V written
     project(st, w.wo, s.attn, s.proj);
     if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);
     return;
@@ -117,7 +117,7 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
     if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
   }
-  write_kv_and_attend(st, il, owns_kv ? &k_rows : nullptr, &v_rows, *query, scale, s.attn);
+  write_kv_and_attend(st, il, owns_kv ? &k_rows : nullptr, &v_rows, *query, scale, s.attn, &w.wo);
 
   project(st, w.wo, s.attn, s.proj);
   if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);

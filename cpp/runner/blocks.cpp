@@ -1,5 +1,7 @@
 // StepBuffers, the projection helper and the gated FFN block (runner/blocks.h).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "common/errors.h"
 #include "ops/elementwise.h"
@@ -61,14 +63,43 @@ std::vector<LayerBinding> bind_layers(const model::ModelConfig& c, const attn::A
   return out;
 }
 
+namespace {
+
+bool fused_attention_quantisation() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPECDEC_FUSED_ATTN_QUANT");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+
+}  // namespace
+
 void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const kv::KvRows* v,
-                         const ocl::Buffer& query, float scale, ocl::Buffer& out) {
+                         const ocl::Buffer& query, float scale, ocl::Buffer& out,
+                         const quant::DeviceWeight* then_project) {
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
   if (k != nullptr) kv::kv_cache_write_kv(st.ctx, *b.tensor, *b.view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
   attn::AttentionLayerParams params = b.params;
   params.scale = scale;
+  // The output's int8 activations for the projection after it, written by the attention kernel.
+  // s.xq is taken over only now: the matmuls that read the layer input's quantisation from it
+  // were enqueued before (the in-order queue runs them first).
+  StepBuffers& s = st.s;
+  const int64_t width = int64_t{params.num_q_heads} * params.head_size_v;
+  const bool quantise = then_project != nullptr && b.group->backend->capabilities().quantized_output &&
+                        fused_attention_quantisation() && params.head_size_v % 32 == 0 &&
+                        then_project->cols() == width && then_project->type() != quant::GgmlType::kF32 &&
+                        then_project->type() != quant::GgmlType::kF16 &&
+                        then_project->type() != quant::GgmlType::kBF16 &&
+                        quant::prepare_activations(st.ctx, st.num_tokens, width, s.xq);
+  if (quantise) {
+    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+    params.quantized_output = &s.xq_out;
+  }
   b.group->backend->forward(st.ctx, md, params, *b.view, *b.tensor, query, out);
+  if (quantise) s.xq.source = out.get();
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {

@@ -83,9 +83,13 @@ void gated_ffn(const LayerStep& step, const LayerWeights& w);
 // The attention step shared by both attention blocks: writes the new K/V rows through the layer's
 // KV-cache group slot mapping (k == nullptr: a KV-sharing layer writes nothing), then attends with
 // the layer's backend: query [t, heads, head_size] -> out [t, heads, head_size_v], with `scale` and
-// the model's logit softcap.
+// the model's logit softcap. With `then_project` (the output projection that reads `out` next):
+// where the backend can (capabilities().quantized_output) and that matrix takes int8 activations,
+// the backend also writes out's quantisation into step.s.xq, so project() launches no quantisation
+// of its own; SPECDEC_FUSED_ATTN_QUANT=0 turns it off (read once: for measuring both).
 void write_kv_and_attend(const LayerStep& step, int il, const kv::KvRows* k, const kv::KvRows* v,
-                         const ocl::Buffer& query, float scale, ocl::Buffer& out);
+                         const ocl::Buffer& query, float scale, ocl::Buffer& out,
+                         const quant::DeviceWeight* then_project = nullptr);
 
 // y [t, w.rows()] = x [t, w.cols()] . W^T with x quantised first (one launch more for quantised
 // weights; F32 / F16 / BF16 weights read x directly).

@@ -23,6 +23,7 @@
 #include "attention_test_util.h"
 #include "common/errors.h"
 #include "kv/blocks.h"
+#include "quant/matmul.h"
 
 namespace specdec::attn {
 // Defined in cpp/attention/backends/ocl_flash.cpp: the host's local-memory estimate of one
@@ -364,6 +365,62 @@ TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
   const auto cut = forward(step);  // the step's plan no longer fits: several launches per call
   ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
   EXPECT_TRUE(same_bits(first, cut)) << "scratch changed after the step's plan";
+}
+
+// --- the output quantised as well (quantized_output) ---------------------------------------------
+
+// With quantized_output the kernels write the same output bits, and the int8 activations,
+// records and 16-bit copies are bitwise what quant::quantize_activations makes of that output: on
+// direct writes (one split) and merges (several), decodes, verify steps and prefill chunks, heads
+// 64 / 128 / 256, f16 and f32 caches, the scratch small enough for several launches.
+TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
+  std::mt19937 rng(123);
+  auto& ctx = *context();
+  const auto backend = make_ocl_flash_backend();
+  ASSERT_TRUE(backend->capabilities().quantized_output);
+  const std::vector<Req> reqs = {{0, 1}, {250, 8}, {800, 1}, {40, 5}, {1500, 1}, {254, 5}, {0, 16}};
+  for (const Case& c : {Case{"q64", DType::kF16, 64, 8, 2, 16, &reqs},
+                        Case{"q128", DType::kF32, 128, 4, 4, 32, &reqs},
+                        Case{"q256", DType::kF16, 256, 4, 1, 16, &reqs}}) {
+    for (const char* scratch : {"", "40000"}) {
+      if (*scratch != '\0') ::setenv("SPECDEC_FLASH_SCRATCH_BYTES", scratch, 1);
+      const kv::KvCacheSpec spec = spec_of(c);
+      AttentionLayerParams p = params_of(c);
+      const int64_t num_blocks = blocks_needed(reqs, c.bs);
+      const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
+      const CommonAttentionMetadata common = random_metadata(reqs, c.bs, num_blocks, true, rng);
+      const int64_t t = common.num_actual_tokens, width = int64_t{c.hq} * c.head;
+      const size_t n = static_cast<size_t>(t * width);
+      const std::vector<float> query = random_floats(n, rng);
+      ocl::Buffer q(ctx, n * 4), plain(ctx, n * 4), fused(ctx, n * 4);
+      q.write(ctx, query.data(), n * 4);
+      const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(ctx, common);
+      backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, plain);
+      quant::QuantizedActivations mine;
+      ASSERT_TRUE(quant::prepare_activations(ctx, t, width, mine));
+      const ops::QuantizedOut qo{&mine.q8, &mine.q16, &mine.rec};
+      p.quantized_output = &qo;
+      backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused);
+      quant::QuantizedActivations want;
+      quant::quantize_activations(ctx, plain, t, width, want);
+      auto bytes = [&](const ocl::Buffer& b, size_t size) {
+        std::vector<uint8_t> v(size);
+        b.read(ctx, v.data(), size);
+        return v;
+      };
+      const std::string what = c.name + (*scratch != '\0' ? " (several launches)" : "");
+      EXPECT_EQ(bytes(plain, n * 4), bytes(fused, n * 4)) << what << ": output";
+      EXPECT_EQ(bytes(want.q8, n), bytes(mine.q8, n)) << what << ": int8";
+      EXPECT_EQ(bytes(want.q16, n * 2), bytes(mine.q16, n * 2)) << what << ": int16";
+      EXPECT_EQ(bytes(want.rec, n / 32 * 16), bytes(mine.rec, n / 32 * 16)) << what << ": records";
+      quant::QuantizedActivations small;  // buffers for fewer tokens: refused, naming the field
+      ASSERT_TRUE(quant::prepare_activations(ctx, 1, width, small));
+      const ops::QuantizedOut too_small{&small.q8, &small.q16, &small.rec};
+      p.quantized_output = &too_small;
+      EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
+      ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
+    }
+  }
 }
 
 // --- local memory -------------------------------------------------------------------------------

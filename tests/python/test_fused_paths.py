@@ -38,8 +38,9 @@ print(json.dumps({"digest": digest.hexdigest(), "kernels": sorted(kernels), "dec
 """
 
 
-def _run(path: str, fused: bool) -> dict:
-    env = dict(os.environ, SPECDEC_FUSED_QKV="1" if fused else "0")
+def _run(path: str, fused: bool, fused_attn_quant: bool = True) -> dict:
+    env = dict(os.environ, SPECDEC_FUSED_QKV="1" if fused else "0",
+               SPECDEC_FUSED_ATTN_QUANT="1" if fused_attn_quant else "0")
     proc = subprocess.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -65,3 +66,23 @@ def test_fused_epilogue_is_bitwise_the_separate_kernels(tmp_path, arch, fmt, for
     assert matmuls == (5 if formats else 4) * layers + 1, d
     assert "add_bias" not in d and "rope" not in d, d
     assert sum(d.values()) < sum(separate["decode"].values())
+
+
+@pytest.mark.parametrize("arch,fmt", [("qwen2", "Q4_K"), ("qwen3", "Q4_K"), ("gemma3", "Q4_0"),
+                                      ("qwen2", "F32")])
+def test_attention_writes_the_output_projection_input_quantised(tmp_path, arch, fmt):
+    """OCL_FLASH also writes its output quantised for attn_output (one launch fewer per layer):
+    bitwise the logits of a separate quantisation (SPECDEC_FUSED_ATTN_QUANT=0), on prefill,
+    verify and decode steps; float weights (F32) take no int8 activations, so nothing changes."""
+    path = write_random_model(tmp_path / f"{arch}.gguf", arch, fmt)
+    fused, separate = _run(path, True, True), _run(path, True, False)
+    assert fused["digest"] == separate["digest"], "logits differ with the attention's quantisation"
+    d, e = fused["decode"], separate["decode"]
+    if fmt == "F32":
+        assert d == e
+    else:
+        layers = sum(n for k, n in e.items() if k.startswith("flash_attn_split"))
+        assert layers > 0, e  # OCL_FLASH serves these models
+        assert e.get("quantize_activations", 0) - d.get("quantize_activations", 0) == layers, (d, e)
+        assert sum(e.values()) - sum(d.values()) == layers
+

@@ -241,6 +241,7 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
   std::string options;     // the kernels' build options (one string per step, not per layer)
+  std::string options_quantized;  // the same with -DQUANT_OUT (the output quantised as well)
 };
 
 // The plan of `md` (at least one token) for shape `s`.
@@ -252,6 +253,7 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
                              s.block_size, s.split_keys);
   fm->options = build_options(ctx.device(), s.dtype, fm->tile, s.num_q_heads / s.num_kv_heads,
                               s.head_size, s.block_size, s.split_keys);
+  fm->options_quantized = fm->options + " -DQUANT_OUT";
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
   fm->items = upload_int32s(ctx, fm->plan.items);
   fm->token_part = upload_int32s(ctx, fm->plan.token_part);
@@ -338,6 +340,7 @@ OclFlashBackend::OclFlashBackend() {
   caps_.sinks = false;
   caps_.separate_head_size_v = false;
   caps_.on_device = true;
+  caps_.quantized_output = true;  // -DQUANT_OUT (head sizes 64, 128, 256: multiples of 32)
   caps_.kv_layout = kv::KvLayout::kBlockMajor;
 }
 
@@ -391,7 +394,19 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
     fm = make_flash_metadata(ctx, shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window,
                                            p.attention_chunk_size), md.host);
   }
-  const std::string& options = fm->options;
+  const ops::QuantizedOut* qo = p.quantized_output;
+  if (qo != nullptr) {
+    const int64_t t = md.host.num_actual_tokens, width = int64_t{hq} * d;
+    SPECDEC_CHECK(d % 32 == 0, "quantized_output", str_cat("head_size ", d),
+                  "needs head_size % 32 == 0 (int8 blocks of 32 within a head)");
+    SPECDEC_CHECK(qo->q8 != nullptr && qo->q16 != nullptr && qo->rec != nullptr &&
+                      qo->q8->size_bytes() >= static_cast<size_t>(t * width) &&
+                      qo->q16->size_bytes() >= static_cast<size_t>(t * width) * 2 &&
+                      qo->rec->size_bytes() >= static_cast<size_t>(t * width / 32) * 16,
+                  "quantized_output", "buffers too small",
+                  str_cat("must hold ", t, " x ", width, " activations"));
+  }
+  const std::string& options = qo != nullptr ? fm->options_quantized : fm->options;
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;
@@ -423,6 +438,12 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   arg(cl_int{p.sliding_window});
   arg(cl_int{p.attention_chunk_size});
   merge.arg(0, fm->token_part).arg(1, fm->part_acc).arg(2, fm->part_ml).arg(3, output);
+  if (qo != nullptr) {  // after every other argument (-DQUANT_OUT appends them)
+    arg(*qo->q8);
+    arg(*qo->q16);
+    arg(*qo->rec);
+    merge.arg(5, *qo->q8).arg(6, *qo->q16).arg(7, *qo->rec);
+  }
   const size_t local[2] = {1, 1};
   for (const FlashPlan::Launch& l : fm->plan.launches) {
     split.arg(item_offset_arg, cl_int{l.item_begin});
