@@ -161,8 +161,13 @@ void bind_step_request(py::module_& m) {
                            "num_computed_tokens=..., num_logits=...))"));
              }
              std::string names;
-             for (const auto item : kw)
+             for (const auto item : kw) {
+               const std::string key = py::str(item.first);
+               if (key == "request_id" || key == "tokens" || key == "num_computed_tokens" ||
+                   key == "num_logits" || key == "num_committed_tokens")
+                 continue;  // a known field beside an unknown one
                names += str_cat(names.empty() ? "" : ", ", short_repr(item.first));
+             }
              throw py::type_error(
                  str_cat("StepRequest: unknown keyword argument(s) ", names,
                          ": the fields are request_id, tokens, num_computed_tokens, num_logits "

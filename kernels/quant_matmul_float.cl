@@ -23,7 +23,7 @@ inline float16 load_w(global const w_t* p) { return as_float16(convert_uint16(vl
 
 kernel void matmul_float(global const uchar* wbuf, ulong w_off,
                          global const float* x,  // [n, cols]
-                         global float* y,        // [n, rows]
+                         global float* y,        // [n, ldy] from column y_off
                          int rows, int cols, int n,
                          int y_off, int ldy) {  // y row i at y + y_off + i * ldy
   const int g = get_global_id(0);

@@ -15,7 +15,7 @@ kernel void matmul_q(global const uchar* wbuf, ulong off0, ulong off1, ulong off
                      global const char* xq,       // [n, cols]
                      global const short* xq16,    // [n, cols]
                      global const act_rec* xrec,  // [n, cols / 32]
-                     global float* y,             // [n, rows]
+                     global float* y,             // [n, ldy] from column y_off
                      int rows, int cols, int n,
                      int y_off, int ldy) {  // y row i at y + y_off + i * ldy
   const int g = get_global_id(0);

@@ -377,10 +377,11 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
   const int64_t rows = w.rows(), cols = w.cols();
   const int64_t ldy = out.stride == 0 ? rows : out.stride;
   if (out.offset != 0 || out.stride != 0) {
-    SPECDEC_CHECK(out.offset >= 0 && ldy >= rows && out.offset + rows <= ldy && ldy <= std::numeric_limits<int32_t>::max(),
-                  "output columns", str_cat("offset ", out.offset, ", stride ", ldy),
-                  str_cat("must place the ", rows, " columns inside each row: 0 <= offset, offset + ",
-                          rows, " <= stride"));
+    SPECDEC_CHECK(out.offset >= 0 && ldy >= rows && out.offset <= ldy - rows &&
+                      ldy <= std::numeric_limits<int32_t>::max(),
+                  "output columns", str_cat("offset ", out.offset, ", stride ", out.stride),
+                  str_cat("must place the ", rows, " columns inside each row: 0 <= offset <= stride - ",
+                          rows, ", stride < 2^31 (stride 0: ", rows, ", contiguous)"));
     const auto need = static_cast<size_t>(n > 0 ? (n - 1) * ldy + out.offset + rows : 0) * sizeof(float);
     SPECDEC_CHECK(y.get() != nullptr && y.size_bytes() >= need, "y", str_cat(y.size_bytes(), " bytes"),
                   str_cat("must hold ", n, " rows of stride ", ldy, " from column ", out.offset, " (",

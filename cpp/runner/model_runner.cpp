@@ -429,7 +429,15 @@ double ModelRunner::warm_up() {
   // Returns whether it ran.
   auto run = [&](int64_t computed, int64_t n) {
     if (n < 1 || computed + n > max_model_len() || n > options_.max_num_batched_tokens) return false;
-    if (!manager_->allocate_slots(id, 0, computed + n).ok) {
+    // slots in prefill-sized steps, as a request gets them: each step frees the blocks that fell
+    // out of a sliding window or chunk, so the request holds what a real one at `computed` holds
+    bool ok = true;
+    for (int64_t c = 0; ok && c < computed;) {
+      const int64_t step = std::min(options_.max_num_batched_tokens, computed - c);
+      ok = manager_->allocate_slots(id, c, step).ok;
+      c += step;
+    }
+    if (!ok || !manager_->allocate_slots(id, computed, n).ok) {
       if (manager_->has_request(id)) manager_->free(id);
       return false;
     }
@@ -457,12 +465,19 @@ double ModelRunner::warm_up() {
   // 16 rows, as long as a step may be): every matmul variant
   const int64_t chunk = std::min<int64_t>({64, options_.max_num_batched_tokens, max_model_len()});
   for (int64_t n : {int64_t{1}, int64_t{2}, chunk}) run(0, n);
-  // a decode far enough into the context that split-KV attention splits and merges (256 keys a
-  // split): at position 1024, or, when one request's blocks for that do not fit the KV budget,
-  // at the latest of 768, 512, 384, 320 and 272 that fits (any request that passes a split must
-  // fit there too, so the merge kernel is never built inside one)
-  for (int64_t at : {int64_t{1024}, int64_t{768}, int64_t{512}, int64_t{384}, int64_t{320}, int64_t{272}})
-    if (run(std::min<int64_t>(max_model_len() - 1, at), 1)) break;
+  // a decode far enough into the context that split-KV attention splits and merges (OCL_FLASH
+  // and OCL_MLA split every 256 keys by default): at position 1024, or, when the free KV blocks
+  // do not hold a request that long (a warm-up while other requests run), at the latest of 768,
+  // 512, 384, 320 and 256 that fits. A request that passes a split must fit at 256 too, so the
+  // merge kernel is not built inside one. (A split size changed by SPECDEC_FLASH_SPLIT_KEYS or
+  // rounded up to blocks of 48 or more may need a later position than the last one tried.)
+  int64_t last = -1;
+  for (int64_t at : {int64_t{1024}, int64_t{768}, int64_t{512}, int64_t{384}, int64_t{320}, int64_t{256}}) {
+    at = std::min<int64_t>(max_model_len() - 1, at);
+    if (at == last) continue;  // short contexts: one try per position
+    last = at;
+    if (run(at, 1)) break;
+  }
   ctx_->finish();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -344,6 +344,7 @@ TEST(QuantMatmulChecks, OutputColumnsOutsideTheRowOrBuffer) {
   EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {16, 80}), ConfigError);   // buffer too small
   try {
     matmul(ctx, w, x, xq, 2, y, {17, 48});
+    ADD_FAILURE() << "no error for columns past the row's end";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("offset 17, stride 48"), std::string::npos) << e.what();
   }

@@ -164,7 +164,9 @@ def _runner_logits_decoding(context, path, tokens, prefill, max_model_len):
     ("llama", "Q4_K", {"attn_v.weight": "Q8_0"}),   # wqk + wv, no biases
     ("qwen3", "Q4_K", {"attn_v.weight": "Q6_K"}),   # wqk + wv with QK norm (unfused path)
     ("gemma3", "Q4_0", {"attn_v.weight": "Q8_0"}),  # wqk + wv, QK norm, sliding windows
-    ("qwen2", "Q8_0", {"attn_k.weight": "Q4_K"}),   # q, k, v apart
+    ("qwen2", "Q4_K", {"attn_k.weight": "Q8_0"}),   # q, k, v apart
+    ("llama-kvshare", "Q4_K", {"attn_v.weight": "Q6_K"}),  # wqk + wv, and layers reading them
+    ("llama-chunked", "Q4_K", {"attn_v.weight": "Q6_K"}),  # wqk + wv, chunked-local layers
 ])
 def test_mixed_qkv_types_match_reference(context, tmp_path, arch, fmt, formats):
     path = str(tmp_path / f"{arch}-mixed.gguf")
@@ -178,3 +180,16 @@ def test_mixed_qkv_types_match_reference(context, tmp_path, arch, fmt, formats):
         assert rel.max() < 0.12, (rel.max(), np.median(rel))
         assert all(margin[i] < 0.03 for i in flips), [(i, margin[i]) for i in flips]
         assert len(flips) <= 6
+
+
+def test_tensor_formats_are_checked(tmp_path):
+    """A test asking for a format gets it or an error: never a silent fallback or a no-op."""
+    with pytest.raises(ValueError, match="cannot hold"):  # rows of 128 in a Q8_0 model
+        write_random_model(str(tmp_path / "a.gguf"), "qwen2", "Q8_0",
+                           tensor_formats={"attn_k.weight": "Q4_K"})
+    with pytest.raises(ValueError, match="no tensor"):
+        write_random_model(str(tmp_path / "b.gguf"), "qwen2", "Q4_K",
+                           tensor_formats={"attn_qkv.weight": "Q8_0"})
+    with pytest.raises(ValueError, match="expected one of"):
+        write_random_model(str(tmp_path / "c.gguf"), "qwen2", "Q4_K",
+                           tensor_formats={"attn_v.weight": "Q7_K"})

@@ -136,3 +136,48 @@ def test_warm_up_decodes_past_a_split_when_the_kv_cache_is_busy(context, tmp_pat
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
     assert out["new"] == [], f"kernels built inside requests: {out['new']}"
+
+
+SLIDING_CHILD = r"""
+import glob, json, re, sys
+import specdec
+from specdec import _core
+from specdec._core import StepRequest as Req
+cache, model = sys.argv[1], sys.argv[2]
+def binaries():
+    return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
+ctx = specdec.Context()
+try:  # the smallest KV budget the runner takes for one request of max_model_len 1100
+    _core.ModelRunner(ctx, model, "", 1100, 1024)
+except Exception as e:
+    need = int(re.search(r"needs (\d+) bytes", str(e)).group(1))
+runner = _core.ModelRunner(ctx, model, "", 1100, need, max_num_batched_tokens=128)
+seconds = runner.warm_up()
+after_warm_up = binaries()
+n = 300  # past one split of split-KV attention in the global layers
+for c in range(0, n, 100):
+    runner.step([Req("r", [3 + (i + c) % 200 for i in range(100)], num_computed_tokens=c)])
+for k in range(8):
+    runner.step([Req("r", [5], num_computed_tokens=n + k)])
+print(json.dumps({"after_load": len(after_warm_up), "need": need,
+                  "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
+"""
+
+
+def test_warm_up_of_a_sliding_window_model_on_the_smallest_kv_budget(context, tmp_path):
+    """Gemma 3 layout (sliding-window layers beside global ones) with the KV budget of exactly
+    one request: the warm-up's long decode (its slots taken in prefill-sized steps, freeing the
+    window's old blocks as a request does) still runs, and no request builds a kernel. (Here the
+    planner's budget also held the slots asked for at once; the steps matter where it would not.)"""
+    if not _pocl(context):
+        pytest.skip("the check reads PoCL's kernel cache directory")
+    model = write_random_model(tmp_path / "g.gguf", "gemma3", "Q4_K")
+    cache = tmp_path / "pocl-cache"
+    cache.mkdir()
+    proc = subprocess.run([sys.executable, "-c", SLIDING_CHILD, str(cache), model],
+                          env=dict(os.environ, POCL_CACHE_DIR=str(cache)), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
+    assert out["new"] == [], f"kernels built inside requests: {out['new']}"

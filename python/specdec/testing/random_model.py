@@ -107,6 +107,7 @@ class _Builder:
                  overrides: Optional[Dict[str, str]] = None) -> None:
         self.variant, self.fmt, self.d, self.vocab = variant, fmt, dims, vocab
         self.overrides = overrides or {}
+        self.used: set = set()
         self.rng = np.random.default_rng(seed)
         self.tensors: List[Tuple[str, np.ndarray, str]] = []  # name, float32 data, format
 
@@ -116,8 +117,17 @@ class _Builder:
 
     def add(self, name: str, w: np.ndarray) -> None:
         """A weight in the file's format (NumPy shape; GGUF dims reversed)."""
-        fmt = next((f for suffix, f in self.overrides.items() if name.endswith(suffix)), self.fmt)
-        self.tensors.append((name, w, storage_format(fmt, w.shape[-1])))
+        suffix = next((x for x in self.overrides if name == x or name.endswith("." + x)), None)
+        if suffix is None:
+            self.tensors.append((name, w, storage_format(self.fmt, w.shape[-1])))
+            return
+        fmt = self.overrides[suffix]
+        stored = storage_format(fmt, w.shape[-1])
+        if stored != fmt:  # an override is what the test asked for: no silent fallback
+            raise ValueError(f"tensor_formats[{suffix!r}] = {fmt!r}: {name} has rows of "
+                             f"{w.shape[-1]}, which {fmt} cannot hold (it would be {stored})")
+        self.used.add(suffix)
+        self.tensors.append((name, w, fmt))
 
     def matrix(self, name: str, rows: int, cols: int, std: float = 0.0) -> None:
         self.add(name, self.draw(rows, cols, std))
@@ -270,6 +280,10 @@ def write_random_model(path: Union[str, os.PathLike], architecture: str = "llama
                              f"{', '.join(WEIGHT_FORMATS)}")
     b = _Builder(architecture, weight_format, seed, dims, len(tok.tokens), tensor_formats or {})
     _build_tensors(b, arch)
+    unused = sorted(set(b.overrides) - b.used)
+    if unused:
+        raise ValueError(f"tensor_formats: no tensor of a {architecture} model ends in "
+                         f"{', '.join(unused)}")
     path = os.fspath(path)
     w = GGUFWriter(path, arch)
     _write_metadata(w, b, arch, tok)
