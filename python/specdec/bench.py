@@ -283,6 +283,8 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                                                                 "sampling_seconds", "host_seconds")},
                 "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
             }
+            if cfg is None:
+                row["_tokens"] = toks  # for the plain rerun at the end (removed there)
             if core.adaptive is not None:
                 row["adaptive_off_steps"] = core.adaptive.num_off_steps
                 row["adaptive_probes"] = core.adaptive.num_probes
@@ -295,6 +297,29 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
     for r in rows:
         r["speedup_vs_plain"] = r["tokens_per_s"] / plain[r["category"]] if plain.get(r["category"]) else None
     return rows
+
+
+def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: List[dict], bar: _Bar,
+                log: Callable[[str], None]) -> Dict[str, dict]:
+    """Plain decoding once more after every specdec mode: how far the machine's own speed moved
+    during the run (per category: the first and the last plain tokens/s and their ratio). Ratios
+    to plain decoding mean little where it moved by more than the effects being compared."""
+    first = {r["category"]: r for r in rows if r["method"] == "plain"}
+    drift: Dict[str, dict] = {}
+    for cat, ids in prompt_ids.items():
+        out, _ = _run_one(llm, None, 0, False, ids, o.max_tokens)
+        again = out.metrics["tokens_per_s"]
+        ref = first.get(cat)
+        same = ref is not None and list(out.outputs[0].token_ids) == ref.get("_tokens")
+        before = ref["tokens_per_s"] if ref else None
+        drift[cat] = {"first_tokens_per_s": before, "last_tokens_per_s": again,
+                      "ratio": again / before if before else None, "same_tokens": same}
+        log(f"  {'plain (again, at the end)':28s} {cat:16s} {again:7.2f} tok/s  "
+            f"{'' if not before else f'{again / before:.2f}x the first plain run'}")
+        bar.step(f"plain again / {cat}")
+    for r in rows:
+        r.pop("_tokens", None)
+    return drift
 
 
 # ---------------------------------------------------------------- llama.cpp
@@ -783,11 +808,12 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     _run_one(llm, None, 0, False, warm, 16)
     for d in drafters.values():
         _run_one(llm, _core.spec.DraftModelProposer(d, llm.config.vocab_size), max(o.ks), False, warm, 16)
-    n_runs = len(_configs(o, bool(drafters))) * len(prompt_ids)
+    n_runs = (len(_configs(o, bool(drafters))) + 1) * len(prompt_ids)  # + plain again at the end
     if run_peer_tools:
         n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)
     bar = _Bar(n_runs, o.progress)
     rows = run_specdec(llm, drafters, o, prompt_ids, bar, log)
+    drift = rerun_plain(llm, o, prompt_ids, rows, bar, log)
     peer: List[dict] = []
     if run_peer_tools:
         peer = run_peer(o, target_path, drafter_path, llm.tokenizer, list(prompt_ids), bar, log)
@@ -807,8 +833,11 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         "plain_decode_effective_gb_s": decode_gb_s,
         "plain_decode_fraction_of_bandwidth": decode_gb_s / bw["all_threads_gb_s"] if decode_gb_s else None,
         "specdec": rows, "llama_cpp": peer, "llama_cpp_tools": str(bindir) if run_peer_tools else None,
+        "plain_drift": drift,
     }
     result["summary"] = summarize(rows, peer)
+    ratios = [d["ratio"] for d in drift.values() if d["ratio"] is not None]
+    result["summary"]["plain_drift_max"] = max((abs(r - 1.0) for r in ratios), default=None)
     json_path = write_file_atomic(out_dir / "bench.json",
                                   json.dumps(result, indent=2, default=lambda v: None), "--out")
     files = [str(json_path)]
@@ -816,6 +845,13 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         files += write_plots(result, out_dir)
     result["files"] = files
     log(table(result))
+    moved = [(c, d["ratio"]) for c, d in drift.items() if d["ratio"] is not None]
+    if moved:
+        worst = max(moved, key=lambda cr: abs(cr[1] - 1.0))
+        log(f"plain decoding again at the end: {', '.join(f'{c} {r:.2f}x' for c, r in moved)} of the "
+            f"first run" + (f" — the machine's speed moved by {100 * abs(worst[1] - 1):.0f}% during "
+                            "the run: speedups of that size are within its noise"
+                            if abs(worst[1] - 1.0) > 0.10 else ""))
     for f in files:
         log(f"wrote {f}")
     return result

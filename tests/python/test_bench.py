@@ -41,11 +41,18 @@ def test_bench_writes_json_and_plots(tmp_path, capsys):
     assert set(data["summary"]["adaptive_min_speedup_per_category"]) == {
         "draft_model adaptive k<=4", "ngram adaptive k<=4", "suffix adaptive k<=4"}
     assert data["llama_cpp"] == []
+    # plain decoding once more at the end: the machine's drift over the run, per category
+    assert set(data["plain_drift"]) == {"code_editing", "chat"}
+    for d in data["plain_drift"].values():
+        assert d["same_tokens"] is True and d["ratio"] > 0 and d["last_tokens_per_s"] > 0
+    assert data["summary"]["plain_drift_max"] >= 0
+    assert all("_tokens" not in r for r in data["specdec"])
     for name in ("speedup_overview.png", "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png"):
         png = (out / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     text = capsys.readouterr().out
     assert "speedup vs specdec plain" in text and "wrote" in text
+    assert "plain decoding again at the end" in text
     wrote = [line.split("/")[-1] for line in text.splitlines() if line.startswith("wrote ")]
     assert wrote[:2] == ["bench.json", "speedup_overview.png"]  # the at-a-glance plot first
 
