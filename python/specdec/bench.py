@@ -481,7 +481,8 @@ def _mode_label(r: dict, method: bool = True) -> str:
 
 def glance_bars(result: dict) -> dict:
     """What the first plot shows, per prompt category: specdec plain, specdec's best mode, each
-    specdec method at its best k (fixed or adaptive), llama.cpp plain and llama.cpp's best mode,
+    specdec method at its best k (fixed or adaptive), llama.cpp plain and llama.cpp's best mode
+    (a best mode is the fastest of all, plain decoding included: "plain" where nothing beats it),
     each as a speedup over llama.cpp's plain decoding in that category (over specdec plain where
     the run has no llama.cpp plain figure for it). Returns {"categories", "baseline" (per category:
     "llama.cpp plain", "specdec plain" or None), "series": [{"name", "kind", "bars": {category:
@@ -517,8 +518,9 @@ def glance_bars(result: dict) -> dict:
         series.append({"name": name, "kind": kind, "bars": bars})
 
     add("specdec plain", "specdec plain", lambda c: spec_plain.get(c))
-    if spec_modes:
-        add("specdec best mode", "specdec best", lambda c: best(r for r in spec_modes if r["category"] == c),
+    if spec_modes:  # the best of every mode, plain decoding included (where nothing beats it)
+        add("specdec best mode", "specdec best",
+            lambda c: best([*(r for r in spec_modes if r["category"] == c), *filter(None, [spec_plain.get(c)])]),
             _mode_label)
     for bm in dict.fromkeys(_base_method(r) for r in spec_modes):
         add(f"{bm} (best k)", "method",
@@ -528,7 +530,8 @@ def glance_bars(result: dict) -> dict:
         add("llama.cpp plain", "llama.cpp plain", lambda c: peer_plain.get(c))
         if peer_modes_:
             add("llama.cpp best mode", "llama.cpp best",
-                lambda c: best(r for r in peer_modes_ if r["category"] == c), _mode_label)
+                lambda c: best([*(r for r in peer_modes_ if r["category"] == c),
+                                *filter(None, [peer_plain.get(c)])]), _mode_label)
     return {"categories": cats, "baseline": {c: base[c][0] if base[c] else None for c in cats},
             "series": series}
 

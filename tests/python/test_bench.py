@@ -64,7 +64,8 @@ def _row(method, cat, tps, k=0, adaptive=False, base=None):
 
 def test_glance_plot_speedups_and_missing_data(tmp_path):
     """The first plot: per category specdec plain, its best mode, each method's best k,
-    llama.cpp plain (1.0) and its best mode, as speedups over llama.cpp plain; a category
+    llama.cpp plain (1.0) and its best mode (plain decoding where nothing beats it), as speedups
+    over llama.cpp plain; a category
     without a llama.cpp plain figure falls back to specdec plain; missing data is no crash."""
     pytest.importorskip("matplotlib")
     rows = [_row("plain", "chat", 10.0), _row("plain", "code_editing", 10.0), _row("plain", "summarisation", 8.0),
@@ -72,21 +73,24 @@ def test_glance_plot_speedups_and_missing_data(tmp_path):
             _row("ngram k=2", "code_editing", 30.0, 2, base="ngram"),
             _row("suffix adaptive k<=6", "chat", 11.0, 6, True, base="suffix"),
             _row("suffix k=2", "code_editing", None, 2, base="suffix"),
-            _row("ngram k=2", "summarisation", 12.0, 2, base="ngram")]
+            _row("ngram k=2", "summarisation", 12.0, 2, base="ngram"),
+            _row("plain", "code_generation", 10.0), _row("ngram k=2", "code_generation", 8.0, 2, base="ngram")]
     peer = [{"method": "llama.cpp plain", "category": "chat", "tokens_per_s": 20.0},
             {"method": "llama.cpp plain", "category": "code_editing", "tokens_per_s": 20.0},
             {"method": "llama.cpp plain", "category": "summarisation", "tokens_per_s": None},
             {"method": "llama.cpp lookup k=2", "category": "chat", "tokens_per_s": 25.0},
-            {"method": "llama.cpp lookup k=4", "category": "chat", "tokens_per_s": 22.0}]
+            {"method": "llama.cpp lookup k=4", "category": "chat", "tokens_per_s": 22.0},
+            {"method": "llama.cpp plain", "category": "code_generation", "tokens_per_s": 20.0},
+            {"method": "llama.cpp lookup k=2", "category": "code_generation", "tokens_per_s": 15.0}]
     result = {"specdec": rows, "llama_cpp": peer, "target": "/m/t.gguf",
-              "categories": ["chat", "code_editing", "summarisation"],
+              "categories": ["chat", "code_editing", "summarisation", "code_generation"],
               "machine": {"cpu": "cpu", "isa": [], "opencl_device": "dev"}}
     g = bench.glance_bars(result)
     s = {x["name"]: x["bars"] for x in g["series"]}
     assert list(s) == ["specdec plain", "specdec best mode", "ngram (best k)", "suffix (best k)",
                        "llama.cpp plain", "llama.cpp best mode"]
     assert g["baseline"] == {"chat": "llama.cpp plain", "code_editing": "llama.cpp plain",
-                             "summarisation": "specdec plain"}
+                             "summarisation": "specdec plain", "code_generation": "llama.cpp plain"}
     assert s["specdec plain"]["chat"] == (0.5, None)
     assert s["specdec best mode"]["chat"] == (0.75, "ngram k=4")
     assert s["ngram (best k)"]["chat"] == (0.75, "k=4")
@@ -94,7 +98,11 @@ def test_glance_plot_speedups_and_missing_data(tmp_path):
     assert "code_editing" not in s["suffix (best k)"] and "summarisation" not in s["suffix (best k)"]
     assert s["llama.cpp plain"]["chat"] == (1.0, None) and "summarisation" not in s["llama.cpp plain"]
     assert s["llama.cpp best mode"]["chat"] == (1.25, "lookup k=2")
-    assert "code_editing" not in s["llama.cpp best mode"]
+    assert s["llama.cpp best mode"]["code_editing"] == (1.0, "plain")  # no speculative run there
+    # where no speculative mode beats plain decoding, the best mode is plain decoding
+    assert s["llama.cpp best mode"]["code_generation"] == (1.0, "plain")
+    assert s["specdec best mode"]["code_generation"] == (0.5, "plain")
+    assert s["ngram (best k)"]["code_generation"] == (0.4, "k=2")
     assert s["specdec best mode"]["summarisation"] == (1.5, "ngram k=2")
     files = bench.write_plots(result, tmp_path)
     assert [Path(f).name for f in files][:2] == ["speedup_overview.png", "tokens_per_s.png"]
