@@ -5,6 +5,7 @@
 
 #include "common/errors.h"
 #include "ops/elementwise.h"
+#include "quant/formats.h"
 #include "ops/rows.h"
 #include "runner/blocks.h"
 
@@ -65,6 +66,10 @@ std::vector<LayerBinding> bind_layers(const model::ModelConfig& c, const attn::A
 
 namespace {
 
+// Whether a matmul with w reads int8 activations (block formats), which a kernel before it can
+// write (F32 / F16 / BF16 weights read the f32 input itself).
+bool reads_int8(const quant::DeviceWeight& w) { return quant::weight_format(w.type()).block_size > 1; }
+
 bool fused_attention_quantisation() {
   static const bool on = [] {
     const char* env = std::getenv("SPECDEC_FUSED_ATTN_QUANT");
@@ -90,9 +95,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
   const int64_t width = int64_t{params.num_q_heads} * params.head_size_v;
   const bool quantise = then_project != nullptr && b.group->backend->capabilities().quantized_output &&
                         fused_attention_quantisation() && params.head_size_v % 32 == 0 &&
-                        then_project->cols() == width && then_project->type() != quant::GgmlType::kF32 &&
-                        then_project->type() != quant::GgmlType::kF16 &&
-                        then_project->type() != quant::GgmlType::kBF16 &&
+                        then_project->cols() == width && reads_int8(*then_project) &&
                         quant::prepare_activations(st.ctx, st.num_tokens, width, s.xq);
   if (quantise) {
     s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
@@ -117,8 +120,7 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   // is reused for it only after the gate / up matmuls were enqueued (the in-order queue runs
   // them before the activation overwrites it)
   auto quantize_gate = [&]() -> const ops::QuantizedOut* {
-    if (w.down.type() == quant::GgmlType::kF32 || w.down.type() == quant::GgmlType::kF16 ||
-        w.down.type() == quant::GgmlType::kBF16 || !quant::prepare_activations(ctx, t, ff, s.xq)) {
+    if (!reads_int8(w.down) || !quant::prepare_activations(ctx, t, ff, s.xq)) {
       return nullptr;
     }
     s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};

@@ -249,11 +249,13 @@ def _run_one(llm, proposer, k: int, adaptive: bool, ids: List[int], max_tokens: 
 
 
 def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: Dict[str, List[int]],
-                bar: _Bar, log: Callable[[str], None]) -> List[dict]:
-    """drafters: the drafter's runner per draft vocabulary size (0: the whole vocabulary)."""
+                bar: _Bar, log: Callable[[str], None],
+                plain_ids: Optional[Dict[str, List[int]]] = None) -> List[dict]:
+    """drafters: the drafter's runner per draft vocabulary size (0: the whole vocabulary).
+    plain_ids (filled when given): plain decoding's output tokens per category."""
     from specdec.speculative import build_speculation
     rows: List[dict] = []
-    plain_ids: Dict[str, List[int]] = {}
+    plain_ids = {} if plain_ids is None else plain_ids
     for name, cfg in _configs(o, bool(drafters)):
         sp = build_speculation(cfg) if cfg else None
         drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
@@ -283,8 +285,6 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                                                                 "sampling_seconds", "host_seconds")},
                 "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
             }
-            if cfg is None:
-                row["_tokens"] = toks  # for the plain rerun at the end (removed there)
             if core.adaptive is not None:
                 row["adaptive_off_steps"] = core.adaptive.num_off_steps
                 row["adaptive_probes"] = core.adaptive.num_probes
@@ -299,8 +299,8 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
     return rows
 
 
-def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: List[dict], bar: _Bar,
-                log: Callable[[str], None]) -> Dict[str, dict]:
+def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: List[dict],
+                plain_ids: Dict[str, List[int]], bar: _Bar, log: Callable[[str], None]) -> Dict[str, dict]:
     """Plain decoding once more after every specdec mode: how far the machine's own speed moved
     during the run (per category: the first and the last plain tokens/s and their ratio). Ratios
     to plain decoding mean little where it moved by more than the effects being compared."""
@@ -310,15 +310,13 @@ def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: Li
         out, _ = _run_one(llm, None, 0, False, ids, o.max_tokens)
         again = out.metrics["tokens_per_s"]
         ref = first.get(cat)
-        same = ref is not None and list(out.outputs[0].token_ids) == ref.get("_tokens")
+        same = list(out.outputs[0].token_ids) == plain_ids.get(cat)
         before = ref["tokens_per_s"] if ref else None
         drift[cat] = {"first_tokens_per_s": before, "last_tokens_per_s": again,
                       "ratio": again / before if before else None, "same_tokens": same}
         log(f"  {'plain (again, at the end)':28s} {cat:16s} {again:7.2f} tok/s  "
             f"{'' if not before else f'{again / before:.2f}x the first plain run'}")
         bar.step(f"plain again / {cat}")
-    for r in rows:
-        r.pop("_tokens", None)
     return drift
 
 
@@ -815,8 +813,9 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     if run_peer_tools:
         n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)
     bar = _Bar(n_runs, o.progress)
-    rows = run_specdec(llm, drafters, o, prompt_ids, bar, log)
-    drift = rerun_plain(llm, o, prompt_ids, rows, bar, log)
+    plain_ids: Dict[str, List[int]] = {}
+    rows = run_specdec(llm, drafters, o, prompt_ids, bar, log, plain_ids)
+    drift = rerun_plain(llm, o, prompt_ids, rows, plain_ids, bar, log)
     peer: List[dict] = []
     if run_peer_tools:
         peer = run_peer(o, target_path, drafter_path, llm.tokenizer, list(prompt_ids), bar, log)

@@ -46,7 +46,6 @@ def test_bench_writes_json_and_plots(tmp_path, capsys):
     for d in data["plain_drift"].values():
         assert d["same_tokens"] is True and d["ratio"] > 0 and d["last_tokens_per_s"] > 0
     assert data["summary"]["plain_drift_max"] >= 0
-    assert all("_tokens" not in r for r in data["specdec"])
     for name in ("speedup_overview.png", "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png"):
         png = (out / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

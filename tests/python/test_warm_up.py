@@ -48,6 +48,18 @@ print(json.dumps({"after_load": len(after_load), "warm_up_seconds": llm.warm_up_
 """
 
 
+def _assert_nothing_built(out: dict) -> None:
+    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
+    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
+
+
+def _require_pocl(context) -> None:
+    # The check reads PoCL's on-disk kernel cache; other OpenCL runtimes (a GPU's, Intel's CPU
+    # runtime) keep none there. Every CI device here is PoCL, so the cases run there.
+    if not _pocl(context):
+        pytest.skip("the check reads PoCL's kernel cache directory")
+
+
 def _pocl(context) -> bool:
     return "portable computing language" in context.device.platform.lower()
 
@@ -66,8 +78,7 @@ def _run(tmp_path: Path, model: str, spec, max_model_len: int, extra: dict) -> d
 @pytest.mark.parametrize("case", ["stories-draft_model", "qwen2-q4k-ngram", "gemma3-q6k-suffix",
                                   "llama-q8-small-chunks"])
 def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
-    if not _pocl(context):
-        pytest.skip("the check reads PoCL's kernel cache directory")
+    _require_pocl(context)
     extra = {}
     if case == "stories-draft_model":
         model, max_len = str(STORIES), 128  # F32 weights, its own drafter (draft_model path)
@@ -82,63 +93,12 @@ def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
         model, max_len = write_random_model(tmp_path / "l.gguf", "llama", "Q8_0"), 320
         spec = {"method": "ngram", "num_speculative_tokens": 3}
         extra = {"max_num_batched_tokens": 32}
-    out = _run(tmp_path, model, spec, max_len, extra)
-    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
-    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
+    _assert_nothing_built(_run(tmp_path, model, spec, max_len, extra))
 
 
-RUNNER_CHILD = r"""
-import glob, json, sys
-import specdec
-from specdec import _core
-from specdec._core import StepRequest as Req
-cache, model = sys.argv[1], sys.argv[2]
-def binaries():
-    return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
-ctx = specdec.Context()
-# KV for 1120 tokens (70 blocks of 16 tokens, 1032 bytes a token), max_model_len 1100; three
-# requests holding 720 of them (each shorter than one attention split) while the runner warms up
-# leave too little for the warm-up's decode at position 1024
-runner = _core.ModelRunner(ctx, model, "", 1100, 70 * 16 * 1032, max_num_batched_tokens=128)
-holds = [f"hold{j}" for j in range(3)]
-for j, h in enumerate(holds):
-    runner.step([Req(h, [3 + (i * 7 + j) % 200 for i in range(120)], num_computed_tokens=0)])
-    runner.step([Req(h, [3 + (i * 5 + j) % 200 for i in range(120)], num_computed_tokens=120)])
-seconds = runner.warm_up()
-after_warm_up = binaries()
-for h in holds:
-    runner.free(h)
-n = 300  # a request past one split of split-KV attention (256 keys)
-runner.step([Req("r", [3 + i % 200 for i in range(128)], num_computed_tokens=0)])
-runner.step([Req("r", [3 + i % 200 for i in range(128)], num_computed_tokens=128)])
-runner.step([Req("r", [3 + i % 200 for i in range(n - 256)], num_computed_tokens=256)])
-for k in range(8):
-    runner.step([Req("r", [5], num_computed_tokens=n + k)])
-print(json.dumps({"after_load": len(after_warm_up), "warm_up_seconds": seconds,
-                  "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
-"""
-
-
-def test_warm_up_decodes_past_a_split_when_the_kv_cache_is_busy(context, tmp_path):
-    """The warm-up's late decode sits at position 1024; when one request of that length does not
-    fit the free KV blocks (a warm-up while requests hold most of them) it runs at a shorter
-    position that still splits. Before, it was skipped, and the next request past 256 positions
-    built the split-KV merge kernel inside the request."""
-    if not _pocl(context):
-        pytest.skip("the check reads PoCL's kernel cache directory")
-    model = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K")  # OCL_FLASH (head 64)
-    cache = tmp_path / "pocl-cache"
-    cache.mkdir()
-    proc = subprocess.run([sys.executable, "-c", RUNNER_CHILD, str(cache), model],
-                          env=dict(os.environ, POCL_CACHE_DIR=str(cache)), capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
-    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
-
-
-SLIDING_CHILD = r"""
+# A child process on a runner (no LLM): the same cache check around a script `body` that has
+# `runner`, `Req` and `binaries()` at hand, records `after_warm_up` and leaves the rest to the report.
+RUNNER_PRELUDE = r"""
 import glob, json, re, sys
 import specdec
 from specdec import _core
@@ -147,20 +107,69 @@ cache, model = sys.argv[1], sys.argv[2]
 def binaries():
     return sorted(glob.glob(f"{cache}/**/*.so", recursive=True))
 ctx = specdec.Context()
+"""
+RUNNER_REPORT = r"""
+print(json.dumps({"after_load": len(after_warm_up),
+                  "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
+"""
+
+
+def _check_runner_child(context, tmp_path: Path, model: str, body: str) -> None:
+    _require_pocl(context)
+    cache = tmp_path / "pocl-cache"
+    cache.mkdir()
+    proc = subprocess.run([sys.executable, "-c", RUNNER_PRELUDE + body + RUNNER_REPORT, str(cache),
+                           model], env=dict(os.environ, POCL_CACHE_DIR=str(cache)),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _assert_nothing_built(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+BUSY_KV = r"""
+# KV for 1120 tokens (70 blocks of 16 tokens, 1032 bytes a token), max_model_len 1100; three
+# requests holding 720 of them (each shorter than one attention split) while the runner warms up
+# leave too little for the warm-up's decode at position 1024
+runner = _core.ModelRunner(ctx, model, "", 1100, 70 * 16 * 1032, max_num_batched_tokens=128)
+holds = [f"hold{j}" for j in range(3)]
+for j, h in enumerate(holds):
+    runner.step([Req(h, [3 + (i * 7 + j) % 200 for i in range(120)], num_computed_tokens=0)])
+    runner.step([Req(h, [3 + (i * 5 + j) % 200 for i in range(120)], num_computed_tokens=120)])
+runner.warm_up()
+after_warm_up = binaries()
+for h in holds:
+    runner.free(h)
+n = 300  # a request past one split of split-KV attention (256 keys)
+for c in (0, 128, 256):
+    runner.step([Req("r", [3 + i % 200 for i in range(min(128, n - c))], num_computed_tokens=c)])
+for k in range(8):
+    runner.step([Req("r", [5], num_computed_tokens=n + k)])
+"""
+
+
+def test_warm_up_decodes_past_a_split_when_the_kv_cache_is_busy(context, tmp_path):
+    """The warm-up's late decode sits at position 1024; when one request of that length does not
+    fit the free KV blocks (a warm-up while requests hold most of them) it runs at a shorter
+    position that still splits. Before, it was skipped, and the next request past 256 positions
+    built the split-KV merge kernel inside the request."""
+    model = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K")  # OCL_FLASH (head 64)
+    _check_runner_child(context, tmp_path, model, BUSY_KV)
+
+
+SMALLEST_KV = r"""
+need = None
 try:  # the smallest KV budget the runner takes for one request of max_model_len 1100
     _core.ModelRunner(ctx, model, "", 1100, 1024)
 except Exception as e:
     need = int(re.search(r"needs (\d+) bytes", str(e)).group(1))
+assert need is not None, "a 1 KiB KV budget was accepted"
 runner = _core.ModelRunner(ctx, model, "", 1100, need, max_num_batched_tokens=128)
-seconds = runner.warm_up()
+runner.warm_up()
 after_warm_up = binaries()
 n = 300  # past one split of split-KV attention in the global layers
 for c in range(0, n, 100):
     runner.step([Req("r", [3 + (i + c) % 200 for i in range(100)], num_computed_tokens=c)])
 for k in range(8):
     runner.step([Req("r", [5], num_computed_tokens=n + k)])
-print(json.dumps({"after_load": len(after_warm_up), "need": need,
-                  "new": [p[len(cache):] for p in binaries() if p not in set(after_warm_up)]}))
 """
 
 
@@ -169,15 +178,5 @@ def test_warm_up_of_a_sliding_window_model_on_the_smallest_kv_budget(context, tm
     one request: the warm-up's long decode (its slots taken in prefill-sized steps, freeing the
     window's old blocks as a request does) still runs, and no request builds a kernel. (Here the
     planner's budget also held the slots asked for at once; the steps matter where it would not.)"""
-    if not _pocl(context):
-        pytest.skip("the check reads PoCL's kernel cache directory")
     model = write_random_model(tmp_path / "g.gguf", "gemma3", "Q4_K")
-    cache = tmp_path / "pocl-cache"
-    cache.mkdir()
-    proc = subprocess.run([sys.executable, "-c", SLIDING_CHILD, str(cache), model],
-                          env=dict(os.environ, POCL_CACHE_DIR=str(cache)), capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["after_load"] > 0, "no binaries in the cache: is POCL_CACHE_DIR honoured?"
-    assert out["new"] == [], f"kernels built inside requests: {out['new']}"
+    _check_runner_child(context, tmp_path, model, SMALLEST_KV)
