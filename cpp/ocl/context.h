@@ -129,6 +129,12 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
+  // Bytes [origin, origin + size_bytes) of `parent` as a buffer of its own (clCreateSubBuffer):
+  // origin a multiple of the device's base-address alignment. The parent's memory lives until
+  // its last region is released, whether or not the parent Buffer still exists.
+  static Buffer region(const Buffer& parent, size_t origin, size_t size_bytes,
+                       cl_mem_flags flags = CL_MEM_READ_WRITE);
+
   cl_mem get() const { return mem_; }
   size_t size_bytes() const { return size_bytes_; }
   // Blocking transfers of [offset_bytes, offset_bytes + n) on the context's queue.
@@ -140,6 +146,31 @@ class Buffer {
   void check_range(size_t n, size_t offset_bytes, const char* what) const;
   cl_mem mem_ = nullptr;
   size_t size_bytes_ = 0;
+};
+
+// Whether this context's large buffers live in huge-page host memory (a CPU device, and
+// SPECDEC_HUGE_PAGES is not 0): see Buffer's constructor.
+bool uses_huge_pages(const Context& ctx);
+
+// Many small read-only buffers (a model's weights) carved out of a few large ones, so that they
+// too live in huge pages on a CPU device (a buffer below 1 MiB gets the runtime's 4 KiB pages).
+// Requests of a quarter of a chunk or more get a buffer of their own; the others are placed one
+// after the other, aligned to the device's base-address alignment, in chunks of `chunk_bytes`.
+// Without huge pages (another device type, or turned off) every request is its own buffer.
+class BufferArena {
+ public:
+  explicit BufferArena(const Context& ctx, size_t chunk_bytes = size_t{8} << 20);
+  Buffer allocate(size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_ONLY);
+  size_t chunks() const { return chunks_; }
+
+ private:
+  const Context& ctx_;
+  size_t chunk_bytes_;
+  size_t align_ = 128;
+  bool pooled_ = false;
+  Buffer chunk_;
+  size_t used_ = 0;
+  size_t chunks_ = 0;
 };
 
 // A kernel object with typed argument setting. Move-only.

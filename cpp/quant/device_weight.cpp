@@ -17,7 +17,8 @@ std::vector<uint8_t> DeviceWeight::download(ocl::Context& ctx) const {
 }
 
 DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
-                           const std::vector<int64_t>& dims, const std::string& name) {
+                           const std::vector<int64_t>& dims, const std::string& name,
+                           ocl::BufferArena* arena) {
   const std::string who = name.empty() ? std::string("weight") : name;
   if (!is_weight_type_supported(type)) {
     throw UnsupportedError(str_cat(who, ": weight format ", weight_type_name(type),
@@ -49,17 +50,19 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
                                    " bytes); on PoCL, POCL_MEMORY_LIMIT raises it"));
   }
   const std::vector<uint8_t> packed = repack(layout, data);
-  DeviceWeight w{who, layout, ocl::Buffer(ctx, packed.size(), CL_MEM_READ_ONLY)};
+  DeviceWeight w{who, layout,
+                 arena != nullptr ? arena->allocate(packed.size(), CL_MEM_READ_ONLY)
+                                  : ocl::Buffer(ctx, packed.size(), CL_MEM_READ_ONLY)};
   w.buffer.write(ctx, packed.data(), packed.size());
   return w;
 }
 
-DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight) {
-  return upload_weight(ctx, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name);
+DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight, ocl::BufferArena* arena) {
+  return upload_weight(ctx, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name, arena);
 }
 
 DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
-                                   const std::string& name) {
+                                   const std::string& name, ocl::BufferArena* arena) {
   SPECDEC_CHECK(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
   const WeightBytes& first = parts[0];
   SPECDEC_CHECK(!first.dims.empty(), first.name + ".dims", 0, "must have at least one dim");
@@ -84,7 +87,7 @@ DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBy
     std::memcpy(data.data() + at, t.data, t.size_bytes);
     at += t.size_bytes;
   }
-  return upload_weight(ctx, first.type, data.data(), data.size(), {first.dims[0], rows}, name);
+  return upload_weight(ctx, first.type, data.data(), data.size(), {first.dims[0], rows}, name, arena);
 }
 
 }  // namespace specdec::quant

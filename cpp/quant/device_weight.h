@@ -39,17 +39,19 @@ struct WeightBytes {
 
 // Uploads a weight: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
 // 1-D tensor is one row). UnsupportedError for unsupported types (naming the tensor),
-// ConfigError for shapes the type cannot hold.
-DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight);
+// ConfigError for shapes the type cannot hold. With an arena, the device buffer is carved out of
+// it (a model's small matrices then share huge pages, ocl::BufferArena).
+DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight, ocl::BufferArena* arena = nullptr);
 // The same from raw ggml bytes (`size_bytes` must match the dims exactly).
 DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
-                           const std::vector<int64_t>& dims, const std::string& name = "");
+                           const std::vector<int64_t>& dims, const std::string& name = "",
+                           ocl::BufferArena* arena = nullptr);
 
 // Several matrices of one type and one cols stacked by rows into one device matrix, so that one
 // matmul launch computes them all (q/k/v or gate/up projections of a layer: on PoCL every launch
 // costs ~10 µs, as much as a small matrix's data). Rows of part i follow those of parts < i; each
 // output element is bitwise the same as with the part alone. ConfigError when types or cols differ.
 DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
-                                   const std::string& name);
+                                   const std::string& name, ocl::BufferArena* arena = nullptr);
 
 }  // namespace specdec::quant

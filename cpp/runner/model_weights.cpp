@@ -20,13 +20,13 @@ namespace {
 class Loader {
  public:
   Loader(ocl::Context& ctx, const model::GgufFile& file, const LoadProgress& progress)
-      : ctx_(ctx), file_(file), progress_(progress) {
+      : ctx_(ctx), file_(file), progress_(progress), arena_(ctx) {
     for (const auto& t : file.tensors()) total_ += static_cast<int64_t>(t.size_bytes);
   }
 
   quant::DeviceWeight matrix(const std::string& name) {
     const model::GgufTensor& t = file_.tensor(name);
-    quant::DeviceWeight w = quant::upload_weight(ctx_, weight_bytes(t));
+    quant::DeviceWeight w = quant::upload_weight(ctx_, weight_bytes(t), &arena_);
     done(t);
     return w;
   }
@@ -41,7 +41,7 @@ class Loader {
     }
     std::vector<quant::WeightBytes> views;
     for (const auto* t : parts) views.push_back(weight_bytes(*t));
-    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, views, name);
+    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, views, name, &arena_);
     for (const auto* t : parts) done(*t);
     return w;
   }
@@ -94,6 +94,7 @@ class Loader {
   ocl::Context& ctx_;
   const model::GgufFile& file_;
   const LoadProgress& progress_;
+  ocl::BufferArena arena_;  // the small matrices share huge pages
   int64_t total_ = 0;
   int64_t done_ = 0;
   int64_t device_ = 0;

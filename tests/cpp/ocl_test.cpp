@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +99,100 @@ TEST(Ocl, BufferRoundTripAndBounds) {
   Buffer moved = std::move(b);
   EXPECT_EQ(moved.size_bytes(), 64u);
   EXPECT_EQ(b.get(), nullptr);
+}
+
+namespace {
+
+size_t mapping_count() {
+  std::ifstream maps("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+// On a CPU device, buffers of 1 MiB or more live in 2 MiB-aligned host memory advised as huge
+// pages (CL_MEM_USE_HOST_PTR), filled from src when given, and unmapped when OpenCL deletes them.
+TEST(Ocl, LargeCpuBuffersTakeHugePageHostMemory) {
+  auto ctx = Context::create();
+  if (ctx->device().type != "cpu") GTEST_SKIP() << "not a CPU device";
+  if (const char* env = std::getenv("SPECDEC_HUGE_PAGES"); env != nullptr && std::string(env) == "0")
+    GTEST_SKIP() << "SPECDEC_HUGE_PAGES=0";
+  auto host_ptr = [](const Buffer& b) {
+    void* p = nullptr;
+    EXPECT_EQ(clGetMemObjectInfo(b.get(), CL_MEM_HOST_PTR, sizeof(p), &p, nullptr), CL_SUCCESS);
+    return reinterpret_cast<uintptr_t>(p);
+  };
+  for (size_t size : {size_t{1} << 20, (size_t{3} << 20) + 5, size_t{9} << 20}) {
+    std::vector<uint8_t> in(size), out(size);
+    for (size_t i = 0; i < size; ++i) in[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+    Buffer copied(*ctx, in.data(), size);
+    EXPECT_NE(host_ptr(copied), 0u) << size;
+    EXPECT_EQ(host_ptr(copied) % (size_t{2} << 20), 0u) << size;
+    copied.read(*ctx, out.data(), size);
+    EXPECT_EQ(in, out) << size;
+    Buffer empty(*ctx, size);
+    EXPECT_EQ(host_ptr(empty) % (size_t{2} << 20), 0u) << size;
+    empty.write(*ctx, in.data(), size);
+    empty.fill_zero(*ctx);
+    empty.read(*ctx, out.data(), size);
+    EXPECT_EQ(out, std::vector<uint8_t>(size, 0)) << size;
+  }
+  EXPECT_EQ(host_ptr(Buffer(*ctx, (size_t{1} << 20) - 1)), 0u);  // small: the runtime's memory
+  // released buffers give their mappings back
+  { Buffer warm(*ctx, size_t{8} << 20); }
+  const size_t before = mapping_count();
+  for (int i = 0; i < 100; ++i) {
+    Buffer b(*ctx, size_t{8} << 20);
+    b.fill_zero(*ctx);
+  }
+  ctx->finish();
+  EXPECT_LE(mapping_count(), before + 2);
+}
+
+// Small buffers carved out of shared chunks (regions), each with its own bytes; large ones apart;
+// the regions outlive the arena and its chunks' Buffer objects.
+TEST(Ocl, BufferArenaPacksSmallBuffersIntoChunks) {
+  auto ctx = Context::create();
+  std::vector<Buffer> small;
+  std::vector<std::vector<uint8_t>> data;
+  size_t chunks = 0;
+  Buffer big;
+  {
+    BufferArena arena(*ctx, size_t{2} << 20);
+    for (int i = 0; i < 14; ++i) {
+      const size_t n = 100000 + static_cast<size_t>(i) * 333;
+      data.emplace_back(n);
+      for (size_t j = 0; j < n; ++j) data.back()[j] = static_cast<uint8_t>(j * 13 + static_cast<size_t>(i) * 101);
+      small.push_back(arena.allocate(n));
+      small.back().write(*ctx, data.back().data(), n);
+      EXPECT_EQ(small.back().size_bytes(), n);
+    }
+    big = arena.allocate(size_t{1} << 20);  // a quarter of a chunk or more: its own buffer
+    chunks = arena.chunks();
+  }
+  if (uses_huge_pages(*ctx)) {
+    EXPECT_EQ(chunks, 1u);
+    cl_mem parent = nullptr, big_parent = nullptr;
+    ASSERT_EQ(clGetMemObjectInfo(small[3].get(), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, nullptr), CL_SUCCESS);
+    ASSERT_EQ(clGetMemObjectInfo(big.get(), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(big_parent), &big_parent, nullptr), CL_SUCCESS);
+    EXPECT_NE(parent, nullptr);
+    EXPECT_EQ(big_parent, nullptr);
+    size_t offset = 0;
+    ASSERT_EQ(clGetMemObjectInfo(small[3].get(), CL_MEM_OFFSET, sizeof(offset), &offset, nullptr), CL_SUCCESS);
+    EXPECT_GT(offset, 0u);
+  } else {
+    EXPECT_EQ(chunks, 0u);
+  }
+  for (size_t i = 0; i < small.size(); ++i) {
+    std::vector<uint8_t> out(data[i].size());
+    small[i].read(*ctx, out.data(), out.size());
+    EXPECT_EQ(out, data[i]) << i;
+  }
+  Buffer parent(*ctx, 4096);
+  EXPECT_THROW(Buffer::region(parent, 4096 - 128, 256), ConfigError);
+  EXPECT_THROW(Buffer::region(parent, 0, 0), ConfigError);
 }
 
 TEST(Ocl, ProgramCacheAndBuildLog) {

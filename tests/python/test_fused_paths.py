@@ -86,3 +86,18 @@ def test_attention_writes_the_output_projection_input_quantised(tmp_path, arch, 
         assert e.get("quantize_activations", 0) - d.get("quantize_activations", 0) == layers, (d, e)
         assert sum(e.values()) - sum(d.values()) == layers
 
+
+
+@pytest.mark.parametrize("arch,fmt,formats", [("qwen2", "Q4_K", {"attn_v.weight": "Q6_K"}),
+                                              ("gemma3", "Q4_0", None)])
+def test_huge_page_memory_gives_the_same_logits(tmp_path, arch, fmt, formats):
+    """Weights carved out of shared huge-page chunks (ocl::BufferArena) and the KV cache in
+    huge-page host memory give bitwise the logits of the runtime's own buffers
+    (SPECDEC_HUGE_PAGES=0): a region at a wrong offset would read another matrix's bytes."""
+    path = write_random_model(tmp_path / f"{arch}.gguf", arch, fmt, tensor_formats=formats)
+    env = dict(os.environ, SPECDEC_HUGE_PAGES="0")
+    proc = subprocess.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert _run(path, True)["digest"] == plain["digest"]
