@@ -393,12 +393,10 @@ def _run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], to
                      "source": "llama-bench tg (no prompt)", "returncode": r.returncode})
     log(f"  {'llama.cpp plain (llama-bench)':28s} {'all':16s} {tg} tok/s")
     bar.step("llama.cpp plain")
+    rows += _run_peer_completion(o, target_path, tokenizer, categories, log, bindir, threads, children)
     for name, exe, args in peer_modes(o, drafter_path):
         for cat in categories:
-            text = PROMPTS[cat]
-            prompt = (tokenizer.apply_chat_template([{"role": "user", "content": text}])
-                      if tokenizer.chat_template else text)
-            cmd = [str(bindir / exe), "-m", target_path, *args, "-p", prompt, "-n", str(o.max_tokens),
+            cmd = [str(bindir / exe), "-m", target_path, *args, "-p", _chat_prompt(tokenizer, cat), "-n", str(o.max_tokens),
                    "-t", threads, "--temp", "0", "-c", "4096", "--ignore-eos"]
             res = children.run(cmd)
             text_log = res.stdout + res.stderr
@@ -412,6 +410,44 @@ def _run_peer(o: BenchOptions, target_path: str, drafter_path: Optional[str], to
             log(f"  {name:28s} {cat:16s} {rows[-1]['tokens_per_s']} tok/s  accept "
                 f"{rows[-1]['acceptance_rate']}")
             bar.step(f"{name} / {cat}")
+    return rows
+
+
+def _chat_prompt(tokenizer, cat: str) -> str:
+    text = PROMPTS[cat]
+    return (tokenizer.apply_chat_template([{"role": "user", "content": text}])
+            if tokenizer.chat_template else text)
+
+
+# llama_perf_context_print's decode line (not its "prompt eval time" line)
+_EVAL_RATE = re.compile(r"(?<!prompt )eval time\s*=\s*[\d.]+ ms /\s*(\d+) runs.*?([\d.]+) tokens per second")
+
+
+def _run_peer_completion(o: BenchOptions, target_path: str, tokenizer, categories: Sequence[str],
+                         log: Callable[[str], None], bindir: Path, threads: str,
+                         children: ChildProcesses) -> List[dict]:
+    """llama.cpp's plain decoding on the same chat-templated prompts (``llama-completion``, its
+    decode rate only, greedy, --ignore-eos): rows "llama.cpp plain (llama-completion)", which the
+    overview plot takes as llama.cpp's plain decoding per category. Skipped (with a line in the
+    log) where the tool is not built: bench/setup_peer_tools.sh builds it."""
+    exe = bindir / "llama-completion"
+    if not exe.exists():
+        log(f"  llama-completion not in {bindir}: llama.cpp's plain decoding on the prompts skipped "
+            "(bench/setup_peer_tools.sh builds it)")
+        return []
+    rows = []
+    for cat in categories:
+        cmd = [str(exe), "-m", target_path, "-p", _chat_prompt(tokenizer, cat), "-n", str(o.max_tokens),
+               "-t", threads, "--temp", "0", "-c", "4096", "--ignore-eos", "-no-cnv"]
+        res = children.run(cmd)
+        text_log = res.stdout + res.stderr
+        m = _EVAL_RATE.search(text_log)
+        rows.append({"method": "llama.cpp plain (llama-completion)", "category": cat,
+                     "tokens_per_s": float(m.group(2)) if m else None,
+                     "decoded_tokens": int(m.group(1)) if m else None,
+                     "source": "llama-completion eval rate on the chat-templated prompt",
+                     "returncode": res.returncode, "log_tail": None if m else text_log[-600:]})
+        log(f"  {'llama.cpp plain (completion)':28s} {cat:16s} {rows[-1]['tokens_per_s']} tok/s")
     return rows
 
 
@@ -497,7 +533,11 @@ def glance_bars(result: dict) -> dict:
         return max(rs, key=lambda r: r["tokens_per_s"]) if rs else None
 
     spec_plain = {r["category"]: r for r in rows if r["method"] == "plain" and ok(r)}
-    peer_plain = {r["category"]: r for r in peer if r["method"].startswith("llama.cpp plain") and ok(r)}
+    peer_plain = {}  # llama.cpp's decode rate on the same prompt (llama-completion) before llama-bench's
+    for r in peer:
+        if r["method"].startswith("llama.cpp plain") and ok(r) and (
+                r["category"] not in peer_plain or "llama-completion" in r["method"]):
+            peer_plain[r["category"]] = r
     peer_modes_ = [r for r in peer if not r["method"].startswith("llama.cpp plain")]
     spec_modes = [r for r in rows if r["method"] != "plain"]
     base = {}

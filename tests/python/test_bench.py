@@ -121,6 +121,12 @@ def test_bench_peer_rows_from_fake_tools(tmp_path):
     for tool in ("llama-speculative-simple", "llama-lookup"):
         (bindir / tool).write_text("#!/bin/sh\necho 'decoded 12 tokens in 0.5 seconds, speed: 24.0 t/s' >&2\n"
                                    "echo 'accept    = 75.000%' >&2\n")
+    # llama_perf_context_print's two lines: the decode rate is the second one's, not the prompt's
+    (bindir / "llama-completion").write_text(
+        "#!/bin/sh\necho 'llama_perf_context_print: prompt eval time =      60.00 ms /    30 tokens "
+        "(    2.00 ms per token,   500.00 tokens per second)' >&2\n"
+        "echo 'llama_perf_context_print:        eval time =     250.00 ms /     7 runs   "
+        "(   35.71 ms per token,    20.00 tokens per second)' >&2\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
     o = bench.BenchOptions(model=STORIES, drafter=STORIES, max_tokens=8, ks=(2,), methods=("ngram",),
@@ -132,6 +138,14 @@ def test_bench_peer_rows_from_fake_tools(tmp_path):
     assert peer["llama.cpp lookup k=2"]["tokens_per_s"] == 24.0
     assert peer["llama.cpp lookup k=2"]["acceptance_rate"] == pytest.approx(0.75)
     assert "llama.cpp plain" in bench.table(result)
+    completion = peer["llama.cpp plain (llama-completion)"]
+    assert completion["tokens_per_s"] == 20.0 and completion["decoded_tokens"] == 7
+    # the overview's llama.cpp plain is the decode rate on the same prompt
+    g = bench.glance_bars(result)
+    assert g["baseline"]["chat"] == "llama.cpp plain"
+    lookup = next(x for x in g["series"] if x["name"] == "llama.cpp best mode")["bars"]["chat"]
+    assert lookup == (pytest.approx(24.0 / 20.0), "lookup k=2")
+    assert next(x for x in g["series"] if x["name"] == "llama.cpp plain")["bars"]["chat"] == (1.0, None)
 
 
 @pytest.mark.parametrize("argv,message", [
