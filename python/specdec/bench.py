@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import sys
 import threading
 import time
@@ -97,6 +98,7 @@ class BenchOptions:
     out_dir: str = DEFAULT_OUT_DIR  # created when missing (its parents too only for the default)
     plots: bool = True
     kv_cache_memory: str = "512MiB"
+    repeats: int = 1               # rounds over every mode, the order reversed every other round
     progress: Optional[IO[str]] = field(default_factory=lambda: sys.stderr)
 
 
@@ -252,51 +254,85 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                 bar: _Bar, log: Callable[[str], None],
                 plain_ids: Optional[Dict[str, List[int]]] = None) -> List[dict]:
     """drafters: the drafter's runner per draft vocabulary size (0: the whole vocabulary).
-    plain_ids (filled when given): plain decoding's output tokens per category."""
+    plain_ids (filled when given): plain decoding's output tokens per category.
+
+    With o.repeats = R > 1 every mode runs R times, in rounds over all modes whose order is
+    reversed every other round (plain first, then last, ...), so that a machine drifting during
+    the run weighs on every mode alike. A row then gives the median tokens/s of its rounds
+    (``tokens_per_s_rounds`` lists them) and ``speedup_vs_plain`` is the median of the per-round
+    ratios to plain decoding *of the same round* (``speedup_vs_plain_rounds``); its other fields
+    (acceptance, steps, time split) are its first round's, and it is lossless only when every
+    round was."""
     from specdec.speculative import build_speculation
-    rows: List[dict] = []
     plain_ids = {} if plain_ids is None else plain_ids
+    modes = []
     for name, cfg in _configs(o, bool(drafters)):
         sp = build_speculation(cfg) if cfg else None
         drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
         proposer = sp.make_proposer(llm.runner, drafter) if sp else None
-        k = sp.config.num_speculative_tokens if sp else 0
-        adaptive = bool(sp and sp.config.adaptive)
-        for cat, ids in prompt_ids.items():
-            out, core = _run_one(llm, proposer, k, adaptive, ids, o.max_tokens)
-            toks = list(out.outputs[0].token_ids)
-            if cfg is None:
-                plain_ids[cat] = toks
-            m, st = out.metrics, core.stats.as_dict()
-            row = {
-                "method": name, "k": k,
-                "base_method": (cfg["method"] + (f" vocab={cfg['draft_vocab_size']}" if cfg.get("draft_vocab_size")
-                                                 else "")) if cfg else "plain",
-                "adaptive": adaptive, "config": cfg, "category": cat, "prompt_tokens": len(ids),
-                "output_tokens": len(toks), "lossless": toks == plain_ids.get(cat),
-                "tokens_per_s": m["tokens_per_s"], "time_to_first_token": m["time_to_first_token"],
-                "num_drafts": m["num_drafts"], "num_draft_tokens": m["num_draft_tokens"],
-                "num_accepted_tokens": m["num_accepted_tokens"],
-                "acceptance_rate": m["acceptance_rate"] if m["num_draft_tokens"] else None,
-                "acceptance_rate_per_pos": list(m["acceptance_rate_per_pos"]),
-                "mean_acceptance_length": m["mean_acceptance_length"],
-                "engine_steps": st["num_steps"],
-                "time_split_seconds": {key: st[key] for key in ("draft_seconds", "forward_seconds",
-                                                                "sampling_seconds", "host_seconds")},
-                "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
-            }
-            if core.adaptive is not None:
-                row["adaptive_off_steps"] = core.adaptive.num_off_steps
-                row["adaptive_probes"] = core.adaptive.num_probes
+        modes.append((name, cfg, sp, proposer))
+    rounds: List[Dict[tuple, dict]] = []
+    for rnd in range(max(1, o.repeats)):
+        by_mode: Dict[tuple, dict] = {}
+        for name, cfg, sp, proposer in (modes if rnd % 2 == 0 else modes[::-1]):
+            k = sp.config.num_speculative_tokens if sp else 0
+            adaptive = bool(sp and sp.config.adaptive)
+            for cat, ids in prompt_ids.items():
+                row = _measure(llm, name, cfg, proposer, k, adaptive, cat, ids, o, plain_ids)
+                by_mode[(name, cat)] = row
+                acc = "-" if row["acceptance_rate"] is None else f"{100 * row['acceptance_rate']:.0f}%"
+                rnd_text = f" (round {rnd + 1})" if o.repeats > 1 else ""
+                log(f"  {name:28s} {cat:16s} {row['tokens_per_s']:7.2f} tok/s  accept {acc:>4s}  "
+                    f"lossless {row['lossless']}{rnd_text}")
+                bar.step(f"{name} / {cat}")
+        rounds.append(by_mode)
+    rows: List[dict] = []
+    for name, _cfg, _sp, _proposer in modes:
+        for cat in prompt_ids:
+            per = [r[(name, cat)] for r in rounds]
+            row = dict(per[0])
+            plains = [r.get(("plain", cat)) for r in rounds]
+            ratios = [x["tokens_per_s"] / p["tokens_per_s"] for x, p in zip(per, plains)
+                      if p and p["tokens_per_s"]]
+            row["lossless"] = all(x["lossless"] for x in per)
+            row["speedup_vs_plain"] = statistics.median(ratios) if ratios else None
+            if len(per) > 1:
+                row["tokens_per_s_rounds"] = [x["tokens_per_s"] for x in per]
+                row["tokens_per_s"] = statistics.median(row["tokens_per_s_rounds"])
+                row["speedup_vs_plain_rounds"] = ratios
             rows.append(row)
-            acc = "-" if row["acceptance_rate"] is None else f"{100 * row['acceptance_rate']:.0f}%"
-            log(f"  {name:28s} {cat:16s} {row['tokens_per_s']:7.2f} tok/s  accept {acc:>4s}  "
-                f"lossless {row['lossless']}")
-            bar.step(f"{name} / {cat}")
-    plain = {r["category"]: r["tokens_per_s"] for r in rows if r["method"] == "plain"}
-    for r in rows:
-        r["speedup_vs_plain"] = r["tokens_per_s"] / plain[r["category"]] if plain.get(r["category"]) else None
     return rows
+
+
+def _measure(llm, name: str, cfg: Optional[dict], proposer, k: int, adaptive: bool, cat: str,
+             ids: List[int], o: BenchOptions, plain_ids: Dict[str, List[int]]) -> dict:
+    """One mode on one prompt: its row (plain decoding's tokens go into plain_ids)."""
+    out, core = _run_one(llm, proposer, k, adaptive, ids, o.max_tokens)
+    toks = list(out.outputs[0].token_ids)
+    if cfg is None and cat not in plain_ids:
+        plain_ids[cat] = toks
+    m, st = out.metrics, core.stats.as_dict()
+    row = {
+        "method": name, "k": k,
+        "base_method": (cfg["method"] + (f" vocab={cfg['draft_vocab_size']}" if cfg.get("draft_vocab_size")
+                                         else "")) if cfg else "plain",
+        "adaptive": adaptive, "config": cfg, "category": cat, "prompt_tokens": len(ids),
+        "output_tokens": len(toks), "lossless": toks == plain_ids.get(cat),
+        "tokens_per_s": m["tokens_per_s"], "time_to_first_token": m["time_to_first_token"],
+        "num_drafts": m["num_drafts"], "num_draft_tokens": m["num_draft_tokens"],
+        "num_accepted_tokens": m["num_accepted_tokens"],
+        "acceptance_rate": m["acceptance_rate"] if m["num_draft_tokens"] else None,
+        "acceptance_rate_per_pos": list(m["acceptance_rate_per_pos"]),
+        "mean_acceptance_length": m["mean_acceptance_length"],
+        "engine_steps": st["num_steps"],
+        "time_split_seconds": {key: st[key] for key in ("draft_seconds", "forward_seconds",
+                                                        "sampling_seconds", "host_seconds")},
+        "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
+    }
+    if core.adaptive is not None:
+        row["adaptive_off_steps"] = core.adaptive.num_off_steps
+        row["adaptive_probes"] = core.adaptive.num_probes
+    return row
 
 
 def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: List[dict],
@@ -849,7 +885,7 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     _run_one(llm, None, 0, False, warm, 16)
     for d in drafters.values():
         _run_one(llm, _core.spec.DraftModelProposer(d, llm.config.vocab_size), max(o.ks), False, warm, 16)
-    n_runs = (len(_configs(o, bool(drafters))) + 1) * len(prompt_ids)  # + plain again at the end
+    n_runs = (len(_configs(o, bool(drafters))) * max(1, o.repeats) + 1) * len(prompt_ids)  # + plain again
     if run_peer_tools:
         n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)
     bar = _Bar(n_runs, o.progress)
@@ -869,7 +905,7 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         "schema": "specdec.bench/1", "machine": info, "bandwidth": bw,
         "target": target_path, "drafter": drafter_path, "max_tokens": o.max_tokens, "greedy": True,
         "draft_vocab_size": o.draft_vocab_size or None, "draft_vocab_file": o.draft_vocab_file,
-        "batch": 1, "ks": list(o.ks), "categories": list(prompt_ids),
+        "batch": 1, "ks": list(o.ks), "categories": list(prompt_ids), "repeats": max(1, o.repeats),
         "prompts": {c: PROMPTS[c] for c in prompt_ids},
         "decode_weight_bytes": weights,
         "plain_decode_effective_gb_s": decode_gb_s,

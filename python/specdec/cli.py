@@ -302,7 +302,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         methods=args.methods, adaptive=not args.no_adaptive, adaptive_max_k=args.adaptive_max_k,
         categories=args.categories, peer=args.peer, peer_bin=args.peer_bin, threads=args.threads,
         out_dir=args.out, plots=not args.no_plots, kv_cache_memory=args.kv_cache_memory,
-        draft_vocab_size=args.draft_vocab_size, draft_vocab_file=args.draft_vocab_file)
+        draft_vocab_size=args.draft_vocab_size, draft_vocab_file=args.draft_vocab_file,
+        repeats=args.repeats)
     result = bench.run(o)
     if not result["summary"]["all_lossless"]:
         sys.stderr.write("specdec bench: a speculative output differed from plain decoding\n")
@@ -637,6 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", type=_csv("categories"),
                    default=["code_generation", "code_editing", "chat", "summarisation"],
                    help="prompt categories (default all four)")
+    p.add_argument("--repeats", type=_int_in(1, 10), default=1,
+                   help="rounds over every mode, the order reversed every other round; a row gives "
+                        "the median and its speedup the median of same-round ratios to plain "
+                        "(default 1)")
     p.add_argument("--no-adaptive", action="store_true", help="skip adaptive speculation")
     p.add_argument("--adaptive-max-k", type=_int_in(1, 32), default=6,
                    help="largest k adaptive speculation may pick (default 6)")

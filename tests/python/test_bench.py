@@ -152,6 +152,7 @@ def test_bench_peer_rows_from_fake_tools(tmp_path):
     (["--categories", "poetry"], "--categories: 'poetry'"),
     (["--methods", "magic"], "--methods: 'magic'"),
     (["--ks", "0"], "--ks: 0"),
+    (["--repeats", "0"], "--repeats"),
     (["--peer", "require", "--peer-bin", "/nonexistent"], "--peer require"),
     (["--max-tokens", "125"], "--max-tokens = 125"),
     (["--methods", "ngram", "--draft-vocab-size", "64"], "--draft-vocab-size = 64"),
@@ -178,3 +179,23 @@ def test_bench_reduced_draft_vocabulary_rows(tmp_path):
     assert red["base_method"] == "draft_model vocab=32"
     assert data["draft_vocab_size"] == 32 and data["summary"]["draft_vocab"]["size"] == 32
     assert 0 < data["summary"]["draft_vocab"]["acceptance_vs_whole_vocab"] <= 1.0
+
+
+def test_bench_repeats_alternate_the_order_and_pair_each_round_with_its_plain(tmp_path):
+    """--repeats 2: every mode twice, the second round in reverse order; a row's tokens/s is the
+    median of its rounds and its speedup the median of the ratios to the same round's plain."""
+    lines = []
+    o = bench.BenchOptions(model=STORIES, drafter=None, max_tokens=8, ks=(2,), methods=("ngram",),
+                           adaptive=False, categories=("chat",), peer="off", out_dir=str(tmp_path / "o"),
+                           plots=False, progress=None, repeats=2)
+    result = bench.run(o, log=lines.append)
+    runs = [ln.split()[0] for ln in lines if "tok/s" in ln and "round" in ln]
+    assert runs == ["plain", "ngram", "ngram", "plain"], lines
+    rows = {r["method"]: r for r in result["specdec"]}
+    ng, plain = rows["ngram k=2"], rows["plain"]
+    assert len(ng["tokens_per_s_rounds"]) == 2 and ng["lossless"] and plain["lossless"]
+    assert ng["tokens_per_s"] == pytest.approx(sum(ng["tokens_per_s_rounds"]) / 2)
+    pairs = [a / b for a, b in zip(ng["tokens_per_s_rounds"], plain["tokens_per_s_rounds"])]
+    assert ng["speedup_vs_plain_rounds"] == pytest.approx(pairs)
+    assert ng["speedup_vs_plain"] == pytest.approx(sum(pairs) / 2)
+    assert plain["speedup_vs_plain"] == pytest.approx(1.0) and result["repeats"] == 2
