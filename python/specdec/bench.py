@@ -261,20 +261,20 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
     the run weighs on every mode alike. A row then gives the median tokens/s of its rounds
     (``tokens_per_s_rounds`` lists them) and ``speedup_vs_plain`` is the median of the per-round
     ratios to plain decoding *of the same round* (``speedup_vs_plain_rounds``); its other fields
-    (acceptance, steps, time split) are its first round's, and it is lossless only when every
-    round was."""
+    (acceptance, steps, time split) are its first round's (``acceptance_rate_rounds`` lists every
+    round's), and it is lossless only when every round was. Every round starts from a fresh
+    proposer, as the first did."""
     from specdec.speculative import build_speculation
     plain_ids = {} if plain_ids is None else plain_ids
-    modes = []
-    for name, cfg in _configs(o, bool(drafters)):
-        sp = build_speculation(cfg) if cfg else None
-        drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
-        proposer = sp.make_proposer(llm.runner, drafter) if sp else None
-        modes.append((name, cfg, sp, proposer))
+    modes = [(name, cfg, build_speculation(cfg) if cfg else None) for name, cfg in _configs(o, bool(drafters))]
     rounds: List[Dict[tuple, dict]] = []
     for rnd in range(max(1, o.repeats)):
         by_mode: Dict[tuple, dict] = {}
-        for name, cfg, sp, proposer in (modes if rnd % 2 == 0 else modes[::-1]):
+        for name, cfg, sp in (modes if rnd % 2 == 0 else modes[::-1]):
+            # a fresh proposer every round: suffix decoding's tree keeps the outputs it has seen,
+            # and a second round would draft from the first round's answers to the same prompts
+            drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
+            proposer = sp.make_proposer(llm.runner, drafter) if sp else None
             k = sp.config.num_speculative_tokens if sp else 0
             adaptive = bool(sp and sp.config.adaptive)
             for cat, ids in prompt_ids.items():
@@ -287,7 +287,7 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                 bar.step(f"{name} / {cat}")
         rounds.append(by_mode)
     rows: List[dict] = []
-    for name, _cfg, _sp, _proposer in modes:
+    for name, _cfg, _sp in modes:
         for cat in prompt_ids:
             per = [r[(name, cat)] for r in rounds]
             row = dict(per[0])
@@ -300,6 +300,7 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                 row["tokens_per_s_rounds"] = [x["tokens_per_s"] for x in per]
                 row["tokens_per_s"] = statistics.median(row["tokens_per_s_rounds"])
                 row["speedup_vs_plain_rounds"] = ratios
+                row["acceptance_rate_rounds"] = [x["acceptance_rate"] for x in per]
             rows.append(row)
     return rows
 

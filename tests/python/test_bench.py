@@ -185,12 +185,16 @@ def test_bench_repeats_alternate_the_order_and_pair_each_round_with_its_plain(tm
     """--repeats 2: every mode twice, the second round in reverse order; a row's tokens/s is the
     median of its rounds and its speedup the median of the ratios to the same round's plain."""
     lines = []
-    o = bench.BenchOptions(model=STORIES, drafter=None, max_tokens=8, ks=(2,), methods=("ngram",),
+    o = bench.BenchOptions(model=STORIES, drafter=None, max_tokens=24, ks=(2,), methods=("ngram", "suffix"),
                            adaptive=False, categories=("chat",), peer="off", out_dir=str(tmp_path / "o"),
                            plots=False, progress=None, repeats=2)
     result = bench.run(o, log=lines.append)
     runs = [ln.split()[0] for ln in lines if "tok/s" in ln and "round" in ln]
-    assert runs == ["plain", "ngram", "ngram", "plain"], lines
+    assert runs == ["plain", "ngram", "suffix", "suffix", "ngram", "plain"], lines
+    # a fresh proposer per round: the suffix tree of round 1 (which saw the answer) is not reused,
+    # so both greedy rounds draft alike
+    suffix = next(r for r in result["specdec"] if r["method"] == "suffix k=2")
+    assert suffix["acceptance_rate_rounds"][0] == suffix["acceptance_rate_rounds"][1]
     rows = {r["method"]: r for r in result["specdec"]}
     ng, plain = rows["ngram k=2"], rows["plain"]
     assert len(ng["tokens_per_s_rounds"]) == 2 and ng["lossless"] and plain["lossless"]
