@@ -96,7 +96,7 @@ class DeviceReader {
  public:
   DeviceReader(ocl::Context& ctx, size_t bytes) : ctx_(ctx) {
     per_item_ = static_cast<int>(bytes / 64 / kItems) / 4 * 4;
-    a_ = ocl::Buffer(ctx, static_cast<size_t>(per_item_) * 64 * kItems);
+    a_ = ocl::Buffer::long_lived(ctx, static_cast<size_t>(per_item_) * 64 * kItems);  // as weights are
     out_ = ocl::Buffer(ctx, kItems * sizeof(float));
     a_.fill_zero(ctx);
     cl_program prog = ctx.build("quant_bench_read", kReadKernel, "");

@@ -50,7 +50,7 @@ KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const Kv
   for (size_t i = 0; i < views_.size(); ++i) view_index_[views_[i].layer_name] = i;
   buffers_.reserve(config_.tensors.size());
   for (const auto& tensor : config_.tensors) {
-    buffers_.emplace_back(*ctx_, static_cast<size_t>(tensor.size_bytes));
+    buffers_.push_back(ocl::Buffer::long_lived(*ctx_, static_cast<size_t>(tensor.size_bytes)));
     buffers_.back().fill_zero(*ctx_);
   }
   ctx_->finish();

@@ -139,14 +139,14 @@ Kernel Context::kernel(const std::string& program, const std::string& kernel_nam
 
 namespace {
 
-// Host memory for a CPU device's buffers, in transparent huge pages: a kernel streaming weights
-// through 4 KiB pages stops at every page boundary (the hardware prefetchers do not cross pages;
-// one TLB entry per 4 KiB), and PoCL's own allocations get 4 KiB pages where THP is `madvise`
-// (the Debian default). Measured on a 2-core Zen 4 VM, PoCL 3.1: a streaming read kernel 21-23
-// GB/s over 4 KiB pages, 30-32 GB/s over huge pages (bench/README.md). The mapping is 2 MiB
-// aligned and rounded up to 2 MiB (only buffers of 1 MiB or more take it, so at most half of one
-// is padding) and lives until OpenCL deletes the buffer (destructor callback).
-// SPECDEC_HUGE_PAGES=0 turns it off.
+// Host memory for a CPU device's long-lived buffers (Buffer::long_lived), in transparent huge
+// pages: a kernel streaming weights through 4 KiB pages stops at every page boundary (hardware
+// prefetchers do not cross pages; one TLB entry per 4 KiB), and PoCL's own allocations get 4 KiB
+// pages where THP is `madvise` (the Debian default). Measured on a 2-core Zen 4 VM, PoCL 3.1: a
+// streaming read kernel 21-23 GB/s over 4 KiB pages, 30-32 GB/s over huge pages (bench/README.md).
+// The mapping is 2 MiB aligned and rounded up to 2 MiB (only buffers of 1 MiB or more take it, so
+// at most half of one is padding) and lives until OpenCL deletes the buffer (destructor callback).
+// SPECDEC_HUGE_PAGES=0 turns it off (read once per process).
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugePageMinBytes = size_t{1} << 20;
 
@@ -172,7 +172,8 @@ void CL_CALLBACK release_huge_pages(cl_mem /*mem*/, void* user_data) {
 // 2 MiB-aligned anonymous memory advised as huge pages, or nullptr (not a CPU device, too small,
 // turned off, or the mapping failed: the buffer then takes the runtime's own memory).
 HugePages* huge_page_memory(const Context& ctx, size_t size_bytes) {
-  if (ctx.device().type != "cpu" || size_bytes < kHugePageMinBytes || !huge_pages_enabled())
+  if (ctx.device().type != "cpu" || size_bytes < kHugePageMinBytes || !huge_pages_enabled() ||
+      size_bytes > SIZE_MAX / 2 || static_cast<uint64_t>(size_bytes) > static_cast<uint64_t>(ctx.device().max_alloc_bytes))
     return nullptr;
   const size_t span = (size_bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* raw = mmap(nullptr, span + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -195,27 +196,34 @@ Buffer::Buffer(const Context& ctx, size_t size_bytes, cl_mem_flags flags)
 Buffer::Buffer(const Context& ctx, const void* src, size_t size_bytes, cl_mem_flags flags)
     : size_bytes_(size_bytes) {
   if (size_bytes == 0) throw ConfigError("size_bytes", "0", "a device buffer must be > 0 bytes");
-  if (static_cast<int64_t>(size_bytes) > ctx.device().max_alloc_bytes) {
+  if (static_cast<uint64_t>(size_bytes) > static_cast<uint64_t>(ctx.device().max_alloc_bytes)) {
     throw UnsupportedError(str_cat("a buffer of ", size_bytes, " bytes exceeds the device's largest "
                                    "allocation (", ctx.device().max_alloc_bytes, " bytes on ",
                                    ctx.device().name, "); use a smaller KV-cache budget"));
   }
   cl_int err = CL_SUCCESS;
-  if (HugePages* pages = huge_page_memory(ctx, size_bytes); pages != nullptr) {
-    if (src != nullptr) std::memcpy(pages->ptr, src, size_bytes);
-    mem_ = clCreateBuffer(ctx.get(), flags | CL_MEM_USE_HOST_PTR, size_bytes, pages->ptr, &err);
-    if (err == CL_SUCCESS) err = clSetMemObjectDestructorCallback(mem_, release_huge_pages, pages);
-    if (err != CL_SUCCESS) {
-      if (mem_ != nullptr) clReleaseMemObject(mem_);
-      mem_ = nullptr;
-      release_huge_pages(nullptr, pages);
-    }
-    check(err, "clCreateBuffer", str_cat(size_bytes, " bytes (in huge-page host memory)"));
-    return;
-  }
   if (src != nullptr) flags |= CL_MEM_COPY_HOST_PTR;
   mem_ = clCreateBuffer(ctx.get(), flags, size_bytes, const_cast<void*>(src), &err);
   check(err, "clCreateBuffer", str_cat(size_bytes, " bytes"));
+}
+
+Buffer Buffer::long_lived(const Context& ctx, size_t size_bytes, cl_mem_flags flags, const void* src) {
+  constexpr cl_mem_flags kHostFlags = CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR;
+  HugePages* pages = (flags & kHostFlags) == 0 ? huge_page_memory(ctx, size_bytes) : nullptr;
+  if (pages == nullptr) return Buffer(ctx, src, size_bytes, flags);
+  if (src != nullptr) std::memcpy(pages->ptr, src, size_bytes);
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = clCreateBuffer(ctx.get(), flags | CL_MEM_USE_HOST_PTR, size_bytes, pages->ptr, &err);
+  if (err == CL_SUCCESS) err = clSetMemObjectDestructorCallback(mem, release_huge_pages, pages);
+  if (err != CL_SUCCESS) {  // a runtime that refuses host memory: its own buffer instead
+    if (mem != nullptr) clReleaseMemObject(mem);
+    release_huge_pages(nullptr, pages);
+    return Buffer(ctx, src, size_bytes, flags);
+  }
+  Buffer b;
+  b.mem_ = mem;
+  b.size_bytes_ = size_bytes;
+  return b;
 }
 
 Buffer Buffer::region(const Buffer& parent, size_t origin, size_t size_bytes, cl_mem_flags flags) {
@@ -241,10 +249,10 @@ BufferArena::BufferArena(const Context& ctx, size_t chunk_bytes)
 }
 
 Buffer BufferArena::allocate(size_t size_bytes, cl_mem_flags flags) {
-  if (!pooled_ || size_bytes == 0 || size_bytes >= chunk_bytes_ / 4) return Buffer(ctx_, size_bytes, flags);
+  if (!pooled_ || size_bytes == 0 || size_bytes >= chunk_bytes_ / 4) return Buffer::long_lived(ctx_, size_bytes, flags);
   const size_t origin = (used_ + align_ - 1) / align_ * align_;
   if (chunk_.get() == nullptr || origin + size_bytes > chunk_.size_bytes()) {
-    chunk_ = Buffer(ctx_, chunk_bytes_, CL_MEM_READ_WRITE);
+    chunk_ = Buffer::long_lived(ctx_, chunk_bytes_, CL_MEM_READ_WRITE);
     ++chunks_;
     used_ = size_bytes;
     return Buffer::region(chunk_, 0, size_bytes, flags);

@@ -123,6 +123,13 @@ class Buffer {
   // A buffer holding a copy of src[0, size_bytes), copied when it is created
   // (CL_MEM_COPY_HOST_PTR): no round trip through the queue, unlike write().
   Buffer(const Context& ctx, const void* src, size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_WRITE);
+  // A buffer that lives as long as a model (weights, the KV cache): on a CPU device, 1 MiB or more
+  // goes into huge-page host memory of its own (2 MiB aligned, MADV_HUGEPAGE, CL_MEM_USE_HOST_PTR,
+  // unmapped once OpenCL deletes the buffer), where streaming kernels read faster than from the
+  // runtime's 4 KiB pages; otherwise, or where that fails or SPECDEC_HUGE_PAGES=0, a plain buffer.
+  // Not for buffers made per step: each would map, fault in and unmap fresh pages.
+  static Buffer long_lived(const Context& ctx, size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_WRITE,
+                           const void* src = nullptr);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -148,15 +155,16 @@ class Buffer {
   size_t size_bytes_ = 0;
 };
 
-// Whether this context's large buffers live in huge-page host memory (a CPU device, and
-// SPECDEC_HUGE_PAGES is not 0): see Buffer's constructor.
+// Whether this context's long-lived large buffers live in huge-page host memory (a CPU device,
+// and SPECDEC_HUGE_PAGES is not 0): see Buffer::long_lived.
 bool uses_huge_pages(const Context& ctx);
 
 // Many small read-only buffers (a model's weights) carved out of a few large ones, so that they
 // too live in huge pages on a CPU device (a buffer below 1 MiB gets the runtime's 4 KiB pages).
 // Requests of a quarter of a chunk or more get a buffer of their own; the others are placed one
 // after the other, aligned to the device's base-address alignment, in chunks of `chunk_bytes`.
-// Without huge pages (another device type, or turned off) every request is its own buffer.
+// Without huge pages (another device type, or turned off) every request is its own buffer. Not
+// thread-safe (one loader owns one); the chunks live until their last region is released.
 class BufferArena {
  public:
   explicit BufferArena(const Context& ctx, size_t chunk_bytes = size_t{8} << 20);

@@ -52,7 +52,7 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
   const std::vector<uint8_t> packed = repack(layout, data);
   DeviceWeight w{who, layout,
                  arena != nullptr ? arena->allocate(packed.size(), CL_MEM_READ_ONLY)
-                                  : ocl::Buffer(ctx, packed.size(), CL_MEM_READ_ONLY)};
+                                  : ocl::Buffer::long_lived(ctx, packed.size(), CL_MEM_READ_ONLY)};
   w.buffer.write(ctx, packed.data(), packed.size());
   return w;
 }

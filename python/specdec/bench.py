@@ -270,7 +270,8 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
     rounds: List[Dict[tuple, dict]] = []
     for rnd in range(max(1, o.repeats)):
         by_mode: Dict[tuple, dict] = {}
-        for name, cfg, sp in (modes if rnd % 2 == 0 else modes[::-1]):
+        order = list(enumerate(modes))
+        for i, (name, cfg, sp) in (order if rnd % 2 == 0 else order[::-1]):
             # a fresh proposer every round: suffix decoding's tree keeps the outputs it has seen,
             # and a second round would draft from the first round's answers to the same prompts
             drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
@@ -279,7 +280,7 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
             adaptive = bool(sp and sp.config.adaptive)
             for cat, ids in prompt_ids.items():
                 row = _measure(llm, name, cfg, proposer, k, adaptive, cat, ids, o, plain_ids)
-                by_mode[(name, cat)] = row
+                by_mode[(i, cat)] = row
                 acc = "-" if row["acceptance_rate"] is None else f"{100 * row['acceptance_rate']:.0f}%"
                 rnd_text = f" (round {rnd + 1})" if o.repeats > 1 else ""
                 log(f"  {name:28s} {cat:16s} {row['tokens_per_s']:7.2f} tok/s  accept {acc:>4s}  "
@@ -287,15 +288,17 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
                 bar.step(f"{name} / {cat}")
         rounds.append(by_mode)
     rows: List[dict] = []
-    for name, _cfg, _sp in modes:
+    plain_index = next((i for i, (_n, cfg, _sp) in enumerate(modes) if cfg is None), None)
+    for i in range(len(modes)):
         for cat in prompt_ids:
-            per = [r[(name, cat)] for r in rounds]
+            per = [r[(i, cat)] for r in rounds]
             row = dict(per[0])
-            plains = [r.get(("plain", cat)) for r in rounds]
-            ratios = [x["tokens_per_s"] / p["tokens_per_s"] for x, p in zip(per, plains)
-                      if p and p["tokens_per_s"]]
+            plains = [r.get((plain_index, cat)) for r in rounds]
+            ratios = [x["tokens_per_s"] / p["tokens_per_s"] if p and p["tokens_per_s"] else None
+                      for x, p in zip(per, plains)]  # per round, None where that round has no plain
+            known = [x for x in ratios if x is not None]
             row["lossless"] = all(x["lossless"] for x in per)
-            row["speedup_vs_plain"] = statistics.median(ratios) if ratios else None
+            row["speedup_vs_plain"] = statistics.median(known) if known else None
             if len(per) > 1:
                 row["tokens_per_s_rounds"] = [x["tokens_per_s"] for x in per]
                 row["tokens_per_s"] = statistics.median(row["tokens_per_s_rounds"])
@@ -348,7 +351,8 @@ def rerun_plain(llm, o: BenchOptions, prompt_ids: Dict[str, List[int]], rows: Li
         again = out.metrics["tokens_per_s"]
         ref = first.get(cat)
         same = list(out.outputs[0].token_ids) == plain_ids.get(cat)
-        before = ref["tokens_per_s"] if ref else None
+        # the very first plain run (with --repeats, round 1's, not the rounds' median)
+        before = (ref.get("tokens_per_s_rounds") or [ref["tokens_per_s"]])[0] if ref else None
         drift[cat] = {"first_tokens_per_s": before, "last_tokens_per_s": again,
                       "ratio": again / before if before else None, "same_tokens": same}
         log(f"  {'plain (again, at the end)':28s} {cat:16s} {again:7.2f} tok/s  "

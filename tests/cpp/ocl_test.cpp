@@ -112,9 +112,10 @@ size_t mapping_count() {
 
 }  // namespace
 
-// On a CPU device, buffers of 1 MiB or more live in 2 MiB-aligned host memory advised as huge
-// pages (CL_MEM_USE_HOST_PTR), filled from src when given, and unmapped when OpenCL deletes them.
-TEST(Ocl, LargeCpuBuffersTakeHugePageHostMemory) {
+// On a CPU device, long-lived buffers of 1 MiB or more live in 2 MiB-aligned host memory advised
+// as huge pages (CL_MEM_USE_HOST_PTR), filled from src when given, and unmapped when OpenCL
+// deletes them; ordinary buffers (made per step) keep the runtime's memory.
+TEST(Ocl, LongLivedCpuBuffersTakeHugePageHostMemory) {
   auto ctx = Context::create();
   if (ctx->device().type != "cpu") GTEST_SKIP() << "not a CPU device";
   if (const char* env = std::getenv("SPECDEC_HUGE_PAGES"); env != nullptr && std::string(env) == "0")
@@ -127,24 +128,28 @@ TEST(Ocl, LargeCpuBuffersTakeHugePageHostMemory) {
   for (size_t size : {size_t{1} << 20, (size_t{3} << 20) + 5, size_t{9} << 20}) {
     std::vector<uint8_t> in(size), out(size);
     for (size_t i = 0; i < size; ++i) in[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
-    Buffer copied(*ctx, in.data(), size);
+    Buffer copied = Buffer::long_lived(*ctx, size, CL_MEM_READ_WRITE, in.data());
     EXPECT_NE(host_ptr(copied), 0u) << size;
     EXPECT_EQ(host_ptr(copied) % (size_t{2} << 20), 0u) << size;
     copied.read(*ctx, out.data(), size);
     EXPECT_EQ(in, out) << size;
-    Buffer empty(*ctx, size);
+    Buffer empty = Buffer::long_lived(*ctx, size);
     EXPECT_EQ(host_ptr(empty) % (size_t{2} << 20), 0u) << size;
+    EXPECT_EQ(host_ptr(Buffer(*ctx, size)), 0u) << size;  // per-step buffers: the runtime's memory
+    Buffer read_only = Buffer::long_lived(*ctx, size, CL_MEM_READ_ONLY, in.data());
+    read_only.read(*ctx, out.data(), size);
+    EXPECT_EQ(in, out) << size;
     empty.write(*ctx, in.data(), size);
     empty.fill_zero(*ctx);
     empty.read(*ctx, out.data(), size);
     EXPECT_EQ(out, std::vector<uint8_t>(size, 0)) << size;
   }
-  EXPECT_EQ(host_ptr(Buffer(*ctx, (size_t{1} << 20) - 1)), 0u);  // small: the runtime's memory
+  EXPECT_EQ(host_ptr(Buffer::long_lived(*ctx, (size_t{1} << 20) - 1)), 0u);  // small: the runtime's
   // released buffers give their mappings back
-  { Buffer warm(*ctx, size_t{8} << 20); }
+  { Buffer warm = Buffer::long_lived(*ctx, size_t{8} << 20); }
   const size_t before = mapping_count();
   for (int i = 0; i < 100; ++i) {
-    Buffer b(*ctx, size_t{8} << 20);
+    Buffer b = Buffer::long_lived(*ctx, size_t{8} << 20);
     b.fill_zero(*ctx);
   }
   ctx->finish();
