@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specdec._files import check_output_file, write_file_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -70,11 +72,14 @@ def main() -> int:
     ap.add_argument("--env", required=True, help="NAME=VALUE: side B's setting")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=48)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "env_ab.json"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "env_ab.json"),
+                    help="JSON output (its folder must exist, except for the default bench/out)")
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 9:
         raise SystemExit("--rounds must be >= 1 and --steps >= 9 (the first 8 steps are not counted)")
     b_env = parse_env(a.env)
+    default_out = str(ROOT / "bench" / "out" / "env_ab.json")
+    check_output_file(a.out, "--out", create_folder=a.out == default_out)  # before the run
     result = {"setting_b": a.env, "rounds": a.rounds, "steps": a.steps, "models": []}
     for model in a.models:
         runs = []
@@ -95,10 +100,8 @@ def main() -> int:
                                  "device": runs[0]["A"]["device"]})
         print(f"{model}: A {med['A']:.2f} ms, B {med['B']:.2f} ms; B/A per round "
               f"{min(ratios):.3f}..{max(ratios):.3f}", flush=True)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_file_atomic(a.out, json.dumps(result, indent=1) + "\n", "--out")
+    print(f"wrote {a.out}")
     return 0
 
 
