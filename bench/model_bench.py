@@ -13,7 +13,7 @@ and the ratios specdec / llama.cpp. The machine's streaming read bandwidth is me
 same run (numpy copy of 512 MiB) for context.
 
     bash bench/setup_peer.sh            # llama-cpp-python (pinned), once
-    .venv/bin/python bench/model_bench.py [--models ...] [--no-peer] [--out FILE]
+    .venv/bin/python bench/model_bench.py [--models ...] [--rounds N] [--no-peer] [--out FILE]
 
 Writes bench/out/model_bench.json. Not a test: nothing asserts on timings.
 """
@@ -146,6 +146,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="per model, specdec and llama.cpp this many times in alternating order "
+                         "(specdec first, then llama.cpp first, ...): the per-round decode ratios "
+                         "and their median, what to read on a noisy machine (default 1)")
     ap.add_argument("--no-peer", action="store_true", help="skip llama.cpp")
     ap.add_argument("--peer-tools", default=None,
                     help="measure llama.cpp with llama-bench from this folder (bench/setup_peer_tools.sh "
@@ -171,14 +175,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import llama_cpp
         from peer_llamacpp import bench_model as peer_bench
         report["llama_cpp_python"] = llama_cpp.__version__
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds = {args.rounds}: must be >= 1")
     for name in args.models:
-        ours = bench_ours(ctx, name, args.decode_tokens, args.prefill_tokens, args.context,
-                          args.repeats)
+        def ours_once():
+            return bench_ours(ctx, name, args.decode_tokens, args.prefill_tokens, args.context, args.repeats)
+
+        def peer_once():
+            return peer_bench(name, args.decode_tokens, args.prefill_tokens, args.context, args.repeats)
+
+        ours = ours_once()
         entry: Dict[str, object] = {"model": name, "specdec": ours}
         if peer_bench is not None:
-            peer = peer_bench(name, args.decode_tokens, args.prefill_tokens, args.context,
-                              args.repeats)
+            peer = peer_once()
             entry["llama_cpp"] = peer
+            rounds = [(ours["decode_tok_s"], peer["decode_tok_s"])]
+            for r in range(1, args.rounds):  # later rounds: decode only, the order alternating
+                if r % 2:
+                    p_, o_ = peer_once(), ours_once()
+                else:
+                    o_, p_ = ours_once(), peer_once()
+                rounds.append((o_["decode_tok_s"], p_["decode_tok_s"]))
+            if args.rounds > 1:
+                ratios = [o / p for o, p in rounds]
+                entry["decode_rounds"] = [{"specdec_tok_s": o, "llama_cpp_tok_s": p, "ratio": o / p}
+                                          for o, p in rounds]
+                entry["decode_ratio_rounds_median"] = statistics.median(ratios)
+                print(f"  decode ratio per round: {', '.join(f'{x:.2f}' for x in ratios)}; median "
+                      f"{statistics.median(ratios):.2f}x", flush=True)
             entry["ratio_specdec_over_llama_cpp"] = {
                 "decode_tok_s": ours["decode_tok_s"] / peer["decode_tok_s"],
                 "prefill_tok_s": ours["prefill_tok_s"] / peer["prefill_tok_s"],
