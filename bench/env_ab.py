@@ -7,8 +7,8 @@
 Each round runs the decode twice, once with the process's environment (A) and once with the
 setting added (B), each in a fresh process (settings such as SPECDEC_HUGE_PAGES are read once per
 process), alternating the order every round so that a machine drifting over time hurts neither
-side. A decode = load, a 16-token prompt, then `--steps` greedy one-token steps, the first 8 not
-counted; per run the median and minimum step time. The summary gives per side the median of the
+side. A decode is bench/model_bench.py's (`--no-peer`, `--decode-tokens` = `--steps`): the median
+step after a 16-token prompt. The summary gives per side the median of the
 runs' medians and the B / A ratio per round: on a noisy VM the per-round ratios are what to read.
 Not a test; the numbers are for reading, like every benchmark here.
 """
@@ -21,42 +21,23 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from specdec._files import check_output_file, write_file_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
-import json, sys, time
-import numpy as np
-import specdec
-from specdec import _core
-from specdec._core import StepRequest
-ctx = specdec.Context()
-runner = _core.ModelRunner(ctx, specdec.resolve_model(sys.argv[1]), "", 2048, 256 << 20,
-                           max_num_batched_tokens=64, max_num_logits=8)
-out = runner.step([StepRequest("d", list(range(100, 116)))])
-t = int(np.argmax(out.logits[0]))
-steps = []
-for i in range(int(sys.argv[2])):
-    t0 = time.perf_counter()
-    out = runner.step([StepRequest("d", [t], num_computed_tokens=16 + i)])
-    steps.append(time.perf_counter() - t0)
-    t = int(np.argmax(out.logits[0]))
-steps = steps[8:]
-print(json.dumps({"median_ms": 1e3 * float(np.median(steps)), "min_ms": 1e3 * min(steps),
-                  "device": ctx.device.summary()}))
-"""
-
-
-def run_once(model: str, steps: int, extra: dict) -> dict:
-    env = dict(os.environ, **extra)
-    proc = subprocess.run([sys.executable, "-c", CHILD, model, str(steps)], env=env,
-                          capture_output=True, text=True, timeout=900)
+def run_once(model: str, steps: int, extra: dict, tmp: Path) -> dict:
+    """bench/model_bench.py's decode of one model (no peer) in a fresh process with `extra` set."""
+    out = tmp / "run.json"
+    cmd = [sys.executable, str(ROOT / "bench" / "model_bench.py"), "--models", model, "--no-peer",
+           "--repeats", "2", "--decode-tokens", str(steps), "--out", str(out)]
+    proc = subprocess.run(cmd, env=dict(os.environ, **extra), capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"{model} with {extra or 'the default environment'} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    report = json.loads(out.read_text())
+    return {"median_ms": report["models"][0]["specdec"]["decode_ms_per_token"], "device": report["device"]}
 
 
 def parse_env(text: str) -> dict:
@@ -75,8 +56,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "env_ab.json"),
                     help="JSON output (its folder must exist, except for the default bench/out)")
     a = ap.parse_args()
-    if a.rounds < 1 or a.steps < 9:
-        raise SystemExit("--rounds must be >= 1 and --steps >= 9 (the first 8 steps are not counted)")
+    if a.rounds < 1 or a.steps < 1:
+        raise SystemExit("--rounds and --steps must be >= 1")
     b_env = parse_env(a.env)
     default_out = str(ROOT / "bench" / "out" / "env_ab.json")
     check_output_file(a.out, "--out", create_folder=a.out == default_out)  # before the run
@@ -87,7 +68,8 @@ def main() -> int:
             order = [("A", {}), ("B", b_env)] if r % 2 == 0 else [("B", b_env), ("A", {})]
             row = {}
             for side, extra in order:
-                row[side] = run_once(model, a.steps, extra)
+                with tempfile.TemporaryDirectory() as tmp:
+                    row[side] = run_once(model, a.steps, extra, Path(tmp))
             row["b_over_a"] = row["B"]["median_ms"] / row["A"]["median_ms"]
             runs.append(row)
             print(f"{model} round {r + 1}: A {row['A']['median_ms']:.2f} ms, B ({a.env}) "

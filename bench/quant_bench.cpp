@@ -43,7 +43,6 @@ namespace {
 
 struct Options {
   bool quick = false;
-  bool rows_sweep = false;
   int64_t working_set_bytes = int64_t{512} << 20;
   int reps = 5;
   std::string models;
@@ -325,39 +324,6 @@ void add_synthetic(Synthetic& syn, const std::vector<GgmlType>& types) {
     syn.groups.push_back(Group{t.type, rows, cols, {&t}});
 }
 
-// --rows-sweep: Q4_K matrices of 1536 columns and 256 .. 151936 rows (random blocks), each repeated
-// to the working set and timed per matrix, three rounds interleaved: time = fixed + bytes / GB/s
-// separates what each launch costs beyond streaming its bytes (worker wake-up, ramp, tail).
-nlohmann::json rows_sweep(ocl::Context& ctx, const Options& opt) {
-  const int64_t cols = 1536;
-  const std::vector<int64_t> all_rows = {256, 1536, 4480, 8960, 17920, 35840, 151936};
-  std::map<int64_t, double> best;
-  for (int round = 0; round < 3; ++round) {
-    for (int64_t rows : all_rows) {
-      std::vector<float> w(static_cast<size_t>(rows * cols));
-      std::mt19937 rng(static_cast<unsigned>(rows));
-      std::normal_distribution<float> dist(0.0f, 0.05f);
-      for (float& v : w) v = dist(rng);
-      const std::vector<uint8_t> q = quantize(GgmlType::kQ4_K, w.data(), rows, cols);
-      std::vector<DeviceWeight> weights;
-      const size_t copies = std::max<size_t>(2, opt.working_set_bytes / q.size());
-      for (size_t i = 0; i < copies; ++i)
-        weights.push_back(upload_weight(ctx, GgmlType::kQ4_K, q.data(), q.size(), {cols, rows}));
-      const double t = time_pass(ctx, weights, 1, opt.reps) / static_cast<double>(copies);
-      best[rows] = round == 0 ? t : std::min(best[rows], t);
-      if (round == 2)
-        std::fprintf(stderr, "rows %6lld: %8.1f us, %.1f GB/s\n", static_cast<long long>(rows), t * 1e6,
-                     static_cast<double>(q.size()) / best[rows] / 1e9);
-    }
-  }
-  nlohmann::json out = nlohmann::json::array();
-  for (auto [rows, t] : best) {
-    const double bytes = static_cast<double>(rows * cols / 256 * 144);
-    out.push_back({{"rows", rows}, {"cols", cols}, {"us", t * 1e6}, {"GBps", bytes / t / 1e9}});
-  }
-  return out;
-}
-
 // --quick: small synthetic matrices of every format (a smoke run; numbers mean little).
 nlohmann::json quick_run(ocl::Context& ctx) {
   nlohmann::json out = nlohmann::json::array();
@@ -393,8 +359,6 @@ Options parse(int argc, char** argv) {
       o.model_filter = argv[++i];
     else if (a == "--all-shapes")
       o.all_shapes = true;
-    else if (a == "--rows-sweep")
-      o.rows_sweep = true;
     else if (a == "--step-only")
       o.all_shapes = o.step_only = true;
   }
@@ -412,11 +376,6 @@ int main(int argc, char** argv) {
                         {"rows_per_item",
                          {{"n1", matmul_config(*ctx, 1).rows_per_item},
                           {"n16", matmul_config(*ctx, 16).rows_per_item}}}};
-  if (opt.rows_sweep) {
-    out["rows_sweep"] = rows_sweep(*ctx, opt);
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
-  }
   if (opt.quick) {
     out["quick"] = quick_run(*ctx);
     std::printf("%s\n", out.dump(2).c_str());
