@@ -21,12 +21,12 @@ namespace {
 
 // ModelRunner.step: StepRequest in, StepOutput out (step_types.h); the forward runs without the GIL.
 bindings::StepResult step(runner::ModelRunner& r, const py::object& requests,
-                          const std::vector<int>& hidden_layers, bool return_logits) {
+                          const std::vector<int>& hidden_layers, bool return_logits, int num_layers) {
   const std::vector<runner::StepRequest> reqs = bindings::step_requests(requests);
   runner::StepOutput out;
   {
     py::gil_scoped_release release;
-    out = r.step(reqs, hidden_layers, return_logits);
+    out = r.step(reqs, hidden_layers, return_logits, num_layers);
   }
   return bindings::to_python(std::move(out), r.config().hidden_size, return_logits);
 }
@@ -75,11 +75,13 @@ void register_runner(py::module_& m) {
            "logit_token_ids: logits only for these ids (strictly increasing; a drafter's reduced "
            "vocabulary): logit column j is token logit_token_ids[j], argmax a token id.")
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
-           py::arg("return_logits") = true,
+           py::arg("return_logits") = true, py::arg("num_layers") = 0,
            "One forward over a ragged batch. requests: a list of StepRequest (prefill chunks, decodes "
            "and k+1 verify tokens together; positional tuples are refused with a TypeError). "
            "hidden_layers: return the residual stream after these layers (-1: after the final norm). "
-           "return_logits=False skips the [rows, vocab] logits transfer. Returns a StepOutput: logits "
+           "return_logits=False skips the [rows, vocab] logits transfer. num_layers=L exits early: the "
+           "first L decoder layers, then the final norm and the head (layer-skip drafting; truncate "
+           "those positions before a full step over them). Returns a StepOutput: logits "
            "float32 [rows, vocab_size] (0 rows with return_logits=False), logits_start (first row per "
            "request, then the total; rows(i) is request i's slice), argmax int32 [rows] (ties: lowest "
            "id) and argmax_logprob float32 [rows], both reduced on the device, hidden {layer: float32 "

@@ -15,6 +15,7 @@
 #include "spec/metrics.h"
 #include "spec/proposer.h"
 #include "spec/proposers/draft_model.h"
+#include "spec/proposers/layer_skip.h"
 #include "spec/proposers/ngram.h"
 #include "spec/proposers/suffix.h"
 #include "spec/rejection.h"
@@ -113,6 +114,10 @@ void register_spec(py::module_& root) {
       })
       .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
       .def_readonly("adaptive", &SpeculativeConfig::adaptive)
+      .def_property_readonly("exit_layer", [](const SpeculativeConfig& c) -> py::object {
+        if (c.method != "layer_skip") return py::none();
+        return c.exit_layer == 0 ? py::object(py::str("auto")) : py::object(py::int_(c.exit_layer));
+      })
       .def_readonly("draft_vocab_size", &SpeculativeConfig::draft_vocab_size)
       .def_property_readonly("draft_vocab_file", [](const SpeculativeConfig& c) -> py::object {
         if (c.draft_vocab_file.empty()) return py::none();
@@ -218,6 +223,30 @@ void register_spec(py::module_& root) {
       .def_property_readonly("drafter", &DraftModelProposer::drafter)
       .def_property_readonly("num_steps", &DraftModelProposer::num_steps)
       .def_property_readonly("num_tokens", &DraftModelProposer::num_tokens);
+  py::class_<LayerSkipProposer, Proposer, std::shared_ptr<LayerSkipProposer>>(
+      m, "LayerSkipProposer",
+      "Self-drafting with the target's first exit_layer layers, its final norm and its LM head "
+      "(exit_layer 0: auto, from measured acceptance and step times).")
+      .def(py::init<std::shared_ptr<runner::ModelRunner>, int>(), py::arg("target"), py::arg("exit_layer") = 0)
+      .def_property_readonly("is_auto", &LayerSkipProposer::is_auto)
+      .def_property_readonly("exit_layer", &LayerSkipProposer::exit_layer,
+                             "The exit layer the next draft uses (auto: the current choice).")
+      .def_property_readonly("candidates", &LayerSkipProposer::candidates)
+      .def_property_readonly("num_steps", &LayerSkipProposer::num_steps)
+      .def("stats", [](const LayerSkipProposer& p) {
+        py::list out;
+        for (const auto& s : p.stats()) {
+          py::dict d;
+          d["exit_layer"] = s.exit_layer;
+          d["drafts"] = s.drafts;
+          d["acceptance_per_pos"] = s.acceptance;
+          d["step_seconds"] = s.step_seconds;
+          d["expected_tokens_per_second"] = s.expected_tokens_per_second;
+          out.append(d);
+        }
+        return out;
+      }, "Per candidate exit layer: drafts seen, acceptance per position, seconds per early-exit step, "
+         "expected tokens/s.");
 
   m.def("ngram_lookup", &ngram_lookup, py::arg("tokens"), py::arg("min_n"), py::arg("max_n"),
         py::arg("k"), py::arg("max_model_len") = 0);

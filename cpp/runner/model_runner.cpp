@@ -226,7 +226,7 @@ void mark_h(StepBuffers& s, const ops::QuantizedOut* q) { s.xq.source = q != nul
 // One decoder layer on the normed input s.h (the previous layer's fused add + norm). Leaves the
 // residual stream in s.x and, in s.h, its norm with `next_norm` (the next layer's attn_norm, or
 // the output norm after the last layer): each residual add is fused with the norm after it.
-void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t t) {
+void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t t, int exit) {
   const auto& c = config_;
   const LayerWeights& w = weights_.layers[il];
   StepBuffers& s = *scratch_;
@@ -244,21 +244,31 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
 
   gated_ffn(step, w);
   if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
-  const ocl::Buffer& next_norm =
-      il + 1 < c.num_layers ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
+  const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
-  q = il + 1 < c.num_layers ? quantize_h(ctx, s, t, d) : nullptr;
+  q = il + 1 < exit ? quantize_h(ctx, s, t, d) : nullptr;
   ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 }
 
 StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers,
-                             bool return_logits) {
+                             bool return_logits, int num_layers) {
   std::lock_guard<std::mutex> guard(mu_);
   check_requests(requests);
+  SPECDEC_CHECK(num_layers >= 0 && num_layers <= config_.num_layers, "num_layers", num_layers,
+               str_cat("0 (every layer) or an exit layer in [1, ", config_.num_layers, "]"));
+  const int exit = num_layers == 0 ? config_.num_layers : num_layers;
   for (int l : hidden_layers) {
-    SPECDEC_CHECK(l >= -1 && l < config_.num_layers, "hidden_layers", l,
-                 str_cat("layer indices in [0, ", config_.num_layers, ") or -1 (after the final norm)"));
+    SPECDEC_CHECK(l >= -1 && l < exit, "hidden_layers", l,
+                 str_cat("layer indices in [0, ", exit, ") or -1 (after the final norm)"));
+  }
+  for (const auto& r : requests) {  // positions an early exit left without the deeper layers' K/V
+    const auto it = partial_.find(r.request_id);
+    if (it == partial_.end() || exit <= it->second.layers) continue;
+    throw ConfigError(str_cat("request ", r.request_id, ".num_computed_tokens"), str_cat(r.num_computed_tokens),
+                      str_cat("at most ", it->second.from, " for a step through ", exit,
+                              " layers: an early-exit step through ", it->second.layers,
+                              " layers wrote the positions after it (truncate them first)"));
   }
   StepOutput out;
   out.vocab_size = logit_columns();
@@ -266,9 +276,15 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   if (requests.empty()) return out;  // nothing to run
   const StepPlan plan = plan_step(requests);
   out.logits_start = plan.logits_start;
-  run_layers(plan, hidden_layers, out);
+  run_layers(plan, hidden_layers, out, exit);
   compute_logits(plan, return_logits, out);
-  for (const auto& r : requests) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+  for (const auto& r : requests) {
+    lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+    if (exit < config_.num_layers) {
+      auto [it, added] = partial_.try_emplace(r.request_id, Partial{r.num_computed_tokens, exit});
+      if (!added) it->second.layers = std::min(it->second.layers, exit);
+    }
+  }
   return out;
 }
 
@@ -322,7 +338,8 @@ void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan
   plan.metadata = attn::build_step_metadata(*ctx_, setup_, *manager_, plan.sched);
 }
 
-void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out) {
+void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out,
+                             int exit) {
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
   const int64_t t = plan.num_tokens;
@@ -340,8 +357,8 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   const ops::QuantizedOut* q = quantize_h(ctx, s, t, d);
   ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
-  for (int il = 0; il < config_.num_layers; ++il) {
-    run_layer(il, plan.metadata, t);
+  for (int il = 0; il < exit; ++il) {
+    run_layer(il, plan.metadata, t, exit);
     capture(il, s.x);  // the residual stream after the layer
   }
   capture(-1, s.h);  // after the final norm
@@ -452,7 +469,7 @@ double ModelRunner::warm_up() {
       plan_inputs({r}, plan);
       StepOutput out;
       out.vocab_size = logit_columns();
-      run_layers(plan, {}, out);
+      run_layers(plan, {}, out, config_.num_layers);
       compute_logits(plan, false, out);
     } catch (...) {
       manager_->free(id);
@@ -489,6 +506,8 @@ void ModelRunner::truncate(const std::string& request_id, int64_t num_tokens) {
                str_cat("in [0, ", lengths_[request_id], "] (the tokens in the cache)"));
   manager_->truncate(request_id, num_tokens);
   lengths_[request_id] = num_tokens;
+  const auto it = partial_.find(request_id);
+  if (it != partial_.end() && num_tokens <= it->second.from) partial_.erase(it);
 }
 
 void ModelRunner::free(const std::string& request_id) {
@@ -496,6 +515,7 @@ void ModelRunner::free(const std::string& request_id) {
   SPECDEC_CHECK(lengths_.contains(request_id), "request_id", request_id, "a running request");
   manager_->free(request_id);
   lengths_.erase(request_id);
+  partial_.erase(request_id);
 }
 
 bool ModelRunner::has_request(const std::string& request_id) const {

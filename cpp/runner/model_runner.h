@@ -87,8 +87,12 @@ class ModelRunner {
   // does not fit the free KV blocks is an error naming the group and leaves nothing changed.
   // return_logits = false leaves StepOutput::logits empty (argmax and its logprob are always
   // there): the [rows, vocab] transfer is skipped.
+  // num_layers in [1, config().num_layers] exits early: only the first num_layers decoder layers
+  // run, then the final norm and the head (layer-skip self-drafting; 0: every layer). Such a step
+  // writes K/V for those layers only, so its positions must be rolled back (truncate) before a
+  // step that runs more layers over them: ConfigError otherwise.
   StepOutput step(const std::vector<StepRequest>& requests, const std::vector<int>& hidden_layers = {},
-                  bool return_logits = true);
+                  bool return_logits = true, int num_layers = 0);
 
   // Runs every kernel variant the steps of this runner can launch once, on throwaway tokens
   // (decode, verify and prefill shapes, split-KV attention past one split, logits): OpenCL
@@ -152,9 +156,11 @@ class ModelRunner {
   StepPlan plan_step(const std::vector<StepRequest>& requests);
   // The flattened inputs and the metadata of `requests`, whose slots plan.sched holds.
   void plan_inputs(const std::vector<StepRequest>& requests, StepPlan& plan);
-  void run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out);
+  // Runs layers [0, exit) (exit = config_.num_layers: all), the last one's add + norm with the
+  // output norm.
+  void run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out, int exit);
   void compute_logits(const StepPlan& plan, bool return_logits, StepOutput& out);
-  void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens);
+  void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens, int exit);
 
   std::shared_ptr<ocl::Context> ctx_;
   RunnerOptions options_;
@@ -168,6 +174,13 @@ class ModelRunner {
   std::unique_ptr<StepBuffers> scratch_;
   std::vector<LayerBinding> layers_;        // per layer, resolved at load
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
+  // Early-exit steps: from position `from` on, a request's cache holds K/V of the first `layers`
+  // layers only (until truncated back to `from`).
+  struct Partial {
+    int64_t from = 0;
+    int layers = 0;
+  };
+  std::map<std::string, Partial> partial_;
   // set_extra_logit_tokens: the rows and their logits [max_num_logits, capacity]
   std::vector<int32_t> extra_ids_;
   std::optional<quant::DeviceWeight> extra_head_;

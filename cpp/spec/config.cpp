@@ -15,7 +15,7 @@ namespace specdec::spec {
 
 namespace {
 
-const char* kMethods = "'draft_model', 'ngram', 'suffix' or 'custom'";
+const char* kMethods = "'draft_model', 'ngram', 'suffix', 'layer_skip' or 'custom'";
 
 std::string show(const nlohmann::json& v) { return json_summary(v); }
 
@@ -92,7 +92,8 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "prompt_lookup_max", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
-      "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file"};
+      "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file",
+      "exit_layer"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -127,7 +128,15 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "disable_by_batch_size") c.disable_by_batch_size = get_int(v, f, 1, int64_t{1} << 30, "None or an integer >= 1");
     else if (key == "draft_vocab_size") c.draft_vocab_size = get_int(v, f, 0, int64_t{1} << 31, "0 (the whole vocabulary) or an integer >= 1");
     else if (key == "draft_vocab_file") c.draft_vocab_file = get_text(v, f, "the path of a JSON file written by `specdec draft-vocab`");
-    else if (key == "adaptive") {
+    else if (key == "exit_layer") {
+      const std::string allowed = "'auto' or an integer >= 1 (layers of the target that draft)";
+      if (v.is_string()) {
+        SPECDEC_CHECK(v.get<std::string>() == "auto", f, show(v), allowed);
+        c.exit_layer = 0;
+      } else {
+        c.exit_layer = static_cast<int>(get_int(v, f, 1, 1 << 20, allowed));
+      }
+    } else if (key == "adaptive") {
       SPECDEC_CHECK(v.is_boolean(), f, show(v), "true or false");
       c.adaptive = v.get<bool>();
     }
@@ -154,7 +163,8 @@ void SpeculativeConfig::validate() {
     else if (!model.empty()) method = "draft_model";
     else throw ConfigError(p + "method", "None", std::string(kMethods) + " (or a drafter model)");
   }
-  SPECDEC_CHECK(method == "draft_model" || method == "ngram" || method == "suffix" || method == "custom",
+  SPECDEC_CHECK(method == "draft_model" || method == "ngram" || method == "suffix" || method == "layer_skip" ||
+                   method == "custom",
                p + "method", method, kMethods);
   const bool ngram = method == "ngram", suffix = method == "suffix", draft = method == "draft_model";
   if (draft || method == "custom") {
@@ -165,6 +175,11 @@ void SpeculativeConfig::validate() {
   if (ngram) SPECDEC_CHECK(model.empty() || model == "ngram" || model == "[ngram]", p + "model", model,
                           "None or 'ngram' for method ngram");
   if (suffix) SPECDEC_CHECK(model.empty(), p + "model", model, "None for method suffix (no model)");
+  if (method == "layer_skip") {
+    SPECDEC_CHECK(model.empty(), p + "model", model, "None for method layer_skip (the target drafts)");
+  } else {
+    SPECDEC_CHECK(exit_layer == 0, p + "exit_layer", exit_layer, "None (only for method layer_skip)");
+  }
   if (num_speculative_tokens == 0) {
     SPECDEC_CHECK(suffix, p + "num_speculative_tokens", "None",
                  str_cat("an integer in [1, ", kMaxSpecLen, "] (required for method ", method, ")"));
@@ -250,6 +265,7 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["draft_vocab_size"] = draft_vocab_size;
     j["draft_vocab_file"] = draft_vocab_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(draft_vocab_file);
   }
+  if (method == "layer_skip") j["exit_layer"] = exit_layer == 0 ? nlohmann::json("auto") : nlohmann::json(exit_layer);
   j["adaptive"] = adaptive;
   j["disable_by_batch_size"] = disable_by_batch_size ? nlohmann::json(disable_by_batch_size) : nlohmann::json(nullptr);
   return j;

@@ -153,6 +153,8 @@ class Speculation:
                                              c.suffix_decoding_min_token_prob, n)
         if c.method == "draft_model":
             return _core.spec.DraftModelProposer(drafter, target.config.vocab_size)
+        if c.method == "layer_skip":
+            return _core.spec.LayerSkipProposer(target, 0 if c.exit_layer == "auto" else c.exit_layer)
         return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")
 
 

@@ -279,11 +279,12 @@ class NumpyModel:
 
     # -- forward -----------------------------------------------------------------------------
     def forward(self, tokens: Sequence[int], hidden_layers: Iterable[int] = (),
-                logits_for: Optional[Sequence[int]] = None) -> ForwardOutput:
+                logits_for: Optional[Sequence[int]] = None, num_layers: int = 0) -> ForwardOutput:
         """Logits at every position (or at ``logits_for``) of ``tokens`` with causal attention
         over the whole sequence, and the residual stream after each layer in ``hidden_layers``
-        (negative indices count from the last layer)."""
-        out = self.forward_batch([tokens], hidden_layers)[0]
+        (negative indices count from the last layer). ``num_layers`` = L > 0: an early exit, the
+        first L layers, then the final norm and the head (layer-skip drafting)."""
+        out = self.forward_batch([tokens], hidden_layers, num_layers)[0]
         if logits_for is not None:
             rows = np.asarray(list(logits_for), dtype=np.int64)
             out.logits, out.final_hidden = out.logits[rows], out.final_hidden[rows]
@@ -293,7 +294,7 @@ class NumpyModel:
         return self.forward(tokens).logits
 
     def forward_batch(self, sequences: Sequence[Sequence[int]],
-                      hidden_layers: Iterable[int] = ()) -> List[ForwardOutput]:
+                      hidden_layers: Iterable[int] = (), num_layers: int = 0) -> List[ForwardOutput]:
         """``forward`` of several independent sequences in one pass over the weights (each
         weight is dequantized once for all of them)."""
         c = self.config
@@ -313,7 +314,7 @@ class NumpyModel:
             x = (x * np.float32(c["embedding_scale"])).astype(np.float32)
         kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
         hidden: Dict[int, np.ndarray] = {}
-        for i in range(c["num_layers"]):
+        for i in range(num_layers or c["num_layers"]):
             x = self._layer(i, x, positions, seq_ids, kv_store)
             if i in wanted:
                 hidden[i] = x.copy()
