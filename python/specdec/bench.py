@@ -77,7 +77,8 @@ CODE_CATEGORIES = ("code_generation", "code_editing")
 DEFAULT_OUT_DIR = "bench/out"
 GLANCE_FILE = "speedup_overview.png"  # the first plot: speedups a user reads at a glance
 PLOT_FILES = (GLANCE_FILE, "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png")
-METHODS = ("draft_model", "ngram", "suffix")
+METHODS = ("draft_model", "ngram", "suffix")  # the default set
+ALL_METHODS = METHODS + ("layer_skip",)       # layer_skip: exit layer "auto"
 
 
 @dataclass
@@ -333,6 +334,9 @@ def _measure(llm, name: str, cfg: Optional[dict], proposer, k: int, adaptive: bo
                                                         "sampling_seconds", "host_seconds")},
         "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
     }
+    if isinstance(proposer, _core.spec.LayerSkipProposer):  # the exit layer it settled on
+        row["exit_layer"] = proposer.exit_layer
+        row["exit_layer_stats"] = proposer.stats()
     if core.adaptive is not None:
         row["adaptive_off_steps"] = core.adaptive.num_off_steps
         row["adaptive_probes"] = core.adaptive.num_probes
@@ -835,8 +839,8 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
         if c not in PROMPTS:
             raise ValueError(f"--categories: {c!r}: one of {', '.join(PROMPTS)}")
     for m in o.methods:
-        if m not in METHODS:
-            raise ValueError(f"--methods: {m!r}: one of {', '.join(METHODS)}")
+        if m not in ALL_METHODS:
+            raise ValueError(f"--methods: {m!r}: one of {', '.join(ALL_METHODS)}")
     if o.draft_vocab_size < 0 or (o.draft_vocab_size and ("draft_model" not in o.methods or not o.drafter)):
         raise ValueError(f"--draft-vocab-size = {o.draft_vocab_size}: 0, or >= 1 with method draft_model "
                          "and a drafter")

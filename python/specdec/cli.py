@@ -202,6 +202,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                        f"layers, attention {'/'.join(sorted(set(llm.drafter.attention_backends)))}, "
                        f"KV {llm.kv_split['drafter_bytes'] / 2**20:.0f} MiB of "
                        f"{(llm.kv_split['drafter_bytes'] + llm.kv_split['target_bytes']) / 2**20:.0f}")
+        if sc.method == "layer_skip":
+            drafter = (f", the target's first {sc.exit_layer} of {llm.runner.config.num_layers} layers"
+                       if sc.exit_layer != "auto" else
+                       f", exit layer chosen from {llm.engine.core.proposer.candidates} of "
+                       f"{llm.runner.config.num_layers} layers as measured")
         sys.stderr.write(f"[speculative: {sc.method}, k = {sc.num_speculative_tokens}{drafter}]\n")
 
     # generated text is the model's (its token texts come from the file): on a terminal, control
@@ -233,6 +238,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             f"{m['num_accepted_tokens']} accepted ({'n/a' if rate != rate else f'{100 * rate:.1f} %'}); "
             f"mean acceptance length {m['mean_acceptance_length']:.2f}; acceptance per position "
             f"[{per_pos}]\n")
+        proposer = llm.engine.core.proposer
+        if llm.speculative_config.method == "layer_skip" and proposer.is_auto:
+            tried = ", ".join(f"L={s['exit_layer']}: {s['drafts']} drafts, first position "
+                              f"{s['acceptance_per_pos'][0] if s['acceptance_per_pos'] else float('nan'):.2f}"
+                              for s in proposer.stats())
+            sys.stderr.write(f"layer_skip auto: exit layer {proposer.exit_layer} now ({tried})\n")
     total = m["total_step_seconds"] or 1.0
     sys.stderr.write(f"time: draft {100 * m['draft_seconds'] / total:.1f} %, verify/forward "
                      f"{100 * m['forward_seconds'] / total:.1f} %, sampling "
@@ -634,7 +645,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ks", type=_csv("integers", int), default=[2, 4],
                    help="draft lengths to try per method (default 2,4)")
     p.add_argument("--methods", type=_csv("methods"), default=["draft_model", "ngram", "suffix"],
-                   help="draft_model, ngram, suffix (default all)")
+                   help="draft_model, ngram, suffix, layer_skip (exit layer auto) (default the first "
+                        "three)")
     p.add_argument("--categories", type=_csv("categories"),
                    default=["code_generation", "code_editing", "chat", "summarisation"],
                    help="prompt categories (default all four)")
