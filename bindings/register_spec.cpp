@@ -15,6 +15,7 @@
 #include "spec/metrics.h"
 #include "spec/proposer.h"
 #include "spec/proposers/draft_model.h"
+#include "spec/proposers/hybrid.h"
 #include "spec/proposers/layer_skip.h"
 #include "spec/proposers/ngram.h"
 #include "spec/proposers/suffix.h"
@@ -114,6 +115,9 @@ void register_spec(py::module_& root) {
       })
       .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
       .def_readonly("adaptive", &SpeculativeConfig::adaptive)
+      .def_readonly("proposers", &SpeculativeConfig::proposers)
+      .def("drafter_config", &SpeculativeConfig::drafter_config, py::return_value_policy::copy,
+           "The config whose fields describe the drafter: a hybrid's draft_model part, else this one.")
       .def_property_readonly("exit_layer", [](const SpeculativeConfig& c) -> py::object {
         if (c.method != "layer_skip") return py::none();
         return c.exit_layer == 0 ? py::object(py::str("auto")) : py::object(py::int_(c.exit_layer));
@@ -247,6 +251,28 @@ void register_spec(py::module_& root) {
         return out;
       }, "Per candidate exit layer: drafts seen, acceptance per position, seconds per early-exit step, "
          "expected tokens/s.");
+  py::class_<HybridProposer, Proposer, std::shared_ptr<HybridProposer>>(
+      m, "HybridProposer",
+      "Several built-in proposers; per request and step the draft with the most expected tokens, a "
+      "costly part run only where it can pay (measured acceptance and costs).")
+      .def(py::init<std::vector<std::shared_ptr<Proposer>>>(), py::arg("proposers"))
+      .def_property_readonly("parts", &HybridProposer::parts)
+      .def_property_readonly("verify_seconds", &HybridProposer::verify_seconds)
+      .def("stats", [](const HybridProposer& p) {
+        py::list out;
+        for (const auto& s : p.stats()) {
+          py::dict d;
+          d["name"] = s.name;
+          d["calls"] = s.calls;
+          d["drafted"] = s.drafted;
+          d["taken"] = s.taken;
+          d["acceptance_per_pos"] = s.acceptance;
+          d["seconds_per_call"] = s.seconds_per_call;
+          out.append(d);
+        }
+        return out;
+      }, "Per part: calls, request-steps drafted and taken, acceptance per position (all requests), "
+         "seconds per call.");
 
   m.def("ngram_lookup", &ngram_lookup, py::arg("tokens"), py::arg("min_n"), py::arg("max_n"),
         py::arg("k"), py::arg("max_model_len") = 0);

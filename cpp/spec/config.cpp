@@ -15,7 +15,7 @@ namespace specdec::spec {
 
 namespace {
 
-const char* kMethods = "'draft_model', 'ngram', 'suffix', 'layer_skip' or 'custom'";
+const char* kMethods = "'draft_model', 'ngram', 'suffix', 'layer_skip', 'hybrid' or 'custom'";
 
 std::string show(const nlohmann::json& v) { return json_summary(v); }
 
@@ -93,7 +93,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
       "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file",
-      "exit_layer"};
+      "exit_layer", "proposers"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -128,7 +128,13 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "disable_by_batch_size") c.disable_by_batch_size = get_int(v, f, 1, int64_t{1} << 30, "None or an integer >= 1");
     else if (key == "draft_vocab_size") c.draft_vocab_size = get_int(v, f, 0, int64_t{1} << 31, "0 (the whole vocabulary) or an integer >= 1");
     else if (key == "draft_vocab_file") c.draft_vocab_file = get_text(v, f, "the path of a JSON file written by `specdec draft-vocab`");
-    else if (key == "exit_layer") {
+    else if (key == "proposers") {
+      if (!v.is_array() || v.empty()) {
+        throw ConfigError(f, show(v), "a list of at least two configs (objects), e.g. [{\"method\": \"suffix\"}, "
+                          "{\"method\": \"draft_model\", \"model\": ...}]");
+      }
+      // parsed after the loop: a part without num_speculative_tokens takes the hybrid's
+    } else if (key == "exit_layer") {
       const std::string allowed = "'auto' or an integer >= 1 (layers of the target that draft)";
       if (v.is_string()) {
         SPECDEC_CHECK(v.get<std::string>() == "auto", f, show(v), allowed);
@@ -141,8 +147,41 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       c.adaptive = v.get<bool>();
     }
   }
+  if (j.contains("proposers") && !j["proposers"].is_null()) {
+    const auto& parts = j["proposers"];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string prefix = str_cat("speculative_config.proposers[", i, "]");
+      nlohmann::json part = parts[i];
+      if (!part.is_object()) throw ConfigError(prefix, show(part), "a config (an object of fields)");
+      if ((!part.contains("num_speculative_tokens") || part["num_speculative_tokens"].is_null()) &&
+          c.num_speculative_tokens > 0) {
+        part["num_speculative_tokens"] = c.num_speculative_tokens;
+      }
+      try {
+        c.proposers.push_back(from_json(part));
+      } catch (const ConfigError& e) {  // the part's field, named inside the hybrid
+        const std::string base = "speculative_config";
+        const std::string rest = e.field().rfind(base, 0) == 0 ? e.field().substr(base.size()) : "." + e.field();
+        throw ConfigError(prefix + rest, e.value(), e.allowed());
+      }
+    }
+  }
   c.validate();
   return c;
+}
+
+bool SpeculativeConfig::has_drafter_part() const {
+  for (const auto& p : proposers) {
+    if (p.method == "draft_model") return true;
+  }
+  return false;
+}
+
+const SpeculativeConfig& SpeculativeConfig::drafter_config() const {
+  for (const auto& p : proposers) {
+    if (p.method == "draft_model") return p;
+  }
+  return *this;
 }
 
 SpeculativeConfig SpeculativeConfig::from_json_text(const std::string& text) {
@@ -164,9 +203,37 @@ void SpeculativeConfig::validate() {
     else throw ConfigError(p + "method", "None", std::string(kMethods) + " (or a drafter model)");
   }
   SPECDEC_CHECK(method == "draft_model" || method == "ngram" || method == "suffix" || method == "layer_skip" ||
-                   method == "custom",
+                   method == "hybrid" || method == "custom",
                p + "method", method, kMethods);
+  const bool hybrid = method == "hybrid";
+  if (hybrid) {
+    SPECDEC_CHECK(proposers.size() >= 2, p + "proposers", proposers.size(),
+                 "at least two configs for method hybrid (it picks the best draft among its parts)");
+    SPECDEC_CHECK(model.empty(), p + "model", model, "None for method hybrid (a drafter belongs to its draft_model part)");
+    int drafters = 0, skips = 0;
+    for (size_t i = 0; i < proposers.size(); ++i) {
+      const SpeculativeConfig& part = proposers[i];
+      const std::string f = str_cat(p, "proposers[", i, "].");
+      SPECDEC_CHECK(part.method == "draft_model" || part.method == "ngram" || part.method == "suffix" ||
+                       part.method == "layer_skip",
+                   f + "method", part.method, "'draft_model', 'ngram', 'suffix' or 'layer_skip' inside a hybrid");
+      SPECDEC_CHECK(!part.adaptive, f + "adaptive", "true",
+                   "false inside a hybrid (set adaptive on the hybrid config: k is chosen per step for the draft it takes)");
+      SPECDEC_CHECK(part.disable_by_batch_size == 0, f + "disable_by_batch_size", part.disable_by_batch_size,
+                   "None inside a hybrid (set it on the hybrid config)");
+      drafters += part.method == "draft_model";
+      skips += part.method == "layer_skip";
+    }
+    SPECDEC_CHECK(drafters <= 1, p + "proposers", str_cat(drafters, " draft_model parts"), "at most one draft_model part");
+    SPECDEC_CHECK(skips <= 1, p + "proposers", str_cat(skips, " layer_skip parts"), "at most one layer_skip part");
+  } else {
+    SPECDEC_CHECK(proposers.empty(), p + "proposers", str_cat(proposers.size(), " configs"),
+                 "None (only for method hybrid)");
+  }
   const bool ngram = method == "ngram", suffix = method == "suffix", draft = method == "draft_model";
+  if (hybrid && num_speculative_tokens == 0) {  // the longest part's
+    for (const auto& part : proposers) num_speculative_tokens = std::max(num_speculative_tokens, part.num_speculative_tokens);
+  }
   if (draft || method == "custom") {
     SPECDEC_CHECK(!model.empty(), p + "model", "None",
                  draft ? "the drafter: a GGUF path or a catalog name (see `specdec models`)"
@@ -266,6 +333,10 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["draft_vocab_file"] = draft_vocab_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(draft_vocab_file);
   }
   if (method == "layer_skip") j["exit_layer"] = exit_layer == 0 ? nlohmann::json("auto") : nlohmann::json(exit_layer);
+  if (method == "hybrid") {
+    j["proposers"] = nlohmann::json::array();
+    for (const auto& part : proposers) j["proposers"].push_back(part.to_json());
+  }
   j["adaptive"] = adaptive;
   j["disable_by_batch_size"] = disable_by_batch_size ? nlohmann::json(disable_by_batch_size) : nlohmann::json(nullptr);
   return j;

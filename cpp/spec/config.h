@@ -5,13 +5,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace specdec::spec {
 
 struct SpeculativeConfig {
-  // "draft_model", "ngram", "suffix", "layer_skip" or "custom" (a Python specdec.Proposer). When absent:
+  // "draft_model", "ngram", "suffix", "layer_skip", "hybrid" (several of the first four, the best
+  // draft per request and step) or "custom" (a Python specdec.Proposer). When absent:
   // model "ngram" / "[ngram]" -> ngram, any other model -> draft_model.
   std::string method;
   // draft_model: the drafter (GGUF path or catalog name); custom: "module:Class" or "module.Class"
@@ -42,6 +44,10 @@ struct SpeculativeConfig {
   // layer_skip: the target's first exit_layer layers draft (0: "auto", chosen from measured
   // acceptance and step times; checked against the target's depth when the proposer is built).
   int exit_layer = 0;
+  // hybrid: its parts, each a config of method draft_model, ngram, suffix or layer_skip (at most
+  // one with a model, at most one layer_skip); a part without num_speculative_tokens takes the
+  // hybrid's. The drafter's fields (attention_backend, KV, vocabulary) belong to its part.
+  std::vector<SpeculativeConfig> proposers;
 
   static constexpr int kMaxSpecLen = 32;
 
@@ -51,7 +57,12 @@ struct SpeculativeConfig {
   static SpeculativeConfig from_json_text(const std::string& text);
   nlohmann::json to_json() const;
   void validate();  // fills defaults (method, lookup sizes, k for suffix) and checks every field
-  bool uses_drafter() const { return method == "draft_model"; }
+  bool uses_drafter() const { return method == "draft_model" || (method == "hybrid" && has_drafter_part()); }
+  // The config whose fields describe the drafter: a hybrid's draft_model part, else this one.
+  const SpeculativeConfig& drafter_config() const;
+
+ private:
+  bool has_drafter_part() const;
 };
 
 }  // namespace specdec::spec

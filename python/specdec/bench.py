@@ -78,7 +78,10 @@ DEFAULT_OUT_DIR = "bench/out"
 GLANCE_FILE = "speedup_overview.png"  # the first plot: speedups a user reads at a glance
 PLOT_FILES = (GLANCE_FILE, "tokens_per_s.png", "speedup_vs_k.png", "acceptance_per_position.png")
 METHODS = ("draft_model", "ngram", "suffix")  # the default set
-ALL_METHODS = METHODS + ("layer_skip",)       # layer_skip: exit layer "auto"
+# layer_skip: exit layer "auto"; hybrid: suffix decoding + the draft model (its reduced
+# vocabulary where --draft-vocab-size is given), the best draft per request and step
+ALL_METHODS = METHODS + ("layer_skip", "hybrid")
+USES_DRAFTER = ("draft_model", "hybrid")
 
 
 @dataclass
@@ -175,24 +178,32 @@ def _configs(o: BenchOptions, has_drafter: bool) -> List[tuple]:
             v.append((f" vocab={o.draft_vocab_size}", extra))
         return v
 
+    def config(m: str, k: int, suffix: str, extra: dict) -> tuple:
+        if m == "hybrid":  # suffix decoding + the draft model's best variant
+            dsuffix, dextra = variants("draft_model")[-1]
+            cfg: Dict[str, object] = {"method": "hybrid", "num_speculative_tokens": int(k), "proposers": [
+                {"method": "suffix"}, {"method": "draft_model", **dextra}]}
+            return f"hybrid (suffix + draft_model{dsuffix})", cfg
+        cfg = {"method": m, "num_speculative_tokens": int(k), **extra}
+        if m == "ngram":
+            cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+        return f"{m}{suffix}", cfg
+
     for m in o.methods:
-        if m == "draft_model" and not has_drafter:
+        if m in USES_DRAFTER and not has_drafter:
             continue
         for suffix, extra in variants(m):
             for k in o.ks:
-                cfg: Dict[str, object] = {"method": m, "num_speculative_tokens": int(k), **extra}
-                if m == "ngram":
-                    cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
-                out.append((f"{m}{suffix} k={k}", cfg))
+                name, cfg = config(m, k, suffix, extra)
+                out.append((f"{name} k={k}", cfg))
     if o.adaptive:
         for m in o.methods:
-            if m == "draft_model" and not has_drafter:
+            if m in USES_DRAFTER and not has_drafter:
                 continue
             for suffix, extra in variants(m):
-                cfg = {"method": m, "num_speculative_tokens": o.adaptive_max_k, "adaptive": True, **extra}
-                if m == "ngram":
-                    cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
-                out.append((f"{m}{suffix} adaptive k<={o.adaptive_max_k}", cfg))
+                name, cfg = config(m, o.adaptive_max_k, suffix, extra)
+                cfg["adaptive"] = True
+                out.append((f"{name} adaptive k<={o.adaptive_max_k}", cfg))
     return out
 
 
@@ -275,7 +286,7 @@ def run_specdec(llm, drafters: Dict[int, object], o: BenchOptions, prompt_ids: D
         for i, (name, cfg, sp) in (order if rnd % 2 == 0 else order[::-1]):
             # a fresh proposer every round: suffix decoding's tree keeps the outputs it has seen,
             # and a second round would draft from the first round's answers to the same prompts
-            drafter = drafters.get(sp.config.draft_vocab_size) if sp else None
+            drafter = drafters.get(sp.config.drafter_config().draft_vocab_size) if sp else None
             proposer = sp.make_proposer(llm.runner, drafter) if sp else None
             k = sp.config.num_speculative_tokens if sp else 0
             adaptive = bool(sp and sp.config.adaptive)
@@ -337,6 +348,8 @@ def _measure(llm, name: str, cfg: Optional[dict], proposer, k: int, adaptive: bo
     if isinstance(proposer, _core.spec.LayerSkipProposer):  # the exit layer it settled on
         row["exit_layer"] = proposer.exit_layer
         row["exit_layer_stats"] = proposer.stats()
+    if isinstance(proposer, _core.spec.HybridProposer):  # which part's drafts it took
+        row["hybrid_parts"] = proposer.stats()
     if core.adaptive is not None:
         row["adaptive_off_steps"] = core.adaptive.num_off_steps
         row["adaptive_probes"] = core.adaptive.num_probes
@@ -841,9 +854,10 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     for m in o.methods:
         if m not in ALL_METHODS:
             raise ValueError(f"--methods: {m!r}: one of {', '.join(ALL_METHODS)}")
-    if o.draft_vocab_size < 0 or (o.draft_vocab_size and ("draft_model" not in o.methods or not o.drafter)):
+    if o.draft_vocab_size < 0 or (o.draft_vocab_size and (not set(USES_DRAFTER) & set(o.methods)
+                                                           or not o.drafter)):
         raise ValueError(f"--draft-vocab-size = {o.draft_vocab_size}: 0, or >= 1 with method draft_model "
-                         "and a drafter")
+                         "or hybrid and a drafter")
     if o.draft_vocab_file and not o.draft_vocab_size:
         raise ValueError(f"--draft-vocab-file = {o.draft_vocab_file!r}: only with --draft-vocab-size")
     if o.draft_vocab_file and not Path(o.draft_vocab_file).is_file():
@@ -866,7 +880,7 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     out_dir = _output_folder(o)
     target_path = specdec.resolve_model(o.model, progress=o.progress is not None)
     drafter_path = None
-    if o.drafter and "draft_model" in o.methods:
+    if o.drafter and set(USES_DRAFTER) & set(o.methods):
         drafter_path = specdec.resolve_model(o.drafter, progress=o.progress is not None)
     max_len = min(2048, specdec.load_model_config(target_path).context_length)
     llm = specdec.LLM(target_path, max_model_len=max_len, kv_cache_memory_bytes=o.kv_cache_memory,

@@ -353,11 +353,12 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             # the split LLM(speculative_config=...) makes, then each model's plan
             from specdec.speculative import Speculation
             target = specdec.resolve_model(args.model, progress=True)
-            drafter = specdec.resolve_model(sc.model, progress=True)
+            dc = sc.drafter_config()  # a hybrid's draft_model part
+            drafter = specdec.resolve_model(dc.model, progress=True)
             split = Speculation(sc).split_budget(target, drafter, budget, args.max_model_len,
                                                  args.block_size, args.dtype, args.max_num_batched_tokens)
             d_layers, d_len = _model_layers(drafter, args)
-            d_len = min(sc.max_model_len or max_model_len, max_model_len)
+            d_len = min(dc.max_model_len or max_model_len, max_model_len)
             _print(f"Target + drafter as the engine plans them: target {split['target_bytes'] / 2**20:.1f} "
                    f"MiB, drafter {split['drafter_bytes'] / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB "
                    f"({split['rule']})\n\n[target]")
@@ -365,7 +366,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
                                                         args.max_num_batched_tokens, model_name=args.model)))
             _print("\n[drafter]")
             _print(format_kv_plan(specdec.plan_kv_cache(d_layers, split["drafter_bytes"], d_len,
-                                                        args.max_num_batched_tokens, model_name=sc.model)))
+                                                        args.max_num_batched_tokens, model_name=dc.model)))
             return 0
     if args.drafter_example or args.drafter_model:
         drafter = args.drafter_example or args.drafter_model
@@ -438,7 +439,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     if args.speculative_config:
         sc = _speculative_arg(args.speculative_config)
         if sc.uses_drafter():  # the drafter's backend as the engine chooses it: its own, never inherited
-            _explain_model("drafter", "", args, sc.attention_backend, False, device_type, model=sc.model)
+            dc = sc.drafter_config()  # a hybrid's draft_model part
+            _explain_model("drafter", "", args, dc.attention_backend, False, device_type, model=dc.model)
         else:
             _print(f"\n[drafter] none: method {sc.method} drafts without a model")
     if args.drafter_example:
@@ -645,8 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ks", type=_csv("integers", int), default=[2, 4],
                    help="draft lengths to try per method (default 2,4)")
     p.add_argument("--methods", type=_csv("methods"), default=["draft_model", "ngram", "suffix"],
-                   help="draft_model, ngram, suffix, layer_skip (exit layer auto) (default the first "
-                        "three)")
+                   help="draft_model, ngram, suffix, layer_skip (exit layer auto), hybrid (suffix + "
+                        "draft_model) (default the first three)")
     p.add_argument("--categories", type=_csv("categories"),
                    default=["code_generation", "code_editing", "chat", "summarisation"],
                    help="prompt categories (default all four)")

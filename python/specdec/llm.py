@@ -144,9 +144,12 @@ class LLM:
                 load_model_config(drafter_path)
                 _core.spec.check_vocab_compatible(self.model_path, drafter_path)
             except ValueError as e:
-                raise type(e)(f"speculative_config.model = {speculation.config.model!r}: {e}") from None
+                raise type(e)(f"speculative_config.model = {speculation.config.drafter_config().model!r}: "
+                              f"{e}") from None
         # the KV cache: sized from the requests, capped by memory; max_model_len lowered to fit
-        self.kv_sizing = self._size_kv_cache(drafter_path, speculation.config, max_model_len, kv_bytes,
+        self.kv_sizing = self._size_kv_cache(drafter_path,
+                                             speculation.config.drafter_config() if drafter_path else None,
+                                             max_model_len, kv_bytes,
                                              memory_utilization, block_size, kv_cache_dtype,
                                              max_num_seqs, max_num_batched_tokens)
         max_model_len = self.kv_sizing.max_model_len

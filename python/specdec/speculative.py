@@ -77,10 +77,11 @@ class Speculation:
     def resolve_drafter(self, progress: bool) -> Optional[str]:
         if self.config is None or not self.config.uses_drafter():
             return None
+        c = self.config.drafter_config()
         try:
-            return resolve_model(self.config.model, progress=progress)
+            return resolve_model(c.model, progress=progress)
         except ValueError as e:
-            raise ValueError(f"speculative_config.model = {self.config.model!r}: the drafter: {e}") from None
+            raise ValueError(f"speculative_config.model = {c.model!r}: the drafter: {e}") from None
 
     def split_budget(self, target_path: str, drafter_path: Optional[str], total: int,
                      max_model_len: int, block_size: int, dtype: str,
@@ -88,7 +89,7 @@ class Speculation:
         """The target's and the drafter's shares of one KV budget, and the rule used."""
         if drafter_path is None:
             return {"target_bytes": total, "drafter_bytes": 0, "rule": "no drafter: all to the target"}
-        c = self.config
+        c = self.config.drafter_config()  # a hybrid's draft_model part
         if c.draft_kv_cache_memory_bytes:
             d = c.draft_kv_cache_memory_bytes
             if d >= total:
@@ -110,7 +111,7 @@ class Speculation:
     def load_drafter(self, context, path: str, target_max_model_len: int, kv_bytes: int,
                      block_size: int, dtype: str, max_num_batched_tokens: int, max_num_logits: int,
                      progress) -> "_core.ModelRunner":
-        c = self.config
+        c = self.config.drafter_config()  # a hybrid's draft_model part
         # a drafter with a shorter context holds what it can; past it, it stops drafting
         length = min(target_max_model_len, load_model_config(path).context_length)
         if c.max_model_len:
@@ -131,7 +132,7 @@ class Speculation:
 
     def draft_vocab_ids(self, path: str) -> List[int]:
         """The drafter's reduced vocabulary (speculative_config.draft_vocab_size; [] for all)."""
-        c = self.config
+        c = self.config.drafter_config()  # a hybrid's draft_model part
         if not c.draft_vocab_size:
             return []
         tok = _core.Tokenizer.from_file(path)
@@ -143,6 +144,11 @@ class Speculation:
         c = self.config
         if c is None:
             return None
+        if c.method == "hybrid":
+            return _core.spec.HybridProposer([self._make(part, target, drafter) for part in c.proposers])
+        return self._make(c, target, drafter)
+
+    def _make(self, c: "SpeculativeConfig", target, drafter) -> Any:
         n = target.max_model_len
         if c.method == "ngram":
             return _core.spec.NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max, n)

@@ -2,6 +2,7 @@
 // rejection sampler (greedy cases; stochastic output distribution on synthetic rows), metrics.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -10,6 +11,7 @@
 #include "spec/adaptive.h"
 #include "spec/config.h"
 #include "spec/metrics.h"
+#include "spec/proposers/hybrid.h"
 #include "spec/proposers/ngram.h"
 #include "spec/proposers/suffix.h"
 #include "spec/rejection.h"
@@ -229,4 +231,110 @@ TEST(SpecAdaptive, TurnsOffWhenDraftingCostsMoreThanItGains) {
   EXPECT_GE(probes, 2);
   EXPECT_LE(probes, 6);
   EXPECT_EQ(a.choose("r", 0), 0);  // no tokens left: never drafts
+}
+
+// ---------------------------------------------------------------- the hybrid proposer's choice
+namespace {
+
+// Drafts from a script of the request's true continuation (`right`) or wrong tokens, and spends
+// `cost_us` per call (busy, like a model's forward).
+class ScriptedProposer final : public Proposer {
+ public:
+  ScriptedProposer(std::string name, std::vector<int32_t> script, bool right, int cost_us)
+      : name_(std::move(name)), script_(std::move(script)), right_(right), cost_us_(cost_us) {}
+  std::string name() const override { return name_; }
+  std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(cost_us_);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    ++calls;
+    std::vector<Draft> out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const size_t at = static_cast<size_t>(requests[i].sequence->size());
+      for (int j = 0; j < requests[i].num_speculative_tokens && at + j < script_.size(); ++j) {
+        out[i].tokens.push_back(right_ ? script_[at + j] : script_[at + j] + 1000);
+      }
+    }
+    return out;
+  }
+  int calls = 0;
+
+ private:
+  std::string name_;
+  std::vector<int32_t> script_;
+  bool right_;
+  int cost_us_;
+};
+
+// Runs `steps` engine steps of one request through `hybrid`: verification accepts the draft's
+// prefix that matches the script (greedy), then the script's next token; `verify_us` between
+// calls stands for the target's forward. Returns the steps run.
+int run_steps(HybridProposer& hybrid, const std::vector<int32_t>& script, int k, int verify_us) {
+  auto seq = std::make_shared<Sequence>("r", std::vector<int32_t>(script.begin(), script.begin() + 4));
+  int steps = 0;
+  while (seq->size() + k + 1 < static_cast<int64_t>(script.size())) {
+    ProposeRequest req;
+    req.sequence = seq;
+    req.num_speculative_tokens = k;
+    const Draft d = hybrid.propose({req})[0];
+    size_t at = static_cast<size_t>(seq->size()), a = 0;
+    while (a < d.tokens.size() && d.tokens[a] == script[at + a]) ++a;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(verify_us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    for (size_t j = 0; j <= a; ++j) seq->append(script[at + j]);
+    ++steps;
+  }
+  return steps;
+}
+
+}  // namespace
+
+TEST(HybridProposer, TakesTheDraftThatIsRightWhenBothAreCheap) {
+  std::vector<int32_t> script(400);
+  for (size_t i = 0; i < script.size(); ++i) script[i] = static_cast<int32_t>(i % 97);
+  auto wrong = std::make_shared<ScriptedProposer>("wrong", script, false, 0);
+  auto right = std::make_shared<ScriptedProposer>("right", script, true, 0);
+  HybridProposer h({wrong, right});
+  const int steps = run_steps(h, script, 4, 300);
+  const auto st = h.stats();
+  EXPECT_GT(st[1].taken, 0.9 * steps) << st[1].taken << " of " << steps;
+  EXPECT_LT(st[0].acceptance[0], 0.25);  // few observations: the estimate keeps its prior
+  EXPECT_GT(st[1].acceptance[0], 0.9);
+  // once the right part's draft is in hand first, the wrong one cannot beat it: only probes
+  EXPECT_GT(wrong->calls, 1);
+  EXPECT_LT(wrong->calls, steps / 2);
+}
+
+TEST(HybridProposer, SkipsACostlyPartThatCannotPayAndProbesItAgain) {
+  std::vector<int32_t> script(300);
+  for (size_t i = 0; i < script.size(); ++i) script[i] = static_cast<int32_t>(i % 89);
+  // right, but a call costs 10 verifications: E(3) = 4 tokens for 11 units < 1 token per unit
+  auto cheap = std::make_shared<ScriptedProposer>("cheap", script, false, 0);
+  auto costly = std::make_shared<ScriptedProposer>("costly", script, true, 4000);
+  HybridProposer slow({cheap, costly});
+  const int steps = run_steps(slow, script, 3, 400);
+  EXPECT_LT(costly->calls, steps / 4) << costly->calls << " of " << steps;
+  EXPECT_GT(costly->calls, 1);  // measured, then probed again
+  // the same part at a tenth of the cost pays (4 tokens for 2 units): it runs on most steps
+  auto cheap2 = std::make_shared<ScriptedProposer>("cheap", script, false, 0);
+  auto affordable = std::make_shared<ScriptedProposer>("affordable", script, true, 400);
+  HybridProposer fast({cheap2, affordable});
+  const int steps2 = run_steps(fast, script, 3, 400);
+  EXPECT_GT(affordable->calls, steps2 / 2) << affordable->calls << " of " << steps2;
+}
+
+TEST(SpecConfig, HybridParts) {
+  auto c = SpeculativeConfig::from_json_text(
+      R"({"method": "hybrid", "num_speculative_tokens": 4, "proposers": [{"method": "suffix"},
+          {"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 2}]})");
+  ASSERT_EQ(c.proposers.size(), 2u);
+  EXPECT_EQ(c.proposers[0].num_speculative_tokens, 4);  // the hybrid's
+  EXPECT_EQ(c.proposers[1].num_speculative_tokens, 2);
+  EXPECT_TRUE(c.uses_drafter());
+  EXPECT_EQ(c.drafter_config().model, "d.gguf");
+  expect_config_error(R"({"method": "hybrid", "num_speculative_tokens": 2, "proposers": [{"method": "suffix"},
+      {"method": "custom", "model": "m:C"}]})", "proposers[1].method = custom");
+  expect_config_error(R"({"method": "hybrid", "num_speculative_tokens": 2, "proposers": [{"method": "suffix"},
+      {"method": "ngram", "bogus": 1}]})", "speculative_config.proposers[1].bogus");
 }

@@ -378,8 +378,11 @@ def test_lossless_greedy_random_models(random_dir, target, drafter, drafter_back
     {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, "draft_vocab_size": 24},
     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2},
     {"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 3},
+    {"method": "hybrid", "num_speculative_tokens": 3, "proposers": [
+        {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 2},
+        {"method": "draft_model", "model": STORIES, "draft_vocab_size": 24}]},
     "bad",
-], ids=["plain", "draft_model", "draft_model_reduced_vocab", "ngram", "layer_skip", "bad_custom"])
+], ids=["plain", "draft_model", "draft_model_reduced_vocab", "ngram", "layer_skip", "hybrid", "bad_custom"])
 def test_speculative_sampling_distribution_equals_target(cfg, request):
     """Tokens 2..4 of a sampled continuation come from one verify step; their marginals under
     speculation match plain sampling (total variation against a large plain sample)."""
