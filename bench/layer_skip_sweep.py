@@ -42,6 +42,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--categories", nargs="+", default=["code_generation", "chat"], choices=list(PROMPTS))
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", default=["plain", "fixed", "auto"], choices=["plain", "fixed", "auto"],
+                    help="which rows (plain decoding is always run: every row is checked against it)")
     default_out = str(ROOT / "bench" / "out" / "layer_skip_sweep.json")
     ap.add_argument("--out", default=default_out)
     a = ap.parse_args()
@@ -55,7 +57,8 @@ def main() -> int:
         result.setdefault("machine", machine_info(llm.context))
         n = llm.runner.config.num_layers
         ids = _prompt_ids(llm.tokenizer, a.categories, 1024 - a.max_tokens - 8)
-        modes = [("plain", None)] + [(f"L={x}", x) for x in exit_layers(n)] + [("auto", 0)]
+        modes = ([("plain", None)] + ([(f"L={x}", x) for x in exit_layers(n)] if "fixed" in a.modes else [])
+                 + ([("auto", 0)] if "auto" in a.modes else []))
         runs: dict = {}
         for rnd in range(a.rounds):
             order = modes if rnd % 2 == 0 else modes[::-1]

@@ -14,7 +14,11 @@ namespace {
 constexpr double kDecay = 0.95;      // acceptance: the last ~20 drafts of a candidate
 constexpr int kExplore = 3;          // drafts seen per candidate before choosing
 constexpr int64_t kRetryEvery = 16;  // then every 16th call tries the least-tried candidate
-const double kFractions[] = {0.25, 0.375, 0.5, 0.625, 0.75};
+// Candidates for auto: half and three quarters of the depth, and 3, 2 and 1 layers short of it
+// (measured on the catalog models without any early-exit training, only the last few layers'
+// exits agree with the whole model often: bench/results/issue22/layer_skip_sweep.json)
+const double kFractions[] = {0.5, 0.75};
+const int kShort[] = {3, 2, 1};
 
 }  // namespace
 
@@ -29,6 +33,7 @@ LayerSkipProposer::LayerSkipProposer(std::shared_ptr<runner::ModelRunner> target
   if (auto_) {
     std::set<int> picks;
     for (double f : kFractions) picks.insert(std::clamp(static_cast<int>(std::lround(f * n)), 1, n - 1));
+    for (int s : kShort) picks.insert(std::clamp(n - s, 1, n - 1));
     candidates_.assign(picks.begin(), picks.end());
   } else {
     candidates_ = {exit_layer};

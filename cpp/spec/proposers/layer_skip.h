@@ -8,8 +8,8 @@
 // rewrites those positions in every layer. The tokens are therefore exactly the target's own
 // (lossless), whatever the drafts are.
 //
-// exit_layer 0 is "auto": the proposer measures, for candidate exit layers at 1/4 .. 3/4 of the
-// depth, the acceptance per draft position (from how each draft matched the tokens the request
+// exit_layer 0 is "auto": the proposer measures, for candidate exit layers (1/2 and 3/4 of the
+// depth, and 3, 2, 1 layers short of it), the acceptance per draft position (from how each draft matched the tokens the request
 // then got) and the time of one early-exit step, and uses the exit with the most expected tokens
 // per second, E(k) / (k * t(L) + t(all layers)), t(L) = a + b L fitted to the measured steps.
 // Each candidate is explored first; afterwards every 16th call tries the least-tried one again.
