@@ -64,7 +64,7 @@ def main() -> int:
             order = modes if rnd % 2 == 0 else modes[::-1]
             for label, x in order:
                 for cat, prompt in ids.items():
-                    proposer = None if x is None else _core.spec.LayerSkipProposer(llm.runner, x)
+                    proposer = None if x is None else _core.spec_decode.LayerSkipProposer(llm.runner, x)
                     out, core = _run_one(llm, proposer, 0 if x is None else a.k, False, prompt, a.max_tokens)
                     m = out.metrics
                     row = {"tokens": list(out.outputs[0].token_ids), "tokens_per_s": m["tokens_per_s"],

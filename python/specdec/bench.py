@@ -345,10 +345,10 @@ def _measure(llm, name: str, cfg: Optional[dict], proposer, k: int, adaptive: bo
                                                         "sampling_seconds", "host_seconds")},
         "host_per_step_ms": 1e3 * st["host_seconds"] / max(st["num_steps"], 1),
     }
-    if isinstance(proposer, _core.spec.LayerSkipProposer):  # the exit layer it settled on
+    if isinstance(proposer, _core.spec_decode.LayerSkipProposer):  # the exit layer it settled on
         row["exit_layer"] = proposer.exit_layer
         row["exit_layer_stats"] = proposer.stats()
-    if isinstance(proposer, _core.spec.HybridProposer):  # which part's drafts it took
+    if isinstance(proposer, _core.spec_decode.HybridProposer):  # which part's drafts it took
         row["hybrid_parts"] = proposer.stats()
     if core.adaptive is not None:
         row["adaptive_off_steps"] = core.adaptive.num_off_steps
@@ -914,7 +914,7 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     warm = next(iter(prompt_ids.values()))
     _run_one(llm, None, 0, False, warm, 16)
     for d in drafters.values():
-        _run_one(llm, _core.spec.DraftModelProposer(d, llm.config.vocab_size), max(o.ks), False, warm, 16)
+        _run_one(llm, _core.spec_decode.DraftModelProposer(d, llm.config.vocab_size), max(o.ks), False, warm, 16)
     n_runs = (len(_configs(o, bool(drafters))) * max(1, o.repeats) + 1) * len(prompt_ids)  # + plain again
     if run_peer_tools:
         n_runs += 1 + len(peer_modes(o, drafter_path)) * len(prompt_ids)

@@ -142,7 +142,7 @@ class LLM:
         if drafter_path is not None:  # the target's file was read above: errors are the drafter's
             try:
                 load_model_config(drafter_path)
-                _core.spec.check_vocab_compatible(self.model_path, drafter_path)
+                _core.spec_decode.check_vocab_compatible(self.model_path, drafter_path)
             except ValueError as e:
                 raise type(e)(f"speculative_config.model = {speculation.config.drafter_config().model!r}: "
                               f"{e}") from None
@@ -255,7 +255,7 @@ class LLM:
             seed = params.seed if params.seed is not None else int.from_bytes(
                 np.random.default_rng().bytes(8), "little")
             gen = _core.SamplingGenerator(seed)
-        req = Request(rid, text, params, _core.spec.Sequence(rid, ids), gen)
+        req = Request(rid, text, params, _core.spec_decode.Sequence(rid, ids), gen)
         if params.logprobs is not None:
             req.logprobs = []
         if params.prompt_logprobs is not None:
@@ -394,7 +394,7 @@ class LLM:
         for key, v in after.items():
             if isinstance(v, (int, float)) and isinstance(before.get(key), (int, float)):
                 m[key] = v - before[key]
-        stats = _core.spec.SpecDecodingStats()
+        stats = _core.spec_decode.SpecDecodingStats()
         for o in outs:
             per = o.metrics
             if per["num_draft_tokens"]:
@@ -418,9 +418,9 @@ class LLM:
         return m
 
 
-def _stats_from(per: Dict[str, Any]) -> "_core.spec.SpecDecodingStats":
+def _stats_from(per: Dict[str, Any]) -> "_core.spec_decode.SpecDecodingStats":
     """A request's SpecDecodingStats rebuilt from its metrics dict."""
-    s = _core.spec.SpecDecodingStats()
+    s = _core.spec_decode.SpecDecodingStats()
     s.num_drafts = per["num_drafts"]
     s.num_draft_tokens = per["num_draft_tokens"]
     s.num_accepted_tokens = per["num_accepted_tokens"]

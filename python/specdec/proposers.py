@@ -1,5 +1,5 @@
 """Proposers: one interface, ``propose(requests) -> drafts`` (one per request) and
-``finish(sequence)``. The built-in ones are C++ (``specdec._core.spec``); ``Proposer`` is the base
+``finish(sequence)``. The built-in ones are C++ (``specdec._core.spec_decode``); ``Proposer`` is the base
 for research proposers written in Python, called by the engine each step with the same requests
 the built-in ones get.
 
@@ -24,12 +24,14 @@ from typing import List, Sequence
 
 from specdec import _core
 
-spec = _core.spec
+spec = _core.spec_decode
 Draft = spec.Draft
 ProposeRequest = spec.ProposeRequest
 NgramProposer = spec.NgramProposer
 SuffixProposer = spec.SuffixProposer
 DraftModelProposer = spec.DraftModelProposer
+LayerSkipProposer = spec.LayerSkipProposer
+HybridProposer = spec.HybridProposer
 ngram_lookup = spec.ngram_lookup
 
 
@@ -46,5 +48,5 @@ class Proposer(abc.ABC):
         """The request ended (finished or aborted)."""
 
 
-__all__ = ["Draft", "DraftModelProposer", "NgramProposer", "ProposeRequest", "Proposer",
-           "SuffixProposer", "ngram_lookup"]
+__all__ = ["Draft", "DraftModelProposer", "HybridProposer", "LayerSkipProposer", "NgramProposer",
+           "ProposeRequest", "Proposer", "SuffixProposer", "ngram_lookup"]

@@ -21,7 +21,7 @@ from specdec.hub import resolve_model
 from specdec.model import load_model_config
 from specdec.proposers import Proposer
 
-SpeculativeConfig = _core.spec.SpeculativeConfig
+SpeculativeConfig = _core.spec_decode.SpeculativeConfig
 
 
 def _check_proposer(obj: Any, field: str) -> Any:
@@ -145,22 +145,22 @@ class Speculation:
         if c is None:
             return None
         if c.method == "hybrid":
-            return _core.spec.HybridProposer([self._make(part, target, drafter) for part in c.proposers])
+            return _core.spec_decode.HybridProposer([self._make(part, target, drafter) for part in c.proposers])
         return self._make(c, target, drafter)
 
     def _make(self, c: "SpeculativeConfig", target, drafter) -> Any:
         n = target.max_model_len
         if c.method == "ngram":
-            return _core.spec.NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max, n)
+            return _core.spec_decode.NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max, n)
         if c.method == "suffix":
-            return _core.spec.SuffixProposer(c.suffix_decoding_max_tree_depth,
+            return _core.spec_decode.SuffixProposer(c.suffix_decoding_max_tree_depth,
                                              c.suffix_decoding_max_cached_requests,
                                              c.suffix_decoding_max_spec_factor,
                                              c.suffix_decoding_min_token_prob, n)
         if c.method == "draft_model":
-            return _core.spec.DraftModelProposer(drafter, target.config.vocab_size)
+            return _core.spec_decode.DraftModelProposer(drafter, target.config.vocab_size)
         if c.method == "layer_skip":
-            return _core.spec.LayerSkipProposer(target, 0 if c.exit_layer == "auto" else c.exit_layer)
+            return _core.spec_decode.LayerSkipProposer(target, 0 if c.exit_layer == "auto" else c.exit_layer)
         return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")
 
 
@@ -185,7 +185,7 @@ def build_speculation(value: Any, load: bool = True) -> Speculation:
     if isinstance(value, SpeculativeConfig):
         return Speculation(value, _custom_class(value, load))
     if isinstance(value, str):
-        return build_speculation(_core.spec.SpeculativeConfig.from_json(value), load) if value.strip() \
+        return build_speculation(_core.spec_decode.SpeculativeConfig.from_json(value), load) if value.strip() \
             else Speculation(None)
     if not isinstance(value, Mapping):
         raise error("speculative_config", value, allowed)

@@ -12,7 +12,7 @@
 
 #include "common/errors.h"
 #include "model/config.h"
-#include "spec/config.h"
+#include "spec_decode/config.h"
 
 using namespace specdec;
 using nlohmann::json;
@@ -115,7 +115,7 @@ TEST(Json, DeepSpeculativeConfigTextIsAnErrorNotACrash) {
   for (const std::string& text :
        {nested_text(100'000), R"({"method": )" + nested_text(100'000) + "}"}) {
     const std::string err =
-        error_of<ConfigError>([&] { spec::SpeculativeConfig::from_json_text(text); });
+        error_of<ConfigError>([&] { spec_decode::SpeculativeConfig::from_json_text(text); });
     EXPECT_TRUE(has(err, "speculative_config = [[[") ||
                 has(err, "speculative_config = {\"method\": [[["))
         << err;
@@ -125,7 +125,7 @@ TEST(Json, DeepSpeculativeConfigTextIsAnErrorNotACrash) {
   json config = json::object();
   config["method"] = nested_value(200'000);
   const std::string err =
-      error_of<ConfigError>([&] { spec::SpeculativeConfig::from_json(config); });
+      error_of<ConfigError>([&] { spec_decode::SpeculativeConfig::from_json(config); });
   EXPECT_TRUE(has(err, "speculative_config.method = [[[")) << err;
   EXPECT_LT(err.size(), 300u) << err;
 }

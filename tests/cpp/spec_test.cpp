@@ -8,16 +8,16 @@
 #include <random>
 
 #include "common/errors.h"
-#include "spec/adaptive.h"
-#include "spec/config.h"
-#include "spec/metrics.h"
-#include "spec/proposers/hybrid.h"
-#include "spec/proposers/ngram.h"
-#include "spec/proposers/suffix.h"
-#include "spec/rejection.h"
+#include "spec_decode/adaptive.h"
+#include "spec_decode/config.h"
+#include "spec_decode/metrics.h"
+#include "spec_decode/proposers/hybrid.h"
+#include "spec_decode/proposers/ngram.h"
+#include "spec_decode/proposers/suffix.h"
+#include "spec_decode/rejection.h"
 
 using namespace specdec;
-using namespace specdec::spec;
+using namespace specdec::spec_decode;
 
 namespace {
 

@@ -278,8 +278,8 @@ def test_proposers_sharing_a_reduced_drafter_each_see_their_own_columns(context)
     """Two draft_model proposers on one reduced-vocabulary runner, sampling: each sets its own
     extra tokens before drafting, so column ids always match the logits."""
     red = _core.ModelRunner(context, STORIES, "", 128, 16 << 20, logit_token_ids=list(range(0, 512, 8)))
-    a = _core.spec.DraftModelProposer(red, 512)
-    b = _core.spec.DraftModelProposer(red, 512)
+    a = _core.spec_decode.DraftModelProposer(red, 512)
+    b = _core.spec_decode.DraftModelProposer(red, 512)
     llm = specdec.LLM(STORIES, progress=False)
     params = specdec.SamplingParams(temperature=1.0, max_tokens=12, seed=3)
     from specdec.engine import EngineCore, LLMEngine

@@ -22,7 +22,7 @@ from specdec import _core
 from specdec.engine import EngineCore, LLMEngine
 from specdec.testing import write_random_model
 
-spec = _core.spec
+spec = _core.spec_decode
 ROOT = Path(__file__).resolve().parents[2]
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 GREEDY = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)

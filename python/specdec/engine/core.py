@@ -25,7 +25,7 @@ from specdec.engine.request import Request, RequestStatus
 from specdec.engine.scheduler import Scheduler, SchedulerOutput
 from specdec.outputs import position_logprobs
 
-spec = _core.spec
+spec = _core.spec_decode
 
 
 @dataclass

@@ -34,7 +34,7 @@ class Request:
     request_id: str
     prompt: Optional[str]
     params: SamplingParams
-    sequence: "_core.spec.Sequence"
+    sequence: "_core.spec_decode.Sequence"
     generator: Optional["_core.SamplingGenerator"]
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
@@ -44,7 +44,7 @@ class Request:
     prompt_logprobs: Optional[list] = None
     prompt_logprobs_done: bool = False
     cumulative_logprob: float = 0.0
-    stats: Any = field(default_factory=lambda: _core.spec.SpecDecodingStats())
+    stats: Any = field(default_factory=lambda: _core.spec_decode.SpecDecodingStats())
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
     num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed
     arrival_time: float = field(default_factory=time.monotonic)

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 struct SpeculativeConfig {
   // "draft_model", "ngram", "suffix", "layer_skip", "hybrid" (several of the first four, the best
@@ -65,4 +65,4 @@ struct SpeculativeConfig {
   bool has_drafter_part() const;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,11 +1,11 @@
-#include "spec/proposers/suffix.h"
+#include "spec_decode/proposers/suffix.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 SuffixTrie::SuffixTrie(int max_depth) : max_depth_(max_depth) { nodes_.emplace_back(); }
 
@@ -168,4 +168,4 @@ void SuffixProposer::finish(const Sequence& sequence) {
   }
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,4 +1,4 @@
-#include "spec/config.h"
+#include "spec_decode/config.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,7 @@
 #include "common/json.h"
 #include "common/utf8.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 namespace {
 
@@ -342,4 +342,4 @@ nlohmann::json SpeculativeConfig::to_json() const {
   return j;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

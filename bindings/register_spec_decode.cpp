@@ -10,22 +10,22 @@
 #include "common/json.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
-#include "spec/adaptive.h"
-#include "spec/config.h"
-#include "spec/metrics.h"
-#include "spec/proposer.h"
-#include "spec/proposers/draft_model.h"
-#include "spec/proposers/hybrid.h"
-#include "spec/proposers/layer_skip.h"
-#include "spec/proposers/ngram.h"
-#include "spec/proposers/suffix.h"
-#include "spec/rejection.h"
-#include "spec/sequence.h"
+#include "spec_decode/adaptive.h"
+#include "spec_decode/config.h"
+#include "spec_decode/metrics.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/proposers/draft_model.h"
+#include "spec_decode/proposers/hybrid.h"
+#include "spec_decode/proposers/layer_skip.h"
+#include "spec_decode/proposers/ngram.h"
+#include "spec_decode/proposers/suffix.h"
+#include "spec_decode/rejection.h"
+#include "spec_decode/sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
 using namespace specdec;
-using namespace specdec::spec;
+using namespace specdec::spec_decode;
 
 namespace {
 
@@ -79,8 +79,8 @@ std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
 
 }  // namespace
 
-void register_spec(py::module_& root) {
-  py::module_ m = root.def_submodule("spec", "Speculative decoding parts (C++)");
+void register_spec_decode(py::module_& root) {
+  py::module_ m = root.def_submodule("spec_decode", "Speculative decoding parts (C++)");
 
   py::class_<SpeculativeConfig>(m, "SpeculativeConfig",
                                 "What to speculate with: SpeculativeConfig(method='ngram', num_speculative_tokens=4), "

@@ -22,9 +22,10 @@
 #include <vector>
 
 #include "runner/model_runner.h"
-#include "spec/proposer.h"
+#include "spec_decode/drafter_state.h"
+#include "spec_decode/proposer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 class LayerSkipProposer final : public Proposer {
  public:
@@ -68,6 +69,7 @@ class LayerSkipProposer final : public Proposer {
   double rate(const Candidate& c, int k) const;
 
   std::shared_ptr<runner::ModelRunner> target_;
+  DrafterRequests cache_;  // the target's requests: block reservations and rollback only
   bool auto_ = false;
   std::vector<int> candidates_;
   std::vector<Candidate> stats_;
@@ -76,4 +78,4 @@ class LayerSkipProposer final : public Proposer {
   int64_t calls_ = 0, num_steps_ = 0;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,11 +1,11 @@
-#include "spec/metrics.h"
+#include "spec_decode/metrics.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 void SpecDecodingStats::observe_draft(int num_draft, int num_accepted) {
   SPECDEC_CHECK(num_draft >= 0 && num_accepted >= 0 && num_accepted <= num_draft, "num_accepted_tokens",
@@ -50,4 +50,4 @@ std::vector<double> SpecDecodingStats::acceptance_rate_per_pos() const {
   return out;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

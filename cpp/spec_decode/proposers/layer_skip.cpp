@@ -1,4 +1,4 @@
-#include "spec/proposers/layer_skip.h"
+#include "spec_decode/proposers/layer_skip.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,9 +6,8 @@
 #include <set>
 
 #include "common/errors.h"
-#include "spec/rejection.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 namespace {
 
 constexpr double kDecay = 0.95;      // acceptance: the last ~20 drafts of a candidate
@@ -22,9 +21,17 @@ const int kShort[] = {3, 2, 1};
 
 }  // namespace
 
+namespace {
+
+runner::ModelRunner& checked(const std::shared_ptr<runner::ModelRunner>& r) {
+  SPECDEC_CHECK(r != nullptr, "target", "None", "a loaded ModelRunner");
+  return *r;
+}
+
+}  // namespace
+
 LayerSkipProposer::LayerSkipProposer(std::shared_ptr<runner::ModelRunner> target, int exit_layer)
-    : target_(std::move(target)) {
-  SPECDEC_CHECK(target_ != nullptr, "target", "None", "a loaded ModelRunner");
+    : target_(std::move(target)), cache_(checked(target_), false) {
   const int n = target_->config().num_layers;
   SPECDEC_CHECK(n >= 2, "target num_layers", n, "at least 2 (layer_skip drafts with fewer layers than the target)");
   SPECDEC_CHECK(exit_layer >= 0 && exit_layer < n, "speculative_config.exit_layer", exit_layer,
@@ -164,7 +171,7 @@ std::vector<Draft> LayerSkipProposer::propose(const std::vector<ProposeRequest>&
   runner::ModelRunner& tr = *target_;
   const int64_t vt = tr.config().vocab_size;
   const auto& opts = tr.options();
-  std::vector<int64_t> free_blocks = tr.num_free_blocks(), reserved(free_blocks.size(), 0);
+  cache_.begin();
   std::vector<Work> work;
   int max_k = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -178,11 +185,7 @@ std::vector<Draft> LayerSkipProposer::propose(const std::vector<ProposeRequest>&
     const int k = static_cast<int>(std::min<int64_t>(r.num_speculative_tokens, tr.max_model_len() - len + 1));
     if (k <= 0 || len == 0 || static_cast<int64_t>(work.size()) >= opts.max_num_logits) continue;
     if (!tr.has_request(rid) || tr.num_cached_tokens(rid) != len - 1) continue;  // not decoding
-    const std::vector<int64_t> need = tr.num_blocks_needed(rid, len - 1, k, len - 1);
-    bool fits = true;
-    for (size_t g = 0; g < need.size(); ++g) fits = fits && need[g] + reserved[g] <= free_blocks[g];
-    if (!fits) continue;  // no draft this step; the target still decodes
-    for (size_t g = 0; g < need.size(); ++g) reserved[g] += need[g];
+    if (!cache_.reserve(rid, len - 1, k, len - 1)) continue;  // no draft this step; the target still decodes
     work.push_back({i, &r, len, k});
     max_k = std::max(max_k, k);
   }
@@ -191,35 +194,6 @@ std::vector<Draft> LayerSkipProposer::propose(const std::vector<ProposeRequest>&
   last_k_ = max_k;
   const size_t cand = choose();
   const int exit = stats_[cand].exit;
-
-  // Takes the draft token from logit row `row`; false when the draft ends there.
-  auto take = [&](const Work& w, const runner::StepOutput& so, int64_t row) {
-    Draft& d = out[w.index];
-    if (w.request->params.greedy()) {
-      const int32_t t = so.argmax[static_cast<size_t>(row)];
-      if (t < 0 || t >= vt) return false;
-      d.tokens.push_back(t);
-      return true;
-    }
-    const std::vector<double> q =
-        dense_probs(so.logits.data() + row * so.vocab_size, std::min(so.vocab_size, vt), w.request->params);
-    const double u = w.request->generator->uniform();
-    double acc = 0.0;
-    int32_t t = -1;
-    for (size_t j = 0; j < q.size(); ++j) {
-      if (q[j] <= 0.0) continue;
-      acc += q[j];
-      t = static_cast<int32_t>(j);
-      if (u < acc) break;
-    }
-    if (t < 0) return false;
-    d.vocab_size = vt;
-    d.tokens.push_back(t);
-    const size_t base = d.probs.size();
-    d.probs.resize(base + static_cast<size_t>(vt), 0.0f);
-    for (size_t j = 0; j < q.size(); ++j) d.probs[base + j] = static_cast<float>(q[j]);
-    return true;
-  };
 
   std::vector<bool> cached(work.size(), false);  // the request holds draft positions to roll back
   double seconds = 0.0;
@@ -251,18 +225,18 @@ std::vector<Draft> LayerSkipProposer::propose(const std::vector<ProposeRequest>&
       ++num_steps_;
       for (size_t b = 0; b < batch.size(); ++b) {
         cached[owners[b]] = true;
-        take(work[owners[b]], so, so.logits_start[b]);
+        take_draft_token(out[work[owners[b]].index], so, so.logits_start[b], vt, *work[owners[b]].request);
       }
     }
   } catch (...) {
     for (size_t j = 0; j < work.size(); ++j) {
-      if (cached[j]) tr.truncate(work[j].request->sequence->request_id(), work[j].len - 1);
+      if (cached[j]) cache_.truncate(work[j].request->sequence->request_id(), work[j].len - 1);
     }
     throw;
   }
   // the verification rewrites these positions through every layer
   for (size_t j = 0; j < work.size(); ++j) {
-    if (cached[j]) tr.truncate(work[j].request->sequence->request_id(), work[j].len - 1);
+    if (cached[j]) cache_.truncate(work[j].request->sequence->request_id(), work[j].len - 1);
   }
   Candidate& c = stats_[cand];
   const double per_step = seconds / static_cast<double>(std::max<int64_t>(steps, 1));
@@ -276,7 +250,10 @@ std::vector<Draft> LayerSkipProposer::propose(const std::vector<ProposeRequest>&
   return out;
 }
 
-void LayerSkipProposer::finish(const Sequence& sequence) { states_.erase(sequence.request_id()); }
+void LayerSkipProposer::finish(const Sequence& sequence) {
+  states_.erase(sequence.request_id());
+  cache_.finish(sequence.request_id());  // the target's request: only the mirror goes
+}
 
 std::vector<LayerSkipProposer::CandidateStats> LayerSkipProposer::stats() const {
   std::vector<CandidateStats> out;
@@ -292,4 +269,4 @@ std::vector<LayerSkipProposer::CandidateStats> LayerSkipProposer::stats() const 
   return out;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

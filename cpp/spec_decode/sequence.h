@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 class Sequence {
  public:
@@ -29,4 +29,4 @@ class Sequence {
   int64_t num_prompt_tokens_;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,10 +1,10 @@
-#include "spec/rejection.h"
+#include "spec_decode/rejection.h"
 
 #include <algorithm>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 VerifyResult verify_greedy(const std::vector<int32_t>& draft, const int32_t* target_argmax) {
   VerifyResult r;
@@ -91,4 +91,4 @@ VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int6
   return r;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

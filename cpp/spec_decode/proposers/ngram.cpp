@@ -1,10 +1,10 @@
-#include "spec/proposers/ngram.h"
+#include "spec_decode/proposers/ngram.h"
 
 #include <algorithm>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 std::vector<int32_t> ngram_lookup(const std::vector<int32_t>& origin, int min_n, int max_n, int k,
                                   int64_t max_model_len) {
@@ -60,4 +60,4 @@ std::vector<Draft> NgramProposer::propose(const std::vector<ProposeRequest>& req
   return out;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 class AdaptiveK {
  public:
@@ -72,4 +72,4 @@ class AdaptiveK {
   int64_t off_steps_ = 0, probes_ = 0;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "sampling/sampler.h"
-#include "spec/sequence.h"
+#include "spec_decode/sequence.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 struct ProposeRequest {
   std::shared_ptr<const Sequence> sequence;
@@ -38,4 +38,4 @@ class Proposer {
   virtual void finish(const Sequence& sequence) { (void)sequence; }
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

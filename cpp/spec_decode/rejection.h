@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "sampling/sampler.h"
-#include "spec/proposer.h"
+#include "spec_decode/proposer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 struct VerifyResult {
   std::vector<int32_t> tokens;  // accepted drafts, then the recovered or bonus token
@@ -32,4 +32,4 @@ VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int6
 // The dense distribution sampling::sampling_probs gives, as [vocab] floats.
 std::vector<double> dense_probs(const float* logits, int64_t vocab, const sampling::SamplingParams& params);
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

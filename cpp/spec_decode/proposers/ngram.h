@@ -3,9 +3,9 @@
 // tokens that followed it. No draft probabilities (point masses).
 #pragma once
 
-#include "spec/proposer.h"
+#include "spec_decode/proposer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 // One request's lookup; max_model_len caps k at max_model_len - tokens.size() (0: no cap).
 std::vector<int32_t> ngram_lookup(const std::vector<int32_t>& tokens, int min_n, int max_n, int k,
@@ -24,4 +24,4 @@ class NgramProposer final : public Proposer {
   int64_t max_model_len_;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -25,9 +25,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "spec/proposer.h"
+#include "spec_decode/proposer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 class HybridProposer final : public Proposer {
  public:
@@ -74,4 +74,4 @@ class HybridProposer final : public Proposer {
   bool has_last_end_ = false;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

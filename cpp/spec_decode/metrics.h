@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 struct SpecDecodingStats {
   int64_t num_drafts = 0;           // steps in which the request had at least one draft token
@@ -23,4 +23,4 @@ struct SpecDecodingStats {
   std::vector<double> acceptance_rate_per_pos() const;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -12,10 +12,11 @@
 #include <unordered_set>
 
 #include "runner/model_runner.h"
-#include "spec/proposer.h"
+#include "spec_decode/drafter_state.h"
+#include "spec_decode/proposer.h"
 #include "tokenizer/tokenizer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 // llama.cpp's rule for a drafter's vocabulary (common_speculative_are_compatible): same tokenizer
 // kind, same BOS/EOS and add-BOS/EOS flags, sizes within 128, and the same text for every token
@@ -42,7 +43,6 @@ class DraftModelProposer final : public Proposer {
 
  private:
   struct State {
-    std::vector<int32_t> tokens;  // what the drafter's cache holds for the request
     int64_t last_context = -1;    // context length of the last draft, reused when unchanged
     Draft last_draft;
     size_t scanned = 0;            // context tokens looked at for the extra logit tokens
@@ -52,8 +52,25 @@ class DraftModelProposer final : public Proposer {
   void track_context(State& st, const std::vector<int32_t>& context);
   void sync_extra_tokens();
   int32_t column_token(int64_t column) const;
+  static int32_t column_of(const void* self, int64_t column);
+  // One request's share of a call: its index in the call, its context, the tokens the drafter
+  // holds of it, the draft length, sampled or greedy.
+  struct Work {
+    size_t index;
+    const ProposeRequest* request;
+    const std::vector<int32_t>* context;
+    int64_t computed;
+    int k;
+    bool sample;
+  };
+  std::vector<Work> plan(const std::vector<ProposeRequest>& requests, std::vector<Draft>& out);
+  void catch_up(std::vector<Work>& work, std::vector<Draft>& out);
+  void draft_steps(const std::vector<Work>& work, std::vector<Draft>& out);
+  bool take(const Work& w, const runner::StepOutput& so, int64_t row, Draft& d) const;
+
   std::shared_ptr<runner::ModelRunner> drafter_;
   int64_t target_vocab_;
+  DrafterRequests cache_;  // what the drafter's cache holds per request
   std::unordered_map<std::string, State> states_;
   int64_t num_steps_ = 0, num_tokens_ = 0;
   std::vector<bool> in_base_;            // [drafter vocab]: in logit_token_ids (empty: whole vocabulary)
@@ -63,4 +80,4 @@ class DraftModelProposer final : public Proposer {
   bool extra_dirty_ = false;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,11 +1,11 @@
-#include "spec/adaptive.h"
+#include "spec_decode/adaptive.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 namespace {
 
 constexpr double kRequestDecay = 0.8;  // a request's window: the last ~5 drafts
@@ -194,4 +194,4 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   return 0;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

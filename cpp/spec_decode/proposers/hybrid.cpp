@@ -1,11 +1,11 @@
-#include "spec/proposers/hybrid.h"
+#include "spec_decode/proposers/hybrid.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "common/errors.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 namespace {
 
 constexpr double kRequestDecay = 0.8;  // a request's window: the last ~5 drafts of a part
@@ -181,4 +181,4 @@ std::vector<HybridProposer::PartStats> HybridProposer::stats() const {
   return out;
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -1,12 +1,12 @@
-#include "spec/proposers/draft_model.h"
+#include "spec_decode/proposers/draft_model.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "common/errors.h"
-#include "spec/rejection.h"
+#include "spec_decode/rejection.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Tokenizer& d) {
   const std::string allowed = "a drafter with the target's vocabulary (llama.cpp's rule: same "
@@ -30,9 +30,17 @@ void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Toke
   }
 }
 
+namespace {
+
+runner::ModelRunner& checked(const std::shared_ptr<runner::ModelRunner>& r) {
+  SPECDEC_CHECK(r != nullptr, "drafter", "None", "a loaded ModelRunner");
+  return *r;
+}
+
+}  // namespace
+
 DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab)
-    : drafter_(std::move(drafter)), target_vocab_(target_vocab) {
-  SPECDEC_CHECK(drafter_ != nullptr, "drafter", "None", "a loaded ModelRunner");
+    : drafter_(std::move(drafter)), target_vocab_(target_vocab), cache_(checked(drafter_), true) {
   SPECDEC_CHECK(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
   const auto& base = drafter_->options().logit_token_ids;
   if (!base.empty()) {
@@ -82,109 +90,61 @@ int32_t DraftModelProposer::column_token(int64_t column) const {
   return column < n ? base[static_cast<size_t>(column)] : extra_[static_cast<size_t>(column - n)];
 }
 
-namespace {
-
-struct Work {
-  size_t index;
-  const ProposeRequest* request;
-  const std::vector<int32_t>* context;
-  int64_t computed;  // tokens in the drafter's cache
-  int k;
-  bool sample;
-};
-
-}  // namespace
-
-std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>& requests) {
-  std::vector<Draft> out(requests.size());
+// The requests of this call that need drafter steps (the others get their last draft again or
+// none); each one's drafter cache reconciled with its context and its blocks reserved.
+std::vector<DraftModelProposer::Work> DraftModelProposer::plan(const std::vector<ProposeRequest>& requests,
+                                                              std::vector<Draft>& out) {
   runner::ModelRunner& dr = *drafter_;
   const auto& opts = dr.options();
-  const int64_t vt = target_vocab_;
-  const bool reduced = !opts.logit_token_ids.empty();  // a reduced draft vocabulary
-  std::vector<int64_t> free_blocks = dr.num_free_blocks(), reserved(free_blocks.size(), 0);
   std::vector<Work> work;
   const size_t max_work = static_cast<size_t>(std::min(opts.max_num_logits, opts.max_num_batched_tokens));
+  cache_.begin();
   for (size_t i = 0; i < requests.size(); ++i) {
     const ProposeRequest& r = requests[i];
     const std::string& rid = r.sequence->request_id();
     const auto& ctx = r.sequence->tokens();
     const int64_t len = static_cast<int64_t>(ctx.size());
-    int k = static_cast<int>(std::min<int64_t>(r.num_speculative_tokens, dr.max_model_len() - len + 1));
+    const int k = static_cast<int>(std::min<int64_t>(r.num_speculative_tokens, dr.max_model_len() - len + 1));
     if (k <= 0 || len == 0) continue;
     State& st = states_[rid];
     if (st.last_context == len) {  // not verified since: the same draft is still a valid one
       out[i] = st.last_draft;
       if (static_cast<int>(out[i].tokens.size()) > k) {
         out[i].tokens.resize(static_cast<size_t>(k));
-        if (out[i].has_probs()) out[i].probs.resize(static_cast<size_t>(k * vt));
+        if (out[i].has_probs()) out[i].probs.resize(static_cast<size_t>(k * target_vocab_));
       }
       continue;
     }
     if (work.size() >= max_work) continue;
-    int64_t p = 0;
-    while (p < static_cast<int64_t>(st.tokens.size()) && p < len && st.tokens[p] == ctx[p]) ++p;
-    p = std::min(p, len - 1);  // at least one new token gives the first draft's logits
-    if (dr.has_request(rid) && p < dr.num_cached_tokens(rid)) {
-      if (p == 0) dr.free(rid);
-      else dr.truncate(rid, p);
-    }
-    st.tokens.resize(static_cast<size_t>(p));
+    // at least one new token gives the first draft's logits
+    const int64_t p = cache_.reconcile(rid, ctx, len - 1);
     st.scanned = std::min(st.scanned, static_cast<size_t>(p));  // a changed context: look again
     st.last_context = -1;
-    const std::vector<int64_t> need = dr.num_blocks_needed(rid, p, len - p + k - 1);
-    bool fits = true;
-    for (size_t g = 0; g < need.size(); ++g) fits = fits && need[g] + reserved[g] <= free_blocks[g];
-    if (!fits) continue;  // no draft this step; the target still decodes, blocks come back
-    for (size_t g = 0; g < need.size(); ++g) reserved[g] += need[g];
+    // no draft when its blocks do not fit: the target still decodes, blocks come back
+    if (!cache_.reserve(rid, p, len - p + k - 1)) continue;
     work.push_back({i, &r, &ctx, p, k, !r.params.greedy()});
   }
-  if (work.empty()) return out;
-  for (const Work& w : work) track_context(states_[w.request->sequence->request_id()], *w.context);
-  sync_extra_tokens();
+  return work;
+}
 
-  // Takes the draft token from logit row `row` of `so` for w; false when the draft ends there.
-  auto take = [&](const Work& w, const runner::StepOutput& so, int64_t row) {
-    Draft& d = out[w.index];
-    if (!w.sample) {
-      const int32_t t = so.argmax[static_cast<size_t>(row)];
-      if (t >= vt) return false;
-      d.tokens.push_back(t);
-      return true;
-    }
-    std::vector<float> padded(static_cast<size_t>(vt), -std::numeric_limits<float>::infinity());
-    const int64_t width = so.vocab_size;
-    if (reduced) {
-      SPECDEC_CHECK(width == static_cast<int64_t>(opts.logit_token_ids.size() + extra_.size()), "drafter logit columns",
-                   width, "the reduced vocabulary and the extra tokens this proposer set (a runner shared while drafting?)");
-    }
-    const float* src = so.logits.data() + row * width;
-    if (!reduced) {
-      std::copy(src, src + std::min(width, vt), padded.begin());
-    } else {  // ids outside the draft vocabulary get probability 0: still lossless
-      for (int64_t j = 0; j < width; ++j) {
-        const int32_t id = column_token(j);
-        if (id < vt) padded[static_cast<size_t>(id)] = src[j];
-      }
-    }
-    const std::vector<double> q = dense_probs(padded.data(), vt, w.request->params);
-    const double u = w.request->generator->uniform();
-    double acc = 0.0;
-    int32_t t = -1;
-    for (int64_t j = 0; j < vt; ++j) {
-      if (q[static_cast<size_t>(j)] <= 0.0) continue;
-      acc += q[static_cast<size_t>(j)];
-      t = static_cast<int32_t>(j);
-      if (u < acc) break;
-    }
-    d.vocab_size = vt;
-    d.tokens.push_back(t);
-    const size_t base = d.probs.size();
-    d.probs.resize(base + static_cast<size_t>(vt));
-    for (int64_t j = 0; j < vt; ++j) d.probs[base + static_cast<size_t>(j)] = static_cast<float>(q[static_cast<size_t>(j)]);
-    return true;
-  };
+int32_t DraftModelProposer::column_of(const void* self, int64_t column) {
+  return static_cast<const DraftModelProposer*>(self)->column_token(column);
+}
 
-  // 1. catch up on the tokens the drafter has not computed, chunked to the drafter's limits
+bool DraftModelProposer::take(const Work& w, const runner::StepOutput& so, int64_t row, Draft& d) const {
+  const bool reduced = !drafter_->options().logit_token_ids.empty();
+  if (reduced && w.sample) {
+    SPECDEC_CHECK(so.vocab_size == static_cast<int64_t>(drafter_->options().logit_token_ids.size() + extra_.size()),
+                 "drafter logit columns", so.vocab_size,
+                 "the reduced vocabulary and the extra tokens this proposer set (a runner shared while drafting?)");
+  }
+  return take_draft_token(d, so, row, target_vocab_, *w.request, reduced ? &column_of : nullptr, this);
+}
+
+// Steps over the tokens each request's drafter cache has not computed (a new prompt, the tokens
+// accepted since), chunked to the drafter's limits; the last one's logits give the first draft.
+void DraftModelProposer::catch_up(std::vector<Work>& work, std::vector<Draft>& out) {
+  runner::ModelRunner& dr = *drafter_;
   std::vector<int64_t> pos(work.size());
   for (size_t j = 0; j < work.size(); ++j) pos[j] = work[j].computed;
   bool any_sample = false;
@@ -192,7 +152,7 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
   for (;;) {
     std::vector<runner::StepRequest> batch;
     std::vector<size_t> owners;
-    int64_t budget = opts.max_num_batched_tokens;
+    int64_t budget = dr.options().max_num_batched_tokens;
     for (size_t j = 0; j < work.size() && budget > 0; ++j) {
       const int64_t len = static_cast<int64_t>(work[j].context->size());
       if (pos[j] >= len) continue;
@@ -213,17 +173,20 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
       const size_t j = owners[b];
       pos[j] += static_cast<int64_t>(batch[b].tokens.size());
       num_tokens_ += static_cast<int64_t>(batch[b].tokens.size());
-      if (batch[b].num_logits == 1 && !take(work[j], so, so.logits_start[b])) work[j].k = 0;
+      cache_.appended(batch[b].request_id, batch[b].tokens);
+      if (batch[b].num_logits == 1 && !take(work[j], so, so.logits_start[b], out[work[j].index])) work[j].k = 0;
     }
   }
-  for (Work& w : work) {
-    State& st = states_[w.request->sequence->request_id()];
-    st.tokens = *w.context;
-  }
-  // 2. k - 1 single-token steps over every request still drafting
+}
+
+// k - 1 single-token steps over every request still drafting. Draft tokens are uncommitted: the
+// steps pass the accepted length as num_committed_tokens.
+void DraftModelProposer::draft_steps(const std::vector<Work>& work, std::vector<Draft>& out) {
+  runner::ModelRunner& dr = *drafter_;
   for (int i = 1;; ++i) {
     std::vector<runner::StepRequest> batch;
     std::vector<size_t> owners;
+    bool sample = false;
     for (size_t j = 0; j < work.size(); ++j) {
       const Work& w = work[j];
       const Draft& d = out[w.index];
@@ -237,19 +200,28 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
       s.num_committed_tokens = len;
       batch.push_back(std::move(s));
       owners.push_back(j);
+      sample = sample || w.sample;
     }
     if (batch.empty()) break;
-    bool sample = false;
-    for (size_t j : owners) sample = sample || work[j].sample;
     const runner::StepOutput so = dr.step(batch, {}, sample);
     ++num_steps_;
     num_tokens_ += static_cast<int64_t>(batch.size());
     for (size_t b = 0; b < batch.size(); ++b) {
       const Work& w = work[owners[b]];
-      states_[w.request->sequence->request_id()].tokens.push_back(batch[b].tokens[0]);
-      take(w, so, so.logits_start[b]);
+      cache_.appended(batch[b].request_id, batch[b].tokens[0]);
+      take(w, so, so.logits_start[b], out[w.index]);
     }
   }
+}
+
+std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>& requests) {
+  std::vector<Draft> out(requests.size());
+  std::vector<Work> work = plan(requests, out);
+  if (work.empty()) return out;
+  for (const Work& w : work) track_context(states_[w.request->sequence->request_id()], *w.context);
+  sync_extra_tokens();
+  catch_up(work, out);
+  draft_steps(work, out);
   for (const Work& w : work) {
     State& st = states_[w.request->sequence->request_id()];
     st.last_context = static_cast<int64_t>(w.context->size());
@@ -260,7 +232,7 @@ std::vector<Draft> DraftModelProposer::propose(const std::vector<ProposeRequest>
 
 void DraftModelProposer::finish(const Sequence& sequence) {
   const std::string& rid = sequence.request_id();
-  if (drafter_->has_request(rid)) drafter_->free(rid);
+  cache_.finish(rid);
   const auto it = states_.find(rid);
   if (it != states_.end()) {
     for (int32_t t : it->second.extra) {
@@ -273,4 +245,4 @@ void DraftModelProposer::finish(const Sequence& sequence) {
   states_.erase(rid);
 }
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode

@@ -14,9 +14,9 @@
 #include <deque>
 #include <unordered_map>
 
-#include "spec/proposer.h"
+#include "spec_decode/proposer.h"
 
-namespace specdec::spec {
+namespace specdec::spec_decode {
 
 class SuffixTrie {
  public:
@@ -75,4 +75,4 @@ class SuffixProposer final : public Proposer {
   int64_t next_seq_ = 0;
 };
 
-}  // namespace specdec::spec
+}  // namespace specdec::spec_decode
