@@ -138,6 +138,7 @@ void bind_config(py::module_& m) {
       .def_readonly("max_num_batched_tokens", &KvCacheConfig::max_num_batched_tokens)
       .def_readonly("budget_bytes", &KvCacheConfig::budget_bytes)
       .def_readonly("model_name", &KvCacheConfig::model_name)
+      .def_readonly("disable_hybrid_kv_cache_manager", &KvCacheConfig::disable_hybrid_kv_cache_manager)
       .def_property_readonly("total_bytes", &KvCacheConfig::total_bytes)
       .def_property_readonly("max_concurrent_requests", &KvCacheConfig::max_concurrent_requests)
       .def("group_of", &KvCacheConfig::group_of, py::arg("layer_name"))
@@ -153,40 +154,48 @@ void bind_config(py::module_& m) {
       .def("to_json", [](const SpecDecodeKvPlan& p) { return to_json(p).dump(); });
 }
 
-PlannerOptions options(int64_t max_num_batched_tokens, int64_t num_blocks_override, std::string name) {
-  return PlannerOptions{max_num_batched_tokens, num_blocks_override, std::move(name)};
+PlannerOptions options(int64_t max_num_batched_tokens, int64_t num_blocks_override, std::string name,
+                       bool disable_hybrid = false) {
+  return PlannerOptions{max_num_batched_tokens, num_blocks_override, std::move(name), disable_hybrid};
 }
 
 void bind_planner(py::module_& m) {
   m.def("plan_kv_cache",
         [](const std::vector<LayerKvSpec>& layers, int64_t budget, int64_t max_model_len,
-           int64_t max_num_batched_tokens, int64_t num_blocks_override, const std::string& name) {
-          return plan_kv_cache(layers, budget, max_model_len, options(max_num_batched_tokens, num_blocks_override, name));
+           int64_t max_num_batched_tokens, int64_t num_blocks_override, const std::string& name, bool disable_hybrid) {
+          return plan_kv_cache(layers, budget, max_model_len,
+                               options(max_num_batched_tokens, num_blocks_override, name, disable_hybrid));
         },
         py::arg("layers"), py::arg("kv_cache_memory_bytes"), py::arg("max_model_len"),
         py::arg("max_num_batched_tokens") = 2048, py::arg("num_blocks_override") = 0,
-        py::arg("model_name") = "");
+        py::arg("model_name") = "", py::arg("disable_hybrid_kv_cache_manager") = false);
   m.def("plan_target_and_drafter",
         [](const std::vector<LayerKvSpec>& target, const std::vector<LayerKvSpec>& drafter, int64_t budget,
            int64_t max_model_len, std::optional<double> drafter_fraction, int64_t max_num_batched_tokens,
-           const std::string& target_name, const std::string& drafter_name) {
+           const std::string& target_name, const std::string& drafter_name, bool target_unified, bool drafter_unified) {
           return plan_target_and_drafter(target, drafter, budget, max_model_len, drafter_fraction.value_or(-1.0),
-                                         options(max_num_batched_tokens, 0, target_name),
-                                         options(max_num_batched_tokens, 0, drafter_name));
+                                         options(max_num_batched_tokens, 0, target_name, target_unified),
+                                         options(max_num_batched_tokens, 0, drafter_name, drafter_unified));
         },
         py::arg("target_layers"), py::arg("drafter_layers"), py::arg("kv_cache_memory_bytes"),
         py::arg("max_model_len"), py::arg("drafter_fraction") = py::none(),
-        py::arg("max_num_batched_tokens") = 2048, py::arg("target_name") = "", py::arg("drafter_name") = "");
+        py::arg("max_num_batched_tokens") = 2048, py::arg("target_name") = "", py::arg("drafter_name") = "",
+        py::arg("target_disable_hybrid_kv_cache_manager") = false,
+        py::arg("drafter_disable_hybrid_kv_cache_manager") = false);
   m.def("min_kv_cache_bytes",
-        [](const std::vector<LayerKvSpec>& layers, int64_t max_model_len, int64_t max_num_batched_tokens) {
-          return min_budget_bytes(layers, max_model_len, options(max_num_batched_tokens, 0, ""));
+        [](const std::vector<LayerKvSpec>& layers, int64_t max_model_len, int64_t max_num_batched_tokens,
+           bool disable_hybrid) {
+          return min_budget_bytes(layers, max_model_len, options(max_num_batched_tokens, 0, "", disable_hybrid));
         },
-        py::arg("layers"), py::arg("max_model_len"), py::arg("max_num_batched_tokens") = 2048);
+        py::arg("layers"), py::arg("max_model_len"), py::arg("max_num_batched_tokens") = 2048,
+        py::arg("disable_hybrid_kv_cache_manager") = false);
   m.def("max_model_len_for_budget",
-        [](const std::vector<LayerKvSpec>& layers, int64_t budget, int64_t limit, int64_t max_num_batched_tokens) {
-          return max_model_len_for_budget(layers, budget, limit, options(max_num_batched_tokens, 0, ""));
+        [](const std::vector<LayerKvSpec>& layers, int64_t budget, int64_t limit, int64_t max_num_batched_tokens,
+           bool disable_hybrid) {
+          return max_model_len_for_budget(layers, budget, limit, options(max_num_batched_tokens, 0, "", disable_hybrid));
         },
-        py::arg("layers"), py::arg("kv_cache_memory_bytes"), py::arg("limit"), py::arg("max_num_batched_tokens") = 2048);
+        py::arg("layers"), py::arg("kv_cache_memory_bytes"), py::arg("limit"), py::arg("max_num_batched_tokens") = 2048,
+        py::arg("disable_hybrid_kv_cache_manager") = false);
   m.def("example_models", [] {
     py::list out;
     for (const auto& e : example_models()) {

@@ -47,8 +47,9 @@ void register_runner(py::module_& m) {
                        int64_t kv_cache_memory_bytes, int block_size, const std::string& kv_cache_dtype,
                        int64_t max_num_batched_tokens, int64_t max_num_logits,
                        std::function<void(int64_t, int64_t)> progress,
-                       std::vector<int32_t> logit_token_ids) {
+                       std::vector<int32_t> logit_token_ids, bool disable_hybrid_kv_cache_manager) {
              runner::RunnerOptions o;
+             o.disable_hybrid_kv_cache_manager = disable_hybrid_kv_cache_manager;
              o.attention_backend = attention_backend;
              o.max_model_len = max_model_len;
              o.kv_cache_memory_bytes = kv_cache_memory_bytes;
@@ -72,8 +73,10 @@ void register_runner(py::module_& m) {
            py::arg("block_size") = 16, py::arg("kv_cache_dtype") = "f16",
            py::arg("max_num_batched_tokens") = 512, py::arg("max_num_logits") = 128,
            py::arg("progress") = nullptr, py::arg("logit_token_ids") = std::vector<int32_t>{},
+           py::arg("disable_hybrid_kv_cache_manager") = false,
            "logit_token_ids: logits only for these ids (strictly increasing; a drafter's reduced "
-           "vocabulary): logit column j is token logit_token_ids[j], argmax a token id.")
+           "vocabulary): logit column j is token logit_token_ids[j], argmax a token id. "
+           "disable_hybrid_kv_cache_manager: one KV-cache group managed as full attention (vLLM's switch).")
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
            py::arg("return_logits") = true, py::arg("num_layers") = 0,
            "One forward over a ragged batch. requests: a list of StepRequest (prefill chunks, decodes "

@@ -116,6 +116,7 @@ void register_spec_decode(py::module_& root) {
       .def_readonly("disable_by_batch_size", &SpeculativeConfig::disable_by_batch_size)
       .def_readonly("adaptive", &SpeculativeConfig::adaptive)
       .def_readonly("proposers", &SpeculativeConfig::proposers)
+      .def_readonly("disable_hybrid_kv_cache_manager", &SpeculativeConfig::disable_hybrid_kv_cache_manager)
       .def("drafter_config", &SpeculativeConfig::drafter_config, py::return_value_policy::copy,
            "The config whose fields describe the drafter: a hybrid's draft_model part, else this one.")
       .def_property_readonly("exit_layer", [](const SpeculativeConfig& c) -> py::object {

@@ -48,6 +48,7 @@ struct KvCacheConfig {
   int64_t max_num_batched_tokens = 0;
   int64_t budget_bytes = 0;
   std::string model_name;
+  bool disable_hybrid_kv_cache_manager = false;  // every attention layer in one full-attention group
 
   int64_t total_bytes() const;            // sum of tensor sizes
   int64_t max_concurrent_requests() const;  // min over groups

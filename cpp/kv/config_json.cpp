@@ -41,6 +41,7 @@ nlohmann::json to_json(const KvCacheConfig& config) {
           {"max_model_len", config.max_model_len},
           {"max_num_batched_tokens", config.max_num_batched_tokens},
           {"budget_bytes", config.budget_bytes},
+          {"disable_hybrid_kv_cache_manager", config.disable_hybrid_kv_cache_manager},
           {"total_bytes", config.total_bytes()},
           {"max_concurrent_requests", config.max_concurrent_requests()},
           {"groups", groups},

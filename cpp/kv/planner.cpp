@@ -50,6 +50,16 @@ GroupKey group_key(const KvCacheSpec& s) {
   return {s.kind, s.block_size, s.sliding_window, s.attention_chunk_size};
 }
 
+// The spec a group is managed with when the hybrid manager is off: full attention.
+KvCacheSpec as_full_attention(KvCacheSpec s) {
+  if (s.is_attention()) {
+    s.kind = KvSpecKind::kFullAttention;
+    s.sliding_window = 0;
+    s.attention_chunk_size = 0;
+  }
+  return s;
+}
+
 int64_t blocks_needed_per_request(const KvCacheGroup& g) {
   return g.max_blocks_per_request + 1;  // + the pool's null block
 }
@@ -117,7 +127,8 @@ void validate_layers(const std::vector<LayerKvSpec>& layers, int64_t max_model_l
 
 // Groups without validation (callers validate once).
 static std::vector<KvCacheGroup> build_groups(const std::vector<LayerKvSpec>& layers,
-                                       int64_t max_model_len, int64_t max_num_batched_tokens) {
+                                       int64_t max_model_len, int64_t max_num_batched_tokens,
+                                       bool unify = false) {
   std::vector<KvCacheGroup> groups;
   std::map<GroupKey, size_t> group_of_key;
   std::map<std::string, size_t> group_of_layer;
@@ -128,12 +139,13 @@ static std::vector<KvCacheGroup> build_groups(const std::vector<LayerKvSpec>& la
       group_of_layer[layer.layer_name] = g;
       continue;
     }
-    auto [it, inserted] = group_of_key.emplace(group_key(layer.spec), groups.size());
+    // hybrid manager off: keyed and managed as full attention (the layer keeps its own spec)
+    const KvCacheSpec managed = unify ? as_full_attention(layer.spec) : layer.spec;
+    auto [it, inserted] = group_of_key.emplace(group_key(managed), groups.size());
     if (inserted) {
       KvCacheGroup group;
-      group.spec = layer.spec;
-      group.max_blocks_per_request =
-          layer.spec.max_blocks_per_request(max_model_len, max_num_batched_tokens);
+      group.spec = managed;
+      group.max_blocks_per_request = managed.max_blocks_per_request(max_model_len, max_num_batched_tokens);
       groups.push_back(std::move(group));
     }
     KvCacheGroup& group = groups[it->second];
@@ -146,14 +158,16 @@ static std::vector<KvCacheGroup> build_groups(const std::vector<LayerKvSpec>& la
 }
 
 std::vector<KvCacheGroup> group_layers(const std::vector<LayerKvSpec>& layers,
-                                       int64_t max_model_len, int64_t max_num_batched_tokens) {
+                                       int64_t max_model_len, int64_t max_num_batched_tokens,
+                                       bool disable_hybrid_kv_cache_manager) {
   validate_layers(layers, max_model_len);
-  return build_groups(layers, max_model_len, max_num_batched_tokens);
+  return build_groups(layers, max_model_len, max_num_batched_tokens, disable_hybrid_kv_cache_manager);
 }
 
 int64_t min_budget_bytes(const std::vector<LayerKvSpec>& layers, int64_t max_model_len,
                          const PlannerOptions& options) {
-  return required_bytes(group_layers(layers, max_model_len, options.max_num_batched_tokens));
+  return required_bytes(group_layers(layers, max_model_len, options.max_num_batched_tokens,
+                                    options.disable_hybrid_kv_cache_manager));
 }
 
 int64_t max_model_len_for_budget(const std::vector<LayerKvSpec>& layers, int64_t budget_bytes,
@@ -162,7 +176,8 @@ int64_t max_model_len_for_budget(const std::vector<LayerKvSpec>& layers, int64_t
   limit = std::min(limit, kMaxTokens);
   auto fits = [&](int64_t len) {
     try {
-      return required_bytes(build_groups(layers, len, options.max_num_batched_tokens)) <= budget_bytes;
+      return required_bytes(build_groups(layers, len, options.max_num_batched_tokens,
+                                         options.disable_hybrid_kv_cache_manager)) <= budget_bytes;
     } catch (const ConfigError&) {  // the byte count overflows: certainly does not fit
       return false;
     }
@@ -182,11 +197,13 @@ KvCacheConfig plan_kv_cache(const std::vector<LayerKvSpec>& layers, int64_t budg
   SPECDEC_CHECK(options.num_blocks_override >= 0, "num_blocks_override",
                options.num_blocks_override, "must be >= 0 (0 = size from the budget)");
   KvCacheConfig config;
-  config.groups = group_layers(layers, max_model_len, options.max_num_batched_tokens);
+  config.groups = group_layers(layers, max_model_len, options.max_num_batched_tokens,
+                               options.disable_hybrid_kv_cache_manager);
   config.max_model_len = max_model_len;
   config.max_num_batched_tokens = options.max_num_batched_tokens;
   config.budget_bytes = budget_bytes;
   config.model_name = options.model_name;
+  config.disable_hybrid_kv_cache_manager = options.disable_hybrid_kv_cache_manager;
 
   const int64_t required = required_bytes(config.groups);
   if (options.num_blocks_override > 0) {

@@ -23,6 +23,10 @@ struct PlannerOptions {
   int64_t max_num_batched_tokens = 2048;  // most new tokens of one request in one step
   int64_t num_blocks_override = 0;        // > 0: every group gets this many blocks
   std::string model_name;                 // shown in the plan
+  // vLLM's disable_hybrid_kv_cache_manager: every attention layer in one KV-cache group managed
+  // as full attention (sliding-window and chunked-local layers keep their specs, so their masks
+  // and metadata, but their blocks are no longer freed early). MLA layers stay apart.
+  bool disable_hybrid_kv_cache_manager = false;
 };
 
 // Validates the layers and the sharing targets (ConfigError naming "<layer>.<field>").
@@ -30,7 +34,8 @@ void validate_layers(const std::vector<LayerKvSpec>& layers, int64_t max_model_l
 
 // The groups only (num_blocks left 0).
 std::vector<KvCacheGroup> group_layers(const std::vector<LayerKvSpec>& layers,
-                                       int64_t max_model_len, int64_t max_num_batched_tokens);
+                                       int64_t max_model_len, int64_t max_num_batched_tokens,
+                                       bool disable_hybrid_kv_cache_manager = false);
 
 // Bytes one request of max_model_len needs (null blocks included).
 int64_t min_budget_bytes(const std::vector<LayerKvSpec>& layers, int64_t max_model_len,

@@ -44,6 +44,7 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
   kv::PlannerOptions po;
   po.max_num_batched_tokens = o.max_num_batched_tokens;
   po.model_name = c.name;
+  po.disable_hybrid_kv_cache_manager = o.disable_hybrid_kv_cache_manager;
   int64_t len = o.max_model_len;
   if (len == 0) {
     len = kv::max_model_len_for_budget(c.layer_kv_specs(o.block_size, o.kv_cache_dtype),

@@ -47,6 +47,9 @@ struct RunnerOptions {
   // bitwise the one the whole vocabulary gives. Ids strictly increasing (so argmax's tie rule,
   // the lowest id, holds), in [0, vocab_size).
   std::vector<int32_t> logit_token_ids;
+  // vLLM's disable_hybrid_kv_cache_manager (kv::PlannerOptions): one KV-cache group managed as
+  // full attention, each layer's mask and metadata as its own spec says.
+  bool disable_hybrid_kv_cache_manager = false;
 };
 
 // One request's share of a step.

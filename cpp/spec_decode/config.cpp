@@ -93,7 +93,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
       "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file",
-      "exit_layer", "proposers"};
+      "exit_layer", "proposers", "disable_hybrid_kv_cache_manager"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -142,6 +142,9 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       } else {
         c.exit_layer = static_cast<int>(get_int(v, f, 1, 1 << 20, allowed));
       }
+    } else if (key == "disable_hybrid_kv_cache_manager") {
+      SPECDEC_CHECK(v.is_boolean(), f, show(v), "true or false");
+      c.disable_hybrid_kv_cache_manager = v.get<bool>();
     } else if (key == "adaptive") {
       SPECDEC_CHECK(v.is_boolean(), f, show(v), "true or false");
       c.adaptive = v.get<bool>();
@@ -281,6 +284,9 @@ void SpeculativeConfig::validate() {
     SPECDEC_CHECK(kv_cache_dtype.empty(), p + "kv_cache_dtype", kv_cache_dtype, "None (only for method draft_model)");
     SPECDEC_CHECK(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size, "None (only for method draft_model)");
     SPECDEC_CHECK(draft_vocab_file.empty(), p + "draft_vocab_file", draft_vocab_file, "None (only for method draft_model)");
+    SPECDEC_CHECK(!disable_hybrid_kv_cache_manager, p + "disable_hybrid_kv_cache_manager", "true",
+                 "false (only for method draft_model: the drafter's cache; the target's is LLM's "
+                 "disable_hybrid_kv_cache_manager)");
   }
   SPECDEC_CHECK(draft_vocab_size >= 0, p + "draft_vocab_size", draft_vocab_size,
                "0 (the whole vocabulary) or an integer >= 1");
@@ -331,6 +337,7 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["kv_cache_dtype"] = kv_cache_dtype.empty() ? nlohmann::json(nullptr) : nlohmann::json(kv_cache_dtype);
     j["draft_vocab_size"] = draft_vocab_size;
     j["draft_vocab_file"] = draft_vocab_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(draft_vocab_file);
+    j["disable_hybrid_kv_cache_manager"] = disable_hybrid_kv_cache_manager;
   }
   if (method == "layer_skip") j["exit_layer"] = exit_layer == 0 ? nlohmann::json("auto") : nlohmann::json(exit_layer);
   if (method == "hybrid") {

@@ -188,7 +188,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                       max_model_len=max_model_len, kv_cache_memory_bytes=args.kv_cache_memory,
                       memory_utilization=args.memory_utilization,
                       max_num_seqs=1,  # one prompt: the KV cache of one request, not sixteen
-                      progress=True, speculative_config=args.speculative_config)
+                      progress=True, speculative_config=args.speculative_config,
+                      disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager)
     sys.stderr.write(f"[{llm.config.architecture}, {llm.config.num_layers} layers, attention "
                      f"{'/'.join(sorted(set(llm.runner.attention_backends)))}, device "
                      f"{llm.context.device.name}]\n")
@@ -356,17 +357,20 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             dc = sc.drafter_config()  # a hybrid's draft_model part
             drafter = specdec.resolve_model(dc.model, progress=True)
             split = Speculation(sc).split_budget(target, drafter, budget, args.max_model_len,
-                                                 args.block_size, args.dtype, args.max_num_batched_tokens)
+                                                 args.block_size, args.dtype, args.max_num_batched_tokens,
+                                                 args.disable_hybrid_kv_cache_manager)
             d_layers, d_len = _model_layers(drafter, args)
             d_len = min(dc.max_model_len or max_model_len, max_model_len)
             _print(f"Target + drafter as the engine plans them: target {split['target_bytes'] / 2**20:.1f} "
                    f"MiB, drafter {split['drafter_bytes'] / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB "
                    f"({split['rule']})\n\n[target]")
-            _print(format_kv_plan(specdec.plan_kv_cache(layers, split["target_bytes"], max_model_len,
-                                                        args.max_num_batched_tokens, model_name=args.model)))
+            _print(format_kv_plan(specdec.plan_kv_cache(
+                layers, split["target_bytes"], max_model_len, args.max_num_batched_tokens, model_name=args.model,
+                disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager)))
             _print("\n[drafter]")
-            _print(format_kv_plan(specdec.plan_kv_cache(d_layers, split["drafter_bytes"], d_len,
-                                                        args.max_num_batched_tokens, model_name=dc.model)))
+            _print(format_kv_plan(specdec.plan_kv_cache(
+                d_layers, split["drafter_bytes"], d_len, args.max_num_batched_tokens, model_name=dc.model,
+                disable_hybrid_kv_cache_manager=dc.disable_hybrid_kv_cache_manager)))
             return 0
     if args.drafter_example or args.drafter_model:
         drafter = args.drafter_example or args.drafter_model
@@ -374,11 +378,18 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
                              else _model_layers(drafter, args))
         plan = specdec.plan_target_and_drafter(
             layers, drafter_layers, budget, max_model_len, args.drafter_fraction,
-            args.max_num_batched_tokens, args.example or args.model, drafter)
+            args.max_num_batched_tokens, args.example or args.model, drafter,
+            target_disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager)
     else:
         plan = specdec.plan_kv_cache(layers, budget, max_model_len, args.max_num_batched_tokens,
-                                     model_name=args.example or args.model)
+                                     model_name=args.example or args.model,
+                                     disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager)
     _print(json.dumps(json.loads(plan.to_json()), indent=2) if args.json else format_kv_plan(plan))
+    if args.disable_hybrid_kv_cache_manager and not args.json:  # what the switch costs
+        hybrid = _core.min_kv_cache_bytes(layers, max_model_len, args.max_num_batched_tokens, False)
+        one = _core.min_kv_cache_bytes(layers, max_model_len, args.max_num_batched_tokens, True)
+        _print(f"\nagainst the hybrid plan: one request of {max_model_len} tokens needs {one / 2**20:.2f} MiB "
+               f"here, {hybrid / 2**20:.2f} MiB with the hybrid manager ({one / hybrid:.2f}x)")
     return 0
 
 
@@ -560,6 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter-fraction", type=_float_in("a number in (0, 1)", lambda v: 0 < v < 1),
                    default=None,
                    help="drafter's share of the budget (default: proportional to need)")
+    p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
+                   help="every attention layer (the target's) in one KV-cache group managed as full "
+                        "attention, as vLLM's switch; the plan is compared with the hybrid one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_kv_plan)
 
@@ -614,6 +628,10 @@ def build_parser() -> argparse.ArgumentParser:
                    type=_float_in("a fraction in (0, 1]", lambda v: 0 < v <= 1),
                    help="the share of the device's memory that weights and KV cache may take "
                         "(default 0.5 on a CPU device, 0.9 on a GPU)")
+    p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
+                   help="the target's attention layers in one KV-cache group managed as full attention "
+                        "(vLLM's switch; the drafter's: disable_hybrid_kv_cache_manager in "
+                        "--speculative-config)")
     p.add_argument("--speculative-config", default=None,
                    help='speculative decoding as JSON, vLLM\'s field names, e.g. \'{"method": '
                         '"draft_model", "model": "qwen2.5-coder-0.5b-instruct-q4_k_m", '

@@ -44,24 +44,27 @@ def _layer_list(layers: LayersArg) -> list:
 
 def plan_kv_cache(layers: LayersArg, kv_cache_memory_bytes: Union[int, str], max_model_len: int,
                   max_num_batched_tokens: int = 2048, num_blocks_override: int = 0,
-                  model_name: str = "") -> "_core.KvCacheConfig":
+                  model_name: str = "", disable_hybrid_kv_cache_manager: bool = False) -> "_core.KvCacheConfig":
     """Plans the KV cache of one model: groups, tensors and blocks from a byte budget.
 
     ``layers`` is a list of :class:`LayerKvSpec` or a dict layer name -> :class:`KvCacheSpec`.
     Raises ValueError naming the field for bad input, including a budget that cannot hold one
     request of ``max_model_len`` (the message gives the bytes needed and the largest length
-    that fits).
+    that fits). ``disable_hybrid_kv_cache_manager``: every attention layer in one group managed
+    as full attention (vLLM's switch; each layer keeps its spec for its mask and metadata).
     """
     return _core.plan_kv_cache(_layer_list(layers), parse_bytes(kv_cache_memory_bytes),
                                max_model_len, max_num_batched_tokens, num_blocks_override,
-                               model_name)
+                               model_name, disable_hybrid_kv_cache_manager)
 
 
 def plan_target_and_drafter(target_layers: LayersArg, drafter_layers: LayersArg,
                             kv_cache_memory_bytes: Union[int, str], max_model_len: int,
                             drafter_fraction: float | None = None,
                             max_num_batched_tokens: int = 2048, target_name: str = "target",
-                            drafter_name: str = "drafter") -> "_core.SpecDecodeKvPlan":
+                            drafter_name: str = "drafter",
+                            target_disable_hybrid_kv_cache_manager: bool = False,
+                            drafter_disable_hybrid_kv_cache_manager: bool = False) -> "_core.SpecDecodeKvPlan":
     """Plans a target and its drafter from one budget.
 
     By default the budget is split in proportion to what one ``max_model_len`` request needs in
@@ -71,7 +74,8 @@ def plan_target_and_drafter(target_layers: LayersArg, drafter_layers: LayersArg,
     return _core.plan_target_and_drafter(_layer_list(target_layers), _layer_list(drafter_layers),
                                          parse_bytes(kv_cache_memory_bytes), max_model_len,
                                          drafter_fraction, max_num_batched_tokens, target_name,
-                                         drafter_name)
+                                         drafter_name, target_disable_hybrid_kv_cache_manager,
+                                         drafter_disable_hybrid_kv_cache_manager)
 
 
 def allocate_kv_cache(config: "_core.KvCacheConfig", layouts: Mapping[str, str] | None = None,
@@ -125,6 +129,9 @@ def _format_config(c: "_core.KvCacheConfig", indent: str = "") -> list[str]:
            f"{_size(c.total_bytes)} in {len(c.tensors)} tensors",
            f"{indent}  {len(c.groups)} KV-cache group{'s' if len(c.groups) != 1 else ''}; holds "
            f"{c.max_concurrent_requests} request(s) of {c.max_model_len} tokens at once"]
+    if c.disable_hybrid_kv_cache_manager:
+        out.append(f"{indent}  hybrid KV-cache manager off: every attention layer managed as full "
+                   "attention (windows and chunks keep their masks; no block is freed early)")
     for gid, g in enumerate(c.groups):
         s = g.spec
         out.append(f"{indent}  group {gid}: {s.kind}"
@@ -132,6 +139,14 @@ def _format_config(c: "_core.KvCacheConfig", indent: str = "") -> list[str]:
                    + (f" (chunk {s.attention_chunk_size})" if s.kind == "chunked_local" else ""))
         out.append(f"{indent}    spec      {s!r}")
         out.append(f"{indent}    layers    {len(g.layer_names)}: {compress_names(g.layer_names)}")
+        kinds: dict = {}  # the layers' own specs: one attention metadata each
+        for name, ls in zip(g.layer_names, g.layer_specs):
+            kinds.setdefault((ls.kind, ls.sliding_window, ls.attention_chunk_size), []).append(name)
+        if len(kinds) > 1 or next(iter(kinds))[0] != s.kind:
+            for (kind, window, chunk), names in kinds.items():
+                what = (f"{kind} (window {window})" if kind == "sliding_window" else
+                        f"{kind} (chunk {chunk}: virtual batches)" if kind == "chunked_local" else kind)
+                out.append(f"{indent}    metadata  {what}: {compress_names(names)}")
         if g.sharing_layer_names:
             out.append(f"{indent}    sharing   {len(g.sharing_layer_names)}: "
                        f"{compress_names(g.sharing_layer_names)} (read the cache of an owning layer)")

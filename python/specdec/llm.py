@@ -93,6 +93,10 @@ class LLM:
     device's memory less the weights (default 0.5 on a CPU device, 0.9 on a GPU);
     ``max_model_len`` 0 is the model's context, lowered with a notice when it does not fit
     (``specdec.memory``; ``llm.kv_sizing`` tells what was chosen).
+    ``disable_hybrid_kv_cache_manager``: as vLLM's switch, every attention layer of the target in
+    one KV-cache group managed as full attention (sliding-window and chunked-local layers keep
+    their masks; their blocks are no longer freed early, so the cache needs more memory); the
+    drafter's is ``speculative_config.disable_hybrid_kv_cache_manager``.
     """
 
     def __init__(self, model: str, device: Optional[str] = None,
@@ -101,7 +105,8 @@ class LLM:
                  kv_cache_dtype: str = "f16", max_num_batched_tokens: int = 512,
                  max_num_seqs: int = 16, progress: bool = True,
                  speculative_config: Any = None,
-                 memory_utilization: Optional[float] = None) -> None:
+                 memory_utilization: Optional[float] = None,
+                 disable_hybrid_kv_cache_manager: bool = False) -> None:
         # every argument is checked before anything is fetched or loaded
         if not isinstance(model, (str, os.PathLike)):
             raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
@@ -126,6 +131,8 @@ class LLM:
         check_int("max_num_batched_tokens", max_num_batched_tokens, 1, 1 << 30)
         check_int("max_num_seqs", max_num_seqs, 1, 1 << 20)
         check_bool("progress", progress)
+        check_bool("disable_hybrid_kv_cache_manager", disable_hybrid_kv_cache_manager)
+        self.disable_hybrid_kv_cache_manager = disable_hybrid_kv_cache_manager
         speculation = build_speculation(speculative_config)  # the config alone: checked now
         self._local = threading.local()
         self.context = _core.Context(device or "")  # a bad device fails before any download
@@ -155,12 +162,14 @@ class LLM:
         max_model_len = self.kv_sizing.max_model_len
         self.kv_split = speculation.split_budget(self.model_path, drafter_path,
                                                  self.kv_sizing.kv_cache_memory_bytes, max_model_len,
-                                                 block_size, kv_cache_dtype, max_num_batched_tokens)
+                                                 block_size, kv_cache_dtype, max_num_batched_tokens,
+                                                 disable_hybrid_kv_cache_manager)
         self.runner = _core.ModelRunner(
             self.context, self.model_path, attention_backend or "", max_model_len,
             self.kv_split["target_bytes"], block_size,
             kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
-            _load_progress(stream) if stream else None)
+            _load_progress(stream) if stream else None,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
         self.config = self.runner.config
         self.drafter = None
         if drafter_path is not None:
@@ -199,7 +208,10 @@ class LLM:
             device=self.context.device, weights_bytes=weights, block_size=block_size,
             dtype=dtype.lower(), drafter_dtype=((config.kv_cache_dtype or dtype) if d_cfg is not None
                                                 else dtype).lower(),
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            disable_hybrid_kv_cache_manager=self.disable_hybrid_kv_cache_manager,
+            drafter_disable_hybrid_kv_cache_manager=bool(
+                d_cfg is not None and config.disable_hybrid_kv_cache_manager))
         if sizing.notice:
             log.warning(sizing.notice)
         return sizing

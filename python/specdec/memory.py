@@ -88,16 +88,18 @@ def _mem_available_bytes() -> Optional[int]:
         return None
 
 
-def _request_bytes(cfg, length: int, block_size: int, dtype: str, max_num_batched_tokens: int) -> int:
+def _request_bytes(cfg, length: int, block_size: int, dtype: str, max_num_batched_tokens: int,
+                   disable_hybrid: bool = False) -> int:
     specs = cfg.layer_kv_specs(block_size, dtype, length)
-    return _core.min_kv_cache_bytes(specs, length, max_num_batched_tokens)
+    return _core.min_kv_cache_bytes(specs, length, max_num_batched_tokens, disable_hybrid)
 
 
 def size_kv_cache(target_cfg, drafter_cfg, *, max_model_len: int, drafter_max_model_len: int,
                   kv_cache_memory_bytes: Optional[int], memory_utilization: Optional[float], device: Any,
                   weights_bytes: int, block_size: int, dtype: str, drafter_dtype: str,
                   max_num_seqs: int, max_num_batched_tokens: int, drafter_kv_bytes: int = 0,
-                  drafter_fraction: float = 0.0) -> KvSizing:
+                  drafter_fraction: float = 0.0, disable_hybrid_kv_cache_manager: bool = False,
+                  drafter_disable_hybrid_kv_cache_manager: bool = False) -> KvSizing:
     """The KV-cache size and max_model_len of an LLM (see the module's text).
 
     ``max_model_len`` 0 means the target's context, lowered to what fits; the drafter holds at
@@ -110,13 +112,15 @@ def size_kv_cache(target_cfg, drafter_cfg, *, max_model_len: int, drafter_max_mo
     fixed = drafter_kv_bytes if drafter_cfg is not None else 0
 
     def one_request(n: int) -> int:
-        need = _request_bytes(target_cfg, n, block_size, dtype, max_num_batched_tokens)
+        need = _request_bytes(target_cfg, n, block_size, dtype, max_num_batched_tokens,
+                              disable_hybrid_kv_cache_manager)
         if drafter_cfg is None or fixed:
             return need
         if drafter_fraction:
             return int(need / (1 - drafter_fraction)) + 1  # the target's share holds it
         d = min(n, drafter_max_model_len) if drafter_max_model_len else n
-        return need + _request_bytes(drafter_cfg, d, block_size, drafter_dtype, max_num_batched_tokens)
+        return need + _request_bytes(drafter_cfg, d, block_size, drafter_dtype, max_num_batched_tokens,
+                                     drafter_disable_hybrid_kv_cache_manager)
 
     models = "the target and the drafter" if drafter_cfg is not None else "the model"
     if memory_utilization is None:

@@ -85,7 +85,7 @@ class Speculation:
 
     def split_budget(self, target_path: str, drafter_path: Optional[str], total: int,
                      max_model_len: int, block_size: int, dtype: str,
-                     max_num_batched_tokens: int) -> Dict[str, Any]:
+                     max_num_batched_tokens: int, target_disable_hybrid: bool = False) -> Dict[str, Any]:
         """The target's and the drafter's shares of one KV budget, and the rule used."""
         if drafter_path is None:
             return {"target_bytes": total, "drafter_bytes": 0, "rule": "no drafter: all to the target"}
@@ -104,7 +104,8 @@ class Speculation:
         dt = {"f32": "f32", "f16": "f16", "bf16": "bf16", "int8": "int8"}.get(dtype.lower(), dtype)
         plan = _core.plan_target_and_drafter(
             t_cfg.layer_kv_specs(block_size, dt), d_cfg.layer_kv_specs(block_size, c.kv_cache_dtype or dt),
-            total, length, c.draft_kv_cache_fraction or None, max_num_batched_tokens, "target", "drafter")
+            total, length, c.draft_kv_cache_fraction or None, max_num_batched_tokens, "target", "drafter",
+            target_disable_hybrid, c.disable_hybrid_kv_cache_manager)
         return {"target_bytes": plan.target_budget_bytes, "drafter_bytes": plan.drafter_budget_bytes,
                 "rule": plan.split}
 
@@ -124,7 +125,8 @@ class Speculation:
         try:
             return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes,
                                      block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
-                                     max_num_logits, progress, ids)
+                                     max_num_logits, progress, ids,
+                                     disable_hybrid_kv_cache_manager=c.disable_hybrid_kv_cache_manager)
         except ValueError as e:
             raise ValueError(f"speculative_config: the drafter {c.model!r} with a KV-cache budget of "
                              f"{kv_bytes} bytes (its share of kv_cache_memory_bytes; see "

@@ -248,3 +248,34 @@ TEST(Planner, TargetAndDrafterErrors) {
   const std::string side = error_of([&] { plan_target_and_drafter(target, drafter, kGiB, 1024, 1e-9); });
   EXPECT_NE(side.find("drafter.kv_cache_memory_bytes"), std::string::npos) << side;
 }
+
+// disable_hybrid_kv_cache_manager: Gemma 3-270M's 15 sliding + 3 global layers in one group
+// managed as full attention. One 32768-token request: 2048 blocks of 18 layers x 16 KiB (one KV
+// head of 256, K and V, f16: 16 * 256 * 2 * 2 = 16 KiB per layer per block) = 576 MiB + the
+// null block; the hybrid plan frees the sliding layers' blocks and needs less.
+TEST(Planner, HybridManagerOffOneFullAttentionGroup) {
+  const auto layers = example_model_layers("gemma3-270m", 16, DType::kF16);
+  PlannerOptions off;
+  off.disable_hybrid_kv_cache_manager = true;
+  const auto c = plan_kv_cache(layers, kGiB, 32768, off);
+  ASSERT_EQ(c.groups.size(), 1u);
+  EXPECT_TRUE(c.disable_hybrid_kv_cache_manager);
+  const auto& g = c.groups[0];
+  EXPECT_EQ(g.spec.kind, KvSpecKind::kFullAttention);
+  EXPECT_EQ(g.spec.sliding_window, 0);
+  EXPECT_EQ(g.layer_names.size(), 18u);
+  EXPECT_EQ(g.max_blocks_per_request, 2048);
+  EXPECT_EQ(g.bytes_per_block, 18 * 16384);
+  int sliding = 0;
+  for (const auto& s : g.layer_specs) sliding += s.kind == KvSpecKind::kSlidingWindow && s.sliding_window == 512;
+  EXPECT_EQ(sliding, 15);  // the layers keep their windows (masks); only the memory is managed as full
+  EXPECT_EQ(min_budget_bytes(layers, 32768, off), int64_t{2049} * 18 * 16384);
+  EXPECT_GT(min_budget_bytes(layers, 32768, off), min_budget_bytes(layers, 32768));
+  // a plain model is the same plan either way
+  const auto smol = example_model_layers("smollm2-135m", 16, DType::kF16);
+  EXPECT_EQ(plan_kv_cache(smol, kGiB, 8192, off).groups.size(), 1u);
+  EXPECT_EQ(min_budget_bytes(smol, 8192, off), min_budget_bytes(smol, 8192));
+  // MLA layers stay their own kind
+  const auto mla = example_model_layers("deepseek-v2-lite", 16, DType::kF16);
+  EXPECT_EQ(plan_kv_cache(mla, kGiB, 4096, off).groups[0].spec.kind, KvSpecKind::kMla);
+}
