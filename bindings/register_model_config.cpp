@@ -32,6 +32,10 @@ void register_model_config(py::module_& m) {
       .def_readonly("norm_eps", &ModelConfig::norm_eps)
       .def_readonly("qkv_bias", &ModelConfig::qkv_bias)
       .def_readonly("qk_norm", &ModelConfig::qk_norm)
+      .def_property_readonly("is_dflash", &ModelConfig::is_dflash)
+      .def_readonly("dflash_target_layers", &ModelConfig::dflash_target_layers)
+      .def_readonly("dflash_mask_token_id", &ModelConfig::dflash_mask_token_id)
+      .def_readonly("dflash_block_size", &ModelConfig::dflash_block_size)
       .def_readonly("tied_embeddings", &ModelConfig::tied_embeddings)
       .def_readonly("rope_base", &ModelConfig::rope_base)
       .def_property_readonly("rope_type",

@@ -15,6 +15,7 @@
 #include "spec_decode/metrics.h"
 #include "spec_decode/proposer.h"
 #include "spec_decode/proposers/draft_model.h"
+#include "spec_decode/proposers/dflash.h"
 #include "spec_decode/proposers/hybrid.h"
 #include "spec_decode/proposers/layer_skip.h"
 #include "spec_decode/proposers/ngram.h"
@@ -252,6 +253,15 @@ void register_spec_decode(py::module_& root) {
         return out;
       }, "Per candidate exit layer: drafts seen, acceptance per position, seconds per early-exit step, "
          "expected tokens/s.");
+  py::class_<DFlashProposer, Proposer, std::shared_ptr<DFlashProposer>>(
+      m, "DFlashProposer",
+      "z-lab's DFlash block drafter: one non-causal forward drafts k tokens from the target's hidden "
+      "states (written into the drafter's cache by every target step, on the device).")
+      .def(py::init<std::shared_ptr<runner::ModelRunner>, std::shared_ptr<runner::ModelRunner>>(),
+           py::arg("target"), py::arg("drafter"))
+      .def_property_readonly("drafter", &DFlashProposer::drafter)
+      .def_property_readonly("max_draft_tokens", &DFlashProposer::max_draft_tokens)
+      .def_property_readonly("num_steps", &DFlashProposer::num_steps);
   py::class_<HybridProposer, Proposer, std::shared_ptr<HybridProposer>>(
       m, "HybridProposer",
       "Several built-in proposers; per request and step the draft with the most expected tokens, a "

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "model/dflash.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -163,6 +165,11 @@ ModelConfig load_model_config(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path p(path);
+  if (is_dflash_checkpoint(path)) {  // read as the runner loads it
+    ModelConfig config = config_from_gguf(dflash_to_gguf(path));
+    config.source_format = "hf";
+    return config;
+  }
   if (fs::is_directory(p, ec)) p /= "config.json";
   if (!fs::is_regular_file(p, ec)) {
     throw ConfigError("path", path, "an existing GGUF file, config.json, or a directory with "

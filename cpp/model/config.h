@@ -90,6 +90,15 @@ struct ModelConfig {
   double final_logit_softcap = 0;   // 0: none
   int num_experts = 0;              // MoE routed experts (0: dense); not run yet
   MlaConfig mla;
+  // A DFlash drafter (z-lab's block-diffusion drafter, as specdec.dflash converts it): no token
+  // embedding or output head of its own (it reads the target's), `fc` [hidden, n * hidden] and
+  // `hidden_norm` project the target's residual stream after each of dflash_target_layers into
+  // every layer's context K/V, and its attention is non-causal. Empty: not a DFlash drafter.
+  std::vector<int> dflash_target_layers;
+  int dflash_mask_token_id = -1;
+  int dflash_block_size = 0;          // tokens per drafted block (1 + the drafts)
+  double dflash_embedding_scale = 1;  // on the target's raw embedding rows
+  bool is_dflash() const { return !dflash_target_layers.empty(); }
 
   std::vector<LayerConfig> layers;
 

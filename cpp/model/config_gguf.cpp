@@ -151,6 +151,22 @@ void read_common(const Reader& r, ModelConfig& c) {
   c.output_bias = r.has_tensor("blk.0.attn_output.bias");
   c.qk_norm = r.has_tensor("blk.0.attn_q_norm.weight");
   c.post_norms = r.has_tensor("blk.0.post_attention_norm.weight");
+  if (const GgufValue* ids = r.find("dflash.target_layer_ids"); ids != nullptr) {
+    if (ids->type() != GgufType::kArray) r.fail("dflash.target_layer_ids", "must be an array of layer indices");
+    for (const auto& e : ids->get_if<GgufArray>()->values) {
+      int64_t x = -1;
+      std::visit([&](const auto& y) {
+        using T = std::decay_t<decltype(y)>;
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) x = static_cast<int64_t>(y);
+      }, e.variant());
+      if (x < 0 || x > (1 << 20)) r.fail("dflash.target_layer_ids", "holds a value that is not a layer index");
+      c.dflash_target_layers.push_back(static_cast<int>(x));
+    }
+    if (c.dflash_target_layers.empty()) r.fail("dflash.target_layer_ids", "is empty");
+    c.dflash_mask_token_id = r.size("dflash.mask_token_id");
+    c.dflash_block_size = r.size("dflash.block_size", 16, false);
+    c.dflash_embedding_scale = r.number("dflash.input_embedding_scale", 1);
+  }
 }
 
 void build_layers(const Reader& r, ModelConfig& c) {

@@ -139,6 +139,37 @@ Projected project_separate(const LayerStep& st, int il, const LayerWeights& w, Q
 
 }  // namespace
 
+void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
+  const model::ModelConfig& c = st.config;
+  StepBuffers& s = st.s;
+  ocl::Context& ctx = st.ctx;
+  const int64_t t = st.num_tokens;
+  SPECDEC_CHECK(c.layers[il].kv_sharing_target < 0, str_cat("layers.", il), "a KV-sharing layer",
+               "a layer with its own cache (a DFlash drafter's context)");
+  const QkvWidths n{c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size, c.num_kv_heads * c.head_size_v};
+  quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
+  if (stacked_qkv(w)) {  // q comes along (unused)
+    project_qkv(st, w, n);
+    if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, n.q + n.k + n.v);
+    ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
+  } else {
+    quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
+    if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, n.k);
+    if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, n.v);
+  }
+  if (c.qk_norm) {
+    const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
+    ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
+  }
+  const int rope_index = s.layer_rope[il];
+  if (rope_index >= 0) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, s.rope_tables[rope_index]);
+  const LayerBinding& b = st.layers[static_cast<size_t>(il)];
+  const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
+  const kv::KvRows k{&s.kb, 0, 0}, v{&s.vb, 0, 0};
+  kv::kv_cache_write_kv(ctx, *b.tensor, *b.view, k, v, md.slot_mapping, static_cast<int>(t));
+}
+
 void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   StepBuffers& s = st.s;

@@ -74,6 +74,9 @@ struct LayerStep {
 };
 
 void gqa_attention(const LayerStep& step, int il, const LayerWeights& w);
+// A DFlash drafter's context: K and V of the normed context in s.h (QK norm and RoPE on K as the
+// layer's own K gets them) written through the layer's KV-cache group, no attention.
+void gqa_write_context(const LayerStep& step, int il, const LayerWeights& w);
 // Whether GQA layers with a fused q | k | v projection use the one-launch epilogue
 // (kv::kv_cache_write_qkv); SPECDEC_FUSED_QKV=0 turns it off (read once: for measuring both).
 bool fused_qkv_epilogue();

@@ -16,6 +16,7 @@
 #include "ops/sampling.h"
 #include "quant/device_weight.h"
 #include "quant/formats.h"
+#include "model/dflash.h"
 #include "quant/matmul.h"
 #include "runner/blocks.h"
 
@@ -30,6 +31,7 @@ std::vector<attn::LayerAttentionInfo> layer_infos(const model::ModelConfig& c) {
     info.layer_name = str_cat("layers.", il);
     info.num_q_heads = c.num_q_heads;
     info.use_softcap = c.attn_logit_softcap > 0;
+    info.use_non_causal = c.is_dflash();  // a DFlash block attends both ways
     out.push_back(info);
   }
   return out;
@@ -86,10 +88,12 @@ int64_t lm_head_rows(const model::GgufFile& file, const model::ModelConfig& c) {
 
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
-    : ctx_(std::move(ctx)), options_(options), file_(model::GgufFile::open(path)),
+    : ctx_(std::move(ctx)), options_(options), file_(model::open_model_file(path)),
       config_(model::config_from_gguf(file_)) {
   const auto& c = config_;
   weights_ = load_weights(*ctx_, file_, c, progress);
+  SPECDEC_CHECK(!c.is_dflash() || options_.logit_token_ids.empty(), "logit_token_ids",
+               str_cat(options_.logit_token_ids.size(), " ids"), "none for a DFlash drafter (it uses the target's head)");
   if (!options_.logit_token_ids.empty()) {  // the reduced lm_head replaces the whole one
     const auto& ids = options_.logit_token_ids;
     const int64_t vocab = lm_head_rows(file_, c);
@@ -171,7 +175,145 @@ void ModelRunner::set_extra_logit_tokens(const std::vector<int32_t>& ids) {
   extra_ids_ = ids;
 }
 
-int64_t ModelRunner::num_lm_head_rows() const { return lm_head_rows(file_, config_); }
+int64_t ModelRunner::num_lm_head_rows() const {
+  if (config_.is_dflash()) return dflash_target_ ? dflash_target_->num_lm_head_rows() : config_.vocab_size;
+  return lm_head_rows(file_, config_);
+}
+
+const quant::DeviceWeight& ModelRunner::embedding() const {
+  if (!config_.is_dflash()) return weights_.token_embd;
+  SPECDEC_CHECK(dflash_target_ != nullptr, "DFlash drafter", config_.name,
+               "attached to its target (set_dflash_target) before a step: it reads the target's embedding");
+  return dflash_target_->weights_.token_embd;
+}
+
+const quant::DeviceWeight& ModelRunner::head() const {
+  if (!config_.is_dflash()) return weights_.lm_head();
+  SPECDEC_CHECK(dflash_target_ != nullptr, "DFlash drafter", config_.name,
+               "attached to its target (set_dflash_target) before a step: it reads the target's output head");
+  return dflash_target_->weights_.lm_head();
+}
+
+void ModelRunner::set_dflash_target(std::shared_ptr<ModelRunner> target) {
+  std::lock_guard<std::mutex> guard(mu_);
+  SPECDEC_CHECK(config_.is_dflash(), "set_dflash_target", config_.name, "only for a DFlash drafter");
+  SPECDEC_CHECK(target != nullptr && target.get() != this, "target", "None", "the target's ModelRunner");
+  const model::ModelConfig& t = target->config();
+  SPECDEC_CHECK(!t.is_dflash(), "target", t.name, "a model that is not itself a DFlash drafter");
+  SPECDEC_CHECK(t.hidden_size == config_.hidden_size, "DFlash drafter hidden_size", config_.hidden_size,
+               str_cat("the target's hidden_size ", t.hidden_size, " (it reads the target's embedding)"));
+  SPECDEC_CHECK(t.vocab_size == config_.vocab_size, "DFlash drafter vocab_size", config_.vocab_size,
+               str_cat("the target's vocab_size ", t.vocab_size, " (it drafts with the target's head)"));
+  SPECDEC_CHECK(target->options().logit_token_ids.empty(), "target logit_token_ids",
+               target->options().logit_token_ids.size(), "none (the drafter reads the whole head)");
+  for (int l : config_.dflash_target_layers) {
+    SPECDEC_CHECK(l < t.num_layers, "dflash_config.target_layer_ids", l,
+                 str_cat("layers of the target, in [0, ", t.num_layers, ")"));
+  }
+  dflash_target_ = std::move(target);
+}
+
+void ModelRunner::set_hidden_sink(const std::vector<int>& layers, HiddenSink sink) {
+  std::lock_guard<std::mutex> guard(mu_);
+  for (int l : layers) {
+    SPECDEC_CHECK(l >= 0 && l < config_.num_layers, "hidden layers", l, str_cat("in [0, ", config_.num_layers, ")"));
+  }
+  capture_layers_ = layers;
+  sink_ = layers.empty() ? HiddenSink{} : std::move(sink);
+  captured_ = layers.empty() ? ocl::Buffer{}
+                             : ocl::Buffer(*ctx_, static_cast<size_t>(options_.max_num_batched_tokens * static_cast<int64_t>(layers.size()) *
+                                                                      config_.hidden_size) * 4);
+}
+
+void ModelRunner::write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows) {
+  std::lock_guard<std::mutex> guard(mu_);
+  write_context_locked(rows, hidden, num_rows);
+}
+
+void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden,
+                                       int64_t num_rows) {
+  SPECDEC_CHECK(config_.is_dflash(), "write_context", config_.name, "only for a DFlash drafter");
+  const int d = config_.hidden_size;
+  const int64_t width = static_cast<int64_t>(config_.dflash_target_layers.size()) * d;
+  std::vector<StepRequest> reqs;
+  std::vector<const ContextRows*> kept;
+  for (const auto& r : rows) {
+    SPECDEC_CHECK(r.num_rows >= 1 && r.first_row >= 0 && r.first_row + r.num_rows <= num_rows && r.first_position >= 0,
+                 str_cat("context rows of ", r.request_id), r.num_rows, str_cat("rows within the step's ", num_rows));
+    const auto it = lengths_.find(r.request_id);
+    const int64_t have = it == lengths_.end() ? 0 : it->second;
+    if (have < r.first_position || r.first_position + r.num_rows > max_model_len()) {
+      // rows this drafter never saw (or past its length): no context for the request now
+      if (it != lengths_.end()) {
+        manager_->free(r.request_id);
+        lengths_.erase(it);
+        partial_.erase(r.request_id);
+      }
+      continue;
+    }
+    if (have > r.first_position) {
+      if (r.first_position == 0) {
+        manager_->free(r.request_id);
+        lengths_.erase(r.request_id);
+      } else {
+        manager_->truncate(r.request_id, r.first_position);
+        lengths_[r.request_id] = r.first_position;
+      }
+      partial_.erase(r.request_id);
+    }
+    StepRequest s;
+    s.request_id = r.request_id;
+    s.tokens.assign(static_cast<size_t>(r.num_rows), 0);
+    s.num_computed_tokens = r.first_position;
+    s.num_logits = 0;
+    reqs.push_back(std::move(s));
+    kept.push_back(&r);
+  }
+  if (reqs.empty()) return;
+  ocl::Context& ctx = *ctx_;
+  StepBuffers& s = *scratch_;
+  // the kept requests' rows, contiguous (a copy only when one was dropped or rows were reordered)
+  const ocl::Buffer* in = &hidden;
+  ocl::Buffer gathered;
+  int64_t next = 0;
+  bool contiguous = true;
+  for (const ContextRows* r : kept) {
+    contiguous = contiguous && r->first_row == next;
+    next += r->num_rows;
+  }
+  if (!contiguous) {
+    gathered = ocl::Buffer(ctx, static_cast<size_t>(next * width) * 4);
+    int64_t at = 0;
+    for (const ContextRows* r : kept) {
+      ops::copy_2d(ctx, ops::Slice(hidden, r->first_row * width), ops::Slice(gathered, at * width), r->num_rows,
+                   width, width, width);
+      at += r->num_rows;
+    }
+    in = &gathered;
+  }
+  StepPlan plan;
+  try {
+    plan = plan_step(reqs);
+  } catch (const ConfigError&) {  // no KV blocks for them: these requests go without context
+    for (const auto& r : reqs) {
+      if (lengths_.contains(r.request_id)) {
+        manager_->free(r.request_id);
+        lengths_.erase(r.request_id);
+      }
+    }
+    return;
+  }
+  const int64_t t = plan.num_tokens;
+  const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
+  // the context: hidden_norm(fc(concatenated hidden states)), the same input for every layer
+  quant::quantize_activations_of(ctx, *in, t, width, s.xq);
+  quant::matmul(ctx, *weights_.dflash_fc, *in, s.xq, t, s.x);
+  ops::rms_norm(ctx, s.x, weights_.dflash_hidden_norm, s.h, t, d, eps, off);
+  s.xq.source = nullptr;  // s.h has no quantisation of its own yet
+  const LayerStep step{ctx, config_, layers_, plan.metadata, s, t};
+  for (int il = 0; il < config_.num_layers; ++il) gqa_write_context(step, il, weights_.layers[il]);
+  for (const auto& r : reqs) lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+}
 
 std::vector<int32_t> ModelRunner::extra_logit_tokens() const {
   std::lock_guard<std::mutex> guard(mu_);
@@ -279,6 +421,16 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   out.logits_start = plan.logits_start;
   run_layers(plan, hidden_layers, out, exit);
   compute_logits(plan, return_logits, out);
+  if (sink_ && exit == config_.num_layers) {  // a drafter's context from these rows
+    std::vector<ContextRows> rows;
+    int64_t row = 0;
+    for (const auto& r : requests) {
+      const auto n = static_cast<int64_t>(r.tokens.size());
+      rows.push_back({r.request_id, r.num_computed_tokens, n, row});
+      row += n;
+    }
+    sink_(rows, captured_, plan.num_tokens);
+  }
   for (const auto& r : requests) {
     lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
     if (exit < config_.num_layers) {
@@ -345,7 +497,15 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   ocl::Context& ctx = *ctx_;
   const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
-  quant::embedding_lookup(ctx, weights_.token_embd, s.ids, t, s.x, static_cast<float>(config_.embedding_scale));
+  const double embedding_scale = config_.is_dflash() ? config_.dflash_embedding_scale : config_.embedding_scale;
+  quant::embedding_lookup(ctx, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
+  const int64_t cap_width = static_cast<int64_t>(capture_layers_.size()) * d;
+  auto capture_device = [&](int layer, const ocl::Buffer& from) {  // for a drafter's context
+    for (size_t j = 0; j < capture_layers_.size(); ++j) {
+      if (capture_layers_[j] != layer) continue;
+      ops::copy_2d(ctx, ops::Slice(from, 0), ops::Slice(captured_, static_cast<int64_t>(j) * d), t, d, d, cap_width);
+    }
+  };
   auto capture = [&](int layer, const ocl::Buffer& from) {
     for (int l : hidden_layers) {
       if (l != layer) continue;
@@ -361,6 +521,10 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   for (int il = 0; il < exit; ++il) {
     run_layer(il, plan.metadata, t, exit);
     capture(il, s.x);  // the residual stream after the layer
+    // (Hugging Face lists the last layer's output after the final norm: s.h there)
+    if (!capture_layers_.empty() && exit == config_.num_layers) {
+      capture_device(il, il + 1 == config_.num_layers ? s.h : s.x);
+    }
   }
   capture(-1, s.h);  // after the final norm
 }
@@ -388,7 +552,7 @@ void ModelRunner::compute_logits(const StepPlan& plan, bool return_logits, StepO
     ops::logsumexp_rows(ctx, logits, lse, m, static_cast<int>(n));
     ops::gather_columns(ctx, logits, ids, picked, m, static_cast<int>(n));
   };
-  head(weights_.lm_head(), s.logits, base, 0);
+  head(this->head(), s.logits, base, 0);
   const bool two = !extra_ids_.empty();
   if (two) head(*extra_head_, extra_logits_, vocab - base, 3 * m);
   std::vector<float> reduced(static_cast<size_t>((two ? 6 : 3) * m));

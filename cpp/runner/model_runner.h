@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -142,6 +143,31 @@ class ModelRunner {
   static constexpr int64_t kMaxExtraLogitTokens = 8192;
   ocl::Context& context() { return *ctx_; }
 
+  // ---- DFlash (a target's hidden states, a drafter's context) ----
+  // One request's rows of a target step: positions first_position .. + num_rows - 1, at rows
+  // first_row .. of the step (step order).
+  struct ContextRows {
+    std::string request_id;
+    int64_t first_position = 0;
+    int64_t num_rows = 0;
+    int64_t first_row = 0;
+  };
+  // (requests, hidden [rows, n * hidden_size] on the device, rows)
+  using HiddenSink = std::function<void(const std::vector<ContextRows>&, const ocl::Buffer&, int64_t)>;
+  // A target: after every step, the residual stream after each of `layers` (the last layer's:
+  // after the final norm, as Hugging Face's hidden_states list it) goes, for every row of the
+  // step, to `sink`: layer j in columns [j * hidden, (j + 1) * hidden). Nothing leaves the device.
+  // Empty layers: no capture.
+  void set_hidden_sink(const std::vector<int>& layers, HiddenSink sink);
+  // A DFlash drafter (config().is_dflash()): reads `target`'s token embedding and output head
+  // (ConfigError when the shapes or the target layers do not fit). Set before the first step.
+  void set_dflash_target(std::shared_ptr<ModelRunner> target);
+  // A DFlash drafter: the context K/V of a target step's rows (`hidden` as the sink passes it):
+  // each request is first rolled back to first_position (freed at 0), then its cache holds
+  // first_position + num_rows tokens. A request whose cache is shorter than first_position
+  // (rows it never saw) is dropped instead: it has no context until its next prefill.
+  void write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
+
  private:
   void check_requests(const std::vector<StepRequest>& requests) const;
   int64_t logit_columns() const;  // num_logit_columns with mu_ held
@@ -176,6 +202,14 @@ class ModelRunner {
   std::unique_ptr<kv::KvCacheManager> manager_;
   std::unique_ptr<StepBuffers> scratch_;
   std::vector<LayerBinding> layers_;        // per layer, resolved at load
+  // DFlash: the drafter's target (embedding, head); a target's capture of hidden states
+  std::shared_ptr<ModelRunner> dflash_target_;
+  std::vector<int> capture_layers_;
+  HiddenSink sink_;
+  ocl::Buffer captured_;                    // [max_num_batched_tokens, n * hidden]
+  const quant::DeviceWeight& embedding() const;
+  const quant::DeviceWeight& head() const;
+  void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
   std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
   // Early-exit steps: from position `from` on, a request's cache holds K/V of the first `layers`
   // layers only (until truncated back to `from`).

@@ -242,8 +242,13 @@ ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
   check_loadable(file, config);
   Loader load(ctx, file, progress);
   ModelWeights w;
-  w.token_embd = load.matrix("token_embd.weight");
-  if (!config.tied_embeddings) w.output = load.matrix("output.weight");
+  if (config.is_dflash()) {
+    w.dflash_fc = load.matrix("dflash_fc.weight");
+    w.dflash_hidden_norm = load.vector("dflash_hidden_norm.weight");
+  } else {
+    w.token_embd = load.matrix("token_embd.weight");
+    if (!config.tied_embeddings) w.output = load.matrix("output.weight");
+  }
   w.output_norm = load.vector("output_norm.weight");
   for (int il = 0; il < config.num_layers; ++il) {
     LayerWeights l;

@@ -53,6 +53,10 @@ struct ModelWeights {
   ocl::Buffer output_norm;                     // [hidden]
   std::vector<LayerWeights> layers;
   int64_t device_bytes = 0;
+  // A DFlash drafter (ModelConfig::is_dflash): the context projection [hidden, n * hidden] and
+  // its norm; token_embd and output stay empty (the target's are used).
+  std::optional<quant::DeviceWeight> dflash_fc;
+  ocl::Buffer dflash_hidden_norm;
 
   const quant::DeviceWeight& lm_head() const { return output ? *output : token_embd; }
 };

@@ -74,6 +74,12 @@ std::vector<TensorRef> layer_tensors(const model::ModelConfig& c, int il) {
 }
 
 std::vector<TensorRef> global_tensors(const model::ModelConfig& c) {
+  if (c.is_dflash()) {  // the target's embedding and head; its own context projection
+    const int n = static_cast<int>(c.dflash_target_layers.size());
+    return {{"output_norm.weight", {c.hidden_size}},
+            {"dflash_fc.weight", {int64_t{n} * c.hidden_size, c.hidden_size}},
+            {"dflash_hidden_norm.weight", {c.hidden_size}}};
+  }
   return {{"token_embd.weight", {c.hidden_size, c.vocab_size}},
           {"output_norm.weight", {c.hidden_size}},
           {"output.weight", {c.hidden_size, c.vocab_size}, !c.tied_embeddings}};

@@ -15,7 +15,7 @@ namespace specdec::spec_decode {
 
 namespace {
 
-const char* kMethods = "'draft_model', 'ngram', 'suffix', 'layer_skip', 'hybrid' or 'custom'";
+const char* kMethods = "'draft_model', 'ngram', 'suffix', 'layer_skip', 'dflash', 'hybrid' or 'custom'";
 
 std::string show(const nlohmann::json& v) { return json_summary(v); }
 
@@ -206,7 +206,7 @@ void SpeculativeConfig::validate() {
     else throw ConfigError(p + "method", "None", std::string(kMethods) + " (or a drafter model)");
   }
   SPECDEC_CHECK(method == "draft_model" || method == "ngram" || method == "suffix" || method == "layer_skip" ||
-                   method == "hybrid" || method == "custom",
+                   method == "dflash" || method == "hybrid" || method == "custom",
                p + "method", method, kMethods);
   const bool hybrid = method == "hybrid";
   if (hybrid) {
@@ -237,10 +237,12 @@ void SpeculativeConfig::validate() {
   if (hybrid && num_speculative_tokens == 0) {  // the longest part's
     for (const auto& part : proposers) num_speculative_tokens = std::max(num_speculative_tokens, part.num_speculative_tokens);
   }
-  if (draft || method == "custom") {
+  const bool dflash = method == "dflash";
+  if (draft || dflash || method == "custom") {
     SPECDEC_CHECK(!model.empty(), p + "model", "None",
-                 draft ? "the drafter: a GGUF path or a catalog name (see `specdec models`)"
-                       : "'module:Class' naming a specdec.Proposer subclass (or pass the proposer object)");
+                 draft    ? "the drafter: a GGUF path or a catalog name (see `specdec models`)"
+                 : dflash ? "the DFlash drafter: a directory with config.json (dflash_config) and model.safetensors"
+                          : "'module:Class' naming a specdec.Proposer subclass (or pass the proposer object)");
   }
   if (ngram) SPECDEC_CHECK(model.empty() || model == "ngram" || model == "[ngram]", p + "model", model,
                           "None or 'ngram' for method ngram");
@@ -274,7 +276,11 @@ void SpeculativeConfig::validate() {
   SPECDEC_CHECK(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1,
                p + "suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, "a number in [0, 1]");
   // drafter fields
-  if (!draft) {
+  if (dflash) {
+    SPECDEC_CHECK(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size,
+                 "None for method dflash (it drafts with the target's head)");
+  }
+  if (!draft && !dflash) {
     SPECDEC_CHECK(attention_backend.empty(), p + "attention_backend", attention_backend, "None (only for method draft_model)");
     SPECDEC_CHECK(max_model_len == 0, p + "max_model_len", max_model_len, "None (only for method draft_model)");
     SPECDEC_CHECK(draft_kv_cache_memory_bytes == 0, p + "draft_kv_cache_memory_bytes",
@@ -329,7 +335,7 @@ nlohmann::json SpeculativeConfig::to_json() const {
     j["suffix_decoding_max_spec_factor"] = suffix_decoding_max_spec_factor;
     j["suffix_decoding_min_token_prob"] = suffix_decoding_min_token_prob;
   }
-  if (method == "draft_model") {
+  if (method == "draft_model" || method == "dflash") {
     j["attention_backend"] = attention_backend.empty() ? nlohmann::json(nullptr) : nlohmann::json(attention_backend);
     j["max_model_len"] = max_model_len;
     j["draft_kv_cache_memory_bytes"] = draft_kv_cache_memory_bytes;

@@ -12,7 +12,8 @@
 namespace specdec::spec_decode {
 
 struct SpeculativeConfig {
-  // "draft_model", "ngram", "suffix", "layer_skip", "hybrid" (several of the first four, the best
+  // "draft_model", "ngram", "suffix", "layer_skip", "dflash" (model: a DFlash checkpoint directory),
+  // "hybrid" (several of draft_model, ngram, suffix, layer_skip; the best
   // draft per request and step) or "custom" (a Python specdec.Proposer). When absent:
   // model "ngram" / "[ngram]" -> ngram, any other model -> draft_model.
   std::string method;
@@ -60,7 +61,9 @@ struct SpeculativeConfig {
   static SpeculativeConfig from_json_text(const std::string& text);
   nlohmann::json to_json() const;
   void validate();  // fills defaults (method, lookup sizes, k for suffix) and checks every field
-  bool uses_drafter() const { return method == "draft_model" || (method == "hybrid" && has_drafter_part()); }
+  bool uses_drafter() const {
+    return method == "draft_model" || method == "dflash" || (method == "hybrid" && has_drafter_part());
+  }
   // The config whose fields describe the drafter: a hybrid's draft_model part, else this one.
   const SpeculativeConfig& drafter_config() const;
 

@@ -149,7 +149,8 @@ class LLM:
         if drafter_path is not None:  # the target's file was read above: errors are the drafter's
             try:
                 load_model_config(drafter_path)
-                _core.spec_decode.check_vocab_compatible(self.model_path, drafter_path)
+                if speculation.config.drafter_config().method != "dflash":  # dflash: the target's vocabulary
+                    _core.spec_decode.check_vocab_compatible(self.model_path, drafter_path)
             except ValueError as e:
                 raise type(e)(f"speculative_config.model = {speculation.config.drafter_config().model!r}: "
                               f"{e}") from None

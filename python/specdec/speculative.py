@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from specdec import _core
@@ -78,6 +79,12 @@ class Speculation:
         if self.config is None or not self.config.uses_drafter():
             return None
         c = self.config.drafter_config()
+        if c.method == "dflash":  # a checkpoint directory (config.json + model.safetensors)
+            p = Path(c.model).expanduser()
+            if not (p / "config.json").is_file() or not (p / "model.safetensors").is_file():
+                raise ValueError(f"speculative_config.model = {c.model!r}: a DFlash drafter directory with "
+                                 "config.json (dflash_config) and model.safetensors is allowed")
+            return str(p)
         try:
             return resolve_model(c.model, progress=progress)
         except ValueError as e:
@@ -161,6 +168,12 @@ class Speculation:
                                              c.suffix_decoding_min_token_prob, n)
         if c.method == "draft_model":
             return _core.spec_decode.DraftModelProposer(drafter, target.config.vocab_size)
+        if c.method == "dflash":
+            block = drafter.config.dflash_block_size
+            if c.num_speculative_tokens > block - 1:
+                raise ValueError(f"speculative_config.num_speculative_tokens = {c.num_speculative_tokens}: at "
+                                 f"most the DFlash drafter's block_size - 1 = {block - 1}")
+            return _core.spec_decode.DFlashProposer(target, drafter)
         if c.method == "layer_skip":
             return _core.spec_decode.LayerSkipProposer(target, 0 if c.exit_layer == "auto" else c.exit_layer)
         return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")

@@ -3,8 +3,9 @@ format (``random_model``), the quantizers they use (``quantize``) and dequantize
 model files (``twin``). Needs the ``gguf`` package
 (``pip install specdec[test]``); ``import specdec`` does not import this package."""
 
+from specdec.testing.dflash import write_random_dflash
 from specdec.testing.quantize import WEIGHT_FORMATS
 from specdec.testing.random_model import ARCHITECTURES, write_random_model
 from specdec.testing.twin import write_twin
 
-__all__ = ["ARCHITECTURES", "WEIGHT_FORMATS", "write_random_model", "write_twin"]
+__all__ = ["ARCHITECTURES", "WEIGHT_FORMATS", "write_random_dflash", "write_random_model", "write_twin"]

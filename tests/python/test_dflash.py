@@ -1,0 +1,148 @@
+"""method dflash: z-lab's block-diffusion drafter. Its block forward against the NumPy reference
+(tests/python/reference/dflash_model.py) with the context written on the device by the target's
+steps; the checkpoint reader's errors; greedy output token for token equal to plain decoding on
+stories260K and on random qwen2 / qwen3 / gemma3 / MLA targets, in batches and under KV pressure;
+the non-causal backend choice and its explanation (sampling: test_spec.py's χ² test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specdec
+from specdec import _core, cli
+from specdec._core import StepRequest
+from specdec.testing import write_random_dflash, write_random_model
+from specdec.testing.dflash import dflash_config, random_dflash_weights, write_dflash_checkpoint
+
+from reference.dflash_model import dflash_block_logits
+from reference.numpy_model import NumpyModel
+
+STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She"]
+GREEDY = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+
+def _plain(path, prompts, params, **kw):
+    llm = specdec.LLM(path, progress=False, **kw)
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+
+@pytest.mark.parametrize("dtype", ["F32", "BF16"])
+def test_block_forward_matches_the_reference(context, tmp_path, dtype):
+    cfg = dflash_config(STORIES, num_layers=2, target_layer_ids=[0, 2, 3], block_size=5)
+    w = random_dflash_weights(cfg, seed=3, scale=1.0)
+    if dtype == "BF16":
+        from specdec.testing.dflash import bf16_round
+        w = {k: bf16_round(v) for k, v in w.items()}
+    d = write_dflash_checkpoint(tmp_path / "drafter", cfg, w, dtype)
+    target = _core.ModelRunner(context, STORIES, "", 128, 8 << 20, kv_cache_dtype="f32")
+    drafter = _core.ModelRunner(context, str(d), "", 128, 8 << 20, kv_cache_dtype="f32")
+    assert drafter.config.is_dflash and drafter.config.dflash_target_layers == [0, 2, 3]
+    assert set(drafter.attention_backends) == {"OCL_PAGED"}  # non-causal: OCL_FLASH rejected
+    assert "non-causal" in drafter.attention_explain()
+    proposer = _core.spec_decode.DFlashProposer(target, drafter)
+    tok = specdec.Tokenizer.from_file(STORIES)
+    ids = tok.encode("Once upon a time, there was a little girl named Lily. She")
+    ctx, last = ids[:-1], ids[-1]
+    mask = cfg["dflash_config"]["mask_token_id"]
+    block = [last] + [mask] * 4
+    # two target steps (a chunked prefill): each writes its rows' context into the drafter
+    target.step([StepRequest("r", ctx[:7], num_logits=1)])
+    target.step([StepRequest("r", ctx[7:], num_computed_tokens=7, num_logits=1)])
+    assert drafter.num_cached_tokens("r") == len(ctx)
+    out = drafter.step([StepRequest("r", block, num_computed_tokens=len(ctx), num_logits=len(block))])
+    ref = dflash_block_logits(NumpyModel(STORIES), cfg, w, ctx, block)
+    rel = np.abs(out.logits - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert rel.max() < 2e-4, rel
+    assert (out.argmax == ref.argmax(axis=1)).all()
+    # a rolled-back target rewrites the drafter's context from there
+    drafter.truncate("r", len(ctx))
+    target.truncate("r", 5)
+    target.step([StepRequest("r", ctx[5:], num_computed_tokens=5, num_logits=1)])
+    again = drafter.step([StepRequest("r", block, num_computed_tokens=len(ctx), num_logits=len(block))])
+    assert np.array_equal(again.logits, out.logits)
+    del proposer
+
+
+def test_checkpoint_errors_name_the_field(tmp_path):
+    cfg = dflash_config(STORIES)
+    w = random_dflash_weights(cfg)
+    bad = dict(cfg, dflash_config=dict(cfg["dflash_config"], mask_token_id=10**6))
+    write_dflash_checkpoint(tmp_path / "a", bad, w)
+    with pytest.raises(ValueError, match=r"mask_token_id = 1000000.*vocab_size"):
+        specdec.load_model_config(str(tmp_path / "a"))
+    sliding = dict(cfg, layer_types=["sliding_attention"])
+    write_dflash_checkpoint(tmp_path / "b", sliding, w)
+    with pytest.raises(specdec.UnsupportedError, match="layer_types"):
+        specdec.load_model_config(str(tmp_path / "b"))
+    missing = {k: v for k, v in w.items() if k != "fc.weight"}
+    write_dflash_checkpoint(tmp_path / "c", cfg, missing)
+    with pytest.raises(ValueError, match="fc.weight"):
+        specdec.load_model_config(str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"speculative_config.model = .*DFlash drafter directory"):
+        specdec.LLM(STORIES, progress=False, speculative_config={
+            "method": "dflash", "model": str(tmp_path / "nothing"), "num_speculative_tokens": 2})
+    write_dflash_checkpoint(tmp_path / "d", cfg, w)
+    with pytest.raises(ValueError, match=r"num_speculative_tokens = 5: at most the DFlash drafter's block_size - 1 = 3"):
+        specdec.LLM(STORIES, progress=False, speculative_config={
+            "method": "dflash", "model": str(tmp_path / "d"), "num_speculative_tokens": 5})
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        specdec.LLM(STORIES, progress=False, speculative_config={
+            "method": "dflash", "model": str(tmp_path / "d"), "num_speculative_tokens": 2, "draft_vocab_size": 8})
+
+
+def test_lossless_greedy_on_stories_in_a_batch(tmp_path):
+    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, num_layers=2, block_size=5)
+    want = _plain(STORIES, PROMPTS, GREEDY)
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "dflash", "model": str(d), "num_speculative_tokens": 4})
+    free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks())
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert llm.last_metrics["num_drafts"] > 0
+    assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()) == free
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3", "deepseek2"])
+def test_lossless_greedy_on_random_targets(tmp_path, arch):
+    t = tmp_path / f"{arch}.gguf"
+    write_random_model(t, arch, "F16", seed=6)
+    d = write_random_dflash(tmp_path / "drafter", str(t), seed=2, block_size=4)
+    params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    prompts = [{"prompt_token_ids": list(range(3, 3 + n))} for n in (5, 17, 40)]
+    want = _plain(str(t), prompts, params, max_model_len=128)
+    llm = specdec.LLM(str(t), progress=False, max_model_len=128, speculative_config={
+        "method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+    assert llm.last_metrics["num_drafts"] > 0
+
+
+def test_lossless_under_kv_pressure(tmp_path):
+    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, block_size=4)
+    prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]
+    params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    want = _plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
+    llm = specdec.LLM(STORIES, progress=False, max_model_len=128, kv_cache_memory_bytes=400_000,
+                      max_num_seqs=32, speculative_config={
+                          "method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks())
+    outs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert llm.last_metrics["num_preemptions"] > 0
+    assert (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks()) == free
+
+
+def test_cli_generate_and_backends_explain_the_non_causal_choice(tmp_path, capsys):
+    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, block_size=4)
+    cfg = json.dumps({"method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    assert cli.main(["generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "16",
+                     "--speculative-config", cfg]) == 0
+    err = capsys.readouterr().err
+    assert "[speculative: dflash, k = 3, drafter qwen3" in err and "speculative: " in err
+    assert cli.main(["backends", "--model", STORIES, "--speculative-config", cfg]) == 0
+    out = capsys.readouterr().out
+    assert "non-causal" in out and "OCL_FLASH: rejected" in out
