@@ -660,6 +660,18 @@ double ModelRunner::warm_up() {
     last = at;
     if (run(at, 1)) break;
   }
+  // a DFlash drafter: its context path (fc, the K/V projections and writes) at the same shapes
+  if (config_.is_dflash() && dflash_target_ != nullptr) {
+    const int64_t width = static_cast<int64_t>(config_.dflash_target_layers.size()) * config_.hidden_size;
+    for (int64_t n : {int64_t{1}, int64_t{2}, chunk}) {
+      if (n > max_model_len()) continue;
+      const std::vector<float> zeros(static_cast<size_t>(n * width), 0.0f);
+      const ocl::Buffer hidden(*ctx_, zeros.data(), zeros.size() * 4);
+      write_context_locked({{id, 0, n, 0}}, hidden, n);
+      if (manager_->has_request(id)) manager_->free(id);
+      lengths_.erase(id);
+    }
+  }
   ctx_->finish();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -146,3 +146,21 @@ def test_cli_generate_and_backends_explain_the_non_causal_choice(tmp_path, capsy
     assert cli.main(["backends", "--model", STORIES, "--speculative-config", cfg]) == 0
     out = capsys.readouterr().out
     assert "non-causal" in out and "OCL_FLASH: rejected" in out
+
+
+def test_sampled_distribution_equals_the_targets(tmp_path):
+    """As test_spec.py's χ² test: tokens 2..4 of sampled continuations under DFlash drafting
+    (sampled drafts with their probabilities) have the target's own distribution."""
+    from test_spec import _chi2_z, _reference_sample
+    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=4, block_size=4)
+    n = 800
+    params = [specdec.SamplingParams(temperature=1.0, top_k=6, max_tokens=4, ignore_eos=True, seed=s)
+              for s in range(n)]
+    prompt = "Tom had a toy. Tom had a"
+    ref = _reference_sample(prompt)
+    llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64, speculative_config={
+        "method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    toks = np.array([o.outputs[0].token_ids for o in llm.generate([prompt] * n, params)])
+    for pos in (1, 2, 3):
+        assert _chi2_z(toks[:, pos], ref[:, pos]) < 4.0, pos
+    assert llm.last_metrics["num_draft_tokens"] > 0
