@@ -164,3 +164,33 @@ def test_sampled_distribution_equals_the_targets(tmp_path):
     for pos in (1, 2, 3):
         assert _chi2_z(toks[:, pos], ref[:, pos]) < 4.0, pos
     assert llm.last_metrics["num_draft_tokens"] > 0
+
+
+TRAINED = str(Path(__file__).resolve().parents[2] / "data" / "dflash-stories260k")
+
+
+def test_the_drafter_trained_here_drafts_well_and_stays_lossless():
+    """data/dflash-stories260k (scripts/train_dflash.py): a context path that wrote the wrong
+    rows, positions or layers would show as acceptance near zero."""
+    prompts = ["Once upon a time", "Lily and Ben went to the park", "The little dog was sad because"]
+    params = specdec.SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+    want = _plain(STORIES, prompts, params)
+    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+        "method": "dflash", "model": TRAINED, "num_speculative_tokens": 7})
+    outs = llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    m = llm.last_metrics
+    assert m["num_accepted_tokens"] >= 2 * m["num_drafts"]  # measured: 4.3 per draft of 7
+    assert m["acceptance_rate_per_pos"][0] > 0.6
+
+
+def test_the_drafters_backend_is_chosen_for_non_causal_attention(tmp_path):
+    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, block_size=4)
+    with pytest.raises(ValueError, match="non-causal"):  # OCL_FLASH is causal only
+        specdec.LLM(STORIES, progress=False, speculative_config={
+            "method": "dflash", "model": str(d), "num_speculative_tokens": 3, "attention_backend": "OCL_FLASH"})
+    want = _plain(STORIES, PROMPTS[:2], GREEDY)
+    llm = specdec.LLM(STORIES, progress=False, attention_backend="OCL_PAGED", speculative_config={
+        "method": "dflash", "model": str(d), "num_speculative_tokens": 3, "attention_backend": "REFERENCE"})
+    assert set(llm.drafter.attention_backends) == {"REFERENCE"}
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], GREEDY)] == want
