@@ -153,6 +153,10 @@ nlohmann::json ModelConfig::to_json() const {
       {"attention_scale", attention_scale}, {"attn_logit_softcap", attn_logit_softcap},
       {"final_logit_softcap", final_logit_softcap}, {"num_experts", num_experts},
       {"layers", std::move(layer_list)}};
+  if (is_dflash()) {
+    j["dflash"] = {{"target_layer_ids", dflash_target_layers}, {"mask_token_id", dflash_mask_token_id},
+                   {"block_size", dflash_block_size}, {"input_embedding_scale", dflash_embedding_scale}};
+  }
   if (architecture == "deepseek2") {
     j["mla"] = {{"q_lora_rank", mla.q_lora_rank}, {"kv_lora_rank", mla.kv_lora_rank},
                 {"qk_nope_head_dim", mla.qk_nope_head_dim},

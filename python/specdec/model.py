@@ -152,6 +152,14 @@ def format_inspect(info: Dict[str, Any]) -> str:
              + (f"; embedding scale {c['embedding_scale']:.4g}" if c['embedding_scale'] != 1 else "")
              + (f"; final softcap {c['final_logit_softcap']:g}" if c['final_logit_softcap'] else "")
              + (f"; {c['num_experts']} experts" if c['num_experts'] else "")]
+    if "dflash" in c:
+        dfl = c["dflash"]
+        lines[-1] = (f"  layers        {c['activation']} gated MLP; no embedding or output head (the "
+                     "target's)")
+        lines.append(f"  DFlash        block drafter: context from the target's layers "
+                     f"{', '.join(str(i) for i in dfl['target_layer_ids'])} (fc + hidden_norm), block "
+                     f"{dfl['block_size']} (at most {dfl['block_size'] - 1} drafts), mask token "
+                     f"{dfl['mask_token_id']}, non-causal attention")
     if "mla" in c:
         m = c["mla"]
         lines.append(f"  MLA           kv_lora_rank {m['kv_lora_rank']}, q_lora_rank {m['q_lora_rank']}, "
