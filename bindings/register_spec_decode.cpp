@@ -266,7 +266,8 @@ void register_spec_decode(py::module_& root) {
       m, "HybridProposer",
       "Several built-in proposers; per request and step the draft with the most expected tokens, a "
       "costly part run only where it can pay (measured acceptance and costs).")
-      .def(py::init<std::vector<std::shared_ptr<Proposer>>>(), py::arg("proposers"))
+      .def(py::init<std::vector<std::shared_ptr<Proposer>>, std::vector<int>>(), py::arg("proposers"),
+           py::arg("part_tokens") = std::vector<int>{})
       .def_property_readonly("parts", &HybridProposer::parts)
       .def_property_readonly("verify_seconds", &HybridProposer::verify_seconds)
       .def("stats", [](const HybridProposer& p) {

@@ -241,8 +241,9 @@ def train(a: argparse.Namespace) -> int:
     cfg["specdec_training"] = {"target": Path(a.target).name, "sequences": int(n), "steps": a.steps,
                                "batch": a.batch, "anchors_per_sequence": a.anchors, "seed": a.seed,
                                "script": "scripts/train_dflash.py"}
-    (out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    from specdec._files import write_file_atomic
     from specdec.testing.dflash import write_safetensors  # NumPy only
+    write_file_atomic(out / "config.json", json.dumps(cfg, indent=1) + "\n", "--out")
     write_safetensors(out / "model.safetensors", {k: np.asarray(v) for k, v in params.items()}, "F32")
     print(f"wrote {out}/config.json and model.safetensors")
     return 0

@@ -170,7 +170,7 @@ ModelConfig load_model_config(const std::string& path) {
   std::error_code ec;
   fs::path p(path);
   if (is_dflash_checkpoint(path)) {  // read as the runner loads it
-    ModelConfig config = config_from_gguf(dflash_to_gguf(path));
+    ModelConfig config = config_from_gguf(dflash_to_gguf(path, false));
     config.source_format = "hf";
     return config;
   }

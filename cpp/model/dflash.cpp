@@ -1,5 +1,6 @@
 #include "model/dflash.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -82,7 +83,7 @@ bool is_dflash_checkpoint(const std::string& path) {
   }
 }
 
-GgufFile dflash_to_gguf(const std::string& dir) {
+GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   namespace fs = std::filesystem;
   const fs::path root(dir);
   const nlohmann::json c = read_config(root / "config.json");
@@ -107,12 +108,23 @@ GgufFile dflash_to_gguf(const std::string& dir) {
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
     throw UnsupportedError(str_cat(where, ".rope_scaling: a DFlash drafter with rope scaling does not run yet"));
   }
-  if (c.contains("layer_types") && c["layer_types"].is_array()) {
-    for (const auto& t : c["layer_types"]) {
-      if (!t.is_string() || t.get<std::string>() != "full_attention") {
-        throw UnsupportedError(str_cat(where, ".layer_types holds ", json_summary(t),
-                                       ": only full-attention (non-causal) DFlash drafter layers run yet"));
-      }
+  // layer_types: "full_attention" layers attend both ways; "sliding_attention" layers are causal
+  // with a window (z-lab's rule when is_causal is unset); their K/V stay whole (the drafter plans
+  // its cache with the hybrid manager off)
+  std::vector<bool> sliding(static_cast<size_t>(layers), false);
+  int64_t window = 0;
+  if (c.contains("layer_types") && !c["layer_types"].is_null()) {
+    const auto& types = c["layer_types"];
+    SPECDEC_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == layers, where + ".layer_types",
+                 json_summary(types), str_cat("a list of ", layers, " layer types"));
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+      SPECDEC_CHECK(t == "full_attention" || t == "sliding_attention", str_cat(where, ".layer_types[", i, "]"),
+                   json_summary(types[i]), "'full_attention' or 'sliding_attention'");
+      sliding[i] = t == "sliding_attention";
+    }
+    if (std::find(sliding.begin(), sliding.end(), true) != sliding.end()) {
+      window = get_int(c, "sliding_window", where);
     }
   }
   if (const auto* causal = draft_value(c, "is_causal"); causal != nullptr && causal->is_boolean() && causal->get<bool>()) {
@@ -140,7 +152,10 @@ GgufFile dflash_to_gguf(const std::string& dir) {
                where + ".dflash_config.mask_token_id", mask != nullptr ? json_summary(*mask) : "missing",
                str_cat("a token id in [0, vocab_size = ", vocab, ")"));
   const auto* block = draft_value(c, "block_size");
-  const int64_t block_size = block != nullptr && !block->is_null() ? get_int(*dfc, "block_size", where + ".dflash_config", 16, 2) : 16;
+  const bool nested = dfc->contains("block_size") && !(*dfc)["block_size"].is_null();
+  const int64_t block_size = block != nullptr && !block->is_null()
+                                 ? get_int(nested ? *dfc : c, "block_size", nested ? where + ".dflash_config" : where, 16, 2)
+                                 : 16;
   double embedding_scale = 1.0;
   if (const auto* s = draft_value(c, "input_embedding_scale"); s != nullptr && !s->is_null()) {
     SPECDEC_CHECK(s->is_number() && std::isfinite(s->get<double>()), where + ".input_embedding_scale",
@@ -172,6 +187,13 @@ GgufFile dflash_to_gguf(const std::string& dir) {
   w.set_u32(a + "dflash.mask_token_id", static_cast<uint32_t>(mask->get<int64_t>()));
   w.set_u32(a + "dflash.block_size", static_cast<uint32_t>(block_size));
   w.set_f32(a + "dflash.input_embedding_scale", static_cast<float>(embedding_scale));
+  if (window > 0) {
+    w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(window));
+    GgufArray pattern;
+    pattern.type = GgufType::kBool;
+    for (bool s : sliding) pattern.values.emplace_back(s);
+    w.set(a + "attention.sliding_window_pattern", GgufValue(std::move(pattern)));
+  }
 
   auto add = [&](const std::string& from, const std::string& to, std::vector<int64_t> want) {
     const std::string name = prefix + from;
@@ -186,6 +208,7 @@ GgufFile dflash_to_gguf(const std::string& dir) {
       throw FormatError(str_cat(weights.string(), ": tensor ", name, " has shape (innermost first) [", got,
                                 "]; the config implies [", exp, "]"));
     }
+    if (!with_matrices && dims.size() > 1) return;  // the config reads only which tensors exist
     w.add_tensor(to, ggml_type_of(t), dims, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
   };
   for (int64_t i = 0; i < layers; ++i) {

@@ -17,7 +17,9 @@ bool is_dflash_checkpoint(const std::string& path);
 // The checkpoint as a GGUF file. ConfigError / FormatError naming the field or tensor for a bad
 // checkpoint; UnsupportedError for what the runner cannot run yet (sliding-window or causal
 // drafter layers, rope scaling, an output multiplier or logit softcap, another activation).
-GgufFile dflash_to_gguf(const std::string& dir);
+// with_matrices = false leaves the matrices out (a config's worth: the norms, which say what the
+// layers have); load_model_config reads it so.
+GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices = true);
 
 // GgufFile::open for a GGUF path, dflash_to_gguf for a DFlash checkpoint directory.
 GgufFile open_model_file(const std::string& path);

@@ -31,7 +31,8 @@ std::vector<attn::LayerAttentionInfo> layer_infos(const model::ModelConfig& c) {
     info.layer_name = str_cat("layers.", il);
     info.num_q_heads = c.num_q_heads;
     info.use_softcap = c.attn_logit_softcap > 0;
-    info.use_non_causal = c.is_dflash();  // a DFlash block attends both ways
+    // a DFlash block attends both ways, except in a drafter's sliding (causal, windowed) layers
+    info.use_non_causal = c.is_dflash() && c.layers[il].attention != model::LayerAttention::kSliding;
     out.push_back(info);
   }
   return out;
@@ -46,7 +47,9 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
   kv::PlannerOptions po;
   po.max_num_batched_tokens = o.max_num_batched_tokens;
   po.model_name = c.name;
-  po.disable_hybrid_kv_cache_manager = o.disable_hybrid_kv_cache_manager;
+  // a DFlash drafter's sliding layers keep their whole K/V: its cache is rolled back and
+  // rewritten from the target's rows every step, so it never frees a window's blocks
+  po.disable_hybrid_kv_cache_manager = o.disable_hybrid_kv_cache_manager || c.is_dflash();
   int64_t len = o.max_model_len;
   if (len == 0) {
     len = kv::max_model_len_for_budget(c.layer_kv_specs(o.block_size, o.kv_cache_dtype),
@@ -210,19 +213,36 @@ void ModelRunner::set_dflash_target(std::shared_ptr<ModelRunner> target) {
     SPECDEC_CHECK(l < t.num_layers, "dflash_config.target_layer_ids", l,
                  str_cat("layers of the target, in [0, ", t.num_layers, ")"));
   }
+  // a target step's rows all become context in one drafter step
+  SPECDEC_CHECK(options_.max_num_batched_tokens >= target->options().max_num_batched_tokens,
+               "DFlash drafter max_num_batched_tokens", options_.max_num_batched_tokens,
+               str_cat("at least the target's ", target->options().max_num_batched_tokens));
   dflash_target_ = std::move(target);
 }
 
-void ModelRunner::set_hidden_sink(const std::vector<int>& layers, HiddenSink sink) {
+uint64_t ModelRunner::set_hidden_sink(const std::vector<int>& layers, HiddenSink sink) {
   std::lock_guard<std::mutex> guard(mu_);
+  SPECDEC_CHECK(!layers.empty() && sink, "hidden sink", "empty", "target layers and a sink");
+  SPECDEC_CHECK(!sink_, "hidden sink", "a second one",
+               "one drafter per target (release the proposer that holds this target first)");
   for (int l : layers) {
     SPECDEC_CHECK(l >= 0 && l < config_.num_layers, "hidden layers", l, str_cat("in [0, ", config_.num_layers, ")"));
   }
   capture_layers_ = layers;
-  sink_ = layers.empty() ? HiddenSink{} : std::move(sink);
-  captured_ = layers.empty() ? ocl::Buffer{}
-                             : ocl::Buffer(*ctx_, static_cast<size_t>(options_.max_num_batched_tokens * static_cast<int64_t>(layers.size()) *
-                                                                      config_.hidden_size) * 4);
+  sink_ = std::move(sink);
+  captured_ = ocl::Buffer(*ctx_, static_cast<size_t>(options_.max_num_batched_tokens * static_cast<int64_t>(layers.size()) *
+                                                     config_.hidden_size) * 4);
+  sink_token_ = ++next_sink_token_;
+  return sink_token_;
+}
+
+void ModelRunner::clear_hidden_sink(uint64_t token) {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (token == 0 || token != sink_token_) return;
+  capture_layers_.clear();
+  sink_ = {};
+  captured_ = ocl::Buffer{};
+  sink_token_ = 0;
 }
 
 void ModelRunner::write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows) {
@@ -294,7 +314,11 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
   StepPlan plan;
   try {
     plan = plan_step(reqs);
-  } catch (const ConfigError&) {  // no KV blocks for them: these requests go without context
+  } catch (const ConfigError&) {  // not all fit: each request on its own; one that does not fit
+    if (kept.size() > 1) {           // goes without context (no drafts) until its next prefill
+      for (const ContextRows* r : kept) write_context_locked({*r}, hidden, num_rows);
+      return;
+    }
     for (const auto& r : reqs) {
       if (lengths_.contains(r.request_id)) {
         manager_->free(r.request_id);
@@ -421,15 +445,14 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   out.logits_start = plan.logits_start;
   run_layers(plan, hidden_layers, out, exit);
   compute_logits(plan, return_logits, out);
-  if (sink_ && exit == config_.num_layers) {  // a drafter's context from these rows
-    std::vector<ContextRows> rows;
+  std::vector<ContextRows> rows;  // a drafter's context from these rows (after the state below)
+  if (sink_ && exit == config_.num_layers) {
     int64_t row = 0;
     for (const auto& r : requests) {
       const auto n = static_cast<int64_t>(r.tokens.size());
       rows.push_back({r.request_id, r.num_computed_tokens, n, row});
       row += n;
     }
-    sink_(rows, captured_, plan.num_tokens);
   }
   for (const auto& r : requests) {
     lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
@@ -438,6 +461,7 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
       if (!added) it->second.layers = std::min(it->second.layers, exit);
     }
   }
+  if (!rows.empty()) sink_(rows, captured_, plan.num_tokens);
   return out;
 }
 

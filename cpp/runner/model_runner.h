@@ -157,8 +157,11 @@ class ModelRunner {
   // A target: after every step, the residual stream after each of `layers` (the last layer's:
   // after the final norm, as Hugging Face's hidden_states list it) goes, for every row of the
   // step, to `sink`: layer j in columns [j * hidden, (j + 1) * hidden). Nothing leaves the device.
-  // Empty layers: no capture.
-  void set_hidden_sink(const std::vector<int>& layers, HiddenSink sink);
+  // Empty layers: no capture. Returns a token for clear_hidden_sink; a second sink while one is set
+  // is a ConfigError (one drafter per target).
+  uint64_t set_hidden_sink(const std::vector<int>& layers, HiddenSink sink);
+  // Removes the sink `token` set (a later sink's token leaves that one in place).
+  void clear_hidden_sink(uint64_t token);
   // A DFlash drafter (config().is_dflash()): reads `target`'s token embedding and output head
   // (ConfigError when the shapes or the target layers do not fit). Set before the first step.
   void set_dflash_target(std::shared_ptr<ModelRunner> target);
@@ -206,6 +209,7 @@ class ModelRunner {
   std::shared_ptr<ModelRunner> dflash_target_;
   std::vector<int> capture_layers_;
   HiddenSink sink_;
+  uint64_t sink_token_ = 0, next_sink_token_ = 0;
   ocl::Buffer captured_;                    // [max_num_batched_tokens, n * hidden]
   const quant::DeviceWeight& embedding() const;
   const quant::DeviceWeight& head() const;

@@ -355,7 +355,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             from specdec.speculative import Speculation
             target = specdec.resolve_model(args.model, progress=True)
             dc = sc.drafter_config()  # a hybrid's draft_model part
-            drafter = specdec.resolve_model(dc.model, progress=True)
+            drafter = Speculation(sc).resolve_drafter(True)  # a GGUF, or a DFlash directory
             split = Speculation(sc).split_budget(target, drafter, budget, args.max_model_len,
                                                  args.block_size, args.dtype, args.max_num_batched_tokens,
                                                  args.disable_hybrid_kv_cache_manager)
@@ -451,7 +451,11 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         sc = _speculative_arg(args.speculative_config)
         if sc.uses_drafter():  # the drafter's backend as the engine chooses it: its own, never inherited
             dc = sc.drafter_config()  # a hybrid's draft_model part
-            _explain_model("drafter", "", args, dc.attention_backend, False, device_type, model=dc.model)
+            from specdec.speculative import Speculation
+            drafter = Speculation(sc).resolve_drafter(True)
+            # a DFlash drafter attends both ways: its backend is chosen for non-causal attention
+            _explain_model("drafter", "", args, dc.attention_backend, dc.method == "dflash", device_type,
+                           model=drafter)
         else:
             _print(f"\n[drafter] none: method {sc.method} drafts without a model")
     if args.drafter_example:

@@ -82,6 +82,13 @@ def _load_progress(stream) -> Callable[[int, int], None]:
     return report
 
 
+def _weights_size(path: str) -> int:
+    """Bytes of a model's weights: a GGUF file, or a checkpoint directory's safetensors."""
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
+    return os.path.getsize(path)
+
+
 class LLM:
     """A model on an OpenCL device, ready to generate.
 
@@ -197,8 +204,7 @@ class LLM:
         if max_model_len > t_cfg.context_length:
             raise error("max_model_len", max_model_len,
                         f"at most the model's context length {t_cfg.context_length}")
-        weights = os.path.getsize(self.model_path) + (
-            os.path.getsize(drafter_path) if drafter_path is not None else 0)
+        weights = os.path.getsize(self.model_path) + (_weights_size(drafter_path) if drafter_path is not None else 0)
         sizing = size_kv_cache(
             t_cfg, d_cfg, max_model_len=max_model_len,
             drafter_max_model_len=(min(config.max_model_len or d_cfg.context_length,

@@ -153,8 +153,9 @@ class Speculation:
         c = self.config
         if c is None:
             return None
-        if c.method == "hybrid":
-            return _core.spec_decode.HybridProposer([self._make(part, target, drafter) for part in c.proposers])
+        if c.method == "hybrid":  # each part drafts at most its own num_speculative_tokens
+            return _core.spec_decode.HybridProposer([self._make(part, target, drafter) for part in c.proposers],
+                                                    [part.num_speculative_tokens for part in c.proposers])
         return self._make(c, target, drafter)
 
     def _make(self, c: "SpeculativeConfig", target, drafter) -> Any:

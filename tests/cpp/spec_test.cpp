@@ -2,6 +2,7 @@
 // rejection sampler (greedy cases; stochastic output distribution on synthetic rows), metrics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -337,4 +338,24 @@ TEST(SpecConfig, HybridParts) {
       {"method": "custom", "model": "m:C"}]})", "proposers[1].method = custom");
   expect_config_error(R"({"method": "hybrid", "num_speculative_tokens": 2, "proposers": [{"method": "suffix"},
       {"method": "ngram", "bogus": 1}]})", "speculative_config.proposers[1].bogus");
+}
+
+TEST(HybridProposer, EachPartDraftsAtMostItsOwnTokens) {
+  struct Asked final : public Proposer {
+    std::string name() const override { return "asked"; }
+    std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override {
+      for (const auto& r : requests) most = std::max(most, r.num_speculative_tokens);
+      return std::vector<Draft>(requests.size());
+    }
+    int most = 0;
+  };
+  auto a = std::make_shared<Asked>(), b = std::make_shared<Asked>();
+  HybridProposer h({a, b}, {2, 5});
+  ProposeRequest req;
+  req.sequence = std::make_shared<Sequence>("r", std::vector<int32_t>{1, 2, 3});
+  req.num_speculative_tokens = 4;
+  h.propose({req});
+  EXPECT_EQ(a->most, 2);  // its own 2
+  EXPECT_EQ(b->most, 4);  // the 4 asked, below its 5
+  EXPECT_THROW(HybridProposer({a, b}, {2}), ConfigError);
 }

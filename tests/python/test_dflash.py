@@ -31,9 +31,11 @@ def _plain(path, prompts, params, **kw):
     return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
 
 
-@pytest.mark.parametrize("dtype", ["F32", "BF16"])
-def test_block_forward_matches_the_reference(context, tmp_path, dtype):
+@pytest.mark.parametrize("dtype,sliding", [("F32", False), ("BF16", False), ("F32", True)])
+def test_block_forward_matches_the_reference(context, tmp_path, dtype, sliding):
     cfg = dflash_config(STORIES, num_layers=2, target_layer_ids=[0, 2, 3], block_size=5)
+    if sliding:  # layer 0 slides (causal, window 6: the block sees only the last context rows)
+        cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=6)
     w = random_dflash_weights(cfg, seed=3, scale=1.0)
     if dtype == "BF16":
         from specdec.testing.dflash import bf16_round
@@ -44,6 +46,11 @@ def test_block_forward_matches_the_reference(context, tmp_path, dtype):
     assert drafter.config.is_dflash and drafter.config.dflash_target_layers == [0, 2, 3]
     assert set(drafter.attention_backends) == {"OCL_PAGED"}  # non-causal: OCL_FLASH rejected
     assert "non-causal" in drafter.attention_explain()
+    if sliding:  # one KV-cache group managed as full attention: the sliding layer keeps its K/V
+        kc = drafter.kv_config
+        assert len(kc.groups) == 1 and kc.disable_hybrid_kv_cache_manager
+        assert [s.kind for s in kc.groups[0].layer_specs] == ["sliding_window", "full_attention"]
+        assert ", causal" in drafter.attention_explain()
     proposer = _core.spec_decode.DFlashProposer(target, drafter)
     tok = specdec.Tokenizer.from_file(STORIES)
     ids = tok.encode("Once upon a time, there was a little girl named Lily. She")
@@ -75,10 +82,14 @@ def test_checkpoint_errors_name_the_field(tmp_path):
     write_dflash_checkpoint(tmp_path / "a", bad, w)
     with pytest.raises(ValueError, match=r"mask_token_id = 1000000.*vocab_size"):
         specdec.load_model_config(str(tmp_path / "a"))
-    sliding = dict(cfg, layer_types=["sliding_attention"])
-    write_dflash_checkpoint(tmp_path / "b", sliding, w)
-    with pytest.raises(specdec.UnsupportedError, match="layer_types"):
+    odd = dict(cfg, layer_types=["linear_attention"])
+    write_dflash_checkpoint(tmp_path / "b", odd, w)
+    with pytest.raises(ValueError, match=r"layer_types\[0\] = \"linear_attention\".*'sliding_attention'"):
         specdec.load_model_config(str(tmp_path / "b"))
+    no_window = dict(cfg, layer_types=["sliding_attention"])
+    write_dflash_checkpoint(tmp_path / "b2", no_window, w)
+    with pytest.raises(ValueError, match="sliding_window"):
+        specdec.load_model_config(str(tmp_path / "b2"))
     missing = {k: v for k, v in w.items() if k != "fc.weight"}
     write_dflash_checkpoint(tmp_path / "c", cfg, missing)
     with pytest.raises(ValueError, match="fc.weight"):
@@ -95,8 +106,12 @@ def test_checkpoint_errors_name_the_field(tmp_path):
             "method": "dflash", "model": str(tmp_path / "d"), "num_speculative_tokens": 2, "draft_vocab_size": 8})
 
 
-def test_lossless_greedy_on_stories_in_a_batch(tmp_path):
-    d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, num_layers=2, block_size=5)
+@pytest.mark.parametrize("sliding", [False, True])
+def test_lossless_greedy_on_stories_in_a_batch(tmp_path, sliding):
+    cfg = dflash_config(STORIES, num_layers=2, block_size=5)
+    if sliding:
+        cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=8)
+    d = write_dflash_checkpoint(tmp_path / "drafter", cfg, random_dflash_weights(cfg, seed=1))
     want = _plain(STORIES, PROMPTS, GREEDY)
     llm = specdec.LLM(STORIES, progress=False, speculative_config={
         "method": "dflash", "model": str(d), "num_speculative_tokens": 4})
@@ -194,3 +209,33 @@ def test_the_drafters_backend_is_chosen_for_non_causal_attention(tmp_path):
         "method": "dflash", "model": str(d), "num_speculative_tokens": 3, "attention_backend": "REFERENCE"})
     assert set(llm.drafter.attention_backends) == {"REFERENCE"}
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], GREEDY)] == want
+
+
+def test_review_findings_attachment_block_size_and_cli(context, tmp_path, capsys):
+    # block_size at the top level of config.json (not in dflash_config) is read, not defaulted
+    cfg = dflash_config(STORIES, block_size=4)
+    cfg["block_size"] = cfg["dflash_config"].pop("block_size")
+    d = write_dflash_checkpoint(tmp_path / "top", cfg, random_dflash_weights(cfg))
+    assert specdec.load_model_config(str(d)).dflash_block_size == 4
+    # one drafter per target; a drafter whose steps are shorter than the target's is refused
+    target = _core.ModelRunner(context, STORIES, "", 128, 8 << 20, max_num_batched_tokens=64)
+    first = _core.spec_decode.DFlashProposer(target, _core.ModelRunner(context, str(d), "", 128, 8 << 20,
+                                                                       max_num_batched_tokens=64))
+    with pytest.raises(ValueError, match="one drafter per target"):
+        _core.spec_decode.DFlashProposer(target, _core.ModelRunner(context, str(d), "", 128, 8 << 20,
+                                                                   max_num_batched_tokens=64))
+    del first  # its sink goes with it: another proposer may attach
+    second = _core.spec_decode.DFlashProposer(target, _core.ModelRunner(context, str(d), "", 128, 8 << 20,
+                                                                        max_num_batched_tokens=64))
+    del second
+    short = _core.ModelRunner(context, str(d), "", 128, 8 << 20, max_num_batched_tokens=16)
+    with pytest.raises(ValueError, match="max_num_batched_tokens = 16: at least the target's 64"):
+        _core.spec_decode.DFlashProposer(target, short)
+    # kv-plan and backends read the drafter directory; backends explains a non-causal choice
+    sc = json.dumps({"method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    assert cli.main(["kv-plan", "--model", STORIES, "--budget", "8MiB", "--speculative-config", sc]) == 0
+    assert "[drafter]" in capsys.readouterr().out
+    assert cli.main(["backends", "--model", STORIES, "--speculative-config", sc]) == 0
+    out = capsys.readouterr().out
+    drafter_part = out[out.index("[drafter]"):]
+    assert "non-causal" in drafter_part.splitlines()[0] and "OCL_FLASH: rejected" in drafter_part

@@ -23,7 +23,7 @@ DFlashProposer::DFlashProposer(std::shared_ptr<runner::ModelRunner> target, std:
                drafter_->config().dflash_block_size, ">= 2 (one token and at least one mask)");
   drafter_->set_dflash_target(target_);
   std::weak_ptr<runner::ModelRunner> weak = drafter_;
-  target_->set_hidden_sink(drafter_->config().dflash_target_layers,
+  sink_token_ = target_->set_hidden_sink(drafter_->config().dflash_target_layers,
                            [weak](const std::vector<runner::ModelRunner::ContextRows>& rows, const ocl::Buffer& hidden,
                                   int64_t n) {
                              if (auto d = weak.lock()) d->write_context(rows, hidden, n);
@@ -32,7 +32,7 @@ DFlashProposer::DFlashProposer(std::shared_ptr<runner::ModelRunner> target, std:
 
 DFlashProposer::~DFlashProposer() {
   try {
-    target_->set_hidden_sink({}, {});
+    target_->clear_hidden_sink(sink_token_);
   } catch (...) {  // a destructor never throws
   }
 }

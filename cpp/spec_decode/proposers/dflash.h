@@ -35,6 +35,7 @@ class DFlashProposer final : public Proposer {
  private:
   std::shared_ptr<runner::ModelRunner> target_, drafter_;
   DrafterRequests cache_;
+  uint64_t sink_token_ = 0;
   int64_t num_steps_ = 0;
 };
 

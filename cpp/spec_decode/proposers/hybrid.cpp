@@ -34,7 +34,11 @@ double ema(double old, double sample) {
 
 }  // namespace
 
-HybridProposer::HybridProposer(std::vector<std::shared_ptr<Proposer>> parts) : parts_(std::move(parts)) {
+HybridProposer::HybridProposer(std::vector<std::shared_ptr<Proposer>> parts, std::vector<int> part_tokens)
+    : parts_(std::move(parts)), part_tokens_(std::move(part_tokens)) {
+  SPECDEC_CHECK(part_tokens_.empty() || part_tokens_.size() == parts_.size(), "part_tokens",
+               part_tokens_.size(), str_cat("none or one per part (", parts_.size(), ")"));
+  for (int k : part_tokens_) SPECDEC_CHECK(k >= 1, "part num_speculative_tokens", k, ">= 1");
   SPECDEC_CHECK(parts_.size() >= 2, "proposers", parts_.size(), "at least two proposers for method hybrid");
   for (size_t i = 0; i < parts_.size(); ++i) {
     SPECDEC_CHECK(parts_[i] != nullptr, str_cat("proposers[", i, "]"), "None", "a proposer");
@@ -115,7 +119,8 @@ std::vector<Draft> HybridProposer::propose(const std::vector<ProposeRequest>& re
     std::vector<ProposeRequest> sub;
     const double cost = stats_[p].seconds_per_call;
     for (size_t i = 0; i < n; ++i) {
-      const int k = requests[i].num_speculative_tokens;
+      const int k = part_tokens_.empty() ? requests[i].num_speculative_tokens
+                                         : std::min(requests[i].num_speculative_tokens, part_tokens_[p]);
       if (k <= 0) continue;
       PartState& st = rs[i]->parts[p];
       bool run = cost <= 0 || verify_seconds_ <= 0;  // not measured yet: measure it
@@ -131,6 +136,7 @@ std::vector<Draft> HybridProposer::propose(const std::vector<ProposeRequest>& re
       if (!run) continue;
       who.push_back(i);
       sub.push_back(requests[i]);
+      sub.back().num_speculative_tokens = k;
     }
     if (sub.empty()) continue;
     const auto t0 = clock::now();
@@ -150,7 +156,7 @@ std::vector<Draft> HybridProposer::propose(const std::vector<ProposeRequest>& re
       if (d.tokens.empty()) continue;
       // a sampled draft is judged by what its part promises for the tokens asked, never by its
       // (random) tokens; a deterministic one by its own length
-      const int len = d.has_probs() ? requests[i].num_speculative_tokens : static_cast<int>(d.tokens.size());
+      const int len = d.has_probs() ? sub[j].num_speculative_tokens : static_cast<int>(d.tokens.size());
       const double e = expected(p, &st, len);
       if (e > best[i]) {
         best[i] = e;

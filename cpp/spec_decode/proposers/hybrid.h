@@ -31,7 +31,8 @@ namespace specdec::spec_decode {
 
 class HybridProposer final : public Proposer {
  public:
-  explicit HybridProposer(std::vector<std::shared_ptr<Proposer>> parts);
+  // part_tokens: the most tokens each part drafts (its num_speculative_tokens; empty: as asked).
+  explicit HybridProposer(std::vector<std::shared_ptr<Proposer>> parts, std::vector<int> part_tokens = {});
   std::string name() const override { return "hybrid"; }
   std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
   void finish(const Sequence& sequence) override;
@@ -66,6 +67,7 @@ class HybridProposer final : public Proposer {
   void observe(size_t part, PartState& st, const std::vector<int32_t>& context);
 
   std::vector<std::shared_ptr<Proposer>> parts_;
+  std::vector<int> part_tokens_;
   std::vector<Counts> pool_;
   std::vector<PartStats> stats_;
   std::unordered_map<std::string, RequestState> states_;

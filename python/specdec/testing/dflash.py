@@ -12,6 +12,7 @@ from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 
+from specdec._files import write_file_atomic
 from specdec.model import load_model_config
 
 
@@ -46,11 +47,7 @@ def write_safetensors(path: Union[str, os.PathLike], tensors: Dict[str, np.ndarr
         offset += len(data)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+    write_file_atomic(path, struct.pack("<Q", len(text)) + text + b"".join(blobs), "path")
 
 
 def dflash_config(target_path: str, num_layers: int = 1, target_layer_ids: Optional[Sequence[int]] = None,
@@ -111,7 +108,7 @@ def write_dflash_checkpoint(directory: Union[str, os.PathLike], config: dict, we
     """``config.json`` and ``model.safetensors`` in ``directory`` (created)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    write_file_atomic(out / "config.json", json.dumps(config, indent=1) + "\n", "directory")
     write_safetensors(out / "model.safetensors", weights, dtype)
     return out
 

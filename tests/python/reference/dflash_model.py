@@ -37,7 +37,12 @@ def dflash_block_logits(target: NumpyModel, config: dict, w: Dict[str, np.ndarra
     n = x.shape[0]
     pos_ctx = np.arange(n_ctx)
     pos_blk = np.arange(n_ctx, n_ctx + n)
-    allowed = np.ones((n, n_ctx + n), dtype=bool)  # non-causal
+    keys = np.concatenate([pos_ctx, pos_blk])
+    both_ways = np.ones((n, n_ctx + n), dtype=bool)  # full-attention layers: non-causal
+    types = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
+    window = config.get("sliding_window") or 0
+    # sliding layers: causal, keys within the window (p - k < window)
+    windowed = (keys[None, :] <= pos_blk[:, None]) & (pos_blk[:, None] - keys[None, :] < window)
     for i in range(config["num_hidden_layers"]):
         p = f"layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
@@ -52,6 +57,7 @@ def dflash_block_logits(target: NumpyModel, config: dict, w: Dict[str, np.ndarra
         q = rope(q, pos_blk, hd, theta, True)
         k = np.concatenate([k_ctx, k_blk])
         v = np.concatenate([v_ctx, v_blk])
+        allowed = windowed if types[i] == "sliding_attention" else both_ways
         o = _attention(q, k, v, allowed, 1.0 / math.sqrt(hd), 0.0)
         x = x + o.reshape(n, heads * hd) @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
