@@ -164,3 +164,13 @@ def test_bench_hybrid_and_layer_skip_rows(tmp_path):
     assert h["lossless"] and [p["name"] for p in h["hybrid_parts"]] == ["suffix", "draft_model"]
     ls = rows["layer_skip k=2"]
     assert ls["lossless"] and ls["exit_layer"] in (2, 3, 4) and len(ls["exit_layer_stats"]) == 3
+
+
+def test_hybrid_on_the_reference_backend():
+    want = _plain(STORIES, PROMPTS[:2], GREEDY, attention_backend="REFERENCE")
+    llm = specdec.LLM(STORIES, progress=False, attention_backend="REFERENCE", speculative_config={
+        "method": "hybrid", "num_speculative_tokens": 3, "proposers": [
+            {"method": "suffix"}, {"method": "draft_model", "model": STORIES, "attention_backend": "OCL_PAGED"}]})
+    assert set(llm.runner.attention_backends) == {"REFERENCE"}
+    assert set(llm.drafter.attention_backends) == {"OCL_PAGED"}
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], GREEDY)] == want

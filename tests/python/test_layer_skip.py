@@ -172,3 +172,33 @@ def test_layer_skip_config_round_trip():
     c = specdec.SpeculativeConfig.from_json(c.to_json().replace('"auto"', "3"))
     assert c.exit_layer == 3 and c.method == "layer_skip"
     assert specdec.SpeculativeConfig(method="ngram", num_speculative_tokens=2).exit_layer is None
+
+
+@pytest.mark.parametrize("backend", ["REFERENCE", "OCL_PAGED"])
+def test_layer_skip_on_other_target_backends(backend):
+    want = _plain(STORIES, PROMPTS[:2], GREEDY, attention_backend=backend)
+    llm = specdec.LLM(STORIES, progress=False, attention_backend=backend, speculative_config={
+        "method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 4})
+    assert set(llm.runner.attention_backends) == {backend}
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], GREEDY)] == want
+
+
+def test_layer_skip_and_dflash_on_a_real_model_with_flash_attention(real_model, tmp_path):
+    """The Qwen2.5-Coder-0.5B (head size 64: OCL_FLASH is the target's backend) drafting for itself
+    with its first 22 layers, and with a random DFlash drafter (non-causal: OCL_PAGED)."""
+    from specdec.testing import write_random_dflash
+    path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    params = specdec.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    prompts = ["def fibonacci(n):", "The capital of France is"]
+    want = _plain(path, prompts, params, max_model_len=256, kv_cache_memory_bytes="64MiB")
+    llm = specdec.LLM(path, progress=False, max_model_len=256, kv_cache_memory_bytes="64MiB",
+                      speculative_config={"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 22})
+    assert "OCL_FLASH" in set(llm.runner.attention_backends)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+    assert llm.last_metrics["num_accepted_tokens"] > 0
+    d = write_random_dflash(tmp_path / "drafter", path, seed=3, block_size=4, head_dim=64)
+    llm = specdec.LLM(path, progress=False, max_model_len=256, kv_cache_memory_bytes="64MiB",
+                      speculative_config={"method": "dflash", "model": str(d), "num_speculative_tokens": 3})
+    assert "OCL_FLASH" in set(llm.runner.attention_backends)
+    assert set(llm.drafter.attention_backends) == {"OCL_PAGED"}
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
