@@ -21,19 +21,6 @@ AdaptiveK::AdaptiveK(int max_k) : max_k_(max_k) {
   pool_.accepted.assign(max_k, 0.0);
 }
 
-void AdaptiveK::add(Counts& c, int drafted, int accepted, double decay) {
-  for (size_t i = 0; i < c.tried.size(); ++i) {
-    c.tried[i] *= decay;
-    c.accepted[i] *= decay;
-  }
-  // position i was reached when every earlier one was accepted
-  const int reached = std::min<int>({drafted, accepted + 1, static_cast<int>(c.tried.size())});
-  for (int i = 0; i < reached; ++i) {
-    c.tried[i] += 1.0;
-    if (i < accepted) c.accepted[i] += 1.0;
-  }
-}
-
 void AdaptiveK::observe_draft(const std::string& request_id, int drafted, int accepted) {
   if (drafted <= 0) return;
   accepted = std::clamp(accepted, 0, drafted);
@@ -42,8 +29,10 @@ void AdaptiveK::observe_draft(const std::string& request_id, int drafted, int ac
     r.counts.tried.assign(max_k_, 0.0);
     r.counts.accepted.assign(max_k_, 0.0);
   }
-  add(r.counts, drafted, accepted, kRequestDecay);
-  add(pool_, drafted, accepted, kPoolDecay);
+  // position i was reached when every earlier one was accepted
+  const size_t reached = static_cast<size_t>(std::min({drafted, accepted + 1, max_k_}));
+  r.counts.add(reached, static_cast<size_t>(accepted), kRequestDecay);
+  pool_.add(reached, static_cast<size_t>(accepted), kPoolDecay);
   ++r.drafts;
 }
 
@@ -117,10 +106,7 @@ double AdaptiveK::proposer_seconds(int64_t tokens) const {
 std::vector<double> AdaptiveK::q(const Request* r) const {
   std::vector<double> out(max_k_);
   for (int i = 0; i < max_k_; ++i) {
-    const double g = (pool_.accepted[i] + 1.0) / (pool_.tried[i] + 2.0);
-    out[i] = r == nullptr || r->counts.tried.empty()
-                 ? g
-                 : (r->counts.accepted[i] + kRequestPrior * g) / (r->counts.tried[i] + kRequestPrior);
+    out[i] = blended_acceptance(pool_, r != nullptr ? &r->counts : nullptr, static_cast<size_t>(i), kRequestPrior);
   }
   return out;
 }

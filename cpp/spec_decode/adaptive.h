@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "spec_decode/acceptance.h"
+
 namespace specdec::spec_decode {
 
 class AdaptiveK {
@@ -48,21 +50,17 @@ class AdaptiveK {
   int64_t num_probes() const { return probes_; }
 
  private:
-  struct Counts {
-    std::vector<double> tried, accepted;  // decayed, per position
-  };
   struct Request {
-    Counts counts;
+    PositionCounts counts;
     int drafts = 0;       // drafts observed
     int off_run = 0;      // plain steps since the last draft while off
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
     bool was_off = false; // the request's last step was plain
   };
   std::vector<double> q(const Request* r) const;
-  static void add(Counts& c, int drafted, int accepted, double decay);
 
   int max_k_;
-  Counts pool_;
+  PositionCounts pool_;
   std::unordered_map<std::string, Request> requests_;
   // forward seconds per row count (EMA), index rows; 0 = not measured
   std::vector<double> fwd_;

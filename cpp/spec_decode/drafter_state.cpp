@@ -8,6 +8,11 @@
 
 namespace specdec::spec_decode {
 
+runner::ModelRunner& require_runner(const std::shared_ptr<runner::ModelRunner>& r, const char* what) {
+  SPECDEC_CHECK(r != nullptr, what, "None", "a loaded ModelRunner");
+  return *r;
+}
+
 int64_t DrafterRequests::reconcile(const std::string& rid, const std::vector<int32_t>& context, int64_t max_keep) {
   std::vector<int32_t>& held = held_[rid];
   const int64_t cached = runner_.has_request(rid) ? runner_.num_cached_tokens(rid) : 0;

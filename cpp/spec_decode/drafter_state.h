@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +22,9 @@
 #include "spec_decode/proposer.h"
 
 namespace specdec::spec_decode {
+
+// *r, or a ConfigError naming `what` when r is null (a proposer built without its runner).
+runner::ModelRunner& require_runner(const std::shared_ptr<runner::ModelRunner>& r, const char* what);
 
 class DrafterRequests {
  public:

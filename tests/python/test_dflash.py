@@ -20,15 +20,7 @@ from specdec.testing.dflash import dflash_config, random_dflash_weights, write_d
 
 from reference.dflash_model import dflash_block_logits
 from reference.numpy_model import NumpyModel
-
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
-PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She"]
-GREEDY = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-
-
-def _plain(path, prompts, params, **kw):
-    llm = specdec.LLM(path, progress=False, **kw)
-    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+from spec_helpers import GREEDY, PROMPTS, STORIES, plain
 
 
 @pytest.mark.parametrize("dtype,sliding", [("F32", False), ("BF16", False), ("F32", True)])
@@ -112,7 +104,7 @@ def test_lossless_greedy_on_stories_in_a_batch(tmp_path, sliding):
     if sliding:
         cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=8)
     d = write_dflash_checkpoint(tmp_path / "drafter", cfg, random_dflash_weights(cfg, seed=1))
-    want = _plain(STORIES, PROMPTS, GREEDY)
+    want = plain(STORIES, PROMPTS, GREEDY)
     llm = specdec.LLM(STORIES, progress=False, speculative_config={
         "method": "dflash", "model": str(d), "num_speculative_tokens": 4})
     free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks())
@@ -129,7 +121,7 @@ def test_lossless_greedy_on_random_targets(tmp_path, arch):
     d = write_random_dflash(tmp_path / "drafter", str(t), seed=2, block_size=4)
     params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     prompts = [{"prompt_token_ids": list(range(3, 3 + n))} for n in (5, 17, 40)]
-    want = _plain(str(t), prompts, params, max_model_len=128)
+    want = plain(str(t), prompts, params, max_model_len=128)
     llm = specdec.LLM(str(t), progress=False, max_model_len=128, speculative_config={
         "method": "dflash", "model": str(d), "num_speculative_tokens": 3})
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
@@ -140,7 +132,7 @@ def test_lossless_under_kv_pressure(tmp_path):
     d = write_random_dflash(tmp_path / "drafter", STORIES, seed=1, block_size=4)
     prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]
     params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-    want = _plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
+    want = plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
     llm = specdec.LLM(STORIES, progress=False, max_model_len=128, kv_cache_memory_bytes=400_000,
                       max_num_seqs=32, speculative_config={
                           "method": "dflash", "model": str(d), "num_speculative_tokens": 3})
@@ -189,7 +181,7 @@ def test_the_drafter_trained_here_drafts_well_and_stays_lossless():
     rows, positions or layers would show as acceptance near zero."""
     prompts = ["Once upon a time", "Lily and Ben went to the park", "The little dog was sad because"]
     params = specdec.SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
-    want = _plain(STORIES, prompts, params)
+    want = plain(STORIES, prompts, params)
     llm = specdec.LLM(STORIES, progress=False, speculative_config={
         "method": "dflash", "model": TRAINED, "num_speculative_tokens": 7})
     outs = llm.generate(prompts, params)
@@ -204,7 +196,7 @@ def test_the_drafters_backend_is_chosen_for_non_causal_attention(tmp_path):
     with pytest.raises(ValueError, match="non-causal"):  # OCL_FLASH is causal only
         specdec.LLM(STORIES, progress=False, speculative_config={
             "method": "dflash", "model": str(d), "num_speculative_tokens": 3, "attention_backend": "OCL_FLASH"})
-    want = _plain(STORIES, PROMPTS[:2], GREEDY)
+    want = plain(STORIES, PROMPTS[:2], GREEDY)
     llm = specdec.LLM(STORIES, progress=False, attention_backend="OCL_PAGED", speculative_config={
         "method": "dflash", "model": str(d), "num_speculative_tokens": 3, "attention_backend": "REFERENCE"})
     assert set(llm.drafter.attention_backends) == {"REFERENCE"}

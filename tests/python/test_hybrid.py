@@ -6,22 +6,14 @@ config errors naming the part's field, and its `specdec bench` row."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 import specdec
-from specdec import _core, cli
+from specdec import cli
 from specdec.testing import write_random_model
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
-PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She"]
-GREEDY = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-
-
-def _plain(path, prompts, params, **kw):
-    llm = specdec.LLM(path, progress=False, **kw)
-    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+from spec_helpers import GREEDY, PROMPTS, STORIES, plain
 
 
 @pytest.mark.parametrize("parts", [
@@ -32,7 +24,7 @@ def _plain(path, prompts, params, **kw):
      {"method": "suffix"}, {"method": "draft_model", "model": STORIES, "draft_vocab_size": 48}],
 ], ids=["suffix+draft_model", "ngram+layer_skip", "three_parts"])
 def test_hybrid_is_lossless_and_takes_drafts_from_its_parts(parts):
-    want = _plain(STORIES, PROMPTS, GREEDY)
+    want = plain(STORIES, PROMPTS, GREEDY)
     llm = specdec.LLM(STORIES, progress=False, speculative_config={
         "method": "hybrid", "num_speculative_tokens": 4, "proposers": parts})
     free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks() if llm.drafter else None)
@@ -80,7 +72,7 @@ def test_hybrid_is_lossless_on_random_models(random_dir, target, drafter):
     t, d = random_dir[target], random_dir[drafter]
     params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     prompts = [{"prompt_token_ids": [3 + (i % 7) for i in range(n)]} for n in (5, 17, 40)]  # repetitive
-    want = _plain(t, prompts, params, max_model_len=128)
+    want = plain(t, prompts, params, max_model_len=128)
     llm = specdec.LLM(t, progress=False, max_model_len=128, speculative_config={
         "method": "hybrid", "num_speculative_tokens": 3, "proposers": [
             {"method": "suffix"}, {"method": "draft_model", "model": d},
@@ -91,7 +83,7 @@ def test_hybrid_is_lossless_on_random_models(random_dir, target, drafter):
 def test_hybrid_under_kv_pressure_preempts_and_stays_lossless():
     prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]
     params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-    want = _plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
+    want = plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
     llm = specdec.LLM(STORIES, progress=False, max_model_len=128, kv_cache_memory_bytes=400_000,
                       max_num_seqs=32, speculative_config={
                           "method": "hybrid", "num_speculative_tokens": 3, "proposers": [
@@ -167,7 +159,7 @@ def test_bench_hybrid_and_layer_skip_rows(tmp_path):
 
 
 def test_hybrid_on_the_reference_backend():
-    want = _plain(STORIES, PROMPTS[:2], GREEDY, attention_backend="REFERENCE")
+    want = plain(STORIES, PROMPTS[:2], GREEDY, attention_backend="REFERENCE")
     llm = specdec.LLM(STORIES, progress=False, attention_backend="REFERENCE", speculative_config={
         "method": "hybrid", "num_speculative_tokens": 3, "proposers": [
             {"method": "suffix"}, {"method": "draft_model", "model": STORIES, "attention_backend": "OCL_PAGED"}]})

@@ -6,8 +6,6 @@ KV pressure (sampling: see test_spec.py's distribution test)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,10 +15,7 @@ from specdec._core import StepRequest
 from specdec.testing import write_random_model
 
 from reference.numpy_model import NumpyModel
-
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
-PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She"]
-GREEDY = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+from spec_helpers import GREEDY, PROMPTS, STORIES, plain
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +27,6 @@ def random_dir(tmp_path_factory):
         write_random_model(p, arch, "F32", seed=5)
         paths[arch] = str(p)
     return paths
-
-
-def _plain(path, prompts, params, **kw):
-    llm = specdec.LLM(path, progress=False, **kw)
-    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
 
 
 # ---------------------------------------------------------------- the runner's early exit
@@ -102,7 +92,7 @@ def test_early_exit_is_batch_invariant(context):
 # ---------------------------------------------------------------- method layer_skip
 @pytest.mark.parametrize("exit_layer", [1, 3, 4, "auto"])
 def test_layer_skip_is_lossless_on_stories(exit_layer):
-    want = _plain(STORIES, PROMPTS, GREEDY)
+    want = plain(STORIES, PROMPTS, GREEDY)
     llm = specdec.LLM(STORIES, progress=False, speculative_config={
         "method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": exit_layer})
     free = llm.runner.num_free_blocks()
@@ -129,7 +119,7 @@ def test_layer_skip_is_lossless_on_every_attention_layout(random_dir, arch):
     path = random_dir[arch]
     params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     prompts = [{"prompt_token_ids": list(range(3, 3 + n))} for n in (5, 17, 40)]
-    want = _plain(path, prompts, params, max_model_len=128)
+    want = plain(path, prompts, params, max_model_len=128)
     llm = specdec.LLM(path, progress=False, max_model_len=128, speculative_config={
         "method": "layer_skip", "num_speculative_tokens": 4, "exit_layer": 1})
     free = llm.runner.num_free_blocks()
@@ -142,7 +132,7 @@ def test_layer_skip_is_lossless_on_every_attention_layout(random_dir, arch):
 def test_layer_skip_under_kv_pressure_preempts_and_stays_lossless():
     prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]  # 18 requests
     params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-    want = _plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
+    want = plain(STORIES, prompts, params, max_model_len=128, kv_cache_memory_bytes="8MiB")
     llm = specdec.LLM(STORIES, progress=False, max_model_len=128, kv_cache_memory_bytes=300_000,
                       max_num_seqs=32, speculative_config={
                           "method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 4})
@@ -176,7 +166,7 @@ def test_layer_skip_config_round_trip():
 
 @pytest.mark.parametrize("backend", ["REFERENCE", "OCL_PAGED"])
 def test_layer_skip_on_other_target_backends(backend):
-    want = _plain(STORIES, PROMPTS[:2], GREEDY, attention_backend=backend)
+    want = plain(STORIES, PROMPTS[:2], GREEDY, attention_backend=backend)
     llm = specdec.LLM(STORIES, progress=False, attention_backend=backend, speculative_config={
         "method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 4})
     assert set(llm.runner.attention_backends) == {backend}
@@ -190,7 +180,7 @@ def test_layer_skip_and_dflash_on_a_real_model_with_flash_attention(real_model, 
     path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
     params = specdec.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     prompts = ["def fibonacci(n):", "The capital of France is"]
-    want = _plain(path, prompts, params, max_model_len=256, kv_cache_memory_bytes="64MiB")
+    want = plain(path, prompts, params, max_model_len=256, kv_cache_memory_bytes="64MiB")
     llm = specdec.LLM(path, progress=False, max_model_len=256, kv_cache_memory_bytes="64MiB",
                       speculative_config={"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 22})
     assert "OCL_FLASH" in set(llm.runner.attention_backends)

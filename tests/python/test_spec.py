@@ -558,10 +558,14 @@ CODE_PROMPTS = [
 ]
 
 
-def test_lossless_greedy_real_qwen_pair(real_model):
-    """The 1.5B target with each method (the 0.5B drafter included), a batch of prompts of
-    different lengths: token for token the target's own greedy output."""
+def test_lossless_greedy_real_qwen_pair(real_model, tmp_path):
+    """The 1.5B target with each method (the 0.5B drafter included; layer_skip with the target's
+    own first 26 layers; a random DFlash drafter on its hidden states; the hybrid of suffix and
+    the 0.5B), a batch of prompts of different lengths: token for token the target's own greedy
+    output."""
+    from specdec.testing import write_random_dflash
     target, drafter = real_model(QWEN_T), real_model(QWEN_D)
+    dflash = str(write_random_dflash(tmp_path / "dflash", target, seed=5, block_size=5, dtype="BF16"))
     params = specdec.SamplingParams(temperature=0, max_tokens=24)
     kw = dict(max_model_len=512, kv_cache_memory_bytes="96MiB", progress=False)
     want = _plain(target, CODE_PROMPTS, params, **kw)
@@ -571,13 +575,19 @@ def test_lossless_greedy_real_qwen_pair(real_model):
                 # the main job's drafter: reduced vocabulary from the committed ranking, adaptive k
                 {"method": "draft_model", "model": drafter, "num_speculative_tokens": 4, "adaptive": True,
                  "draft_vocab_size": 16384,
-                 "draft_vocab_file": str(ROOT / "data" / "draft_vocab_qwen2.5-coder.json")}):
+                 "draft_vocab_file": str(ROOT / "data" / "draft_vocab_qwen2.5-coder.json")},
+                {"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 26},
+                {"method": "dflash", "model": dflash, "num_speculative_tokens": 4},
+                {"method": "hybrid", "num_speculative_tokens": 4, "proposers": [
+                    {"method": "suffix"}, {"method": "draft_model", "model": drafter}]}):
         llm = specdec.LLM(target, speculative_config=cfg, **kw)
         outs = llm.generate(CODE_PROMPTS, params)
         assert [o.outputs[0].token_ids for o in outs] == want, cfg
-        if cfg["method"] == "draft_model":
-            m = llm.last_metrics
-            assert m["num_draft_tokens"] > 0 and m["acceptance_rate"] > 0.4, m
+        m = llm.last_metrics
+        if cfg["method"] in ("draft_model", "layer_skip", "hybrid"):  # drafts that agree (DFlash: random)
+            assert m["num_draft_tokens"] > 0 and m["acceptance_rate"] > 0.4, (cfg["method"], m)
+        elif cfg["method"] == "dflash":
+            assert m["num_draft_tokens"] > 0, m
         del llm
 
 

@@ -5,18 +5,9 @@
 #include "common/errors.h"
 
 namespace specdec::spec_decode {
-namespace {
-
-runner::ModelRunner& checked(const std::shared_ptr<runner::ModelRunner>& r, const char* what) {
-  SPECDEC_CHECK(r != nullptr, what, "None", "a loaded ModelRunner");
-  return *r;
-}
-
-}  // namespace
-
 DFlashProposer::DFlashProposer(std::shared_ptr<runner::ModelRunner> target, std::shared_ptr<runner::ModelRunner> drafter)
-    : target_(std::move(target)), drafter_(std::move(drafter)), cache_(checked(drafter_, "drafter"), true) {
-  checked(target_, "target");
+    : target_(std::move(target)), drafter_(std::move(drafter)), cache_(require_runner(drafter_, "drafter"), true) {
+  require_runner(target_, "target");
   SPECDEC_CHECK(drafter_->config().is_dflash(), "speculative_config.model", drafter_->config().name,
                "a DFlash drafter (a directory with config.json holding dflash_config, and model.safetensors)");
   SPECDEC_CHECK(drafter_->config().dflash_block_size >= 2, "dflash_config.block_size",

@@ -30,17 +30,8 @@ void check_vocab_compatible(const tokenizer::Tokenizer& t, const tokenizer::Toke
   }
 }
 
-namespace {
-
-runner::ModelRunner& checked(const std::shared_ptr<runner::ModelRunner>& r) {
-  SPECDEC_CHECK(r != nullptr, "drafter", "None", "a loaded ModelRunner");
-  return *r;
-}
-
-}  // namespace
-
 DraftModelProposer::DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab)
-    : drafter_(std::move(drafter)), target_vocab_(target_vocab), cache_(checked(drafter_), true) {
+    : drafter_(std::move(drafter)), target_vocab_(target_vocab), cache_(require_runner(drafter_, "drafter"), true) {
   SPECDEC_CHECK(target_vocab > 0, "target_vocab_size", target_vocab, "> 0");
   const auto& base = drafter_->options().logit_token_ids;
   if (!base.empty()) {

@@ -13,21 +13,6 @@ constexpr double kPoolDecay = 0.98;    // all requests': the last ~50
 constexpr double kRequestPrior = 4.0;  // the pool's estimate counts as this many drafts
 constexpr int kMaxProbeAfter = 64;
 
-void add(std::vector<double>& tried, std::vector<double>& accepted, size_t reached, size_t matched, double decay) {
-  if (tried.size() < reached) {
-    tried.resize(reached, 0.0);
-    accepted.resize(reached, 0.0);
-  }
-  for (size_t i = 0; i < tried.size(); ++i) {
-    tried[i] *= decay;
-    accepted[i] *= decay;
-  }
-  for (size_t i = 0; i < reached; ++i) {
-    tried[i] += 1.0;
-    if (i < matched) accepted[i] += 1.0;
-  }
-}
-
 double ema(double old, double sample) {
   return old <= 0 ? sample : 0.7 * old + 0.3 * std::min(sample, 2.0 * old);
 }
@@ -50,14 +35,8 @@ HybridProposer::HybridProposer(std::vector<std::shared_ptr<Proposer>> parts, std
 
 std::vector<double> HybridProposer::q(size_t part, const PartState* st, int k) const {
   std::vector<double> out(static_cast<size_t>(std::max(k, 0)));
-  const Counts& pool = pool_[part];
   for (size_t i = 0; i < out.size(); ++i) {
-    const double pt = i < pool.tried.size() ? pool.tried[i] : 0.0;
-    const double pa = i < pool.accepted.size() ? pool.accepted[i] : 0.0;
-    const double g = (pa + 1.0) / (pt + 2.0);
-    const double t = st != nullptr && i < st->counts.tried.size() ? st->counts.tried[i] : 0.0;
-    const double a = st != nullptr && i < st->counts.accepted.size() ? st->counts.accepted[i] : 0.0;
-    out[i] = (a + kRequestPrior * g) / (t + kRequestPrior);
+    out[i] = blended_acceptance(pool_[part], st != nullptr ? &st->counts : nullptr, i, kRequestPrior);
   }
   return out;
 }
@@ -82,12 +61,11 @@ void HybridProposer::observe(size_t part, PartState& st, const std::vector<int32
     }
     return;
   }
-  const size_t known = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(st.draft.size()), len - st.context));
-  size_t matched = 0;
-  while (matched < known && st.draft[matched] == context[static_cast<size_t>(st.context) + matched]) ++matched;
+  size_t known = 0;
+  const size_t matched = matched_prefix(st.draft, context, static_cast<size_t>(st.context), known);
   const size_t reached = std::min(known, matched + 1);
-  add(st.counts.tried, st.counts.accepted, reached, matched, kRequestDecay);
-  add(pool_[part].tried, pool_[part].accepted, reached, matched, kPoolDecay);
+  st.counts.add(reached, matched, kRequestDecay);
+  pool_[part].add(reached, matched, kPoolDecay);
   st.context = -1;
   st.draft.clear();
 }

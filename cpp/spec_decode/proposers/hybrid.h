@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "spec_decode/acceptance.h"
 #include "spec_decode/proposer.h"
 
 namespace specdec::spec_decode {
@@ -50,11 +51,8 @@ class HybridProposer final : public Proposer {
   double verify_seconds() const { return verify_seconds_; }  // the engine's time between calls
 
  private:
-  struct Counts {
-    std::vector<double> tried, accepted;
-  };
   struct PartState {
-    Counts counts;
+    PositionCounts counts;
     int64_t context = -1;  // context length of the part's last draft for the request
     std::vector<int32_t> draft;
     int skipped = 0, probe_after = 8;
@@ -68,7 +66,7 @@ class HybridProposer final : public Proposer {
 
   std::vector<std::shared_ptr<Proposer>> parts_;
   std::vector<int> part_tokens_;
-  std::vector<Counts> pool_;
+  std::vector<PositionCounts> pool_;
   std::vector<PartStats> stats_;
   std::unordered_map<std::string, RequestState> states_;
   double verify_seconds_ = 0.0;

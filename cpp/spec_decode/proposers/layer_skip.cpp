@@ -21,17 +21,8 @@ const int kShort[] = {3, 2, 1};
 
 }  // namespace
 
-namespace {
-
-runner::ModelRunner& checked(const std::shared_ptr<runner::ModelRunner>& r) {
-  SPECDEC_CHECK(r != nullptr, "target", "None", "a loaded ModelRunner");
-  return *r;
-}
-
-}  // namespace
-
 LayerSkipProposer::LayerSkipProposer(std::shared_ptr<runner::ModelRunner> target, int exit_layer)
-    : target_(std::move(target)), cache_(checked(target_), false) {
+    : target_(std::move(target)), cache_(require_runner(target_, "target"), false) {
   const int n = target_->config().num_layers;
   SPECDEC_CHECK(n >= 2, "target num_layers", n, "at least 2 (layer_skip drafts with fewer layers than the target)");
   SPECDEC_CHECK(exit_layer >= 0 && exit_layer < n, "speculative_config.exit_layer", exit_layer,
@@ -45,10 +36,10 @@ LayerSkipProposer::LayerSkipProposer(std::shared_ptr<runner::ModelRunner> target
   } else {
     candidates_ = {exit_layer};
   }
-  for (int l : candidates_) stats_.push_back({l, 0, {}, {}, 0.0});
+  for (int l : candidates_) stats_.push_back({l, 0, {}, 0.0});
 }
 
-int LayerSkipProposer::exit_layer() const {
+size_t LayerSkipProposer::best_candidate() const {
   size_t best = 0;
   double best_rate = -1.0;
   for (size_t i = 0; i < stats_.size(); ++i) {
@@ -58,8 +49,10 @@ int LayerSkipProposer::exit_layer() const {
       best = i;
     }
   }
-  return stats_[best].exit;
+  return best;
 }
+
+int LayerSkipProposer::exit_layer() const { return stats_[best_candidate()].exit; }
 
 // The time of one step through the first L layers, a + b L, fitted by least squares over the
 // measured candidates (each candidate's EMA), so that one noisy measurement does not decide; one
@@ -92,9 +85,7 @@ double LayerSkipProposer::rate(const Candidate& c, int k) const {
   if (c.step_seconds <= 0) return 0.0;
   double e = 1.0, p = 1.0;
   for (int i = 0; i < k; ++i) {
-    const double tried = i < static_cast<int>(c.tried.size()) ? c.tried[i] : 0.0;
-    const double acc = i < static_cast<int>(c.accepted.size()) ? c.accepted[i] : 0.0;
-    p *= (acc + 1.0) / (tried + 2.0);
+    p *= (c.counts.accepted_at(i) + 1.0) / (c.counts.tried_at(i) + 2.0);
     e += p;
   }
   return e / (k * step_seconds(c.exit) + step_seconds(target_->config().num_layers));
@@ -107,25 +98,10 @@ double LayerSkipProposer::rate(const Candidate& c, int k) const {
 void LayerSkipProposer::observe(State& st, const std::vector<int32_t>& context) {
   const int64_t len = static_cast<int64_t>(context.size());
   if (st.context < 0 || st.draft.empty() || len <= st.context || st.candidate >= stats_.size()) return;
-  const int64_t known = std::min<int64_t>(static_cast<int64_t>(st.draft.size()), len - st.context);
-  int64_t matched = 0;
-  while (matched < known && st.draft[static_cast<size_t>(matched)] == context[static_cast<size_t>(st.context + matched)]) {
-    ++matched;
-  }
+  size_t known = 0;
+  const size_t matched = matched_prefix(st.draft, context, static_cast<size_t>(st.context), known);
   Candidate& c = stats_[st.candidate];
-  const size_t reached = static_cast<size_t>(std::min(known, matched + 1));
-  if (c.tried.size() < reached) {
-    c.tried.resize(reached, 0.0);
-    c.accepted.resize(reached, 0.0);
-  }
-  for (size_t i = 0; i < c.tried.size(); ++i) {
-    c.tried[i] *= kDecay;
-    c.accepted[i] *= kDecay;
-  }
-  for (size_t i = 0; i < reached; ++i) {
-    c.tried[i] += 1.0;
-    if (static_cast<int64_t>(i) < matched) c.accepted[i] += 1.0;
-  }
+  c.counts.add(std::min(known, matched + 1), matched, kDecay);
   ++c.drafts;
   st.draft.clear();
   st.context = -1;
@@ -143,16 +119,7 @@ size_t LayerSkipProposer::choose() {
     }
     return least;
   }
-  size_t best = 0;
-  double best_rate = -1.0;
-  for (size_t i = 0; i < stats_.size(); ++i) {
-    const double r = rate(stats_[i], last_k_);
-    if (r > best_rate) {
-      best_rate = r;
-      best = i;
-    }
-  }
-  return best;
+  return best_candidate();
 }
 
 namespace {
@@ -261,7 +228,9 @@ std::vector<LayerSkipProposer::CandidateStats> LayerSkipProposer::stats() const 
     CandidateStats s;
     s.exit_layer = c.exit;
     s.drafts = c.drafts;
-    for (size_t i = 0; i < c.tried.size(); ++i) s.acceptance.push_back((c.accepted[i] + 1.0) / (c.tried[i] + 2.0));
+    for (size_t i = 0; i < c.counts.tried.size(); ++i) {
+      s.acceptance.push_back((c.counts.accepted[i] + 1.0) / (c.counts.tried[i] + 2.0));
+    }
     s.step_seconds = c.step_seconds;
     s.expected_tokens_per_second = rate(c, last_k_);
     out.push_back(std::move(s));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runner/model_runner.h"
+#include "spec_decode/acceptance.h"
 #include "spec_decode/drafter_state.h"
 #include "spec_decode/proposer.h"
 
@@ -55,7 +56,7 @@ class LayerSkipProposer final : public Proposer {
   struct Candidate {
     int exit = 0;
     int64_t drafts = 0;
-    std::vector<double> tried, accepted;  // decayed, per position
+    PositionCounts counts;
     double step_seconds = 0.0;
   };
   struct State {
@@ -65,6 +66,7 @@ class LayerSkipProposer final : public Proposer {
   };
   void observe(State& st, const std::vector<int32_t>& context);
   size_t choose();
+  size_t best_candidate() const;  // the highest expected rate
   double step_seconds(int layers) const;
   double rate(const Candidate& c, int k) const;
 
