@@ -352,7 +352,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             _print(f"(method {sc.method}: no drafter, the whole budget is the target's)\n")
         else:
             # the split LLM(speculative_config=...) makes, then each model's plan
-            from specdec.speculative import Speculation
+            from specdec.speculative import Speculation, drafter_unified
             target = specdec.resolve_model(args.model, progress=True)
             dc = sc.drafter_config()  # a hybrid's draft_model part
             drafter = Speculation(sc).resolve_drafter(True)  # a GGUF, or a DFlash directory
@@ -370,7 +370,7 @@ def _cmd_kv_plan(args: argparse.Namespace) -> int:
             _print("\n[drafter]")
             _print(format_kv_plan(specdec.plan_kv_cache(
                 d_layers, split["drafter_bytes"], d_len, args.max_num_batched_tokens, model_name=dc.model,
-                disable_hybrid_kv_cache_manager=dc.disable_hybrid_kv_cache_manager)))
+                disable_hybrid_kv_cache_manager=drafter_unified(dc, specdec.load_model_config(drafter)))))
             return 0
     if args.drafter_example or args.drafter_model:
         drafter = args.drafter_example or args.drafter_model

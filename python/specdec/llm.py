@@ -44,7 +44,7 @@ from specdec.kv import parse_bytes
 from specdec.memory import KvSizing, log, size_kv_cache
 from specdec.model import load_model_config
 from specdec.outputs import RequestOutput, SamplingParams
-from specdec.speculative import build_speculation
+from specdec.speculative import build_speculation, drafter_unified
 from specdec.tokenizer import Tokenizer
 
 PromptType = Union[str, Dict[str, Any]]
@@ -217,8 +217,7 @@ class LLM:
                                                 else dtype).lower(),
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             disable_hybrid_kv_cache_manager=self.disable_hybrid_kv_cache_manager,
-            drafter_disable_hybrid_kv_cache_manager=bool(
-                d_cfg is not None and config.disable_hybrid_kv_cache_manager))
+            drafter_disable_hybrid_kv_cache_manager=d_cfg is not None and drafter_unified(config, d_cfg))
         if sizing.notice:
             log.warning(sizing.notice)
         return sizing

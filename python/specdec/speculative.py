@@ -112,7 +112,7 @@ class Speculation:
         plan = _core.plan_target_and_drafter(
             t_cfg.layer_kv_specs(block_size, dt), d_cfg.layer_kv_specs(block_size, c.kv_cache_dtype or dt),
             total, length, c.draft_kv_cache_fraction or None, max_num_batched_tokens, "target", "drafter",
-            target_disable_hybrid, c.disable_hybrid_kv_cache_manager)
+            target_disable_hybrid, drafter_unified(c, d_cfg))
         return {"target_bytes": plan.target_budget_bytes, "drafter_bytes": plan.drafter_budget_bytes,
                 "rule": plan.split}
 
@@ -178,6 +178,13 @@ class Speculation:
         if c.method == "layer_skip":
             return _core.spec_decode.LayerSkipProposer(target, 0 if c.exit_layer == "auto" else c.exit_layer)
         return self.custom if self.custom is not None else _load_class(c.model, "speculative_config.model")
+
+
+def drafter_unified(config: "SpeculativeConfig", drafter_cfg: Any) -> bool:
+    """Whether the drafter's KV cache is one group managed as full attention: its config's
+    switch, and always for a DFlash drafter (its runner plans it so: its sliding layers keep
+    their whole K/V)."""
+    return bool(config.disable_hybrid_kv_cache_manager or drafter_cfg.is_dflash)
 
 
 def _plain_value(v: Any) -> Any:

@@ -105,8 +105,11 @@ def test_lossless_greedy_on_stories_in_a_batch(tmp_path, sliding):
         cfg.update(layer_types=["sliding_attention", "full_attention"], sliding_window=8)
     d = write_dflash_checkpoint(tmp_path / "drafter", cfg, random_dflash_weights(cfg, seed=1))
     want = plain(STORIES, PROMPTS, GREEDY)
-    llm = specdec.LLM(STORIES, progress=False, speculative_config={
+    # steps of 16 tokens: a hybrid plan would free the sliding layer's old blocks, the drafter's
+    # whole-K/V plan does not, and the KV sizing counts it (4 requests fit in both models)
+    llm = specdec.LLM(STORIES, progress=False, max_num_seqs=4, max_num_batched_tokens=16, speculative_config={
         "method": "dflash", "model": str(d), "num_speculative_tokens": 4})
+    assert llm.drafter.kv_config.max_concurrent_requests >= 4
     free = (llm.runner.num_free_blocks(), llm.drafter.num_free_blocks())
     outs = llm.generate(PROMPTS, GREEDY)
     assert [o.outputs[0].token_ids for o in outs] == want
