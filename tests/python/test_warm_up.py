@@ -76,13 +76,24 @@ def _run(tmp_path: Path, model: str, spec, max_model_len: int, extra: dict) -> d
 
 
 @pytest.mark.parametrize("case", ["stories-draft_model", "qwen2-q4k-ngram", "gemma3-q6k-suffix",
-                                  "llama-q8-small-chunks"])
+                                  "llama-q8-small-chunks", "stories-dflash", "stories-layer_skip",
+                                  "stories-hybrid"])
 def test_no_kernel_is_compiled_inside_a_request(context, tmp_path, case):
     _require_pocl(context)
     extra = {}
     if case == "stories-draft_model":
         model, max_len = str(STORIES), 128  # F32 weights, its own drafter (draft_model path)
         spec = {"method": "draft_model", "model": model, "num_speculative_tokens": 3}
+    elif case == "stories-dflash":  # the drafter trained here: its context path and non-causal block
+        model, max_len = str(STORIES), 128
+        spec = {"method": "dflash", "model": str(ROOT / "data" / "dflash-stories260k"), "num_speculative_tokens": 7}
+    elif case == "stories-layer_skip":  # early exits of the target
+        model, max_len = str(STORIES), 128
+        spec = {"method": "layer_skip", "num_speculative_tokens": 3}
+    elif case == "stories-hybrid":
+        model, max_len = str(STORIES), 128
+        spec = {"method": "hybrid", "num_speculative_tokens": 3, "proposers": [
+            {"method": "suffix"}, {"method": "draft_model", "model": model}]}
     elif case == "qwen2-q4k-ngram":
         model, max_len = write_random_model(tmp_path / "q.gguf", "qwen2", "Q4_K"), 320
         spec = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1}
