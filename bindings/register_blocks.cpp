@@ -19,7 +19,22 @@ void register_blocks(py::module_& m) {
 
   py::class_<KvCacheManager>(m, "KvCacheManager",
                              "Block tables of every request over every KV-cache group of a plan.")
-      .def(py::init<const KvCacheConfig&>(), py::arg("config"))
+      .def(py::init<const KvCacheConfig&, bool>(), py::arg("config"), py::arg("enable_prefix_caching") = false)
+      .def("claim_prefix", [](KvCacheManager& m, const std::string& rid, const std::vector<int32_t>& tokens,
+                              int64_t max_tokens) { return m.claim_prefix(rid, tokens, max_tokens); },
+           py::arg("request_id"), py::arg("tokens"), py::arg("max_tokens"),
+           "A new request starts from the longest cached prefix of tokens (whole blocks, at most "
+           "max_tokens and len - 1); returns its length (0: nothing created).")
+      .def("record_tokens", [](KvCacheManager& m, const std::string& rid, int64_t num_computed,
+                               const std::vector<int32_t>& tokens, int64_t committed) {
+             m.record_tokens(rid, num_computed, tokens, committed);
+           }, py::arg("request_id"), py::arg("num_computed_tokens"), py::arg("tokens"), py::arg("num_committed_tokens"),
+           "A step wrote tokens after num_computed_tokens; full blocks below num_committed_tokens are cached.")
+      .def("reset_prefix_cache", &KvCacheManager::reset_prefix_cache)
+      .def_property_readonly("prefix_caching", &KvCacheManager::prefix_caching)
+      .def_property_readonly("prefix_cache_queries", &KvCacheManager::prefix_cache_queries)
+      .def_property_readonly("prefix_cache_hits", &KvCacheManager::prefix_cache_hits)
+      .def("num_cached_blocks", &KvCacheManager::num_cached_blocks, py::arg("group_id"))
       .def("allocate_slots", &KvCacheManager::allocate_slots, py::arg("request_id"),
            py::arg("num_computed_tokens"), py::arg("num_new_tokens"), py::arg("num_committed_tokens") = -1,
            "Frees blocks that left a window or chunk (as seen from num_committed_tokens, -1: "

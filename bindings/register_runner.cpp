@@ -47,9 +47,11 @@ void register_runner(py::module_& m) {
                        int64_t kv_cache_memory_bytes, int block_size, const std::string& kv_cache_dtype,
                        int64_t max_num_batched_tokens, int64_t max_num_logits,
                        std::function<void(int64_t, int64_t)> progress,
-                       std::vector<int32_t> logit_token_ids, bool disable_hybrid_kv_cache_manager) {
+                       std::vector<int32_t> logit_token_ids, bool disable_hybrid_kv_cache_manager,
+                       bool enable_prefix_caching) {
              runner::RunnerOptions o;
              o.disable_hybrid_kv_cache_manager = disable_hybrid_kv_cache_manager;
+             o.enable_prefix_caching = enable_prefix_caching;
              o.attention_backend = attention_backend;
              o.max_model_len = max_model_len;
              o.kv_cache_memory_bytes = kv_cache_memory_bytes;
@@ -73,10 +75,12 @@ void register_runner(py::module_& m) {
            py::arg("block_size") = 16, py::arg("kv_cache_dtype") = "f16",
            py::arg("max_num_batched_tokens") = 512, py::arg("max_num_logits") = 128,
            py::arg("progress") = nullptr, py::arg("logit_token_ids") = std::vector<int32_t>{},
-           py::arg("disable_hybrid_kv_cache_manager") = false,
+           py::arg("disable_hybrid_kv_cache_manager") = false, py::arg("enable_prefix_caching") = false,
            "logit_token_ids: logits only for these ids (strictly increasing; a drafter's reduced "
            "vocabulary): logit column j is token logit_token_ids[j], argmax a token id. "
-           "disable_hybrid_kv_cache_manager: one KV-cache group managed as full attention (vLLM's switch).")
+           "disable_hybrid_kv_cache_manager: one KV-cache group managed as full attention (vLLM's switch). "
+           "enable_prefix_caching: full blocks of committed tokens are cached under their prefix and "
+           "shared by later requests (claim_prefix).")
       .def("step", &step, py::arg("requests"), py::arg("hidden_layers") = std::vector<int>{},
            py::arg("return_logits") = true, py::arg("num_layers") = 0,
            "One forward over a ragged batch. requests: a list of StepRequest (prefill chunks, decodes "
@@ -94,6 +98,21 @@ void register_runner(py::module_& m) {
            "no kernel is compiled inside a request); returns the seconds it took.")
       .def("truncate", &runner::ModelRunner::truncate, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"), py::arg("num_tokens"))
       .def("free", &runner::ModelRunner::free, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
+      .def("claim_prefix", &runner::ModelRunner::claim_prefix, py::call_guard<py::gil_scoped_release>(),
+           py::arg("request_id"), py::arg("tokens"), py::arg("max_tokens"),
+           "A new request starts from the longest cached prefix of tokens (whole blocks, at most "
+           "max_tokens and len - 1): returns that length (0: none, nothing created).")
+      .def("reset_prefix_cache", &runner::ModelRunner::reset_prefix_cache, py::call_guard<py::gil_scoped_release>(),
+           "Evicts every cached block no request uses; returns how many.")
+      .def("prefix_cache_stats", [](const runner::ModelRunner& r) {
+             const auto s = r.prefix_cache_stats();
+             py::dict d;
+             d["enabled"] = s.enabled;
+             d["queries"] = s.queries;
+             d["hits"] = s.hits;
+             d["cached_blocks"] = s.cached_blocks;
+             return d;
+           }, "Prefix caching: enabled, queries and hits (prompt tokens), cached_blocks per group.")
       .def("has_request", &runner::ModelRunner::has_request, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
       .def("num_cached_tokens", &runner::ModelRunner::num_cached_tokens, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"))
       .def("num_blocks_needed", &runner::ModelRunner::num_blocks_needed, py::call_guard<py::gil_scoped_release>(), py::arg("request_id"),

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
+#include <unordered_map>
 #include <stdexcept>
 
 #include "common/errors.h"
@@ -55,52 +57,119 @@ BlockPool::BlockPool(int64_t num_blocks) : num_blocks_(num_blocks) {
   free_ring_.resize(static_cast<size_t>(capacity()));
   for (int64_t i = 0; i < capacity(); ++i) free_ring_[i] = static_cast<int32_t>(i + 1);
   num_free_ = capacity();
-  in_use_.assign(static_cast<size_t>(num_blocks), 0);
+  refs_.assign(static_cast<size_t>(num_blocks), 0);
+  cached_.assign(static_cast<size_t>(num_blocks), 0);
+  lru_prev_.assign(static_cast<size_t>(num_blocks), 0);
+  lru_next_.assign(static_cast<size_t>(num_blocks), 0);
+}
+
+void BlockPool::lru_push(int32_t id) {  // at the tail (most recently freed)
+  const int32_t last = lru_prev_[0];
+  lru_prev_[id] = last;
+  lru_next_[id] = 0;
+  lru_next_[last] = id;
+  lru_prev_[0] = id;
+  ++num_lru_;
+}
+
+void BlockPool::lru_remove(int32_t id) {
+  lru_next_[lru_prev_[id]] = lru_next_[id];
+  lru_prev_[lru_next_[id]] = lru_prev_[id];
+  lru_prev_[id] = lru_next_[id] = 0;
+  --num_lru_;
 }
 
 bool BlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
   if (n < 0) throw std::logic_error(str_cat("BlockPool::allocate: negative count ", n));
-  if (n > num_free_) return false;
+  if (n > num_free_blocks()) return false;
   out.reserve(out.size() + static_cast<size_t>(n));  // the only step that may throw
   const int64_t ring_size = capacity();
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t id = free_ring_[head_];
-    head_ = head_ + 1 == ring_size ? 0 : head_ + 1;
-    in_use_[id] = 1;
+    int32_t id;
+    if (num_free_ > 0) {
+      id = free_ring_[head_];
+      head_ = head_ + 1 == ring_size ? 0 : head_ + 1;
+      --num_free_;
+    } else {  // evict the least recently freed cached block
+      id = lru_next_[0];
+      lru_remove(id);
+      if (on_evict) on_evict(id);
+      cached_[id] = 0;
+    }
+    refs_[id] = 1;
     out.push_back(id);
   }
-  num_free_ -= n;
   return true;
 }
 
 void BlockPool::free(std::span<const int32_t> ids) {
-  // Mark first so that a bad id (or a duplicate within ids) leaves the pool unchanged.
+  // Count down first so that a bad id (or one freed more often than it is held) leaves the pool
+  // unchanged.
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id == kNullBlockId) continue;
-    if (id < 0 || id >= num_blocks_ || !in_use_[id]) {
+    if (id < 0 || id >= num_blocks_ || refs_[id] == 0) {
       for (size_t j = 0; j < i; ++j) {
-        if (ids[j] != kNullBlockId) in_use_[ids[j]] = 1;
+        if (ids[j] != kNullBlockId) ++refs_[ids[j]];
       }
       throw std::logic_error(
           str_cat("BlockPool::free: block ", id,
                   id < 0 || id >= num_blocks_ ? " is out of range" : " is not in use",
                   " (double free?); pool of ", num_blocks_, " blocks"));
     }
-    in_use_[id] = 0;
+    --refs_[id];
   }
   const int64_t ring_size = capacity();
   for (const int32_t id : ids) {
-    if (id == kNullBlockId) continue;
+    if (id == kNullBlockId || refs_[id] != 0 || cached_[id]) continue;
     int64_t tail = head_ + num_free_;
     if (tail >= ring_size) tail -= ring_size;
     free_ring_[tail] = id;
     ++num_free_;
   }
+  // cached blocks: a request's last blocks are evicted first (their prefixes are the rarest)
+  for (size_t i = ids.size(); i-- > 0;) {
+    const int32_t id = ids[i];
+    if (id != kNullBlockId && refs_[id] == 0 && cached_[id] && lru_next_[id] == 0 && lru_prev_[0] != id) {
+      lru_push(id);
+    }
+  }
+}
+
+void BlockPool::set_cached(int32_t id, bool cached) {
+  if (id <= 0 || id >= num_blocks_ || refs_[id] == 0) {
+    throw std::logic_error(str_cat("BlockPool::set_cached: block ", id, " is not in use"));
+  }
+  cached_[id] = cached ? 1 : 0;
+}
+
+void BlockPool::take_cached(int32_t id) {
+  if (id <= 0 || id >= num_blocks_ || !cached_[id]) {
+    throw std::logic_error(str_cat("BlockPool::take_cached: block ", id, " holds no cached prefix"));
+  }
+  if (refs_[id] == 0) lru_remove(id);
+  ++refs_[id];
+}
+
+int64_t BlockPool::evict_free_cached() {
+  int64_t n = 0;
+  const int64_t ring_size = capacity();
+  while (num_lru_ > 0) {
+    const int32_t id = lru_next_[0];
+    lru_remove(id);
+    if (on_evict) on_evict(id);
+    cached_[id] = 0;
+    int64_t tail = head_ + num_free_;
+    if (tail >= ring_size) tail -= ring_size;
+    free_ring_[tail] = id;
+    ++num_free_;
+    ++n;
+  }
+  return n;
 }
 
 bool BlockPool::is_in_use(int32_t block_id) const {
-  return block_id > 0 && block_id < num_blocks_ && in_use_[block_id] != 0;
+  return block_id > 0 && block_id < num_blocks_ && refs_[block_id] != 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,13 +254,213 @@ std::string AllocationResult::to_string() const {
 // ---------------------------------------------------------------------------------------------
 // KvCacheManager
 
-KvCacheManager::KvCacheManager(const KvCacheConfig& config) : max_model_len_(config.max_model_len) {
+// The prefix chain: node = (parent node, the tokens of one full block), found through a hash of
+// both and compared exactly. A node lives while a group holds a block for it or it has children;
+// node ids are never reused, so a request's chain that outlived its nodes is seen to have.
+struct KvCacheManager::PrefixChain {
+  struct Node {
+    int64_t parent = 0;             // 0: the root (the empty prefix)
+    std::vector<int32_t> tokens;    // [block_size]
+    std::vector<int32_t> blocks;    // [num_groups] the cached block per group (0: none)
+    int64_t num_children = 0;
+    uint64_t hash = 0;
+  };
+  std::unordered_map<int64_t, Node> nodes;
+  std::unordered_multimap<uint64_t, int64_t> children;  // hash(parent, tokens) -> node
+  std::vector<std::vector<int64_t>> block_node;         // [group][block id] node (0: none)
+  int64_t next_id = 1;
+
+  static uint64_t hash_of(int64_t parent, std::span<const int32_t> tokens) {
+    auto mix = [](uint64_t x) {
+      x ^= x >> 30;
+      x *= 0xbf58476d1ce4e5b9ULL;
+      x ^= x >> 27;
+      x *= 0x94d049bb133111ebULL;
+      return x ^ (x >> 31);
+    };
+    uint64_t h = mix(static_cast<uint64_t>(parent) + 0x9e3779b97f4a7c15ULL);
+    for (const int32_t t : tokens) h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x632be59bd9b4e019ULL));
+    return h;
+  }
+  int64_t find(int64_t parent, std::span<const int32_t> tokens) const {
+    const uint64_t h = hash_of(parent, tokens);
+    const auto [lo, hi] = children.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      const Node& n = nodes.at(it->second);
+      if (n.parent == parent && std::equal(n.tokens.begin(), n.tokens.end(), tokens.begin(), tokens.end())) {
+        return it->second;
+      }
+    }
+    return 0;
+  }
+  int64_t find_or_add(int64_t parent, std::span<const int32_t> tokens, size_t num_groups) {
+    if (const int64_t id = find(parent, tokens)) return id;
+    if (parent != 0 && !nodes.contains(parent)) return 0;  // the parent was pruned
+    const int64_t id = next_id++;
+    Node& n = nodes[id];
+    n.parent = parent;
+    n.tokens.assign(tokens.begin(), tokens.end());
+    n.blocks.assign(num_groups, kNullBlockId);
+    n.hash = hash_of(parent, tokens);
+    children.emplace(n.hash, id);
+    if (parent != 0) ++nodes.at(parent).num_children;
+    return id;
+  }
+  // Drops nodes that hold no block and have no children, walking up.
+  void prune(int64_t id) {
+    while (id != 0) {
+      auto it = nodes.find(id);
+      if (it == nodes.end()) return;
+      Node& n = it->second;
+      if (n.num_children > 0) return;
+      for (const int32_t b : n.blocks) {
+        if (b != kNullBlockId) return;
+      }
+      const auto [lo, hi] = children.equal_range(n.hash);
+      for (auto c = lo; c != hi; ++c) {
+        if (c->second == id) {
+          children.erase(c);
+          break;
+        }
+      }
+      const int64_t parent = n.parent;
+      nodes.erase(it);
+      if (parent != 0) --nodes.at(parent).num_children;
+      id = parent;
+    }
+  }
+};
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& config, bool enable_prefix_caching)
+    : max_model_len_(config.max_model_len) {
   SPECDEC_CHECK(config.max_model_len >= 1, "max_model_len", config.max_model_len, "must be >= 1");
   groups_.reserve(config.groups.size());
   for (const KvCacheGroup& group : config.groups) {
     groups_.push_back(make_group_block_manager(group.spec, group.num_blocks));
   }
   empty_state_.groups.resize(groups_.size());
+  bool same_block_size = !groups_.empty();
+  for (const auto& g : groups_) same_block_size = same_block_size && g->block_size() == groups_[0]->block_size();
+  if (enable_prefix_caching && same_block_size) {
+    prefix_ = std::make_unique<PrefixChain>();
+    prefix_->block_node.resize(groups_.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      prefix_->block_node[g].assign(static_cast<size_t>(groups_[g]->pool().num_blocks()), 0);
+      groups_[g]->pool().on_evict = [this, g](int32_t block) { uncache_block(static_cast<int>(g), block); };
+    }
+  }
+}
+
+KvCacheManager::~KvCacheManager() = default;
+
+void KvCacheManager::uncache_block(int group_id, int32_t block) {
+  int64_t& node = prefix_->block_node[static_cast<size_t>(group_id)][static_cast<size_t>(block)];
+  const int64_t id = node;
+  node = 0;
+  auto it = prefix_->nodes.find(id);
+  if (it == prefix_->nodes.end()) return;
+  it->second.blocks[static_cast<size_t>(group_id)] = kNullBlockId;
+  prefix_->prune(id);
+}
+
+int64_t KvCacheManager::claim_prefix(const std::string& request_id, std::span<const int32_t> tokens,
+                                     int64_t max_tokens) {
+  if (!prefix_ || requests_.contains(request_id)) return 0;
+  queries_ += static_cast<int64_t>(tokens.size());
+  const int64_t bs = groups_[0]->block_size();
+  const int64_t limit = std::min<int64_t>({max_tokens, static_cast<int64_t>(tokens.size()) - 1, max_model_len_});
+  if (limit < bs) return 0;
+  // the chain of the prompt's full blocks, as far as it is cached
+  std::vector<int64_t> chain;
+  for (int64_t j = 0; (j + 1) * bs <= limit; ++j) {
+    const int64_t id = prefix_->find(chain.empty() ? 0 : chain.back(),
+                                     tokens.subspan(static_cast<size_t>(j * bs), static_cast<size_t>(bs)));
+    if (id == 0) break;
+    chain.push_back(id);
+  }
+  // the longest prefix every group holds what its next query sees of
+  int64_t m = static_cast<int64_t>(chain.size());
+  for (; m > 0; --m) {
+    bool ok = true;
+    for (size_t g = 0; g < groups_.size() && ok; ++g) {
+      for (int64_t j = groups_[g]->num_skipped_blocks(m * bs); j < m && ok; ++j) {
+        ok = prefix_->nodes.at(chain[static_cast<size_t>(j)]).blocks[g] != kNullBlockId;
+      }
+    }
+    if (ok) break;
+  }
+  if (m == 0) return 0;
+  RequestState& state = requests_[request_id];
+  state.groups.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    GroupBlocks& blocks = state.groups[g];
+    const int64_t skipped = groups_[g]->num_skipped_blocks(m * bs);
+    blocks.block_ids.assign(static_cast<size_t>(m), kNullBlockId);
+    blocks.num_freed_blocks = skipped;
+    for (int64_t j = skipped; j < m; ++j) {
+      const int32_t b = prefix_->nodes.at(chain[static_cast<size_t>(j)]).blocks[g];
+      groups_[g]->pool().take_cached(b);
+      blocks.block_ids[static_cast<size_t>(j)] = b;
+    }
+  }
+  state.num_slot_tokens = m * bs;
+  state.tokens.assign(tokens.begin(), tokens.begin() + m * bs);
+  state.chain.assign(chain.begin(), chain.begin() + m);
+  hits_ += m * bs;
+  return m * bs;
+}
+
+void KvCacheManager::record_tokens(const std::string& request_id, int64_t num_computed_tokens,
+                                   std::span<const int32_t> tokens, int64_t num_committed_tokens) {
+  if (!prefix_) return;
+  RequestState& state = find_state(request_id);
+  if (!state.tokens_known) return;
+  if (static_cast<int64_t>(state.tokens.size()) < num_computed_tokens) {
+    state.tokens_known = false;  // positions written without their ids (a DFlash context)
+    state.tokens.clear();
+    return;
+  }
+  state.tokens.resize(static_cast<size_t>(num_computed_tokens));
+  state.tokens.insert(state.tokens.end(), tokens.begin(), tokens.end());
+  register_blocks(state, std::min<int64_t>(num_committed_tokens, static_cast<int64_t>(state.tokens.size())));
+}
+
+void KvCacheManager::register_blocks(RequestState& state, int64_t num_committed_tokens) {
+  const int64_t bs = groups_[0]->block_size();
+  for (int64_t j = static_cast<int64_t>(state.chain.size()); (j + 1) * bs <= num_committed_tokens; ++j) {
+    const int64_t parent = j == 0 ? 0 : state.chain.back();
+    const int64_t id = prefix_->find_or_add(
+        parent, std::span<const int32_t>(state.tokens).subspan(static_cast<size_t>(j * bs), static_cast<size_t>(bs)),
+        groups_.size());
+    if (id == 0) return;  // the chain's earlier node was evicted and pruned: nothing more to add
+    state.chain.push_back(id);
+    PrefixChain::Node& node = prefix_->nodes.at(id);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const GroupBlocks& blocks = state.groups[g];
+      if (j >= static_cast<int64_t>(blocks.block_ids.size())) continue;
+      const int32_t b = blocks.block_ids[static_cast<size_t>(j)];
+      BlockPool& pool = groups_[g]->pool();
+      if (b == kNullBlockId || node.blocks[g] != kNullBlockId || pool.is_cached(b)) continue;
+      node.blocks[g] = b;
+      prefix_->block_node[g][static_cast<size_t>(b)] = id;
+      pool.set_cached(b, true);
+    }
+  }
+}
+
+int64_t KvCacheManager::reset_prefix_cache() {
+  int64_t n = 0;
+  if (!prefix_) return 0;
+  for (auto& g : groups_) n += g->pool().evict_free_cached();
+  return n;
+}
+
+int64_t KvCacheManager::num_cached_blocks(int group_id) const {
+  check_group_id(group_id);
+  if (!prefix_) return 0;
+  int64_t n = 0;
+  for (const int64_t node : prefix_->block_node[static_cast<size_t>(group_id)]) n += node != 0;
+  return n;
 }
 
 const KvCacheManager::RequestState& KvCacheManager::state_or_empty(
@@ -331,6 +600,34 @@ void KvCacheManager::truncate(const std::string& request_id, int64_t num_tokens)
                str_cat("must be in [0, ", request.num_slot_tokens,
                        "] (the tokens of this request that have slots)"));
   check_window_intact(request, num_tokens, "num_tokens");
+  if (prefix_) {  // the block num_tokens ends inside will be written again: it leaves the cache
+    const int64_t bs = groups_[0]->block_size();
+    const int64_t j = num_tokens / bs;
+    if (num_tokens % bs != 0) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const auto& ids = request.groups[g].block_ids;
+        if (j >= static_cast<int64_t>(ids.size())) continue;
+        const int32_t b = ids[static_cast<size_t>(j)];
+        if (b == kNullBlockId || !groups_[g]->pool().is_cached(b)) continue;
+        if (groups_[g]->pool().ref_count(b) > 1) {
+          throw ConfigError("num_tokens", str_cat(num_tokens),
+                            str_cat("a block boundary (a multiple of ", bs, ") or past ", (j + 1) * bs,
+                                    ": tokens [", j * bs, ", ", (j + 1) * bs,
+                                    ") are a cached prefix block shared with another request"));
+        }
+      }
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const auto& ids = request.groups[g].block_ids;
+        if (j >= static_cast<int64_t>(ids.size())) continue;
+        const int32_t b = ids[static_cast<size_t>(j)];
+        if (b == kNullBlockId || !groups_[g]->pool().is_cached(b)) continue;
+        uncache_block(static_cast<int>(g), b);
+        groups_[g]->pool().set_cached(b, false);
+      }
+    }
+    if (static_cast<int64_t>(request.tokens.size()) > num_tokens) request.tokens.resize(static_cast<size_t>(num_tokens));
+    if (static_cast<int64_t>(request.chain.size()) > j) request.chain.resize(static_cast<size_t>(j));
+  }
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g]->truncate(request.groups[g], num_tokens);
   request.num_slot_tokens = num_tokens;
 }

@@ -6,9 +6,19 @@
 // block table point at it. Entry j of a table covers token positions [j*block_size,
 // (j+1)*block_size). The engine calls allocate_slots once per request per step, truncate after
 // speculative rejection, and free when the request ends.
+//
+// Automatic prefix caching (vLLM's, made exact): a full block whose tokens can no longer be
+// rolled back is registered under its place in a prefix chain: its parent (the chain entry of
+// the block before it) and its own tokens, looked up through a hash of both and compared exactly,
+// so no hash collision can hand out a wrong block. A later request whose prompt walks the same
+// chain takes those blocks (claim_prefix) in every group: full / MLA groups need every block of
+// the prefix, sliding-window and chunked-local groups only those their next query still sees.
+// Blocks are reference-counted; a cached block whose last user ends stays in an LRU list of free
+// blocks and keeps its contents until a new allocation evicts it (uncached free blocks go first).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,7 +32,9 @@ namespace specdec::kv {
 
 inline constexpr int32_t kNullBlockId = 0;
 
-// Fixed set of blocks [0, num_blocks) of one group. Free blocks are handed out in FIFO order.
+// Fixed set of blocks [0, num_blocks) of one group, reference-counted. Free blocks are handed out
+// in FIFO order; free blocks that hold a cached prefix (set_cached) wait in an LRU list and are
+// handed out only when no other free block is left (evicting them: on_evict is told first).
 class BlockPool {
  public:
   // num_blocks includes the null block: must be in [2, 2^31 - 1] (ConfigError naming num_blocks).
@@ -30,24 +42,43 @@ class BlockPool {
 
   // Appends n free block ids to out, or returns false and changes nothing (pool or out).
   bool allocate(int64_t n, std::vector<int32_t>& out);
-  // Returns blocks to the pool; null ids are ignored. Freeing a block that is not in use (or an id
-  // out of range) is an internal invariant violation: std::logic_error naming the id, and the
-  // pool is left as it was.
+  // Drops one reference of each block; a block with none left is free again (a cached one at the
+  // tail of the LRU list, the last id of `ids` first). Null ids are ignored. Freeing a block
+  // that is not in use (or an id out of range) is an internal invariant violation:
+  // std::logic_error naming the id, and the pool is left as it was.
   void free(std::span<const int32_t> ids);
   void free(const std::vector<int32_t>& ids) { free(std::span<const int32_t>(ids)); }
 
+  // Prefix caching: marks an in-use block as holding a cached prefix (or no longer).
+  void set_cached(int32_t block_id, bool cached);
+  bool is_cached(int32_t block_id) const { return cached_[static_cast<size_t>(block_id)] != 0; }
+  // One more reference to a cached block (taken off the LRU list when it was free).
+  void take_cached(int32_t block_id);
+  // Evicts every free cached block (on_evict for each); returns how many.
+  int64_t evict_free_cached();
+  // Called with a cached block's id just before an allocation (or evict_free_cached) reuses it.
+  std::function<void(int32_t)> on_evict;
+
   bool is_in_use(int32_t block_id) const;
-  int64_t num_free_blocks() const { return num_free_; }
+  int32_t ref_count(int32_t block_id) const { return refs_[static_cast<size_t>(block_id)]; }
+  int64_t num_free_blocks() const { return num_free_ + num_lru_; }  // evictable cached included
+  int64_t num_free_cached_blocks() const { return num_lru_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t capacity() const { return num_blocks_ - 1; }  // usable blocks (null block excluded)
-  int64_t num_used_blocks() const { return capacity() - num_free_; }
+  int64_t num_used_blocks() const { return capacity() - num_free_blocks(); }
 
  private:
+  void lru_push(int32_t id);
+  void lru_remove(int32_t id);
+
   int64_t num_blocks_;
-  std::vector<int32_t> free_ring_;  // [capacity] FIFO ring of free ids
+  std::vector<int32_t> free_ring_;  // [capacity] FIFO ring of free uncached ids
   int64_t head_ = 0;                // index of the oldest free id in free_ring_
   int64_t num_free_ = 0;
-  std::vector<uint8_t> in_use_;  // [num_blocks] 1 while handed out
+  std::vector<int32_t> refs_;      // [num_blocks] references (0: free)
+  std::vector<uint8_t> cached_;    // [num_blocks] holds a cached prefix block
+  std::vector<int32_t> lru_prev_, lru_next_;  // [num_blocks] list of free cached ids; 0 = sentinel
+  int64_t num_lru_ = 0;
 };
 
 // One request's blocks in one group.
@@ -90,6 +121,7 @@ class GroupBlockManager {
   const KvCacheSpec& spec() const { return spec_; }
   int block_size() const { return spec_.block_size; }
   const BlockPool& pool() const { return pool_; }
+  BlockPool& pool() { return pool_; }
 
  private:
   KvCacheSpec spec_;
@@ -114,8 +146,33 @@ struct AllocationResult {
 class KvCacheManager {
  public:
   // One pool per group of group.num_blocks blocks. ConfigError for a bad spec, num_blocks < 2 or
-  // max_model_len < 1.
-  explicit KvCacheManager(const KvCacheConfig& config);
+  // max_model_len < 1. enable_prefix_caching: see the top of this file (it stays off when the
+  // groups' block sizes differ: prefix_caching() says whether it is on).
+  explicit KvCacheManager(const KvCacheConfig& config, bool enable_prefix_caching = false);
+  ~KvCacheManager();
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  // ---- automatic prefix caching ----
+  // A new request (unknown here) starts from the longest cached prefix of `tokens` that every
+  // group holds, at most max_tokens and at most len(tokens) - 1 (the last token is always
+  // computed: its logits are needed), in whole blocks. Its blocks are taken (shared) and the
+  // request is created with that many tokens; returns the count (0: nothing cached, nothing
+  // created). Counts len(tokens) queried tokens and the returned hit tokens.
+  int64_t claim_prefix(const std::string& request_id, std::span<const int32_t> tokens,
+                       int64_t max_tokens);
+  // A step wrote `tokens` after num_computed_tokens (allocate_slots came first): remembers them,
+  // and registers every full block below num_committed_tokens (they can no longer be rolled
+  // back) in the prefix chain. A request whose earlier tokens were never told (a step that wrote
+  // no token ids) registers nothing more.
+  void record_tokens(const std::string& request_id, int64_t num_computed_tokens,
+                     std::span<const int32_t> tokens, int64_t num_committed_tokens);
+  // Evicts every cached block no request uses (vLLM's reset_prefix_cache); returns how many.
+  int64_t reset_prefix_cache();
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  int64_t prefix_cache_queries() const { return queries_; }  // prompt tokens looked up
+  int64_t prefix_cache_hits() const { return hits_; }        // of those, found cached
+  int64_t num_cached_blocks(int group_id) const;             // blocks holding a cached prefix
 
   // Frees the blocks the query at num_computed_tokens can no longer see, then grows every group's
   // table to cover num_computed_tokens + num_new_tokens tokens. All or nothing: when a group is
@@ -143,7 +200,9 @@ class KvCacheManager {
 
   // Speculative rollback: num_tokens becomes the request's length; keeps cdiv(num_tokens,
   // block_size) entries per group and frees the rest. ConfigError when num_tokens exceeds the
-  // tokens that have slots, or when the window / chunk of a query at num_tokens was already freed.
+  // tokens that have slots, or when the window / chunk of a query at num_tokens was already freed,
+  // or when num_tokens ends inside a cached block another request shares (its next tokens would
+  // overwrite that request's prefix: roll back to the block's start instead).
   void truncate(const std::string& request_id, int64_t num_tokens);
   // Request end: returns all its blocks. ConfigError naming request_id when unknown.
   void free(const std::string& request_id);
@@ -166,7 +225,14 @@ class KvCacheManager {
   struct RequestState {
     int64_t num_slot_tokens = 0;
     std::vector<GroupBlocks> groups;  // [num_groups]
+    // prefix caching: the token ids written so far, and the chain entry of each registered block
+    std::vector<int32_t> tokens;
+    bool tokens_known = true;     // false once a step wrote positions without their ids
+    std::vector<int64_t> chain;   // [registered full blocks] prefix-chain node ids
   };
+  struct PrefixChain;
+  void register_blocks(RequestState& state, int64_t num_committed_tokens);
+  void uncache_block(int group_id, int32_t block_id);
 
   const RequestState& state_or_empty(const std::string& request_id) const;
   // The request's state, or ConfigError naming request_id.
@@ -183,6 +249,8 @@ class KvCacheManager {
   std::vector<std::unique_ptr<GroupBlockManager>> groups_;  // [num_groups]
   std::unordered_map<std::string, RequestState> requests_;
   RequestState empty_state_;  // stands in for a request not seen yet
+  std::unique_ptr<PrefixChain> prefix_;  // null: prefix caching off
+  int64_t queries_ = 0, hits_ = 0;
 };
 
 }  // namespace specdec::kv

@@ -113,7 +113,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
   setup_ = attn::initialize_attention(kv_config_, layer_infos(c), options_.attention_backend,
                                       ctx_->device().type);
   cache_ = std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts);
-  manager_ = std::make_unique<kv::KvCacheManager>(kv_config_);
+  manager_ = std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching);
   scratch_ = std::make_unique<StepBuffers>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
   layers_ = bind_layers(c, setup_, *cache_);
   // RoPE tables: linear scaling applies to global layers only when local layers have their own
@@ -456,6 +456,12 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   }
   for (const auto& r : requests) {
     lengths_[r.request_id] = r.num_computed_tokens + static_cast<int64_t>(r.tokens.size());
+    // prefix caching: the positions before this step are final in a full step (the engine rolled
+    // rejected ones back); an early exit's positions are partial, so it registers nothing
+    const int64_t committed = exit < config_.num_layers ? 0
+        : r.num_committed_tokens < 0 ? r.num_computed_tokens
+        : std::min(r.num_computed_tokens, r.num_committed_tokens);
+    manager_->record_tokens(r.request_id, r.num_computed_tokens, r.tokens, committed);
     if (exit < config_.num_layers) {
       auto [it, added] = partial_.try_emplace(r.request_id, Partial{r.num_computed_tokens, exit});
       if (!added) it->second.layers = std::min(it->second.layers, exit);
@@ -717,6 +723,30 @@ void ModelRunner::free(const std::string& request_id) {
   manager_->free(request_id);
   lengths_.erase(request_id);
   partial_.erase(request_id);
+}
+
+int64_t ModelRunner::claim_prefix(const std::string& request_id, const std::vector<int32_t>& tokens,
+                                  int64_t max_tokens) {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (lengths_.contains(request_id)) return 0;
+  const int64_t hit = manager_->claim_prefix(request_id, tokens, max_tokens);
+  if (hit > 0) lengths_[request_id] = hit;
+  return hit;
+}
+
+int64_t ModelRunner::reset_prefix_cache() {
+  std::lock_guard<std::mutex> guard(mu_);
+  return manager_->reset_prefix_cache();
+}
+
+ModelRunner::PrefixCacheStats ModelRunner::prefix_cache_stats() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  PrefixCacheStats s;
+  s.enabled = manager_->prefix_caching();
+  s.queries = manager_->prefix_cache_queries();
+  s.hits = manager_->prefix_cache_hits();
+  for (int g = 0; g < manager_->num_groups(); ++g) s.cached_blocks.push_back(manager_->num_cached_blocks(g));
+  return s;
 }
 
 bool ModelRunner::has_request(const std::string& request_id) const {

@@ -51,6 +51,9 @@ struct RunnerOptions {
   // vLLM's disable_hybrid_kv_cache_manager (kv::PlannerOptions): one KV-cache group managed as
   // full attention, each layer's mask and metadata as its own spec says.
   bool disable_hybrid_kv_cache_manager = false;
+  // Automatic prefix caching (kv::KvCacheManager): full blocks of committed tokens are kept under
+  // their prefix and shared by later requests that claim_prefix the same tokens.
+  bool enable_prefix_caching = false;
 };
 
 // One request's share of a step.
@@ -112,6 +115,18 @@ class ModelRunner {
   // Ends a request and returns its blocks.
   void free(const std::string& request_id);
   bool has_request(const std::string& request_id) const;
+  // Prefix caching: a request this runner does not hold starts from the longest cached prefix of
+  // `tokens` (whole blocks, at most max_tokens and len - 1); returns its length (0: none, nothing
+  // created). The caller's next step for it starts there. 0 when prefix caching is off.
+  int64_t claim_prefix(const std::string& request_id, const std::vector<int32_t>& tokens, int64_t max_tokens);
+  // Evicts the cached blocks no request uses; returns how many.
+  int64_t reset_prefix_cache();
+  struct PrefixCacheStats {
+    bool enabled = false;
+    int64_t queries = 0, hits = 0;          // prompt tokens looked up, and found
+    std::vector<int64_t> cached_blocks;     // per group
+  };
+  PrefixCacheStats prefix_cache_stats() const;
   // For schedulers: free blocks a step of num_new tokens after num_computed tokens would take from
   // each KV-cache group, net of the blocks the request's own sliding window gives back first (an
   // unknown request counts as new; a request that gives back more than it takes counts 0, so

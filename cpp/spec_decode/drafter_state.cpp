@@ -15,14 +15,29 @@ runner::ModelRunner& require_runner(const std::shared_ptr<runner::ModelRunner>& 
 
 int64_t DrafterRequests::reconcile(const std::string& rid, const std::vector<int32_t>& context, int64_t max_keep) {
   std::vector<int32_t>& held = held_[rid];
+  if (owns_ && !runner_.has_request(rid)) {  // new here: start from a cached prefix, if any
+    const int64_t hit = runner_.claim_prefix(rid, context, max_keep);
+    held.assign(context.begin(), context.begin() + hit);
+    return hit;
+  }
   const int64_t cached = runner_.has_request(rid) ? runner_.num_cached_tokens(rid) : 0;
   if (static_cast<int64_t>(held.size()) > cached) held.resize(static_cast<size_t>(cached));  // rolled back elsewhere
   int64_t p = 0;
   const int64_t n = std::min<int64_t>({static_cast<int64_t>(held.size()), static_cast<int64_t>(context.size()), max_keep});
   while (p < n && held[static_cast<size_t>(p)] == context[static_cast<size_t>(p)]) ++p;
   if (runner_.has_request(rid) && p < cached) {
-    if (p == 0 && owns_) runner_.free(rid);
-    else runner_.truncate(rid, p);
+    if (p == 0 && owns_) {
+      runner_.free(rid);
+    } else {
+      try {
+        runner_.truncate(rid, p);
+      } catch (const ConfigError&) {  // p ends inside a cached block another request shares:
+        const int64_t bs = runner_.kv_config().groups.at(0).spec.block_size;  // keep its start
+        p -= p % bs;
+        if (p == 0 && owns_) runner_.free(rid);
+        else runner_.truncate(rid, p);
+      }
+    }
   }
   held.resize(static_cast<size_t>(p));
   return p;

@@ -104,6 +104,12 @@ class LLM:
     one KV-cache group managed as full attention (sliding-window and chunked-local layers keep
     their masks; their blocks are no longer freed early, so the cache needs more memory); the
     drafter's is ``speculative_config.disable_hybrid_kv_cache_manager``.
+    ``enable_prefix_caching`` (vLLM's, on by default): full KV blocks of a prompt (and of what was
+    generated) stay cached under their prefix after a request ends, in every KV-cache group of the
+    target and of a draft model, and a later request with the same prefix starts after them
+    (``llm.prefix_cache_stats()``: hit rate and prefill tokens saved). Outputs are identical with
+    and without it. Off for a DFlash drafter (it needs the target's hidden states at every
+    position).
     """
 
     def __init__(self, model: str, device: Optional[str] = None,
@@ -113,7 +119,8 @@ class LLM:
                  max_num_seqs: int = 16, progress: bool = True,
                  speculative_config: Any = None,
                  memory_utilization: Optional[float] = None,
-                 disable_hybrid_kv_cache_manager: bool = False) -> None:
+                 disable_hybrid_kv_cache_manager: bool = False,
+                 enable_prefix_caching: bool = True) -> None:
         # every argument is checked before anything is fetched or loaded
         if not isinstance(model, (str, os.PathLike)):
             raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
@@ -139,8 +146,15 @@ class LLM:
         check_int("max_num_seqs", max_num_seqs, 1, 1 << 20)
         check_bool("progress", progress)
         check_bool("disable_hybrid_kv_cache_manager", disable_hybrid_kv_cache_manager)
+        check_bool("enable_prefix_caching", enable_prefix_caching)
         self.disable_hybrid_kv_cache_manager = disable_hybrid_kv_cache_manager
         speculation = build_speculation(speculative_config)  # the config alone: checked now
+        # a DFlash drafter's context is the target's hidden states at every position: the target
+        # computes them all (prefix caching off for this LLM, said once)
+        self.enable_prefix_caching = enable_prefix_caching and not speculation.uses_target_hidden_states()
+        if enable_prefix_caching and not self.enable_prefix_caching:
+            log.warning("enable_prefix_caching: off with a DFlash drafter (its context is the target's "
+                        "hidden states at every position, which a cached prefix does not recompute)")
         self._local = threading.local()
         self.context = _core.Context(device or "")  # a bad device fails before any download
         self.model_path = resolve_model(os.fspath(model), progress=progress)
@@ -177,14 +191,15 @@ class LLM:
             self.kv_split["target_bytes"], block_size,
             kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
             _load_progress(stream) if stream else None,
-            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+            enable_prefix_caching=self.enable_prefix_caching)
         self.config = self.runner.config
         self.drafter = None
         if drafter_path is not None:
             self.drafter = speculation.load_drafter(
                 self.context, drafter_path, self.runner.max_model_len, self.kv_split["drafter_bytes"],
                 block_size, kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
-                _load_progress(stream) if stream else None)
+                _load_progress(stream) if stream else None, self.enable_prefix_caching)
         self.proposer = speculation.make_proposer(self.runner, self.drafter)
         self._next_id = 0
         self._id_lock = threading.Lock()
@@ -194,7 +209,8 @@ class LLM:
             self.runner, self.tokenizer, self.proposer, k,
             speculation.config.disable_by_batch_size if speculation.config is not None else 0,
             max_num_seqs, max_num_batched_tokens, self.max_num_logits,
-            adaptive=speculation.config is not None and speculation.config.adaptive))
+            adaptive=speculation.config is not None and speculation.config.adaptive,
+            enable_prefix_caching=self.enable_prefix_caching))
 
     def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
                        kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,
@@ -233,6 +249,23 @@ class LLM:
             if runner is not None:
                 runner.warm_up()
         self.warm_up_seconds = time.perf_counter() - start
+
+    def prefix_cache_stats(self) -> Dict[str, Any]:
+        """Prefix caching of the target (and the drafter, under "drafter"): enabled, queries and
+        hits (prompt tokens looked up / found cached: prefill tokens saved), hit_rate,
+        cached_blocks per KV-cache group."""
+        def one(runner) -> Dict[str, Any]:
+            s = dict(runner.prefix_cache_stats())
+            s["hit_rate"] = s["hits"] / s["queries"] if s["queries"] else 0.0
+            return s
+        out = one(self.runner)
+        if self.drafter is not None:
+            out["drafter"] = one(self.drafter)
+        return out
+
+    def reset_prefix_cache(self) -> int:
+        """Evicts every cached block no running request uses (target and drafter); returns how many."""
+        return sum(r.reset_prefix_cache() for r in (self.runner, self.drafter) if r is not None)
 
     def get_tokenizer(self) -> Tokenizer:
         return self.tokenizer

@@ -118,7 +118,7 @@ class Speculation:
 
     def load_drafter(self, context, path: str, target_max_model_len: int, kv_bytes: int,
                      block_size: int, dtype: str, max_num_batched_tokens: int, max_num_logits: int,
-                     progress) -> "_core.ModelRunner":
+                     progress, enable_prefix_caching: bool = False) -> "_core.ModelRunner":
         c = self.config.drafter_config()  # a hybrid's draft_model part
         # a drafter with a shorter context holds what it can; past it, it stops drafting
         length = min(target_max_model_len, load_model_config(path).context_length)
@@ -133,7 +133,8 @@ class Speculation:
             return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes,
                                      block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
                                      max_num_logits, progress, ids,
-                                     disable_hybrid_kv_cache_manager=c.disable_hybrid_kv_cache_manager)
+                                     disable_hybrid_kv_cache_manager=c.disable_hybrid_kv_cache_manager,
+                                     enable_prefix_caching=enable_prefix_caching and c.method != "dflash")
         except ValueError as e:
             raise ValueError(f"speculative_config: the drafter {c.model!r} with a KV-cache budget of "
                              f"{kv_bytes} bytes (its share of kv_cache_memory_bytes; see "
@@ -148,6 +149,15 @@ class Speculation:
         vocab = load_model_config(path).vocab_size
         ranking = read_ranking(c.draft_vocab_file, tok.vocab_size) if c.draft_vocab_file else None
         return draft_vocab_ids(c.draft_vocab_size, vocab, list(tok.eog_token_ids), ranking)
+
+    def uses_target_hidden_states(self) -> bool:
+        """Whether a part of the drafter reads the target's hidden states (DFlash): then the
+        target must compute every position itself, so its prefix cache stays off."""
+        c = self.config
+        if c is None:
+            return False
+        parts = c.proposers if c.method == "hybrid" else [c]
+        return any(part.method == "dflash" for part in parts)
 
     def make_proposer(self, target, drafter) -> Any:
         c = self.config

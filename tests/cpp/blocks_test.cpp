@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -507,6 +508,206 @@ TEST(KvCacheManagerTest, RandomOpsMatchModel) {
         EXPECT_GT(run.num_rejected, 10);
       }
     }
+  }
+}
+
+
+// ---- automatic prefix caching ----
+
+std::vector<int32_t> seq(int64_t n, int32_t first = 1) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = first + static_cast<int32_t>(i);
+  return t;
+}
+
+// Runs a request's prompt as one prefill step and records it (as the runner does after a step).
+void prefill(KvCacheManager& kv, const std::string& id, const std::vector<int32_t>& tokens, int64_t from = 0) {
+  ASSERT_TRUE(kv.allocate_slots(id, from, static_cast<int64_t>(tokens.size()) - from).ok);
+  kv.record_tokens(id, from, std::span<const int32_t>(tokens).subspan(static_cast<size_t>(from)), from);
+  // the next step (a decode) commits them all
+  kv.record_tokens(id, static_cast<int64_t>(tokens.size()), {}, static_cast<int64_t>(tokens.size()));
+}
+
+TEST(PrefixCacheTest, SecondRequestSharesFullBlocksAndLastTokenIsRecomputed) {
+  KvCacheManager kv(make_config({{full(4), 16}}), true);
+  ASSERT_TRUE(kv.prefix_caching());
+  const auto a = seq(10);
+  EXPECT_EQ(kv.claim_prefix("a", a, 1 << 20), 0);
+  prefill(kv, "a", a);
+  EXPECT_EQ(kv.num_cached_blocks(0), 2);  // [0,4) and [4,8); [8,10) is not full
+  // same 8 first tokens, then different: 8 tokens from the cache
+  auto b = seq(12);
+  b[9] = 99;
+  EXPECT_EQ(kv.claim_prefix("b", b, 1 << 20), 8);
+  EXPECT_EQ(kv.block_table("b", 0), (Table{kv.block_table("a", 0)[0], kv.block_table("a", 0)[1]}));
+  EXPECT_EQ(kv.num_slot_tokens("b"), 8);
+  ASSERT_TRUE(kv.allocate_slots("b", 8, 4).ok);
+  EXPECT_NE(kv.block_table("b", 0)[2], kv.block_table("a", 0)[2]);
+  // a prompt of exactly 8 tokens: only 4 from the cache (the last token must run for its logits)
+  EXPECT_EQ(kv.claim_prefix("c", seq(8), 1 << 20), 4);
+  EXPECT_EQ(kv.claim_prefix("d", seq(8), 3), 0);  // max_tokens below a block
+  EXPECT_EQ(kv.prefix_cache_queries(), 10 + 12 + 8 + 8);
+  EXPECT_EQ(kv.prefix_cache_hits(), 8 + 4);
+  // a request that is already known claims nothing
+  EXPECT_EQ(kv.claim_prefix("a", a, 1 << 20), 0);
+}
+
+TEST(PrefixCacheTest, FreedBlocksStayCachedUntilEvictedLeastRecentlyUsedFirst) {
+  KvCacheManager kv(make_config({{full(4), 5}}), true);  // 4 usable blocks
+  const auto a = seq(9);                                  // 3 blocks, 2 full
+  prefill(kv, "a", a);
+  kv.free("a");
+  EXPECT_EQ(kv.num_free_blocks(0), 4);   // cached blocks count as free
+  EXPECT_EQ(kv.num_cached_blocks(0), 2);
+  EXPECT_EQ(kv.claim_prefix("b", a, 1 << 20), 8);
+  EXPECT_EQ(kv.num_free_blocks(0), 2);
+  kv.free("b");
+  // a new unrelated request takes the uncached free blocks first, then evicts the LRU cached one
+  // (the chain's last block is evicted first)
+  ASSERT_TRUE(kv.allocate_slots("x", 0, 12).ok);
+  EXPECT_EQ(kv.num_cached_blocks(0), 1);
+  EXPECT_EQ(kv.claim_prefix("c", a, 1 << 20), 4);
+  kv.free("c");
+  kv.free("x");
+  EXPECT_EQ(kv.reset_prefix_cache(), 1);
+  EXPECT_EQ(kv.num_cached_blocks(0), 0);
+  EXPECT_EQ(kv.claim_prefix("d", a, 1 << 20), 0);
+  EXPECT_EQ(kv.num_free_blocks(0), 4);
+}
+
+TEST(PrefixCacheTest, UncommittedBlocksAreNeverCachedAndRollbackKeepsCachedOnesIntact) {
+  KvCacheManager kv(make_config({{full(4), 16}}), true);
+  const auto p = seq(5);
+  ASSERT_TRUE(kv.allocate_slots("a", 0, 5).ok);
+  kv.record_tokens("a", 0, p, 0);
+  // a verify step: last token + 6 draft tokens, committed = 5 (nothing past the prompt)
+  const std::vector<int32_t> draft = {6, 7, 8, 50, 51, 52};
+  ASSERT_TRUE(kv.allocate_slots("a", 5, 6).ok);
+  kv.record_tokens("a", 5, draft, 5);
+  EXPECT_EQ(kv.num_cached_blocks(0), 1);   // [0,4) only: [4,8) holds drafts
+  kv.truncate("a", 8);                      // 3 accepted
+  ASSERT_TRUE(kv.allocate_slots("a", 8, 1).ok);
+  kv.record_tokens("a", 8, std::vector<int32_t>{9}, 8);
+  EXPECT_EQ(kv.num_cached_blocks(0), 2);    // [4,8) = 5 6 7 8 now final
+  auto want = seq(12);
+  EXPECT_EQ(kv.claim_prefix("b", want, 1 << 20), 8);
+  // rolling "a" back inside a block "b" shares is refused; to the block's start it is fine
+  EXPECT_EQ(config_error_field([&] { kv.truncate("a", 6); }), "num_tokens");
+  kv.truncate("a", 4);
+  EXPECT_EQ(kv.block_table("a", 0).size(), 1u);
+  EXPECT_EQ(kv.num_cached_blocks(0), 2);    // b still holds [4,8)
+  // rolling back inside a cached block only this request holds takes it out of the cache
+  kv.free("b");
+  KvCacheManager solo(make_config({{full(4), 16}}), true);
+  prefill(solo, "s", seq(9));
+  EXPECT_EQ(solo.num_cached_blocks(0), 2);
+  solo.truncate("s", 6);
+  EXPECT_EQ(solo.num_cached_blocks(0), 1);
+  EXPECT_EQ(solo.claim_prefix("t", seq(12), 1 << 20), 4);
+}
+
+TEST(PrefixCacheTest, SlidingWindowGroupNeedsOnlyTheBlocksItsNextQuerySees) {
+  // group 0 full, group 1 sliding window 4 (block 4): a query at 16 sees [13, 16]
+  KvCacheManager kv(make_config({{full(4), 32}, {sliding(4, 4), 32}}), true);
+  const auto a = seq(17);
+  prefill(kv, "a", a);
+  // the sliding group freed its early blocks (null entries) but cached the ones it still had
+  EXPECT_EQ(kv.num_cached_blocks(0), 4);
+  EXPECT_EQ(kv.claim_prefix("b", a, 1 << 20), 16);
+  EXPECT_EQ(kv.num_freed_blocks("b", 1), 3);  // [0,12) not needed by a query at 16
+  EXPECT_EQ(kv.block_table("b", 1)[3], kv.block_table("a", 1)[3]);
+  EXPECT_EQ(kv.block_table("b", 1)[0], kNullBlockId);
+  ASSERT_TRUE(kv.allocate_slots("b", 16, 1).ok);
+  // with the window's last block evicted, only a shorter prefix is whole in both groups
+  kv.free("a");
+  kv.free("b");
+}
+
+TEST(PrefixCacheTest, OffWhenDisabledOrBlockSizesDiffer) {
+  KvCacheManager off(make_config({{full(4), 16}}), false);
+  EXPECT_FALSE(off.prefix_caching());
+  prefill(off, "a", seq(9));
+  EXPECT_EQ(off.claim_prefix("b", seq(9), 1 << 20), 0);
+  KvCacheManager mixed(make_config({{full(4), 16}, {full(8), 16}}), true);
+  EXPECT_FALSE(mixed.prefix_caching());
+}
+
+TEST(PrefixCacheTest, RequestWithUnknownTokensRegistersNothing) {
+  KvCacheManager kv(make_config({{full(4), 16}}), true);
+  ASSERT_TRUE(kv.allocate_slots("a", 0, 8).ok);  // written without record_tokens (a context)
+  ASSERT_TRUE(kv.allocate_slots("a", 8, 1).ok);
+  kv.record_tokens("a", 8, std::vector<int32_t>{1}, 8);
+  EXPECT_EQ(kv.num_cached_blocks(0), 0);
+}
+
+// Random requests over a small pool: shared prefixes, drafts, rollbacks, frees. Invariants: no
+// block is handed out twice while in use by two requests unless both hold the same cached prefix,
+// every block returns, and a claimed block always holds the tokens it was registered with.
+TEST(PrefixCacheTest, RandomOpsKeepContentsAndFreeEverything) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    KvCacheManager kv(make_config({{full(4), 24}, {sliding(4, 6), 24}}, 64), true);
+    // what each physical block of group 0 holds: position -> token (as a device would)
+    std::vector<std::vector<int32_t>> content(24, std::vector<int32_t>(4, -1));
+    std::map<std::string, std::vector<int32_t>> live;  // request -> its tokens in the cache
+    int next = 0;
+    for (int op = 0; op < 300; ++op) {
+      const int kind = static_cast<int>(rng() % 4);
+      if (kind == 0 || live.empty()) {  // a new request from one of 3 prompt families
+        const std::string id = "r" + std::to_string(next++);
+        const int family = static_cast<int>(rng() % 3);
+        std::vector<int32_t> prompt;
+        const int len = 2 + static_cast<int>(rng() % 20);
+        for (int i = 0; i < len; ++i) prompt.push_back(i < 10 ? family * 100 + i : static_cast<int32_t>(rng() % 5));
+        const int64_t hit = kv.claim_prefix(id, prompt, 63);
+        ASSERT_EQ(hit % 4, 0);
+        ASSERT_LT(hit, len);
+        const Table& t = hit ? kv.block_table(id, 0) : Table{};
+        for (int64_t pos = 0; pos < hit; ++pos) {  // what the cache hands out is what was written
+          ASSERT_EQ(content[t[pos / 4]][pos % 4], prompt[pos]) << "round " << round << " op " << op;
+        }
+        if (!kv.allocate_slots(id, hit, len - hit).ok) {
+          if (kv.has_request(id)) kv.free(id);
+          continue;
+        }
+        const Table& tt = kv.block_table(id, 0);
+        for (int64_t pos = hit; pos < len; ++pos) content[tt[pos / 4]][pos % 4] = prompt[pos];
+        kv.record_tokens(id, hit, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(hit)), hit);
+        live[id] = prompt;
+      } else if (kind == 1) {  // a verify step: 1 + k tokens, some accepted
+        auto it = live.begin();
+        std::advance(it, rng() % live.size());
+        auto& toks = it->second;
+        const int64_t c = static_cast<int64_t>(toks.size());
+        const int64_t k = 1 + rng() % 4;
+        if (c + k > 63) continue;
+        std::vector<int32_t> step;
+        for (int64_t i = 0; i < k; ++i) step.push_back(static_cast<int32_t>(rng() % 5));
+        if (!kv.allocate_slots(it->first, c, k).ok) continue;
+        const Table& tt = kv.block_table(it->first, 0);
+        for (int64_t i = 0; i < k; ++i) {
+          const int32_t b = tt[(c + i) / 4];
+          ASSERT_TRUE(kv.group(0).pool().ref_count(b) == 1 || !kv.group(0).pool().is_cached(b))
+              << "a step writes into a shared cached block";
+          content[b][(c + i) % 4] = step[i];
+        }
+        kv.record_tokens(it->first, c, step, c);
+        const int64_t accepted = rng() % (k + 1);
+        kv.truncate(it->first, c + accepted);
+        toks.insert(toks.end(), step.begin(), step.begin() + accepted);
+      } else {  // finish
+        auto it = live.begin();
+        std::advance(it, rng() % live.size());
+        kv.free(it->first);
+        live.erase(it);
+      }
+    }
+    EXPECT_GT(kv.prefix_cache_hits(), 0);
+    for (const auto& [id, _] : live) kv.free(id);
+    EXPECT_EQ(kv.num_free_blocks(0), 23);
+    EXPECT_EQ(kv.num_free_blocks(1), 23);
+    kv.reset_prefix_cache();
+    EXPECT_EQ(kv.num_cached_blocks(0), 0);
   }
 }
 

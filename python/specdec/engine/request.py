@@ -52,6 +52,7 @@ class Request:
     first_token_time: Optional[float] = None
     finished_time: Optional[float] = None
     num_preemptions: int = 0
+    num_cached_tokens: int = 0           # prompt tokens taken from the prefix cache (first admission)
 
     @property
     def prompt_token_ids(self) -> List[int]:
@@ -94,6 +95,7 @@ class Request:
             "num_prompt_tokens": self.sequence.num_prompt_tokens,
             "num_output_tokens": self.num_output_tokens,
             "num_preemptions": self.num_preemptions,
+            "num_cached_tokens": self.num_cached_tokens,
             "time_to_first_token": (self.first_token_time - start) if self.first_token_time else None,
             "e2e_seconds": end - self.arrival_time,
             # tokens after the first over the time after the first (decode speed)

@@ -81,8 +81,9 @@ class _Blocks:
 
 class Scheduler:
     def __init__(self, runner, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_num_logits: int) -> None:
+                 max_num_logits: int, enable_prefix_caching: bool = False) -> None:
         self.runner = runner
+        self.enable_prefix_caching = enable_prefix_caching
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_logits = max_num_logits
@@ -149,9 +150,18 @@ class Scheduler:
         for r in list(self.waiting):
             if budget <= 0 or num_seqs >= self.max_num_seqs or rows_left <= 0:
                 break
+            want_prompt_rows = r.prompt_logprobs is not None and not r.prompt_logprobs_done
+            if (self.enable_prefix_caching and r.num_computed_tokens == 0 and not want_prompt_rows
+                    and not self.runner.has_request(r.request_id)):
+                # automatic prefix caching: start after the cached blocks of this prefix (they
+                # are taken now, so the free counts change)
+                hit = self.runner.claim_prefix(r.request_id, r.sequence.token_ids, r.num_tokens - 1)
+                if hit:
+                    r.num_computed_tokens = hit
+                    r.num_cached_tokens = max(r.num_cached_tokens, hit)
+                    blocks.refresh()
             left = r.num_tokens - r.num_computed_tokens
             chunk = min(budget, left)
-            want_prompt_rows = r.prompt_logprobs is not None and not r.prompt_logprobs_done
             if want_prompt_rows:
                 chunk = min(chunk, rows_left)  # a logit row per prompt token
             chunk = blocks.largest_chunk(r, chunk)
