@@ -18,6 +18,19 @@ int64_t DrafterRequests::reconcile(const std::string& rid, const std::vector<int
   if (owns_ && !runner_.has_request(rid)) {  // new here: start from a cached prefix, if any
     const int64_t hit = runner_.claim_prefix(rid, context, max_keep);
     held.assign(context.begin(), context.begin() + hit);
+    // the claimed blocks may have come off the free list (cached, unused): this call's
+    // reservations count against what is free now
+    if (hit > 0 && !free_.empty()) {
+      free_ = runner_.num_free_blocks();
+      for (size_t g = 0; g < free_.size(); ++g) {
+        if (free_[g] < reserved_[g]) {  // they were reserved for others: compute it afresh
+          runner_.free(rid);
+          held.clear();
+          free_ = runner_.num_free_blocks();
+          return 0;
+        }
+      }
+    }
     return hit;
   }
   const int64_t cached = runner_.has_request(rid) ? runner_.num_cached_tokens(rid) : 0;

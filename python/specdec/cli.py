@@ -258,6 +258,66 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """Loads the model (interruptible), then serves it with uvicorn in the main thread, so Ctrl-C
+    and SIGTERM shut the server down gracefully."""
+    try:
+        import uvicorn  # noqa: F401 - checked before the model loads
+        from specdec.server.app import build_app
+    except ImportError as e:
+        raise ValueError(f"specdec serve needs fastapi, uvicorn and prometheus_client ({e}); "
+                         "install them with: pip install 'specdec[serve]' (or pip install '.[serve]')") from None
+    if args.api_key is not None:
+        check_text("--api-key", args.api_key, "a non-empty key", empty_ok=False)
+    api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
+                         "reaches this port can use the server\n")
+    box: dict = {}
+
+    def load(a: argparse.Namespace) -> int:
+        check_attention_backend(a.attention_backend, "--attention-backend")
+        if a.device is not None:
+            specdec.select_device(check_text("--device", a.device))
+        if a.kv_cache_memory != "auto":
+            parse_bytes(a.kv_cache_memory, "--kv-cache-memory")
+        from specdec.speculative import build_speculation
+        try:
+            build_speculation(a.speculative_config, load=False)
+        except ValueError as e:
+            raise ValueError(f"--speculative-config: {e}") from None
+        box["llm"] = specdec.LLM(
+            a.model, device=a.device, attention_backend=a.attention_backend,
+            max_model_len=a.max_model_len, kv_cache_memory_bytes=a.kv_cache_memory,
+            memory_utilization=a.memory_utilization, max_num_seqs=a.max_num_seqs,
+            max_num_batched_tokens=a.max_num_batched_tokens, progress=True,
+            speculative_config=a.speculative_config,
+            disable_hybrid_kv_cache_manager=a.disable_hybrid_kv_cache_manager,
+            enable_prefix_caching=not a.no_enable_prefix_caching)
+        return 0
+
+    _run_interruptible(load, args)
+    llm = box["llm"]
+    name = args.served_model_name or os.path.basename(args.model)
+    max_pending = args.max_pending or 4 * llm.max_num_seqs
+    from specdec.server import plan_text
+    sys.stderr.write(plan_text(llm, name, args.host, args.port, api_key, max_pending) + "\n")
+    sys.stderr.flush()
+    import uvicorn
+    app = build_app(llm, name, api_key, max_pending)
+
+    def after_shutdown(sig: int, _frame: object) -> None:
+        # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again
+        sys.stderr.write(f"specdec serve: shut down ({signal.Signals(sig).name})\n")
+        raise SystemExit(0 if sig == signal.SIGTERM else 130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, after_shutdown)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
 def _compare_plain(llm, ids, params, spec_out) -> None:
     """The same request decoded plainly on the same target runner; a side-by-side table."""
     from specdec.engine import EngineCore, LLMEngine
@@ -647,6 +707,39 @@ def build_parser() -> argparse.ArgumentParser:
                         "print a side-by-side table (tokens/s, acceptance, speedup)")
     p.set_defaults(func=_cmd_generate)
 
+    p = sub.add_parser("serve", help="an OpenAI-compatible server (completions, chat, streaming, "
+                       "/metrics) with speculative decoding")
+    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--speculative-config", default=None,
+                   help='JSON as for generate, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_int_in(0, 65535), default=8000, help="default 8000")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: SPECDEC_API_KEY, else none)")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model name clients send (default: the --model argument's file name)")
+    p.add_argument("--max-num-seqs", type=_int_in(1, 1 << 16), default=16,
+                   help="requests batched in one engine step (default 16)")
+    p.add_argument("--max-pending", type=_int_in(0, 1 << 20), default=0,
+                   help="requests in flight before new ones get 503 (default 4 x --max-num-seqs)")
+    p.add_argument("--max-num-batched-tokens", type=_int_in(1, 1 << 20), default=512,
+                   help="tokens of one engine step (default 512)")
+    p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=0,
+                   help="tokens per request (default 0: the model's context, lowered to fit memory)")
+    p.add_argument("--kv-cache-memory", default="auto",
+                   help="KV-cache bytes for target and drafter, e.g. 2GiB (default auto: sized from "
+                        "--max-num-seqs requests of --max-model-len, capped by memory)")
+    p.add_argument("--memory-utilization", type=_float_in("a fraction in (0, 1]", lambda v: 0 < v <= 1),
+                   default=None, help="share of device memory the KV cache may take (default 0.5 on a CPU)")
+    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
+    p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
+                   help="one KV-cache group managed as full attention (vLLM's switch)")
+    p.add_argument("--no-enable-prefix-caching", action="store_true",
+                   help="turn automatic prefix caching off (on by default)")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    p.set_defaults(func=_cmd_serve, main_thread=True)
+
     p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "
                                            "vocabulary (speculative_config.draft_vocab_file)")
     p.add_argument("model", help="the drafter (GGUF path or catalog name): its tokenizer counts")
@@ -771,6 +864,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _fail(f"--{name.replace('_', '-')} = {value!r}: {unicode_problem(value)}; "
                          "arguments must be valid UTF-8")
     try:
+        if getattr(args, "main_thread", False):  # serve: uvicorn handles Ctrl-C and SIGTERM
+            return args.func(args)
         return _run_interruptible(args.func, args)
     except BrokenPipeError:  # output piped into head & co.
         sys.stdout = open(os.devnull, "w")

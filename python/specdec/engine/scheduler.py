@@ -56,6 +56,10 @@ class _Blocks:
         """After a preemption gave blocks back."""
         self.free = self.runner.num_free_blocks()
 
+    def overdrawn(self) -> bool:
+        """More reserved than free (a prefix claim took cached free blocks the step counted on)."""
+        return any(used > f for used, f in zip(self.reserved, self.free))
+
     def _need(self, r: Request, n: int) -> List[int]:
         return self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, n)
 
@@ -157,9 +161,13 @@ class Scheduler:
                 # are taken now, so the free counts change)
                 hit = self.runner.claim_prefix(r.request_id, r.sequence.token_ids, r.num_tokens - 1)
                 if hit:
+                    blocks.refresh()
+                    if blocks.overdrawn():  # those blocks were counted for this step: later
+                        self.runner.free(r.request_id)
+                        blocks.refresh()
+                        break
                     r.num_computed_tokens = hit
                     r.num_cached_tokens = max(r.num_cached_tokens, hit)
-                    blocks.refresh()
             left = r.num_tokens - r.num_computed_tokens
             chunk = min(budget, left)
             if want_prompt_rows:

@@ -1,0 +1,428 @@
+"""The OpenAI-compatible HTTP server (FastAPI + uvicorn) over one ``specdec.LLM``.
+
+One engine loop serves every client: a background thread steps the ``LLMEngine`` whenever a
+request is in it, so requests from concurrent clients share each batched forward (prefills,
+decodes and speculative verifications together). Each HTTP request adds one engine request per
+choice (``n``) and awaits their outputs, which the loop hands to the event loop thread-safely.
+A client that disconnects aborts its requests at once (their KV blocks go back to the pool);
+when ``max_pending`` requests are already in flight a new one gets a 503.
+
+Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
+(streaming as server-sent events ending with ``data: [DONE]``, or whole), ``GET /health``,
+``GET /metrics`` (Prometheus text). Errors are OpenAI's JSON:
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+
+from fastapi import FastAPI, Request as HttpRequest
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from specdec.server import protocol
+from specdec.server.metrics import ServerMetrics
+from specdec.server.protocol import ApiError
+
+log = logging.getLogger("specdec.server")
+
+
+class _AsyncSink:
+    """The engine's output queue for one HTTP request: put() from the engine thread, get() in the
+    event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: "asyncio.Queue[Any]" = asyncio.Queue()
+
+    def put(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (shutdown): nobody is waiting
+            pass
+
+    def empty(self) -> bool:
+        return self.queue.empty()
+
+
+class EngineLoop:
+    """Steps the engine in a thread of its own while requests are in it."""
+
+    def __init__(self, llm: Any) -> None:
+        self.engine = llm.engine
+        self._stop = False
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, name="specdec-engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        with self.engine._cond:
+            self.engine._cond.notify_all()
+        self.thread.join(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stop:
+            if engine.has_unfinished_requests():
+                try:
+                    engine.step()
+                except Exception as e:  # noqa: BLE001 - its requests got the error; keep serving
+                    log.error("engine step failed (its requests were ended with the error): %s", e)
+                continue
+            with engine._cond:
+                engine._cond.wait_for(lambda: self._stop or engine.has_unfinished_requests(), timeout=1.0)
+
+
+class Server:
+    def __init__(self, llm: Any, model_name: str, api_key: Optional[str] = None,
+                 max_pending: Optional[int] = None) -> None:
+        self.llm = llm
+        self.model_name = model_name
+        self.api_key = api_key or None
+        self.max_pending = max_pending or 4 * llm.max_num_seqs
+        self.pending = 0  # engine requests in flight (event-loop thread only)
+        self.created = int(time.time())
+        self.metrics = ServerMetrics(llm, model_name)
+        self.loop = EngineLoop(llm)
+
+    # ---- helpers ----
+    def _check_model(self, body: Dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is None:
+            raise ApiError(400, f"model: required; this server serves {self.model_name!r}", "model",
+                           "missing_required_parameter")
+        if model != self.model_name:
+            raise ApiError(404, f"The model {model!r} does not exist; this server serves "
+                           f"{self.model_name!r} (GET /v1/models)", "model", "model_not_found",
+                           "invalid_request_error")
+
+    def _reserve(self, n: int) -> None:
+        if self.pending + n > self.max_pending:
+            raise ApiError(503, f"the server is at capacity: {self.pending} requests in flight, the "
+                           f"limit is {self.max_pending} (--max-pending); retry later", None,
+                           "server_busy", "server_overloaded")
+        self.pending += n
+
+    def _submit(self, prompts: List[Any], params: Any, n: int, sink: _AsyncSink,
+                field: str) -> List[Tuple[int, Any]]:
+        """Builds (choice index, engine Request) for every prompt x n and adds them to the engine."""
+        llm = self.llm
+        reqs = []
+        for i, p in enumerate(prompts):
+            for j in range(n):
+                sp = params
+                if n > 1 and params.seed is not None:  # each choice its own stream of draws
+                    sp = _with_seed(params, (params.seed + j) % 2**64)
+                where = f"{field}[{i}]" if len(prompts) > 1 else field
+                try:
+                    r = llm._make_request(p, sp, where, False, stream=True)
+                except ValueError as e:
+                    msg = str(e)
+                    code = "context_length_exceeded" if "max_model_len" in msg else "invalid_value"
+                    raise ApiError(400, msg, where, code) from None
+                reqs.append((i * n + j, r))
+        self._reserve(len(reqs))
+        for _, r in reqs:
+            llm.engine.add_request(r, sink)
+        return reqs
+
+    def _abort(self, reqs: List[Tuple[int, Any]], done: set) -> None:
+        left = [r for _, r in reqs if r.request_id not in done]
+        if not left:
+            return
+        engine = self.llm.engine
+
+        def abort() -> None:
+            for r in left:
+                engine.abort_request(r.request_id)
+                # as the engine ended it: 'abort', or its own reason when it finished first
+                self.metrics.finished(len(r.prompt_token_ids), r.num_output_tokens,
+                                      r.finish_reason or "abort", time.monotonic() - r.arrival_time)
+        # abort waits for a running step to end: not in the event loop
+        asyncio.get_running_loop().run_in_executor(None, abort)
+
+    def _spec_metrics(self, m: Dict[str, Any]) -> Dict[str, Any]:
+        keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+                "acceptance_rate", "mean_acceptance_length", "num_cached_tokens", "num_preemptions")
+        # NaN (no drafts yet) is not JSON: null
+        return {k: (None if isinstance(m[k], float) and m[k] != m[k] else m[k]) for k in keys if k in m}
+
+    async def _outputs(self, http: HttpRequest, reqs: List[Tuple[int, Any]],
+                       sink: _AsyncSink) -> AsyncIterator[Tuple[int, Any, Any]]:
+        """(choice index, Request, StreamOutput) as they come; aborts what is left when the client
+        goes away or the consumer stops early."""
+        index = {r.request_id: (i, r) for i, r in reqs}
+        done: set = set()
+        last_time: Dict[str, float] = {}
+        try:
+            while len(done) < len(reqs):
+                try:
+                    item = await asyncio.wait_for(sink.queue.get(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if await http.is_disconnected():
+                        log.info("client disconnected: aborting %d requests", len(reqs) - len(done))
+                        return
+                    continue
+                error = getattr(item, "error", None)
+                if error is not None:
+                    raise ApiError(500, f"the engine failed on this request: {error}", None,
+                                   "engine_error", "server_error")
+                i, r = index[item.request_id]
+                now = time.monotonic()
+                if item.new_token_ids:
+                    prev = last_time.get(item.request_id)
+                    if prev is None:
+                        self.metrics.first_token(now - r.arrival_time)
+                    else:
+                        self.metrics.token_gap(now - prev, len(item.new_token_ids))
+                    last_time[item.request_id] = now
+                if item.finished:
+                    done.add(item.request_id)
+                    self.pending -= 1
+                    out = item.output
+                    if out is not None:
+                        self.metrics.finished(len(out.prompt_token_ids), len(out.outputs[0].token_ids),
+                                              out.outputs[0].finish_reason or "abort",
+                                              now - r.arrival_time)
+                yield i, r, item
+        finally:
+            left = [x for x in reqs if x[1].request_id not in done]
+            self.pending -= len(left)
+            self._abort(reqs, done)
+
+    # ---- endpoints ----
+    async def completions(self, http: HttpRequest, body: Dict[str, Any], chat: bool) -> Response:
+        fields = protocol.CHAT_FIELDS if chat else protocol.COMPLETION_FIELDS
+        protocol.check_fields(body, fields, "/v1/chat/completions" if chat else "/v1/completions")
+        self._check_model(body)
+        llm = self.llm
+        s = protocol.sampling(body, chat, llm.runner.max_model_len)
+        if chat:
+            msgs = protocol.messages(body)
+            add_gen = body.get("add_generation_prompt", True)
+            if not isinstance(add_gen, bool):
+                raise protocol.bad("add_generation_prompt", add_gen, "true or false")
+            try:
+                ids = llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True)
+                text = llm.tokenizer.apply_chat_template(msgs, add_gen)
+            except Exception as e:  # noqa: BLE001 - no template, or one specdec cannot render
+                raise ApiError(400, f"messages: {e}", "messages", "chat_template_error") from None
+            prompts = [{"prompt": text, "prompt_token_ids": ids}]
+        else:
+            prompts = protocol.prompts(body, llm.config.vocab_size)
+        sink = _AsyncSink(asyncio.get_running_loop())
+        reqs = self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt")
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        if s.stream:
+            gen = self._stream(http, reqs, sink, rid, created, chat, s)
+            return StreamingResponse(gen, media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await self._whole(http, reqs, sink, rid, created, chat, s)
+
+    def _usage(self, reqs: List[Tuple[int, Any]], n: int) -> Dict[str, Any]:
+        prompt = sum(len(r.prompt_token_ids) for i, r in reqs if i % n == 0)
+        cached = sum(r.num_cached_tokens for i, r in reqs if i % n == 0)
+        completion = sum(r.num_output_tokens for _, r in reqs)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def _piece(self, tid: int) -> str:
+        return self.llm.tokenizer.decode([tid], special=True, continuation=True)
+
+    def _logprobs(self, r: Any, start: int, ids: List[int], chat: bool, top: int,
+                  offsets: Dict[str, int]) -> Optional[Dict[str, Any]]:
+        if r.logprobs is None:
+            return None
+        entries = r.logprobs[start:start + len(ids)]
+        if chat:
+            return protocol.chat_logprobs(entries, ids, self._piece, top)
+        obj, offsets[r.request_id] = protocol.completion_logprobs(entries, ids, self._piece,
+                                                                  offsets.get(r.request_id, 0))
+        return obj
+
+    async def _whole(self, http, reqs, sink, rid, created, chat, s) -> Response:
+        outs: Dict[int, Any] = {}
+        outputs = self._outputs(http, reqs, sink)
+        try:
+            async for i, r, item in outputs:
+                if item.finished:
+                    outs[i] = (r, item.output)
+        finally:
+            await outputs.aclose()
+        if len(outs) < len(reqs):  # the client went away
+            return Response(status_code=499)
+        choices = []
+        top = s.params.logprobs or 0
+        for i in sorted(outs):
+            r, out = outs[i]
+            comp = out.outputs[0]
+            lp = self._logprobs(r, 0, list(comp.token_ids), chat, top, {})
+            c: Dict[str, Any] = {"index": i, "finish_reason": comp.finish_reason, "logprobs": lp}
+            if chat:
+                c["message"] = {"role": "assistant", "content": comp.text}
+            else:
+                c["text"] = comp.text
+            c["stop_reason"] = comp.stop_reason
+            c["spec_decode"] = self._spec_metrics(out.metrics)
+            choices.append(c)
+        return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
+                             "created": created, "model": self.model_name, "choices": choices,
+                             "usage": self._usage(reqs, s.n)})
+
+    async def _stream(self, http, reqs, sink, rid, created, chat, s) -> AsyncIterator[str]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        top = s.params.logprobs or 0
+        sent: Dict[str, int] = {}       # tokens whose logprobs went out, per request
+        offsets: Dict[str, int] = {}
+
+        def chunk(choices: List[Dict[str, Any]], usage: Optional[Dict[str, Any]] = None) -> str:
+            d: Dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": self.model_name,
+                                 "choices": choices}
+            if usage is not None:
+                d["usage"] = usage
+            return f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
+
+        try:
+            if chat:  # the role first, as OpenAI sends it
+                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None} for i, _ in reqs])
+            outputs = self._outputs(http, reqs, sink)
+            try:
+                async for i, r, item in outputs:
+                    if not item.new_text and not item.finished and not (r.logprobs and item.new_token_ids):
+                        continue
+                    ids = list(item.new_token_ids)
+                    start = sent.get(r.request_id, 0)
+                    sent[r.request_id] = start + len(ids)
+                    c: Dict[str, Any] = {"index": i, "logprobs": self._logprobs(r, start, ids, chat, top, offsets),
+                                         "finish_reason": r.finish_reason if item.finished else None}
+                    if chat:
+                        c["delta"] = {"content": item.new_text} if item.new_text or not item.finished else {}
+                    else:
+                        c["text"] = item.new_text
+                    if item.finished:
+                        c["stop_reason"] = r.stop_reason
+                        if item.output is not None:
+                            c["spec_decode"] = self._spec_metrics(item.output.metrics)
+                    yield chunk([c])
+            finally:
+                await outputs.aclose()  # aborts what is left (a disconnect)
+            if s.include_usage:
+                yield chunk([], self._usage(reqs, s.n))
+            yield "data: [DONE]\n\n"
+        except ApiError as e:
+            yield f"data: {json.dumps(e.body())}\n\n"
+            yield "data: [DONE]\n\n"
+
+
+def _with_seed(params: Any, seed: int) -> Any:
+    import dataclasses
+    return dataclasses.replace(params, seed=seed)
+
+
+def _error(e: ApiError) -> JSONResponse:
+    headers = {"Retry-After": "1"} if e.status == 503 else None
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
+              max_pending: Optional[int] = None) -> FastAPI:
+    """The FastAPI app serving ``llm`` as ``model_name``. Starts its engine loop at startup."""
+    from contextlib import asynccontextmanager
+
+    server = Server(llm, model_name, api_key, max_pending)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        server.loop.start()
+        try:
+            yield
+        finally:
+            server.loop.stop()
+
+    app = FastAPI(title="specdec", lifespan=lifespan)
+    app.state.server = server
+
+    @app.middleware("http")
+    async def auth(request: HttpRequest, call_next):
+        if server.api_key and request.url.path.startswith("/v1"):
+            header = request.headers.get("authorization", "")
+            token = header[7:] if header.lower().startswith("bearer ") else ""
+            if not hmac.compare_digest(token.encode(), server.api_key.encode()):
+                return _error(ApiError(401, "Incorrect or missing API key: send the header "
+                                       "'Authorization: Bearer <key>' with the key given to --api-key",
+                                       None, "invalid_api_key"))
+        return await call_next(request)
+
+    async def read_json(request: HttpRequest) -> Dict[str, Any]:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+        return body
+
+    async def run(request: HttpRequest, chat: bool) -> Response:
+        try:
+            body = await read_json(request)
+            return await server.completions(request, body, chat)
+        except ApiError as e:
+            return _error(e)
+        except Exception as e:  # noqa: BLE001 - a bug: say so in OpenAI's shape, keep serving
+            log.exception("internal error on %s", request.url.path)
+            return _error(ApiError(500, f"internal error: {type(e).__name__}: {e}", None,
+                                   "internal_error", "server_error"))
+
+    @app.post("/v1/completions")
+    async def completions(request: HttpRequest) -> Response:
+        return await run(request, False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: HttpRequest) -> Response:
+        return await run(request, True)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": server.created, "owned_by": "specdec",
+            "root": llm.model_path, "max_model_len": llm.runner.max_model_len}]})
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not server.loop.alive:
+            return _error(ApiError(503, "the engine loop has stopped", None, "engine_dead", "server_error"))
+        return PlainTextResponse("")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, server.metrics.registry)
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(404)
+    async def not_found(request: HttpRequest, exc: Exception) -> Response:
+        return _error(ApiError(404, f"no route {request.method} {request.url.path}; this server has "
+                               "/v1/models, /v1/completions, /v1/chat/completions, /health and /metrics",
+                               None, "not_found"))
+
+    @app.exception_handler(405)
+    async def not_allowed(request: HttpRequest, exc: Exception) -> Response:
+        return _error(ApiError(405, f"{request.method} is not allowed on {request.url.path}", None,
+                               "method_not_allowed"))
+
+    return app

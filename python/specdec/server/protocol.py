@@ -1,0 +1,264 @@
+"""The OpenAI request fields specdec reads, checked one by one: a bad or unsupported field is an
+``ApiError`` naming it (HTTP 400 with OpenAI's error JSON), never silently ignored.
+
+Sampling fields as OpenAI and vLLM name them: ``temperature``, ``top_p``, ``max_tokens`` /
+``max_completion_tokens``, ``stop``, ``seed``, ``logprobs`` / ``top_logprobs``, ``n``, and vLLM's
+``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``. Fields that do
+nothing to the output (``user``, ``stream_options`` without streaming) are accepted; fields that
+would change it and that specdec does not implement (penalties, ``logit_bias``, ``tools``,
+``response_format``, ``echo``, ``best_of`` ...) are refused unless they carry their neutral value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from specdec._checks import show
+from specdec.outputs import SamplingParams
+
+# fields whose neutral value changes nothing: accepted only with that value
+_NEUTRAL = {
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},),
+    "best_of": (1,),
+    "echo": (False,),
+    "suffix": ("",),
+    "parallel_tool_calls": (True, False),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "functions": ([],),
+    "response_format": ({"type": "text"},),
+    "service_level": ("auto", "default"),
+    "service_tier": ("auto", "default"),
+    "store": (False,),
+    "prompt_logprobs": (0,),
+}
+_COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "max_tokens",
+           "stop", "seed", "n", "ignore_eos", "stop_token_ids", "skip_special_tokens", "user",
+           "metadata", "request_id"}
+COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
+CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
+                         "add_generation_prompt"}
+
+
+class ApiError(Exception):
+    """An OpenAI-style error: HTTP status, message, type, param, code."""
+
+    def __init__(self, status: int, message: str, param: Optional[str] = None,
+                 code: Optional[str] = None, type_: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type_
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+def bad(param: str, value: Any, allowed: str, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, f"{param} = {show(value)}: {allowed}", param, code)
+
+
+def _int(body: Mapping, name: str, lo: int, hi: Optional[int], allowed: str) -> Optional[int]:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        raise bad(name, v, allowed)
+    return v
+
+
+def _num(body: Mapping, name: str, ok, allowed: str) -> Optional[float]:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+        raise bad(name, v, allowed)
+    return float(v)
+
+
+def _bool(body: Mapping, name: str) -> Optional[bool]:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise bad(name, v, "true or false")
+    return v
+
+
+def check_fields(body: Any, allowed: set, what: str) -> Dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object ({what}), not "
+                       f"{type(body).__name__}", None, "invalid_json")
+    for name, value in body.items():
+        if name in allowed:
+            continue
+        if name in _NEUTRAL:
+            if value is None or any(value == n and type(value) is type(n) for n in _NEUTRAL[name]):
+                continue
+            raise ApiError(400, f"{name} = {show(value)}: not supported by specdec (only its neutral "
+                           f"value {show(_NEUTRAL[name][0])} or leaving it out is allowed)",
+                           name, "unsupported_parameter")
+        raise ApiError(400, f"{name}: unknown or unsupported field for {what}; allowed fields: "
+                       f"{', '.join(sorted(allowed))}", name, "unsupported_parameter")
+    return body
+
+
+@dataclass
+class Sampling:
+    params: SamplingParams
+    n: int
+    stream: bool
+    include_usage: bool
+
+
+def sampling(body: Mapping, chat: bool, max_model_len: int) -> Sampling:
+    """SamplingParams and n / stream from an OpenAI body (fields already known to be allowed)."""
+    temperature = _num(body, "temperature", lambda v: 0 <= v <= 2, "a number in [0, 2]")
+    top_p = _num(body, "top_p", lambda v: 0 < v <= 1, "a number in (0, 1]")
+    min_p = _num(body, "min_p", lambda v: 0 <= v <= 1, "a number in [0, 1]")
+    top_k = _int(body, "top_k", -1, 2**31 - 1, "-1 or 0 (all tokens) or a positive integer")
+    n = _int(body, "n", 1, 16, "an integer in [1, 16]") or 1
+    seed = _int(body, "seed", -(2**63), 2**64 - 1, "an integer")
+    if seed is not None and seed < 0:
+        seed += 2**64  # OpenAI's seeds are signed 64-bit
+    names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
+    max_tokens, which = None, names[-1]
+    for name in names:
+        v = _int(body, name, 1, None, "null or an integer >= 1")
+        if v is not None and max_tokens is None:
+            max_tokens, which = v, name
+    if max_tokens is None:
+        max_tokens = None if chat else 16  # chat: up to the context (vLLM); completions: OpenAI's 16
+    if max_tokens is not None and max_tokens >= max_model_len:
+        raise bad(which, max_tokens, f"at most {max_model_len - 1} (max_model_len {max_model_len} "
+                  "holds the prompt and the output)", "context_length_exceeded")
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if (not isinstance(stop, list) or len(stop) > 16
+                or not all(isinstance(s, str) and s for s in stop)):
+            raise bad("stop", body.get("stop"), "null, a non-empty string or a list of up to 16 of them")
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is not None and (not isinstance(stop_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids)):
+        raise bad("stop_token_ids", stop_ids, "null or a list of token ids (integers >= 0)")
+    logprobs = None
+    if chat:
+        want = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", 0, 20, "null or an integer in [0, 20]")
+        if top is not None and not want:
+            raise bad("top_logprobs", top, "only with logprobs = true")
+        logprobs = (top or 0) if want else None
+    else:
+        logprobs = _int(body, "logprobs", 0, 20, "null or an integer in [0, 20]")
+    stream = _bool(body, "stream") or False
+    opts = body.get("stream_options")
+    include_usage = False
+    if opts is not None:
+        if not isinstance(opts, dict) or set(opts) - {"include_usage", "continuous_usage_stats"}:
+            raise bad("stream_options", opts, '{"include_usage": true|false}')
+        if not stream:
+            raise bad("stream_options", opts, "only with stream = true")
+        include_usage = _bool(opts, "include_usage") or False
+    ignore_eos = _bool(body, "ignore_eos") or False
+    skip_special = _bool(body, "skip_special_tokens")
+    try:
+        params = SamplingParams(
+            temperature=1.0 if temperature is None else temperature,
+            top_p=1.0 if top_p is None else top_p, top_k=top_k or 0,
+            min_p=min_p or 0.0, seed=seed, max_tokens=max_tokens, stop=stop,
+            stop_token_ids=stop_ids, ignore_eos=ignore_eos, logprobs=logprobs,
+            skip_special_tokens=True if skip_special is None else skip_special)
+    except ValueError as e:  # SamplingParams.<field> = ...: name the request's field
+        msg = str(e)
+        field = msg.split(" ", 1)[0].replace("SamplingParams.", "").split("[")[0]
+        raise ApiError(400, msg.replace("SamplingParams.", ""), field, "invalid_value") from None
+    return Sampling(params, n, stream, include_usage)
+
+
+def prompts(body: Mapping, vocab_size: int) -> List[Any]:
+    """The prompts of a completions request: a string, a list of strings, a list of token ids or
+    a list of such lists (each becomes n choices)."""
+    p = body.get("prompt")
+    allowed = "a string, a list of strings, a list of token ids, or a list of token-id lists"
+    if isinstance(p, str):
+        return [p]
+    if not isinstance(p, list) or not p:
+        raise bad("prompt", p, allowed)
+
+    def ids(x: Any, where: str) -> Dict[str, List[int]]:
+        if not x or not all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+            raise bad(where, x, allowed)
+        badid = [t for t in x if not 0 <= t < vocab_size]
+        if badid:
+            raise bad(where, badid[0], f"token ids in [0, {vocab_size})")
+        return {"prompt_token_ids": list(x)}
+
+    if all(isinstance(x, str) for x in p):
+        return list(p)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+        return [ids(p, "prompt")]
+    if all(isinstance(x, list) for x in p):
+        return [ids(x, f"prompt[{i}]") for i, x in enumerate(p)]
+    raise bad("prompt", p, allowed)
+
+
+def messages(body: Mapping) -> List[Dict[str, str]]:
+    """Chat messages as {"role", "content"} with text content (OpenAI's text parts joined)."""
+    ms = body.get("messages")
+    if not isinstance(ms, list) or not ms:
+        raise bad("messages", ms, 'a non-empty list of {"role": ..., "content": ...} objects')
+    out = []
+    for i, m in enumerate(ms):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad(f"messages[{i}]", m, 'an object with a string "role" and "content"')
+        extra = set(m) - {"role", "content", "name"}
+        if extra:
+            raise bad(f"messages[{i}].{sorted(extra)[0]}", m[sorted(extra)[0]],
+                      "not supported by specdec (role, content and name are)", "unsupported_parameter")
+        c = m.get("content")
+        if isinstance(c, list):  # [{"type": "text", "text": ...}, ...]
+            texts = []
+            for j, part in enumerate(c):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise bad(f"messages[{i}].content[{j}]", part,
+                              'a {"type": "text", "text": ...} part (specdec reads text only)',
+                              "unsupported_parameter")
+                texts.append(part["text"])
+            c = "".join(texts)
+        if not isinstance(c, str):
+            raise bad(f"messages[{i}].content", c, "a string or a list of text parts")
+        out.append({"role": m["role"], "content": c})
+    return out
+
+
+def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece,
+                        offset: int) -> Tuple[Dict[str, Any], int]:
+    """The legacy completions ``logprobs`` object for these tokens (and the next text offset)."""
+    tokens, lps, tops, offsets = [], [], [], []
+    for tid, pos in zip(token_ids, entries):
+        text = piece(tid)
+        tokens.append(text)
+        lps.append(pos[tid].logprob)
+        tops.append({piece(t): lp.logprob for t, lp in pos.items()})  # the top n and the token
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}, offset
+
+
+def chat_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece, top_n: int) -> Dict[str, Any]:
+    """The chat ``logprobs`` object: ``content`` with each token, its logprob and top alternatives."""
+    content = []
+    for tid, pos in zip(token_ids, entries):
+        text = piece(tid)
+        ranked = sorted(((lp.rank, t, lp) for t, lp in pos.items() if lp.rank is not None and lp.rank <= top_n),
+                        key=lambda x: x[0])
+        content.append({"token": text, "logprob": pos[tid].logprob, "bytes": list(text.encode("utf-8")),
+                        "top_logprobs": [{"token": piece(t), "logprob": lp.logprob,
+                                          "bytes": list(piece(t).encode("utf-8"))} for _, t, lp in ranked]})
+    return {"content": content}
