@@ -327,6 +327,12 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
     }
     return;
   }
+  // prefix caching: the rows before these are the target's committed context
+  for (const ContextRows* r : kept) {
+    if (static_cast<int64_t>(r->tokens.size()) == r->num_rows) {
+      manager_->record_tokens(r->request_id, r->first_position, r->tokens, r->first_position);
+    }
+  }
   const int64_t t = plan.num_tokens;
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
   // the context: hidden_norm(fc(concatenated hidden states)), the same input for every layer
@@ -450,7 +456,7 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
     int64_t row = 0;
     for (const auto& r : requests) {
       const auto n = static_cast<int64_t>(r.tokens.size());
-      rows.push_back({r.request_id, r.num_computed_tokens, n, row});
+      rows.push_back({r.request_id, r.num_computed_tokens, n, row, r.tokens});
       row += n;
     }
   }

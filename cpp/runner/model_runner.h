@@ -166,6 +166,9 @@ class ModelRunner {
     int64_t first_position = 0;
     int64_t num_rows = 0;
     int64_t first_row = 0;
+    // the rows' token ids (num_rows of them; empty: unknown): the drafter's prefix cache keys
+    // its context blocks by them
+    std::vector<int32_t> tokens;
   };
   // (requests, hidden [rows, n * hidden_size] on the device, rows)
   using HiddenSink = std::function<void(const std::vector<ContextRows>&, const ocl::Buffer&, int64_t)>;

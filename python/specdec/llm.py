@@ -108,8 +108,8 @@ class LLM:
     generated) stay cached under their prefix after a request ends, in every KV-cache group of the
     target and of a draft model, and a later request with the same prefix starts after them
     (``llm.prefix_cache_stats()``: hit rate and prefill tokens saved). Outputs are identical with
-    and without it. Off for a DFlash drafter (it needs the target's hidden states at every
-    position).
+    and without it. A DFlash drafter's context (the target's hidden states) is cached by the same
+    prefixes, and a request starts after a prefix only as far as both caches hold it.
     """
 
     def __init__(self, model: str, device: Optional[str] = None,
@@ -149,12 +149,7 @@ class LLM:
         check_bool("enable_prefix_caching", enable_prefix_caching)
         self.disable_hybrid_kv_cache_manager = disable_hybrid_kv_cache_manager
         speculation = build_speculation(speculative_config)  # the config alone: checked now
-        # a DFlash drafter's context is the target's hidden states at every position: the target
-        # computes them all (prefix caching off for this LLM, said once)
-        self.enable_prefix_caching = enable_prefix_caching and not speculation.uses_target_hidden_states()
-        if enable_prefix_caching and not self.enable_prefix_caching:
-            log.warning("enable_prefix_caching: off with a DFlash drafter (its context is the target's "
-                        "hidden states at every position, which a cached prefix does not recompute)")
+        self.enable_prefix_caching = enable_prefix_caching
         self._local = threading.local()
         self.context = _core.Context(device or "")  # a bad device fails before any download
         self.model_path = resolve_model(os.fspath(model), progress=progress)
@@ -210,7 +205,10 @@ class LLM:
             speculation.config.disable_by_batch_size if speculation.config is not None else 0,
             max_num_seqs, max_num_batched_tokens, self.max_num_logits,
             adaptive=speculation.config is not None and speculation.config.adaptive,
-            enable_prefix_caching=self.enable_prefix_caching))
+            enable_prefix_caching=self.enable_prefix_caching,
+            # a DFlash drafter's context comes from the target's steps: its cache must hold any
+            # prefix the target takes from its own
+            prefix_followers=[self.drafter] if speculation.context_follows_target() else []))
 
     def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
                        kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,

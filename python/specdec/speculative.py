@@ -134,7 +134,7 @@ class Speculation:
                                      block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
                                      max_num_logits, progress, ids,
                                      disable_hybrid_kv_cache_manager=c.disable_hybrid_kv_cache_manager,
-                                     enable_prefix_caching=enable_prefix_caching and c.method != "dflash")
+                                     enable_prefix_caching=enable_prefix_caching)
         except ValueError as e:
             raise ValueError(f"speculative_config: the drafter {c.model!r} with a KV-cache budget of "
                              f"{kv_bytes} bytes (its share of kv_cache_memory_bytes; see "
@@ -150,14 +150,12 @@ class Speculation:
         ranking = read_ranking(c.draft_vocab_file, tok.vocab_size) if c.draft_vocab_file else None
         return draft_vocab_ids(c.draft_vocab_size, vocab, list(tok.eog_token_ids), ranking)
 
-    def uses_target_hidden_states(self) -> bool:
-        """Whether a part of the drafter reads the target's hidden states (DFlash): then the
-        target must compute every position itself, so its prefix cache stays off."""
+    def context_follows_target(self) -> bool:
+        """Whether the drafter's cache holds the target's hidden states (DFlash) rather than its
+        own computation: then a prefix the target takes from its cache must be in the drafter's
+        cache too (the scheduler claims both, for the same length)."""
         c = self.config
-        if c is None:
-            return False
-        parts = c.proposers if c.method == "hybrid" else [c]
-        return any(part.method == "dflash" for part in parts)
+        return c is not None and c.drafter_config().method == "dflash"
 
     def make_proposer(self, target, drafter) -> Any:
         c = self.config

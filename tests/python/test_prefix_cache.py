@@ -115,3 +115,31 @@ def test_sliding_and_chunked_groups_identical(tmp_path, arch):
 def test_argument_checked():
     with pytest.raises(ValueError, match="enable_prefix_caching"):
         specdec.LLM(STORIES, progress=False, enable_prefix_caching="yes")
+
+
+def test_dflash_context_is_cached_with_the_target_prefix():
+    """A DFlash drafter's context is the target's hidden states: a prefix the target takes from
+    its cache must be in the drafter's cache too, or the request would draft nothing."""
+    from pathlib import Path
+    drafter = str(Path(__file__).resolve().parents[2] / "data" / "dflash-stories260k")
+    spec = {"method": "dflash", "model": drafter, "num_speculative_tokens": 5}
+    off = _run(STORIES, PROMPTS, GREEDY, enable_prefix_caching=False, speculative_config=spec, block_size=4)
+    on = _run(STORIES, PROMPTS, GREEDY, enable_prefix_caching=True, speculative_config=spec, block_size=4)
+    assert on[:3] == off[:3]
+    stats = on[3].prefix_cache_stats()
+    assert stats["hits"] > 0 and stats["drafter"]["hits"] > 0
+    _all_free(on[3])
+    # requests that start after a cached prefix draft exactly as they do without the cache (the
+    # drafter's cached context is what it would have computed)
+    seq = PROMPTS + ["Once upon a time there was a little girl", "Once upon a time there was a little boy"]
+    got = {}
+    for pc in (False, True):
+        llm = specdec.LLM(STORIES, progress=False, enable_prefix_caching=pc, speculative_config=spec, block_size=4)
+        got[pc] = [llm.generate(p, GREEDY)[0] for p in seq]
+    for a, b in zip(got[False], got[True]):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        assert (a.metrics["num_drafts"], a.metrics["num_accepted_tokens"]) == \
+            (b.metrics["num_drafts"], b.metrics["num_accepted_tokens"])
+    assert sum(o.metrics["num_cached_tokens"] > 0 for o in got[True]) >= 3
+    last = got[True][-1].metrics
+    assert last["num_cached_tokens"] > 0 and last["num_accepted_tokens"] / last["num_drafts"] >= 2

@@ -90,7 +90,8 @@ class EngineCore:
     def __init__(self, runner, tokenizer, proposer=None, num_speculative_tokens: int = 0,
                  disable_by_batch_size: int = 0, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, max_num_logits: int = 128,
-                 adaptive: bool = False, enable_prefix_caching: bool = False) -> None:
+                 adaptive: bool = False, enable_prefix_caching: bool = False,
+                 prefix_followers=()) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
         self.proposer = proposer
@@ -99,7 +100,7 @@ class EngineCore:
         self.max_model_len = runner.max_model_len
         self.vocab_size = runner.config.vocab_size
         self.scheduler = Scheduler(runner, max_num_seqs, max_num_batched_tokens, max_num_logits,
-                                   enable_prefix_caching)
+                                   enable_prefix_caching, prefix_followers)
         self.requests: Dict[str, Request] = {}
         self.stats = EngineStats()
         self._is_custom = proposer is not None and not isinstance(proposer, spec.Proposer)

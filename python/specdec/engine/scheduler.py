@@ -85,9 +85,13 @@ class _Blocks:
 
 class Scheduler:
     def __init__(self, runner, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_num_logits: int, enable_prefix_caching: bool = False) -> None:
+                 max_num_logits: int, enable_prefix_caching: bool = False,
+                 prefix_followers=()) -> None:
         self.runner = runner
         self.enable_prefix_caching = enable_prefix_caching
+        # runners whose cache for a request is written by the target's steps (a DFlash drafter's
+        # context): a prefix is taken only as far as each of them holds it too
+        self.prefix_followers = list(prefix_followers)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_logits = max_num_logits
@@ -106,6 +110,30 @@ class Scheduler:
             self.waiting.remove(r)
         if self.runner.has_request(r.request_id):
             self.runner.free(r.request_id)
+
+    def _claim(self, r: Request) -> int:
+        """Takes the longest cached prefix of r's tokens that the target and every follower
+        hold (the same length in each); returns it (0: nothing taken)."""
+        rid, tokens = r.request_id, r.sequence.token_ids
+        limit = r.num_tokens - 1
+        while limit > 0:
+            hit = self.runner.claim_prefix(rid, tokens, limit)
+            if not hit:
+                return 0
+            short = hit
+            for f in self.prefix_followers:
+                if f.has_request(rid):  # preempted, its context still there: held that far
+                    short = min(short, f.num_cached_tokens(rid))
+                else:
+                    got = f.claim_prefix(rid, tokens, hit)
+                    if got < hit and got:
+                        f.free(rid)  # claimed again below, for the shorter length
+                    short = min(short, got)
+            if short == hit:
+                return hit
+            self.runner.free(rid)  # a follower holds less: both again, for what it holds
+            limit = short
+        return 0
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -159,7 +187,7 @@ class Scheduler:
                     and not self.runner.has_request(r.request_id)):
                 # automatic prefix caching: start after the cached blocks of this prefix (they
                 # are taken now, so the free counts change)
-                hit = self.runner.claim_prefix(r.request_id, r.sequence.token_ids, r.num_tokens - 1)
+                hit = self._claim(r)
                 if hit:
                     blocks.refresh()
                     if blocks.overdrawn():  # those blocks were counted for this step: later
