@@ -104,8 +104,15 @@ void register_runner(py::module_& m) {
            "max_tokens and len - 1): returns that length (0: none, nothing created).")
       .def("reset_prefix_cache", &runner::ModelRunner::reset_prefix_cache, py::call_guard<py::gil_scoped_release>(),
            "Evicts every cached block no request uses; returns how many.")
+      .def("unclaim_prefix", &runner::ModelRunner::unclaim_prefix, py::call_guard<py::gil_scoped_release>(),
+           py::arg("request_id"),
+           "Undoes a claim_prefix of a request no step has run for: frees it and uncounts the claim.")
       .def("prefix_cache_stats", [](const runner::ModelRunner& r) {
-             const auto s = r.prefix_cache_stats();
+             runner::ModelRunner::PrefixCacheStats s;
+             {
+               py::gil_scoped_release release;  // the runner's lock waits for a running step
+               s = r.prefix_cache_stats();
+             }
              py::dict d;
              d["enabled"] = s.enabled;
              d["queries"] = s.queries;

@@ -126,6 +126,10 @@ void BlockPool::free(std::span<const int32_t> ids) {
     if (tail >= ring_size) tail -= ring_size;
     free_ring_[tail] = id;
     ++num_free_;
+    refs_[id] = -1;  // pushed: an id listed twice goes in once
+  }
+  for (const int32_t id : ids) {
+    if (id != kNullBlockId && refs_[id] < 0) refs_[id] = 0;
   }
   // cached blocks: a request's last blocks are evicted first (their prefixes are the rarest)
   for (size_t i = ids.size(); i-- > 0;) {
@@ -390,22 +394,29 @@ int64_t KvCacheManager::claim_prefix(const std::string& request_id, std::span<co
     if (ok) break;
   }
   if (m == 0) return 0;
-  RequestState& state = requests_[request_id];
-  state.groups.resize(groups_.size());
+  RequestState fresh;  // built whole, then inserted: nothing half-made if an allocation throws
+  fresh.groups.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
-    GroupBlocks& blocks = state.groups[g];
+    GroupBlocks& blocks = fresh.groups[g];
     const int64_t skipped = groups_[g]->num_skipped_blocks(m * bs);
     blocks.block_ids.assign(static_cast<size_t>(m), kNullBlockId);
     blocks.num_freed_blocks = skipped;
     for (int64_t j = skipped; j < m; ++j) {
-      const int32_t b = prefix_->nodes.at(chain[static_cast<size_t>(j)]).blocks[g];
-      groups_[g]->pool().take_cached(b);
-      blocks.block_ids[static_cast<size_t>(j)] = b;
+      blocks.block_ids[static_cast<size_t>(j)] = prefix_->nodes.at(chain[static_cast<size_t>(j)]).blocks[g];
+    }
+  }
+  fresh.tokens.assign(tokens.begin(), tokens.begin() + m * bs);
+  fresh.chain.assign(chain.begin(), chain.begin() + m);
+  RequestState& state = requests_.emplace(request_id, std::move(fresh)).first->second;
+  for (size_t g = 0; g < groups_.size(); ++g) {  // no allocation from here on
+    const GroupBlocks& blocks = state.groups[g];
+    for (int64_t j = blocks.num_freed_blocks; j < m; ++j) {
+      groups_[g]->pool().take_cached(blocks.block_ids[static_cast<size_t>(j)]);
     }
   }
   state.num_slot_tokens = m * bs;
-  state.tokens.assign(tokens.begin(), tokens.begin() + m * bs);
-  state.chain.assign(chain.begin(), chain.begin() + m);
+  state.claim_queries = static_cast<int64_t>(tokens.size());
+  state.claim_hits = m * bs;
   hits_ += m * bs;
   return m * bs;
 }
@@ -446,6 +457,13 @@ void KvCacheManager::register_blocks(RequestState& state, int64_t num_committed_
       pool.set_cached(b, true);
     }
   }
+}
+
+void KvCacheManager::unclaim_prefix(const std::string& request_id) {
+  RequestState& state = find_state(request_id);
+  queries_ -= state.claim_queries;
+  hits_ -= state.claim_hits;
+  free(request_id);
 }
 
 int64_t KvCacheManager::reset_prefix_cache() {

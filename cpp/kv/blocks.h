@@ -167,6 +167,9 @@ class KvCacheManager {
   // no token ids) registers nothing more.
   void record_tokens(const std::string& request_id, int64_t num_computed_tokens,
                      std::span<const int32_t> tokens, int64_t num_committed_tokens);
+  // Undoes claim_prefix: frees the request (which no step may have grown since) and takes its
+  // query and hit back out of the counts. ConfigError naming request_id when unknown.
+  void unclaim_prefix(const std::string& request_id);
   // Evicts every cached block no request uses (vLLM's reset_prefix_cache); returns how many.
   int64_t reset_prefix_cache();
   bool prefix_caching() const { return prefix_ != nullptr; }
@@ -229,6 +232,7 @@ class KvCacheManager {
     std::vector<int32_t> tokens;
     bool tokens_known = true;     // false once a step wrote positions without their ids
     std::vector<int64_t> chain;   // [registered full blocks] prefix-chain node ids
+    int64_t claim_queries = 0, claim_hits = 0;  // what claim_prefix counted for it
   };
   struct PrefixChain;
   void register_blocks(RequestState& state, int64_t num_committed_tokens);

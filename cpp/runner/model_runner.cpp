@@ -740,6 +740,14 @@ int64_t ModelRunner::claim_prefix(const std::string& request_id, const std::vect
   return hit;
 }
 
+void ModelRunner::unclaim_prefix(const std::string& request_id) {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (!lengths_.contains(request_id)) return;
+  manager_->unclaim_prefix(request_id);
+  lengths_.erase(request_id);
+  partial_.erase(request_id);
+}
+
 int64_t ModelRunner::reset_prefix_cache() {
   std::lock_guard<std::mutex> guard(mu_);
   return manager_->reset_prefix_cache();

@@ -119,6 +119,9 @@ class ModelRunner {
   // `tokens` (whole blocks, at most max_tokens and len - 1); returns its length (0: none, nothing
   // created). The caller's next step for it starts there. 0 when prefix caching is off.
   int64_t claim_prefix(const std::string& request_id, const std::vector<int32_t>& tokens, int64_t max_tokens);
+  // Undoes claim_prefix for a request no step has run for yet (its claim is not counted as a
+  // query or hit, and its blocks go back as they were); a request it does not hold is ignored.
+  void unclaim_prefix(const std::string& request_id);
   // Evicts the cached blocks no request uses; returns how many.
   int64_t reset_prefix_cache();
   struct PrefixCacheStats {

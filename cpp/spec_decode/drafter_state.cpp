@@ -24,7 +24,7 @@ int64_t DrafterRequests::reconcile(const std::string& rid, const std::vector<int
       free_ = runner_.num_free_blocks();
       for (size_t g = 0; g < free_.size(); ++g) {
         if (free_[g] < reserved_[g]) {  // they were reserved for others: compute it afresh
-          runner_.free(rid);
+          runner_.unclaim_prefix(rid);
           held.clear();
           free_ = runner_.num_free_blocks();
           return 0;

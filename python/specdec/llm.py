@@ -189,6 +189,8 @@ class LLM:
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
             enable_prefix_caching=self.enable_prefix_caching)
         self.config = self.runner.config
+        # off when the KV-cache groups' block sizes differ (the manager says so)
+        self.enable_prefix_caching = bool(self.runner.prefix_cache_stats()["enabled"])
         self.drafter = None
         if drafter_path is not None:
             self.drafter = speculation.load_drafter(

@@ -623,6 +623,37 @@ TEST(PrefixCacheTest, SlidingWindowGroupNeedsOnlyTheBlocksItsNextQuerySees) {
   kv.free("b");
 }
 
+TEST(PrefixCacheTest, UnclaimGivesBlocksBackAndUncountsTheClaim) {
+  KvCacheManager kv(make_config({{full(4), 16}}), true);
+  prefill(kv, "a", seq(9));
+  kv.free("a");
+  const int64_t free_before = kv.num_free_blocks(0);
+  const int64_t q = kv.prefix_cache_queries(), h = kv.prefix_cache_hits();
+  EXPECT_EQ(kv.claim_prefix("b", seq(9), 1 << 20), 8);
+  kv.unclaim_prefix("b");
+  EXPECT_FALSE(kv.has_request("b"));
+  EXPECT_EQ(kv.num_free_blocks(0), free_before);
+  EXPECT_EQ(kv.num_cached_blocks(0), 2);
+  EXPECT_EQ(kv.prefix_cache_queries(), q);
+  EXPECT_EQ(kv.prefix_cache_hits(), h);
+  EXPECT_EQ(config_error_field([&] { kv.unclaim_prefix("nobody"); }), "request_id");
+}
+
+TEST(BlockPoolTest, AnIdListedTwiceWithTwoReferencesIsFreedOnce) {
+  BlockPool pool(4);
+  std::vector<int32_t> got;
+  ASSERT_TRUE(pool.allocate(1, got));
+  pool.set_cached(got[0], true);
+  pool.take_cached(got[0]);  // 2 references
+  pool.set_cached(got[0], false);
+  pool.free(std::vector<int32_t>{got[0], got[0]});
+  EXPECT_EQ(pool.num_free_blocks(), 3);
+  std::vector<int32_t> all;
+  ASSERT_TRUE(pool.allocate(3, all));
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int32_t>{1, 2, 3}));
+}
+
 TEST(PrefixCacheTest, OffWhenDisabledOrBlockSizesDiffer) {
   KvCacheManager off(make_config({{full(4), 16}}), false);
   EXPECT_FALSE(off.prefix_caching());

@@ -161,7 +161,17 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(plain_serve
         ({"body": {"model": NAME, "prompt": "a", "max_tokens": "ten"}}, 400, "invalid_value", "max_tokens"),
         ({"body": {"model": NAME, "prompt": "a", "temperature": -1}}, 400, "invalid_value", "temperature"),
         ({"body": {"model": NAME, "prompt": 5}}, 400, "invalid_value", "prompt"),
-        ({"body": {"model": NAME, "prompt": [1, 10**9]}}, 400, "invalid_value", "prompt"),
+        ({"body": {"model": NAME, "prompt": [1, 10**9]}}, 400, "invalid_value", "prompt[1]"),
+        ({"raw": b'{"model": "stories", "prompt": "a", "\\ud800": 1}'}, 400, "unsupported_parameter",
+         "'\\ud800'"),
+        ({"raw": b'{"model": "stories", "prompt": "a", "metadata": ' + b"[" * 100000 + b"]" * 100000 + b"}"},
+         400, "invalid_json", None),
+        ({"body": {"model": NAME, "prompt": ["a"] * 100, "n": 16}}, 400, "invalid_value", "n"),
+        ({"body": {"model": NAME, "prompt": "a", "max_tokens": 127}}, 400, "context_length_exceeded",
+         "max_tokens"),
+        ({"body": {"model": NAME, "prompt": "a", "user": 5}}, 400, "invalid_value", "user"),
+        ({"body": {"model": NAME, "prompt": "a", "stop_token_ids": [2**64]}}, 400, "invalid_value",
+         "stop_token_ids"),
         ({"body": {"model": NAME, "prompt": "a", "frequency_penalty": 1.0}}, 400, "unsupported_parameter",
          "frequency_penalty"),
         ({"body": {"model": NAME, "prompt": "a", "tools": [{"type": "function"}]}}, 400,
@@ -184,14 +194,30 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(plain_serve
     assert got == 400 and "chat template" in body["error"]["message"]  # stories260K has none
     got, body, _ = plain_server.request("GET", "/v1/nothing")
     assert got == 404 and body["error"]["code"] == "not_found"
+    assert plain_server.request("HEAD", "/health")[0] == 200
+    assert _client(plain_server).models.retrieve(NAME).id == NAME
+    assert plain_server.request("GET", "/v1/models/other")[0] == 404
+    assert plain_server.request("GET", "/openapi.json")[0] == 404
     # still serving
     r = _client(plain_server).completions.create(model=NAME, prompt="The dog", max_tokens=3)
     assert r.usage.completion_tokens == 3
 
 
+def _aborted(server, before, timeout=30.0):
+    """Requests ended as 'abort' since `before` (the count is taken as the engine ends them)."""
+    key = "specdec:request_success_total{finished_reason=abort}"
+    deadline = time.monotonic() + timeout
+    while True:
+        n = server.metrics().get(key, 0) - before.get(key, 0)
+        if n or time.monotonic() > deadline:
+            return n
+        time.sleep(0.1)
+
+
 def test_disconnect_mid_stream_aborts_and_frees_blocks(plain_server):
-    body = json.dumps({"model": NAME, "prompt": PROMPTS[0], "max_tokens": 120, "temperature": 0,
-                       "ignore_eos": True, "stream": True})
+    # 48 choices of 120 tokens, 16 at a time: seconds of work, so the disconnect comes mid-way
+    body = json.dumps({"model": NAME, "prompt": [PROMPTS[0]] * 3, "max_tokens": 120, "temperature": 0,
+                       "ignore_eos": True, "stream": True, "n": 16})
     before = plain_server.metrics()
     conn = http.client.HTTPConnection("127.0.0.1", plain_server.port, timeout=30)
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -200,13 +226,28 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(plain_server):
     assert resp.read(6) == b"data: "  # the first chunk came
     conn.sock.shutdown(2)
     conn.close()
+    assert _aborted(plain_server, before) >= 1
     m = _idle(plain_server)  # every block back (cached ones count as free)
-    aborted = m.get("specdec:request_success_total{finished_reason=abort}", 0)
-    assert aborted - before.get("specdec:request_success_total{finished_reason=abort}", 0) == 1
     gen = m["specdec:generation_tokens_total"] - before.get("specdec:generation_tokens_total", 0)
-    assert gen < 120  # it stopped early
+    assert gen < 48 * 120  # it stopped early
     r = _client(plain_server).completions.create(model=NAME, prompt="The dog", max_tokens=3)
     assert r.choices[0].finish_reason == "length"
+
+
+def test_disconnect_while_waiting_for_a_whole_response_aborts(plain_server):
+    # 48 choices of 120 tokens, 16 at a time: a few seconds of work on stories260K
+    body = json.dumps({"model": NAME, "prompt": [PROMPTS[0]] * 3, "max_tokens": 120, "temperature": 0,
+                       "ignore_eos": True, "n": 16})
+    before = plain_server.metrics()
+    conn = http.client.HTTPConnection("127.0.0.1", plain_server.port, timeout=30)
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    time.sleep(0.3)  # the request is running
+    conn.sock.shutdown(2)
+    conn.close()
+    assert _aborted(plain_server, before) >= 1  # not run to the end
+    _idle(plain_server)
+    got, body, _ = plain_server.request("POST", "/v1/completions", {"model": NAME, "prompt": "a", "n": 1000})
+    assert got == 400 and body["error"]["param"] == "n"
 
 
 def test_metrics_parse_with_vllm_names(spec_server):

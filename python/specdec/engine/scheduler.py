@@ -127,13 +127,20 @@ class Scheduler:
                 else:
                     got = f.claim_prefix(rid, tokens, hit)
                     if got < hit and got:
-                        f.free(rid)  # claimed again below, for the shorter length
+                        f.unclaim_prefix(rid)  # claimed again below, for the shorter length
                     short = min(short, got)
             if short == hit:
                 return hit
-            self.runner.free(rid)  # a follower holds less: both again, for what it holds
+            self.runner.unclaim_prefix(rid)  # a follower holds less: again, for what it holds
             limit = short
         return 0
+
+    def _unclaim(self, r: Request) -> None:
+        """Undoes _claim (the request waits): the target's claim and the followers'."""
+        self.runner.unclaim_prefix(r.request_id)
+        for f in self.prefix_followers:
+            if f.has_request(r.request_id) and f.num_cached_tokens(r.request_id) == r.num_computed_tokens:
+                f.unclaim_prefix(r.request_id)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -189,13 +196,15 @@ class Scheduler:
                 # are taken now, so the free counts change)
                 hit = self._claim(r)
                 if hit:
+                    r.num_computed_tokens = hit
                     blocks.refresh()
                     if blocks.overdrawn():  # those blocks were counted for this step: later
-                        self.runner.free(r.request_id)
+                        self._unclaim(r)
+                        r.num_computed_tokens = 0
                         blocks.refresh()
                         break
-                    r.num_computed_tokens = hit
-                    r.num_cached_tokens = max(r.num_cached_tokens, hit)
+                    if r.num_preemptions == 0:  # the prompt's share, as admitted first
+                        r.num_cached_tokens = min(hit, r.sequence.num_prompt_tokens)
             left = r.num_tokens - r.num_computed_tokens
             chunk = min(budget, left)
             if want_prompt_rows:

@@ -34,18 +34,23 @@ from specdec.server.protocol import ApiError
 
 log = logging.getLogger("specdec.server")
 
+MAX_BODY_BYTES = 32 << 20  # a request body larger than this is refused before it is parsed
+
 
 class _AsyncSink:
     """The engine's output queue for one HTTP request: put() from the engine thread, get() in the
     event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_finished=None) -> None:
         self.loop = loop
         self.queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        self.on_finished = on_finished  # called in the event loop when the engine ends a request
 
     def put(self, item: Any) -> None:
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            if item.finished and self.on_finished is not None:
+                self.loop.call_soon_threadsafe(self.on_finished, item.request_id)
         except RuntimeError:  # the event loop has closed (shutdown): nobody is waiting
             pass
 
@@ -95,7 +100,9 @@ class Server:
         self.model_name = model_name
         self.api_key = api_key or None
         self.max_pending = max_pending or 4 * llm.max_num_seqs
-        self.pending = 0  # engine requests in flight (event-loop thread only)
+        # engine requests in flight: added when submitted, removed when the engine ends them
+        # (whether or not their client is still reading); event-loop thread only
+        self.inflight: set = set()
         self.created = int(time.time())
         self.metrics = ServerMetrics(llm, model_name)
         self.loop = EngineLoop(llm)
@@ -111,35 +118,60 @@ class Server:
                            f"{self.model_name!r} (GET /v1/models)", "model", "model_not_found",
                            "invalid_request_error")
 
-    def _reserve(self, n: int) -> None:
+    @property
+    def pending(self) -> int:
+        return len(self.inflight)
+
+    def _check_room(self, n: int) -> None:
+        """Before any work on a request of n engine requests: 400 if it can never fit, 503 if it
+        does not fit now."""
+        if n > self.max_pending:
+            raise ApiError(400, f"{n} completions (prompts x n): at most {self.max_pending} can be "
+                           "in flight on this server (--max-pending)", "n", "invalid_value")
         if self.pending + n > self.max_pending:
             raise ApiError(503, f"the server is at capacity: {self.pending} requests in flight, the "
                            f"limit is {self.max_pending} (--max-pending); retry later", None,
                            "server_busy", "server_overloaded")
-        self.pending += n
 
-    def _submit(self, prompts: List[Any], params: Any, n: int, sink: _AsyncSink,
-                field: str) -> List[Tuple[int, Any]]:
-        """Builds (choice index, engine Request) for every prompt x n and adds them to the engine."""
+    def _build(self, prompts: List[Any], params: Any, n: int, field: str) -> List[Tuple[int, Any]]:
+        """(choice index, engine Request) for every prompt x n: tokenizes, so it runs in a worker
+        thread, not in the event loop."""
         llm = self.llm
+        max_len = llm.runner.max_model_len
         reqs = []
         for i, p in enumerate(prompts):
+            where = f"{field}[{i}]" if len(prompts) > 1 else field
             for j in range(n):
                 sp = params
                 if n > 1 and params.seed is not None:  # each choice its own stream of draws
                     sp = _with_seed(params, (params.seed + j) % 2**64)
-                where = f"{field}[{i}]" if len(prompts) > 1 else field
                 try:
                     r = llm._make_request(p, sp, where, False, stream=True)
                 except ValueError as e:
                     msg = str(e)
                     code = "context_length_exceeded" if "max_model_len" in msg else "invalid_value"
                     raise ApiError(400, msg, where, code) from None
+                if sp.max_tokens is not None and r.num_tokens + sp.max_tokens > max_len:
+                    raise ApiError(400, f"{where}: {r.num_tokens} prompt tokens + max_tokens "
+                                   f"{sp.max_tokens} = {r.num_tokens + sp.max_tokens}: more than this "
+                                   f"model's context of {max_len} tokens (max_model_len); ask for at "
+                                   f"most {max_len - r.num_tokens} tokens", "max_tokens",
+                                   "context_length_exceeded")
                 reqs.append((i * n + j, r))
-        self._reserve(len(reqs))
-        for _, r in reqs:
-            llm.engine.add_request(r, sink)
         return reqs
+
+    async def _submit(self, prompts: List[Any], params: Any, n: int, sink: "_AsyncSink",
+                      field: str) -> List[Tuple[int, Any]]:
+        self._check_room(len(prompts) * n)
+        reqs = await asyncio.get_running_loop().run_in_executor(None, self._build, prompts, params, n, field)
+        self._check_room(len(reqs))  # others may have come in meanwhile
+        for _, r in reqs:
+            self.inflight.add(r.request_id)
+            self.llm.engine.add_request(r, sink)
+        return reqs
+
+    def _engine_finished(self, request_id: str) -> None:
+        self.inflight.discard(request_id)
 
     def _abort(self, reqs: List[Tuple[int, Any]], done: set) -> None:
         left = [r for _, r in reqs if r.request_id not in done]
@@ -162,21 +194,26 @@ class Server:
         # NaN (no drafts yet) is not JSON: null
         return {k: (None if isinstance(m[k], float) and m[k] != m[k] else m[k]) for k in keys if k in m}
 
-    async def _outputs(self, http: HttpRequest, reqs: List[Tuple[int, Any]],
-                       sink: _AsyncSink) -> AsyncIterator[Tuple[int, Any, Any]]:
-        """(choice index, Request, StreamOutput) as they come; aborts what is left when the client
-        goes away or the consumer stops early."""
+    async def _outputs(self, http: HttpRequest, reqs: List[Tuple[int, Any]], sink: _AsyncSink,
+                       watch: bool, flight: "_Flight") -> AsyncIterator[Tuple[int, Any, Any]]:
+        """(choice index, Request, StreamOutput) as they come; aborts what is left when the consumer
+        stops early (a streaming response is closed when its client goes away) or, with `watch`
+        (a whole response, which nothing else cancels), when the client has disconnected: checked
+        every half second, whether outputs come or not."""
         index = {r.request_id: (i, r) for i, r in reqs}
-        done: set = set()
+        done = flight.done
         last_time: Dict[str, float] = {}
+        checked = time.monotonic()
         try:
             while len(done) < len(reqs):
-                try:
-                    item = await asyncio.wait_for(sink.queue.get(), timeout=1.0)
-                except asyncio.TimeoutError:
+                if watch and time.monotonic() - checked >= 0.5:
+                    checked = time.monotonic()
                     if await http.is_disconnected():
                         log.info("client disconnected: aborting %d requests", len(reqs) - len(done))
                         return
+                try:
+                    item = await asyncio.wait_for(sink.queue.get(), timeout=0.5)
+                except asyncio.TimeoutError:
                     continue
                 error = getattr(item, "error", None)
                 if error is not None:
@@ -192,8 +229,7 @@ class Server:
                         self.metrics.token_gap(now - prev, len(item.new_token_ids))
                     last_time[item.request_id] = now
                 if item.finished:
-                    done.add(item.request_id)
-                    self.pending -= 1
+                    flight.finish(item.request_id)
                     out = item.output
                     if out is not None:
                         self.metrics.finished(len(out.prompt_token_ids), len(out.outputs[0].token_ids),
@@ -201,9 +237,7 @@ class Server:
                                               now - r.arrival_time)
                 yield i, r, item
         finally:
-            left = [x for x in reqs if x[1].request_id not in done]
-            self.pending -= len(left)
-            self._abort(reqs, done)
+            flight.close()
 
     # ---- endpoints ----
     async def completions(self, http: HttpRequest, body: Dict[str, Any], chat: bool) -> Response:
@@ -211,22 +245,24 @@ class Server:
         protocol.check_fields(body, fields, "/v1/chat/completions" if chat else "/v1/completions")
         self._check_model(body)
         llm = self.llm
-        s = protocol.sampling(body, chat, llm.runner.max_model_len)
+        s = protocol.sampling(body, chat, llm.runner.max_model_len, llm.config.vocab_size)
         if chat:
             msgs = protocol.messages(body)
             add_gen = body.get("add_generation_prompt", True)
             if not isinstance(add_gen, bool):
                 raise protocol.bad("add_generation_prompt", add_gen, "true or false")
+            def render():
+                return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True),
+                        llm.tokenizer.apply_chat_template(msgs, add_gen))
             try:
-                ids = llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True)
-                text = llm.tokenizer.apply_chat_template(msgs, add_gen)
+                ids, text = await asyncio.get_running_loop().run_in_executor(None, render)
             except Exception as e:  # noqa: BLE001 - no template, or one specdec cannot render
                 raise ApiError(400, f"messages: {e}", "messages", "chat_template_error") from None
             prompts = [{"prompt": text, "prompt_token_ids": ids}]
         else:
             prompts = protocol.prompts(body, llm.config.vocab_size)
-        sink = _AsyncSink(asyncio.get_running_loop())
-        reqs = self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt")
+        sink = _AsyncSink(asyncio.get_running_loop(), self._engine_finished)
+        reqs = await self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         if s.stream:
@@ -245,26 +281,31 @@ class Server:
     def _piece(self, tid: int) -> str:
         return self.llm.tokenizer.decode([tid], special=True, continuation=True)
 
+    def _piece_bytes(self, tid: int) -> List[int]:
+        return list(self.llm.tokenizer.decode_bytes([tid], special=True))
+
     def _logprobs(self, r: Any, start: int, ids: List[int], chat: bool, top: int,
                   offsets: Dict[str, int]) -> Optional[Dict[str, Any]]:
         if r.logprobs is None:
             return None
         entries = r.logprobs[start:start + len(ids)]
         if chat:
-            return protocol.chat_logprobs(entries, ids, self._piece, top)
+            return protocol.chat_logprobs(entries, ids, self._piece, top, self._piece_bytes)
         obj, offsets[r.request_id] = protocol.completion_logprobs(entries, ids, self._piece,
                                                                   offsets.get(r.request_id, 0))
         return obj
 
     async def _whole(self, http, reqs, sink, rid, created, chat, s) -> Response:
         outs: Dict[int, Any] = {}
-        outputs = self._outputs(http, reqs, sink)
+        flight = _Flight(self, reqs)
+        outputs = self._outputs(http, reqs, sink, True, flight)
         try:
             async for i, r, item in outputs:
                 if item.finished:
                     outs[i] = (r, item.output)
         finally:
             await outputs.aclose()
+            flight.close()
         if len(outs) < len(reqs):  # the client went away
             return Response(status_code=499)
         choices = []
@@ -294,15 +335,17 @@ class Server:
         def chunk(choices: List[Dict[str, Any]], usage: Optional[Dict[str, Any]] = None) -> str:
             d: Dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": self.model_name,
                                  "choices": choices}
-            if usage is not None:
+            if s.include_usage:  # as OpenAI: null on every chunk but the last
                 d["usage"] = usage
             return f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
 
+        # closing this generator at any point (even before its first chunk) ends its requests
+        flight = _Flight(self, reqs)
+        outputs = self._outputs(http, reqs, sink, False, flight)
         try:
             if chat:  # the role first, as OpenAI sends it
                 yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                               "finish_reason": None} for i, _ in reqs])
-            outputs = self._outputs(http, reqs, sink)
             try:
                 async for i, r, item in outputs:
                     if not item.new_text and not item.finished and not (r.logprobs and item.new_token_ids):
@@ -329,6 +372,29 @@ class Server:
         except ApiError as e:
             yield f"data: {json.dumps(e.body())}\n\n"
             yield "data: [DONE]\n\n"
+        finally:
+            await outputs.aclose()
+            flight.close()
+
+
+class _Flight:
+    """The engine requests of one HTTP request: which finished, and an idempotent close that
+    aborts the others (the in-flight count drops when the engine has ended them)."""
+
+    def __init__(self, server: "Server", reqs: List[Tuple[int, Any]]) -> None:
+        self.server, self.reqs = server, reqs
+        self.done: set = set()
+        self.closed = False
+
+    def finish(self, request_id: str) -> None:
+        self.done.add(request_id)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.server._abort(self.reqs, set(self.done))
+        self.done.update(r.request_id for _, r in self.reqs)
 
 
 def _with_seed(params: Any, seed: int) -> Any:
@@ -336,14 +402,20 @@ def _with_seed(params: Any, seed: int) -> Any:
     return dataclasses.replace(params, seed=seed)
 
 
+class _AsciiJSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def _error(e: ApiError) -> JSONResponse:
     headers = {"Retry-After": "1"} if e.status == 503 else None
-    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+    return _AsciiJSON(e.body(), status_code=e.status, headers=headers)
 
 
 def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
-              max_pending: Optional[int] = None) -> FastAPI:
-    """The FastAPI app serving ``llm`` as ``model_name``. Starts its engine loop at startup."""
+              max_pending: Optional[int] = None) -> Any:
+    """The ASGI app serving ``llm`` as ``model_name`` (FastAPI, behind the API-key check when a key
+    is given). Starts its engine loop at startup."""
     from contextlib import asynccontextmanager
 
     server = Server(llm, model_name, api_key, max_pending)
@@ -356,26 +428,27 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
         finally:
             server.loop.stop()
 
-    app = FastAPI(title="specdec", lifespan=lifespan)
+    # no /docs, /redoc or /openapi.json: the API is OpenAI's (docs/serving.md)
+    app = FastAPI(title="specdec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
 
-    @app.middleware("http")
-    async def auth(request: HttpRequest, call_next):
-        if server.api_key and request.url.path.startswith("/v1"):
-            header = request.headers.get("authorization", "")
-            token = header[7:] if header.lower().startswith("bearer ") else ""
-            if not hmac.compare_digest(token.encode(), server.api_key.encode()):
-                return _error(ApiError(401, "Incorrect or missing API key: send the header "
-                                       "'Authorization: Bearer <key>' with the key given to --api-key",
-                                       None, "invalid_api_key"))
-        return await call_next(request)
-
     async def read_json(request: HttpRequest) -> Dict[str, Any]:
-        raw = await request.body()
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise ApiError(400, f"the request body has {length} bytes: at most {MAX_BODY_BYTES}", None,
+                           "request_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(400, f"the request body is over {MAX_BODY_BYTES} bytes", None,
+                               "request_too_large")
+            chunks.append(chunk)
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+            body = json.loads(b"".join(chunks))
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise ApiError(400, f"the request body is not valid JSON: {what}", None, "invalid_json") from None
         return body
 
     async def run(request: HttpRequest, chat: bool) -> Response:
@@ -397,13 +470,22 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
     async def chat_completions(request: HttpRequest) -> Response:
         return await run(request, True)
 
+    def model_card() -> Dict[str, Any]:
+        return {"id": model_name, "object": "model", "created": server.created, "owned_by": "specdec",
+                "root": llm.model_path, "max_model_len": llm.runner.max_model_len}
+
     @app.get("/v1/models")
     async def models() -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": model_name, "object": "model", "created": server.created, "owned_by": "specdec",
-            "root": llm.model_path, "max_model_len": llm.runner.max_model_len}]})
+        return JSONResponse({"object": "list", "data": [model_card()]})
 
-    @app.get("/health")
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str) -> Response:
+        if name != model_name:
+            return _error(ApiError(404, f"The model {name!r} does not exist; this server serves "
+                                   f"{model_name!r}", "model", "model_not_found"))
+        return JSONResponse(model_card())
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
         if not server.loop.alive:
             return _error(ApiError(503, "the engine loop has stopped", None, "engine_dead", "server_error"))
@@ -425,4 +507,26 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
         return _error(ApiError(405, f"{request.method} is not allowed on {request.url.path}", None,
                                "method_not_allowed"))
 
-    return app
+    # the API-key check wraps the app as a plain ASGI callable (Starlette's BaseHTTPMiddleware
+    # would wrap the receive channel, and a handler could no longer see its client disconnect)
+    return _ApiKeyGuard(app, server.api_key) if server.api_key else app
+
+
+class _ApiKeyGuard:
+    """Refuses /v1 requests without 'Authorization: Bearer <key>' (401, OpenAI's error JSON)."""
+
+    def __init__(self, app: FastAPI, key: str) -> None:
+        self.app, self.key = app, key.encode()
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("path", "").startswith("/v1"):
+            header = dict(scope.get("headers") or []).get(b"authorization", b"")
+            token = header[7:] if header[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(token, self.key):
+                response = _error(ApiError(401, "Incorrect or missing API key: send the header "
+                                           "'Authorization: Bearer <key>' with the key given to --api-key",
+                                           None, "invalid_api_key"))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

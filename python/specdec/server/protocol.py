@@ -39,7 +39,7 @@ _NEUTRAL = {
 }
 _COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "max_tokens",
            "stop", "seed", "n", "ignore_eos", "stop_token_ids", "skip_special_tokens", "user",
-           "metadata", "request_id"}
+           "metadata"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt"}
@@ -93,6 +93,10 @@ def check_fields(body: Any, allowed: set, what: str) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object ({what}), not "
                        f"{type(body).__name__}", None, "invalid_json")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise bad("user", body["user"], "null or a string")
+    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
+        raise bad("metadata", body["metadata"], "null or an object")
     for name, value in body.items():
         if name in allowed:
             continue
@@ -102,8 +106,9 @@ def check_fields(body: Any, allowed: set, what: str) -> Dict[str, Any]:
             raise ApiError(400, f"{name} = {show(value)}: not supported by specdec (only its neutral "
                            f"value {show(_NEUTRAL[name][0])} or leaving it out is allowed)",
                            name, "unsupported_parameter")
-        raise ApiError(400, f"{name}: unknown or unsupported field for {what}; allowed fields: "
-                       f"{', '.join(sorted(allowed))}", name, "unsupported_parameter")
+        shown = name if name.isprintable() else show(name)
+        raise ApiError(400, f"{shown}: unknown or unsupported field for {what}; allowed fields: "
+                       f"{', '.join(sorted(allowed))}", shown, "unsupported_parameter")
     return body
 
 
@@ -115,7 +120,7 @@ class Sampling:
     include_usage: bool
 
 
-def sampling(body: Mapping, chat: bool, max_model_len: int) -> Sampling:
+def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> Sampling:
     """SamplingParams and n / stream from an OpenAI body (fields already known to be allowed)."""
     temperature = _num(body, "temperature", lambda v: 0 <= v <= 2, "a number in [0, 2]")
     top_p = _num(body, "top_p", lambda v: 0 < v <= 1, "a number in (0, 1]")
@@ -145,8 +150,8 @@ def sampling(body: Mapping, chat: bool, max_model_len: int) -> Sampling:
             raise bad("stop", body.get("stop"), "null, a non-empty string or a list of up to 16 of them")
     stop_ids = body.get("stop_token_ids")
     if stop_ids is not None and (not isinstance(stop_ids, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids)):
-        raise bad("stop_token_ids", stop_ids, "null or a list of token ids (integers >= 0)")
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in stop_ids)):
+        raise bad("stop_token_ids", stop_ids, f"null or a list of token ids in [0, {vocab_size})")
     logprobs = None
     if chat:
         want = _bool(body, "logprobs")
@@ -160,11 +165,14 @@ def sampling(body: Mapping, chat: bool, max_model_len: int) -> Sampling:
     opts = body.get("stream_options")
     include_usage = False
     if opts is not None:
-        if not isinstance(opts, dict) or set(opts) - {"include_usage", "continuous_usage_stats"}:
+        if not isinstance(opts, dict) or set(opts) - {"include_usage"}:
             raise bad("stream_options", opts, '{"include_usage": true|false}')
         if not stream:
             raise bad("stream_options", opts, "only with stream = true")
-        include_usage = _bool(opts, "include_usage") or False
+        v = opts.get("include_usage")
+        if v is not None and not isinstance(v, bool):
+            raise bad("stream_options.include_usage", v, "true or false")
+        include_usage = bool(v)
     ignore_eos = _bool(body, "ignore_eos") or False
     skip_special = _bool(body, "skip_special_tokens")
     try:
@@ -194,9 +202,9 @@ def prompts(body: Mapping, vocab_size: int) -> List[Any]:
     def ids(x: Any, where: str) -> Dict[str, List[int]]:
         if not x or not all(isinstance(t, int) and not isinstance(t, bool) for t in x):
             raise bad(where, x, allowed)
-        badid = [t for t in x if not 0 <= t < vocab_size]
-        if badid:
-            raise bad(where, badid[0], f"token ids in [0, {vocab_size})")
+        for k, t in enumerate(x):
+            if not 0 <= t < vocab_size:
+                raise bad(f"{where}[{k}]", t, f"token ids in [0, {vocab_size})")
         return {"prompt_token_ids": list(x)}
 
     if all(isinstance(x, str) for x in p):
@@ -217,10 +225,11 @@ def messages(body: Mapping) -> List[Dict[str, str]]:
     for i, m in enumerate(ms):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}]", m, 'an object with a string "role" and "content"')
-        extra = set(m) - {"role", "content", "name"}
+        extra = sorted(set(m) - {"role", "content"})
         if extra:
-            raise bad(f"messages[{i}].{sorted(extra)[0]}", m[sorted(extra)[0]],
-                      "not supported by specdec (role, content and name are)", "unsupported_parameter")
+            key = extra[0] if extra[0].isprintable() else show(extra[0])
+            raise bad(f"messages[{i}].{key}", m[extra[0]],
+                      "not supported by specdec (role and content are)", "unsupported_parameter")
         c = m.get("content")
         if isinstance(c, list):  # [{"type": "text", "text": ...}, ...]
             texts = []
@@ -251,14 +260,15 @@ def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], pie
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}, offset
 
 
-def chat_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece, top_n: int) -> Dict[str, Any]:
-    """The chat ``logprobs`` object: ``content`` with each token, its logprob and top alternatives."""
+def chat_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece, top_n: int,
+                  piece_bytes) -> Dict[str, Any]:
+    """The chat ``logprobs`` object: ``content`` with each token, its logprob and top alternatives
+    (``bytes``: the token's own bytes, also for a part of a UTF-8 character)."""
     content = []
     for tid, pos in zip(token_ids, entries):
-        text = piece(tid)
         ranked = sorted(((lp.rank, t, lp) for t, lp in pos.items() if lp.rank is not None and lp.rank <= top_n),
                         key=lambda x: x[0])
-        content.append({"token": text, "logprob": pos[tid].logprob, "bytes": list(text.encode("utf-8")),
+        content.append({"token": piece(tid), "logprob": pos[tid].logprob, "bytes": piece_bytes(tid),
                         "top_logprobs": [{"token": piece(t), "logprob": lp.logprob,
-                                          "bytes": list(piece(t).encode("utf-8"))} for _, t, lp in ranked]})
+                                          "bytes": piece_bytes(t)} for _, t, lp in ranked]})
     return {"content": content}
