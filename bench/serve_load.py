@@ -66,6 +66,9 @@ def main() -> int:
     ap.add_argument("--max-model-len", type=int, default=0)
     ap.add_argument("--kv-cache-memory", default="auto")
     ap.add_argument("--chat", action="store_true", help="chat completions (the model's template)")
+    ap.add_argument("--category", default="stories",
+                    help="prompts: 'stories' (short openings) or a category of `specdec bench` "
+                         "(code_generation, code_editing, chat, summarisation), one variant per client")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "serve_load.json"))
     a = ap.parse_args()
     import openai
@@ -79,7 +82,11 @@ def main() -> int:
     server = ServerProcess(args, str(Path(a.out).with_suffix(".server.log")))
     try:
         llm = specdec.LLM(a.model, progress=False, max_model_len=a.max_model_len, max_num_seqs=1)
-        prompts = [f"{TOPICS[i % len(TOPICS)]} {i}" for i in range(a.clients)]
+        if a.category == "stories":
+            prompts = [f"{TOPICS[i % len(TOPICS)]} {i}" for i in range(a.clients)]
+        else:
+            from specdec.bench import PROMPTS
+            prompts = [f"{PROMPTS[a.category]}\n\n(Request {i}.)" for i in range(a.clients)]
         params = specdec.SamplingParams(temperature=0, max_tokens=a.max_tokens, ignore_eos=True)
         if a.chat:
             want = {p: llm.chat([{"role": "user", "content": p}], params)[0].outputs[0].text for p in prompts}

@@ -219,6 +219,10 @@ class EngineCore:
                 and not s.request.prompt_logprobs_done)
             for s in plan.scheduled)
         t2 = time.perf_counter()
+        scheduled_at = time.monotonic()
+        for s in plan.scheduled:
+            if s.request.first_scheduled_time is None:
+                s.request.first_scheduled_time = scheduled_at
         out = self.runner.step([s.as_step() for s in plan.scheduled], return_logits=need_logits)
         t3 = time.perf_counter()
         if self.adaptive is not None and not any(s.is_prefill for s in plan.scheduled):
@@ -246,8 +250,6 @@ class EngineCore:
         now = time.monotonic()
         for i, s in enumerate(plan.scheduled):
             r = s.request
-            if r.first_scheduled_time is None:
-                r.first_scheduled_time = now
             a, b = starts[i], starts[i + 1]
             if s.is_prefill:
                 if r.prompt_logprobs is not None and not r.prompt_logprobs_done:

@@ -96,7 +96,9 @@ class Request:
             "num_output_tokens": self.num_output_tokens,
             "num_preemptions": self.num_preemptions,
             "num_cached_tokens": self.num_cached_tokens,
-            "time_to_first_token": (self.first_token_time - start) if self.first_token_time else None,
+            # as vLLM: from arrival (queueing included) to the first generated token
+            "time_to_first_token": (self.first_token_time - self.arrival_time) if self.first_token_time else None,
+            "queue_seconds": start - self.arrival_time,
             "e2e_seconds": end - self.arrival_time,
             # tokens after the first over the time after the first (decode speed)
             "tokens_per_s": (self.num_output_tokens - 1) / gen_time if gen_time > 0 else 0.0,
