@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 import specdec  # noqa: E402
 from specdec._files import write_file_atomic  # noqa: E402
+from specdec.bench import machine_info  # noqa: E402
 
 SYSTEM = ("You are a senior Python reviewer. Follow the team's rules: " + " ".join(
     f"Rule {i}: prefer clear names, small functions, type hints, docstrings, tests for every "
@@ -31,16 +31,6 @@ SYSTEM = ("You are a senior Python reviewer. Follow the team's rules: " + " ".jo
 QUESTIONS = ["How should I name a function that parses dates?", "Is a global cache ever fine?",
              "What belongs in a docstring?", "How small is a small function?",
              "Should tests cover error messages?", "When are comments useful?"]
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def run(llm, params):
@@ -95,7 +85,7 @@ def main() -> int:
             "seconds": [r["seconds"] for r in rs]}
     ref = [r["texts"] for r in rounds if not r["prefix_caching"]][0]
     summary["outputs_identical"] = all(r["texts"] == ref for r in rounds)
-    report = {"machine": {"cpu": cpu_model(), "device": llms[True].context.device.name},
+    report = {"machine": machine_info(llms[True].context),
               "date": time.strftime("%Y-%m-%d"), "model": a.model, "config": vars(a),
               "summary": summary, "rounds": [{k: v for k, v in r.items() if k != "texts"} for r in rounds]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

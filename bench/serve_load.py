@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import threading
@@ -32,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import specdec  # noqa: E402
 from specdec._files import write_file_atomic  # noqa: E402
+from specdec.bench import machine_info  # noqa: E402
 from serve_helpers import ServerProcess  # noqa: E402
 
 TOPICS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
@@ -43,16 +42,6 @@ def pct(xs, q):
         return None
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> int:
@@ -92,6 +81,7 @@ def main() -> int:
             want = {p: llm.chat([{"role": "user", "content": p}], params)[0].outputs[0].text for p in prompts}
         else:
             want = {p: llm.generate(p, params)[0].outputs[0].text for p in prompts}
+        machine = machine_info(llm.context)
         del llm
         client = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
         ttft, itl, results, errors = [], [], [], []
@@ -150,8 +140,7 @@ def main() -> int:
         equal = sum(1 for p, text, _, _ in results if text == want[p])
         tokens = sum(n for _, _, n, _ in results)
         report = {
-            "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
-                        "device": specdec.devices()[0].name if specdec.devices() else None},
+            "machine": machine,
             "date": time.strftime("%Y-%m-%d"),
             "config": vars(a),
             "requests": a.clients * a.requests, "answered": len(results), "errors": errors[:5],
