@@ -22,7 +22,15 @@ def show(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters (the type alone for a value nested too deeply:
     repr recurses)."""
     try:
-        text = repr(value)
+        # a huge string or container: only its start is shown, so only its start is repr'd
+        if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
+            text = repr(value[:4 * limit])
+        elif isinstance(value, (list, tuple)) and len(value) > limit:
+            text = repr(list(value[:limit]))[:-1] + f", ... ({len(value)} items)]"
+        elif isinstance(value, dict) and len(value) > limit:
+            text = repr(dict(list(value.items())[:limit]))[:-1] + f", ... ({len(value)} items)}}"
+        else:
+            text = repr(value)
     except RecursionError:
         return f"<a {type(value).__name__} nested too deeply to show>"
     return text if len(text) <= limit else text[:limit - 3] + "..."

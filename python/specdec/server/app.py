@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 from fastapi import FastAPI, Request as HttpRequest
@@ -35,6 +36,7 @@ from specdec.server.protocol import ApiError
 log = logging.getLogger("specdec.server")
 
 MAX_BODY_BYTES = 32 << 20  # a request body larger than this is refused before it is parsed
+SMALL_PROMPT_CHARS = 1 << 16  # prompts up to this size are tokenized in the event loop (< 1 ms)
 
 
 class _AsyncSink:
@@ -106,6 +108,14 @@ class Server:
         self.created = int(time.time())
         self.metrics = ServerMetrics(llm, model_name)
         self.loop = EngineLoop(llm)
+        # text longer than this cannot fit max_model_len tokens, however it is tokenized: refused
+        # before tokenizing (the longest token's bytes x the context, and a margin for markers)
+        tok = llm.tokenizer
+        longest = max(len(tok.decode_bytes([i], special=True)) for i in range(tok.vocab_size))
+        self.max_text_bytes = (llm.runner.max_model_len + 1) * max(1, longest) + 64
+        # large prompts are tokenized in their own small pool, so that they never hold up small
+        # ones (tokenized in the event loop) nor aborts and /metrics (the default pool)
+        self.tokenize_pool = ThreadPoolExecutor(2, thread_name_prefix="specdec-tokenize")
 
     # ---- helpers ----
     def _check_model(self, body: Dict[str, Any]) -> None:
@@ -163,7 +173,12 @@ class Server:
     async def _submit(self, prompts: List[Any], params: Any, n: int, sink: "_AsyncSink",
                       field: str) -> List[Tuple[int, Any]]:
         self._check_room(len(prompts) * n)
-        reqs = await asyncio.get_running_loop().run_in_executor(None, self._build, prompts, params, n, field)
+        size = sum(len(p) if isinstance(p, str) else len(p.get("prompt_token_ids", ())) for p in prompts)
+        if size <= SMALL_PROMPT_CHARS:
+            reqs = self._build(prompts, params, n, field)
+        else:
+            reqs = await asyncio.get_running_loop().run_in_executor(
+                self.tokenize_pool, self._build, prompts, params, n, field)
         self._check_room(len(reqs))  # others may have come in meanwhile
         for _, r in reqs:
             self.inflight.add(r.request_id)
@@ -247,7 +262,7 @@ class Server:
         llm = self.llm
         s = protocol.sampling(body, chat, llm.runner.max_model_len, llm.config.vocab_size)
         if chat:
-            msgs = protocol.messages(body)
+            msgs = protocol.messages(body, self.max_text_bytes, llm.runner.max_model_len)
             add_gen = body.get("add_generation_prompt", True)
             if not isinstance(add_gen, bool):
                 raise protocol.bad("add_generation_prompt", add_gen, "true or false")
@@ -255,12 +270,16 @@ class Server:
                 return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True),
                         llm.tokenizer.apply_chat_template(msgs, add_gen))
             try:
-                ids, text = await asyncio.get_running_loop().run_in_executor(None, render)
+                if sum(len(m["content"]) for m in msgs) <= SMALL_PROMPT_CHARS:
+                    ids, text = render()
+                else:
+                    ids, text = await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, render)
             except Exception as e:  # noqa: BLE001 - no template, or one specdec cannot render
                 raise ApiError(400, f"messages: {e}", "messages", "chat_template_error") from None
             prompts = [{"prompt": text, "prompt_token_ids": ids}]
         else:
-            prompts = protocol.prompts(body, llm.config.vocab_size)
+            prompts = protocol.prompts(body, llm.config.vocab_size, max(1, self.max_pending // s.n),
+                                       llm.runner.max_model_len, self.max_text_bytes)
         sink = _AsyncSink(asyncio.get_running_loop(), self._engine_finished)
         reqs = await self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -427,6 +446,7 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
             yield
         finally:
             server.loop.stop()
+            server.tokenize_pool.shutdown(wait=False, cancel_futures=True)
 
     # no /docs, /redoc or /openapi.json: the API is OpenAI's (docs/serving.md)
     app = FastAPI(title="specdec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

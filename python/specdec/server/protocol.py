@@ -149,6 +149,8 @@ def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> 
                 or not all(isinstance(s, str) and s for s in stop)):
             raise bad("stop", body.get("stop"), "null, a non-empty string or a list of up to 16 of them")
     stop_ids = body.get("stop_token_ids")
+    if isinstance(stop_ids, list) and len(stop_ids) > vocab_size:
+        raise bad("stop_token_ids", stop_ids, f"null or a list of at most {vocab_size} token ids")
     if stop_ids is not None and (not isinstance(stop_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in stop_ids)):
         raise bad("stop_token_ids", stop_ids, f"null or a list of token ids in [0, {vocab_size})")
@@ -189,17 +191,29 @@ def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> 
     return Sampling(params, n, stream, include_usage)
 
 
-def prompts(body: Mapping, vocab_size: int) -> List[Any]:
+def prompts(body: Mapping, vocab_size: int, max_prompts: int, max_model_len: int,
+            max_text_bytes: int) -> List[Any]:
     """The prompts of a completions request: a string, a list of strings, a list of token ids or
-    a list of such lists (each becomes n choices)."""
+    a list of such lists (each becomes n choices). Sizes are checked before contents: at most
+    max_prompts prompts, fewer than max_model_len ids each, and strings no longer than
+    max_text_bytes (more than max_model_len tokens however they are tokenized), so that a huge
+    request is refused at once, without tokenizing it."""
     p = body.get("prompt")
     allowed = "a string, a list of strings, a list of token ids, or a list of token-id lists"
     if isinstance(p, str):
+        check_text_size("prompt", p, max_text_bytes, max_model_len)
         return [p]
     if not isinstance(p, list) or not p:
         raise bad("prompt", p, allowed)
+    nested = isinstance(p[0], (str, list))
+    if nested and len(p) > max_prompts:
+        raise ApiError(400, f"prompt: {len(p)} prompts; at most {max_prompts} completions can be in "
+                       "flight on this server (--max-pending)", "prompt", "invalid_value")
 
     def ids(x: Any, where: str) -> Dict[str, List[int]]:
+        if len(x) >= max_model_len:
+            raise ApiError(400, f"{where}: {len(x)} tokens; at most max_model_len - 1 = {max_model_len - 1} "
+                           "fit with one generated token", where, "context_length_exceeded")
         if not x or not all(isinstance(t, int) and not isinstance(t, bool) for t in x):
             raise bad(where, x, allowed)
         for k, t in enumerate(x):
@@ -208,6 +222,8 @@ def prompts(body: Mapping, vocab_size: int) -> List[Any]:
         return {"prompt_token_ids": list(x)}
 
     if all(isinstance(x, str) for x in p):
+        for i, x in enumerate(p):
+            check_text_size(f"prompt[{i}]", x, max_text_bytes, max_model_len)
         return list(p)
     if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
         return [ids(p, "prompt")]
@@ -216,12 +232,26 @@ def prompts(body: Mapping, vocab_size: int) -> List[Any]:
     raise bad("prompt", p, allowed)
 
 
-def messages(body: Mapping) -> List[Dict[str, str]]:
-    """Chat messages as {"role", "content"} with text content (OpenAI's text parts joined)."""
+def check_text_size(field: str, text: str, max_text_bytes: int, max_model_len: int) -> None:
+    """Refuses text longer than max_text_bytes (UTF-8 bytes, at most 4 a character) before it is
+    tokenized: no tokenization of it could fit max_model_len tokens."""
+    if len(text) > max_text_bytes or len(text.encode("utf-8", "surrogatepass")) > max_text_bytes:
+        raise ApiError(400, f"{field}: {len(text)} characters, more than max_model_len = {max_model_len} "
+                       f"tokens of this vocabulary can hold (at most {max_text_bytes} bytes)", field,
+                       "context_length_exceeded")
+
+
+def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dict[str, str]]:
+    """Chat messages as {"role", "content"} with text content (OpenAI's text parts joined); their
+    text together no longer than max_text_bytes (see check_text_size)."""
     ms = body.get("messages")
     if not isinstance(ms, list) or not ms:
         raise bad("messages", ms, 'a non-empty list of {"role": ..., "content": ...} objects')
+    if len(ms) >= max_model_len:
+        raise ApiError(400, f"messages: {len(ms)} messages; more than max_model_len = {max_model_len} "
+                       "tokens can hold", "messages", "context_length_exceeded")
     out = []
+    total = 0
     for i, m in enumerate(ms):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}]", m, 'an object with a string "role" and "content"')
@@ -242,6 +272,11 @@ def messages(body: Mapping) -> List[Dict[str, str]]:
             c = "".join(texts)
         if not isinstance(c, str):
             raise bad(f"messages[{i}].content", c, "a string or a list of text parts")
+        total += len(c) + len(m["role"])  # characters: at least as many bytes
+        if total > max_text_bytes:
+            raise ApiError(400, f"messages: more than {max_text_bytes} characters up to messages[{i}], "
+                           f"more than max_model_len = {max_model_len} tokens of this vocabulary can "
+                           "hold", "messages", "context_length_exceeded")
         out.append({"role": m["role"], "content": c})
     return out
 
