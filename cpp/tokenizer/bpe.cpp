@@ -103,7 +103,7 @@ void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>&
   // Words repeat (code, prose): the tokens of each distinct word are computed once per call, as
   // (offset, count) into `out`.
   std::unordered_map<std::string, std::pair<size_t, size_t>> seen;
-  std::string word;
+  std::string word, gpt2;
   size_t start = 0;
   for (size_t length : pre_tokenize(vocab.pre, cps)) {
     word.clear();
@@ -112,6 +112,15 @@ void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>&
     if (word.size() == 1 && vocab.byte_tokens[uint8_t(word[0])] != kNoToken) {
       out.push_back(vocab.byte_tokens[uint8_t(word[0])]);
       continue;
+    }
+    if (vocab.ignore_merges) {  // the whole pre-token, when it is a token
+      gpt2.clear();
+      for (const char b : word) append_utf8(gpt2_byte_to_code_point(uint8_t(b)), gpt2);
+      const int32_t id = vocab.find(gpt2);
+      if (id != kNoToken) {
+        out.push_back(id);
+        continue;
+      }
     }
     const auto it = seen.find(word);
     if (it != seen.end()) {

@@ -24,6 +24,14 @@ const std::vector<std::pair<std::string, PreTokenizer>>& name_table() {
       {"deepseek-r1-qwen", PreTokenizer::kQwen2},
       {"megrez", PreTokenizer::kQwen2},
       {"deepseek-coder", PreTokenizer::kDeepseekCoder},
+      {"llama3", PreTokenizer::kLlama3},
+      {"llama-v3", PreTokenizer::kLlama3},
+      {"llama-bpe", PreTokenizer::kLlama3},
+      {"falcon3", PreTokenizer::kLlama3},
+      {"falcon-h1", PreTokenizer::kLlama3},
+      {"pixtral", PreTokenizer::kLlama3},
+      {"midm-2.0", PreTokenizer::kLlama3},
+      {"lfm2", PreTokenizer::kLlama3},
   };
   return table;
 }
@@ -94,13 +102,19 @@ size_t match_gpt2(const Cursor& c, size_t pos) {
   return match_trailing_space(c, pos);
 }
 
-size_t match_qwen2(const Cursor& c, size_t pos) {
+// Qwen2's and Llama 3's expression, which differ only in how many digits a number piece takes
+// (\p{N} and \p{N}{1,3}).
+size_t match_qwen2_like(const Cursor& c, size_t pos, size_t max_digits) {
   if (size_t n = match_contraction(c, pos, true)) return n;
   // [^\r\n\p{L}\p{N}]?\p{L}+
   const bool lead = !c.newline(pos) && !c.letter(pos) && !c.number(pos);
   if (lead && c.letter(pos + 1)) return c.run(pos + 1, [&](size_t p) { return c.letter(p); }) - pos;
   if (c.letter(pos)) return c.run(pos, [&](size_t p) { return c.letter(p); }) - pos;
-  if (c.number(pos)) return 1;  // \p{N}
+  if (c.number(pos)) {  // \p{N}{1,max_digits}
+    size_t n = 1;
+    while (n < max_digits && c.number(pos + n)) ++n;
+    return n;
+  }
   // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
   if (size_t n = match_space_then_run(c, pos, [&](size_t p) { return c.other(p); })) {
     return c.run(pos + n, [&](size_t p) { return c.newline(p); }) - pos;
@@ -113,6 +127,9 @@ size_t match_qwen2(const Cursor& c, size_t pos) {
   if (size_t n = match_trailing_space(c, pos)) return n;  // \s+(?!\S)
   return stop - pos;                                      // \s+
 }
+
+size_t match_qwen2(const Cursor& c, size_t pos) { return match_qwen2_like(c, pos, 1); }
+size_t match_llama3(const Cursor& c, size_t pos) { return match_qwen2_like(c, pos, 3); }
 
 size_t match_one_number(const Cursor& c, size_t pos) { return c.number(pos) ? 1 : 0; }
 
@@ -170,6 +187,7 @@ const std::vector<Matcher>& stages(PreTokenizer pre) {
   static const std::vector<Matcher> kGpt2 = {match_gpt2};
   static const std::vector<Matcher> kStarcoder = {match_one_number, match_gpt2};
   static const std::vector<Matcher> kQwen2 = {match_qwen2};
+  static const std::vector<Matcher> kLlama3 = {match_llama3};
   static const std::vector<Matcher> kDeepseekCoder = {
       match_newline, match_space_letters, match_space_punctuation, match_cjk, match_one_number};
   switch (pre) {
@@ -179,6 +197,8 @@ const std::vector<Matcher>& stages(PreTokenizer pre) {
       return kStarcoder;
     case PreTokenizer::kQwen2:
       return kQwen2;
+    case PreTokenizer::kLlama3:
+      return kLlama3;
     case PreTokenizer::kDeepseekCoder:
       return kDeepseekCoder;
     case PreTokenizer::kDefault:

@@ -22,6 +22,8 @@ enum class PreTokenizer {
   // |\s*[\r\n]+|\s+(?!\S)|\s+
   kQwen2,
   kDeepseekCoder,  // [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N}
+  // Llama 3: as kQwen2 but \p{N}{1,3} (digits in groups of up to three); BPE with ignore_merges
+  kLlama3,
 };
 
 // The pre-tokenizer named by `tokenizer.ggml.pre`; throws UnsupportedError naming the value and

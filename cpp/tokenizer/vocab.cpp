@@ -257,7 +257,8 @@ void read_special_ids(const MetadataReader& r, Vocab& v) {
 void read_flags(const MetadataReader& r, Vocab& v) {
   // llama.cpp's defaults: SPM adds BOS and a space prefix; BPE (for these pre-tokenizers) neither.
   const bool spm = v.kind == TokenizerKind::kSpm;
-  v.add_bos = r.boolean("tokenizer.ggml.add_bos_token").value_or(spm);
+  // llama.cpp's Llama 3 pre-tokenizer adds BOS unless the file says otherwise
+  v.add_bos = r.boolean("tokenizer.ggml.add_bos_token").value_or(spm || v.pre == PreTokenizer::kLlama3);
   v.add_eos = r.boolean("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = r.boolean("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.special.bos == kNoToken) {
@@ -290,6 +291,7 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
   }
   v.pre_name = r.string(kKeyPre).value_or("default");
   if (v.kind == TokenizerKind::kBpe) v.pre = pre_tokenizer_from_name(v.pre_name);
+  v.ignore_merges = v.kind == TokenizerKind::kBpe && v.pre == PreTokenizer::kLlama3;
   read_tokens(r, v);
   if (v.kind == TokenizerKind::kBpe) read_merges(r, v);
   read_special_ids(r, v);

@@ -85,6 +85,9 @@ struct Vocab {
   TokenizerKind kind = TokenizerKind::kSpm;
   std::string pre_name;  // tokenizer.ggml.pre as written ("default" when absent)
   PreTokenizer pre = PreTokenizer::kDefault;
+  // BPE: a pre-token that is itself a token is taken whole, without merges (llama.cpp's
+  // ignore_merges, set for the Llama 3 pre-tokenizer)
+  bool ignore_merges = false;
   std::vector<TokenData> tokens;
   std::unordered_map<std::string_view, int32_t> token_ids;
 
