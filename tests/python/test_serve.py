@@ -245,7 +245,10 @@ def test_disconnect_while_waiting_for_a_whole_response_aborts(plain_server):
     before = plain_server.metrics()
     conn = http.client.HTTPConnection("127.0.0.1", plain_server.port, timeout=30)
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    time.sleep(0.3)  # the request is running
+    deadline = time.monotonic() + 30
+    while plain_server.metrics()["specdec:num_requests_running"] == 0:  # it is running
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.05)
     conn.sock.shutdown(2)
     conn.close()
     assert _aborted(plain_server, before) >= 1  # not run to the end
