@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import specdec
+from llamacpp_sdist import read_vectors as read_vector_file
 from tokenizer_reference import Reference
 
 VOCAB_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "vocab"
@@ -47,19 +48,9 @@ CORPUS = [
 
 
 def read_vectors(name):
-    raw = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.inp").read_bytes().decode("utf-8")
-    sep = "\n__ggml_vocab_test__\n"
-    inputs, pos = [], 0
-    while pos < len(raw):
-        nxt = raw.find(sep, pos)
-        if nxt < 0:
-            inputs.append(raw[pos:])
-            break
-        inputs.append(raw[pos:nxt])
-        pos = nxt + len(sep)
-    outputs = (VOCAB_DIR / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").splitlines()
-    assert len(inputs) == len(outputs) >= 40
-    return [(i, [int(x) for x in o.split()]) for i, o in zip(inputs, outputs)]
+    vectors = read_vector_file(VOCAB_DIR / f"ggml-vocab-{name}.gguf")
+    assert len(vectors) >= 40
+    return vectors
 
 
 @pytest.mark.parametrize("name", VOCAB_FILES)
