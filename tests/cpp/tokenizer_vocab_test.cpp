@@ -277,7 +277,7 @@ TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
   m["tokenizer.ggml.model"] = GgufValue(std::string("bert"));
   EXPECT_THROW(Tokenizer::from_metadata(m), UnsupportedError);
   m = tiny_bpe();
-  m["tokenizer.ggml.pre"] = GgufValue(std::string("command-r"));  // not implemented yet
+  m["tokenizer.ggml.pre"] = GgufValue(std::string("command-r"));  // a pre-tokenizer specdec refuses
   try {
     Tokenizer::from_metadata(m);
     ADD_FAILURE() << "command-r accepted";

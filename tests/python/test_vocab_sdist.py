@@ -13,7 +13,8 @@ import pytest
 import specdec
 from llamacpp_sdist import models_dir, read_vectors
 
-# tokenizer.ggml.model / tokenizer.ggml.pre values not implemented yet
+# vocabularies specdec refuses with an UnsupportedError (their tokenizer model or pre-tokenizer is
+# not among specdec's: the rest of issue 24, item 1)
 UNSUPPORTED = {"bert-bge", "command-r", "deepseek-llm", "falcon", "gemma-4", "nomic-bert-moe", "qwen35"}
 SAMPLES = ["Hello world", " leading space", "12345 digits 3.14", "don't  stop\n\nnow", "naïve café 🦙",
            "def f(x):\n\treturn x * 2\n"]

@@ -56,9 +56,6 @@ class _AsyncSink:
         except RuntimeError:  # the event loop has closed (shutdown): nobody is waiting
             pass
 
-    def empty(self) -> bool:
-        return self.queue.empty()
-
 
 class EngineLoop:
     """Steps the engine in a thread of its own while requests are in it."""
@@ -537,7 +534,6 @@ class _ApiKeyGuard:
 
     def __init__(self, app: FastAPI, key: str) -> None:
         self.app, self.key = app, key.encode()
-        self.state = app.state
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith("/v1"):

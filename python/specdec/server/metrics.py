@@ -8,7 +8,6 @@ finished requests by reason) are observed by the server as requests finish.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -81,7 +80,6 @@ class ServerMetrics:
     def __init__(self, llm: Any, model_name: str) -> None:
         self.registry = CollectorRegistry()
         self.model = model_name
-        self._lock = threading.Lock()
         kw = {"labelnames": ["model_name"], "registry": self.registry}
         self.prompt_tokens = Counter("specdec:prompt_tokens", "Prompt tokens of finished requests", **kw)
         self.generation_tokens = Counter("specdec:generation_tokens", "Generated tokens", **kw)
