@@ -85,28 +85,38 @@ void register_tokenizer(py::module_& m) {
           py::arg("text"))
       .def("is_eog", &Tokenizer::is_eog, py::arg("id"))
       .def(
-          "apply_chat_template",
-          [](const Tokenizer& t, const std::vector<std::pair<std::string, std::string>>& messages,
-             bool add_generation_prompt) {
-            std::vector<ChatMessage> chat;
-            for (const auto& [role, content] : messages) chat.push_back({role, content});
-            return t.apply_chat_template(chat, add_generation_prompt);
-          },
-          py::arg("messages"), py::arg("add_generation_prompt") = true,
-          "Renders (role, content) pairs with the file's chat template.")
-      .def(
-          "encode_chat",
-          [](const Tokenizer& t, const std::vector<std::pair<std::string, std::string>>& messages,
-             bool add_generation_prompt, bool add_special) {
-            std::vector<ChatMessage> chat;
-            for (const auto& [role, content] : messages) chat.push_back({role, content});
+          "encode_with_markup",
+          [](const Tokenizer& t, const py::object& text,
+             const std::vector<std::pair<size_t, size_t>>& markup, bool add_special) {
+            const std::string bytes = to_bytes(text);
             py::gil_scoped_release release;
-            return t.encode_chat(chat, add_generation_prompt, add_special);
+            return t.encode_with_markup(bytes, markup, add_special);
           },
-          py::arg("messages"), py::arg("add_generation_prompt") = true,
-          py::arg("add_special") = true,
-          "Token ids of (role, content) pairs rendered with the chat template: the template's "
-          "markers are control tokens, the contents are never parsed for control tokens.")
+          py::arg("text"), py::arg("markup"), py::arg("add_special") = true,
+          "Token ids of a rendered chat: control tokens are parsed only inside the markup byte "
+          "ranges [begin, end) of the UTF-8 text (the template's own text).")
+      .def_property_readonly(
+          "control_token_texts",
+          [](const Tokenizer& t) {
+            std::vector<py::str> out;
+            for (int32_t id : t.vocab().special_token_order) {
+              const TokenType type = t.vocab().tokens[id].type;
+              if (type == TokenType::kControl || type == TokenType::kUnknown) {
+                out.push_back(to_str(t.vocab().tokens[id].text));
+              }
+            }
+            return out;
+          },
+          "Texts of the control and unknown tokens (parsed only with parse_special or inside "
+          "a chat template's markup), longest first.")
+      .def_property_readonly("named_chat_templates",
+                             [](const Tokenizer& t) {
+                               py::dict out;
+                               for (const auto& [name, source] : t.named_chat_templates()) {
+                                 out[to_str(name)] = to_str(source);
+                               }
+                               return out;
+                             })
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("kind",
                              [](const Tokenizer& t) { return tokenizer_kind_name(t.kind()); })

@@ -49,11 +49,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   return encode_fragments(text, add_special, parse_special, nullptr);
 }
 
-std::vector<int32_t> Tokenizer::encode_chat(const std::vector<ChatMessage>& messages,
-                                            bool add_generation_prompt, bool add_special) const {
-  const RenderedChat chat =
-      ChatTemplate::parse(vocab_->chat_template).render(messages, add_generation_prompt);
-  return encode_fragments(chat.text, add_special, false, &chat.markup);
+std::vector<int32_t> Tokenizer::encode_with_markup(
+    std::string_view text, const std::vector<std::pair<size_t, size_t>>& markup,
+    bool add_special) const {
+  size_t last_end = 0;
+  for (const auto& [begin, end] : markup) {
+    if (begin < last_end || end <= begin || end > text.size()) {
+      throw ConfigError("markup", str_cat("[", begin, ", ", end, ")"),
+                        str_cat("ranges must be non-empty, sorted, disjoint and inside the text "
+                                "(", text.size(), " bytes); the previous one ends at ", last_end));
+    }
+    last_end = end;
+  }
+  return encode_fragments(text, add_special, false, &markup);
 }
 
 std::vector<int32_t> Tokenizer::encode_fragments(
@@ -131,11 +139,6 @@ const std::string& Tokenizer::token_text(int32_t id) const {
 TokenType Tokenizer::token_type(int32_t id) const {
   check_id(id);
   return vocab_->tokens[id].type;
-}
-
-std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                           bool add_generation_prompt) const {
-  return ChatTemplate::parse(vocab_->chat_template).apply(messages, add_generation_prompt);
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool special, bool continuation)

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "model/gguf.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 
 namespace specdec::tokenizer {
@@ -69,17 +68,19 @@ class Tokenizer {
   int32_t token_id(std::string_view text) const { return vocab_->find(text); }
   size_t num_merges() const { return vocab_->merges.size(); }
 
+  // tokenizer.chat_template, and the named ones (tokenizer.chat_template.<name>, e.g. tool_use).
   const std::string& chat_template() const { return vocab_->chat_template; }
-  // Renders a conversation with the file's chat template (see chat_template.h).
-  std::string apply_chat_template(const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt = true) const;
-  // Token ids of a conversation rendered with the chat template: the template's own markers
-  // become control tokens, while the messages' text is never parsed for them (a user writing
-  // "<|im_end|><|im_start|>system" gets that text, not a new system turn). Equal to
-  // encode(apply_chat_template(...), add_special, true) whenever no message contains
-  // control-token text.
-  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages,
-                                   bool add_generation_prompt = true, bool add_special = true) const;
+  const std::map<std::string, std::string>& named_chat_templates() const {
+    return vocab_->named_chat_templates;
+  }
+  // Token ids of a rendered chat: control (and unknown) tokens are parsed only where they lie
+  // wholly inside one of the `markup` byte ranges [begin, end) (sorted, disjoint): the text the
+  // chat template wrote itself. Elsewhere (the messages' text) they stay plain text, so a user
+  // writing "<|im_end|><|im_start|>system" gets that text, not a new system turn. User-defined
+  // tokens are split out everywhere, as by encode().
+  std::vector<int32_t> encode_with_markup(std::string_view text,
+                                          const std::vector<std::pair<size_t, size_t>>& markup,
+                                          bool add_special = true) const;
 
   const Vocab& vocab() const { return *vocab_; }
 

@@ -269,6 +269,20 @@ void read_flags(const MetadataReader& r, Vocab& v) {
   }
 }
 
+// tokenizer.chat_template.<name> keys (llama.cpp's converter writes one per named template of
+// tokenizer_config.json, listing the names in tokenizer.chat_templates).
+void read_named_chat_templates(const std::map<std::string, GgufValue>& metadata,
+                               const MetadataReader& r, Vocab& v) {
+  const std::string prefix = "tokenizer.chat_template.";
+  for (auto it = metadata.lower_bound(prefix);
+       it != metadata.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    const std::optional<std::string> source = r.string(it->first);
+    const std::string name = it->first.substr(prefix.size());
+    if (name.empty()) r.fail(it->first, "needs a template name after the dot");
+    v.named_chat_templates[name] = *source;
+  }
+}
+
 }  // namespace
 
 const char* tokenizer_kind_name(TokenizerKind kind) {
@@ -297,6 +311,7 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
   read_special_ids(r, v);
   read_flags(r, v);
   v.chat_template = r.string("tokenizer.chat_template").value_or("");
+  read_named_chat_templates(metadata, r, v);
   derive_special_tokens(v, r.string("general.name").value_or(""));
   derive_pieces(v);
   return v;

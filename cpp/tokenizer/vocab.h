@@ -109,6 +109,8 @@ struct Vocab {
   // Detokenized bytes of each token (its text for control, unknown and user-defined tokens).
   std::vector<std::string> pieces;
   std::string chat_template;  // tokenizer.chat_template, empty when absent
+  // tokenizer.chat_template.<name> (e.g. "tool_use", "rag"), by name
+  std::map<std::string, std::string> named_chat_templates;
 };
 
 // Reads and validates the vocabulary in `metadata` (GGUF key/values). `source` names the file in

@@ -144,20 +144,5 @@ def check_token_ids(field: str, value: Any, vocab_size: Optional[int] = None) ->
     return out
 
 
-def check_messages(messages: Any, field: str = "messages") -> List[tuple]:
-    """A conversation: a non-empty list of {"role": str, "content": str} dicts."""
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, (list, tuple)):
-        raise error(field, messages, 'a list of {"role": ..., "content": ...} dicts')
-    if not messages:
-        raise error(field, messages, "at least one message")
-    pairs = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
-            raise error(f"{field}[{i}]", m, 'a dict with "role" and "content"')
-        pairs.append((check_text(f"{field}[{i}].role", m["role"]),
-                      check_text(f"{field}[{i}].content", m["content"])))
-    return pairs
-
-
-__all__ = ["INT32_MAX", "check_bool", "check_messages", "check_int", "check_real", "check_text", "check_token_ids",
+__all__ = ["INT32_MAX", "check_bool", "check_int", "check_real", "check_text", "check_token_ids",
            "error", "is_bool", "is_int", "is_real", "printable", "show", "unicode_problem"]

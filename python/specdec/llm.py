@@ -36,8 +36,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 
 from specdec import _core
-from specdec._checks import (check_bool, check_int, check_messages, check_real, check_text,
+from specdec._checks import (check_bool, check_int, check_real, check_text,
                              check_token_ids, error)
+from specdec.chat_template import check_conversation
 from specdec.engine import EngineCore, LLMEngine, Request, StreamOutput
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
@@ -48,7 +49,7 @@ from specdec.speculative import build_speculation, drafter_unified
 from specdec.tokenizer import Tokenizer
 
 PromptType = Union[str, Dict[str, Any]]
-Message = Mapping[str, str]
+Message = Mapping[str, Any]
 
 
 def check_attention_backend(value: Any, field: str = "attention_backend") -> Optional[str]:
@@ -338,10 +339,16 @@ class LLM:
     def chat(self, messages: Union[Sequence[Message], Sequence[Sequence[Message]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
              on_token: Optional[Callable[[str, str], None]] = None,
-             add_generation_prompt: bool = True) -> List[RequestOutput]:
+             add_generation_prompt: bool = True, *,
+             tools: Optional[Sequence[Mapping[str, Any]]] = None,
+             chat_template: Optional[str] = None,
+             continue_final_message: bool = False,
+             chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> List[RequestOutput]:
         """Generates replies to conversations (``[{"role": ..., "content": ...}, ...]``, or a list
-        of them) rendered with the model's chat template. The template's markers are the only
-        control tokens: message text is never parsed for them."""
+        of them) rendered with the model's chat template, run as written (jinja2's sandbox; see
+        ``Tokenizer.apply_chat_template`` for ``tools``, ``chat_template``,
+        ``continue_final_message`` and ``chat_template_kwargs``). The template's own text is the
+        only source of control tokens: message text is never parsed for them."""
         check_bool("add_generation_prompt", add_generation_prompt)
         if isinstance(messages, (list, tuple)) and messages and all(
                 isinstance(c, (list, tuple)) for c in messages):
@@ -349,12 +356,17 @@ class LLM:
         else:
             convos = [messages]
         prompts = []
+        tok = self.tokenizer
+        options = dict(tools=tools, chat_template=chat_template,
+                       continue_final_message=continue_final_message,
+                       chat_template_kwargs=chat_template_kwargs)
         for i, convo in enumerate(convos):
-            check_messages(convo, "messages" if len(convos) == 1 else f"messages[{i}]")
-            tok = self.tokenizer
-            prompts.append({"prompt": tok.apply_chat_template(convo, add_generation_prompt),
+            field = "messages" if len(convos) == 1 else f"messages[{i}]"
+            check_conversation(convo, field)
+            prompts.append({"prompt": tok.apply_chat_template(convo, add_generation_prompt,
+                                                              **options),
                             "prompt_token_ids": tok.apply_chat_template(
-                                convo, add_generation_prompt, tokenize=True)})
+                                convo, add_generation_prompt, tokenize=True, **options)})
         return self._run(prompts, sampling_params, on_token, False, "messages", len(convos) > 1)
 
     def _params_list(self, sampling_params: Any, n: int) -> List[SamplingParams]:

@@ -8,10 +8,10 @@ llama.cpp does. See docs/tokenizer.md.
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from specdec import _core
-from specdec._checks import check_bool, check_messages, check_text
+from specdec._checks import check_bool, check_text, error
 
 __all__ = ["Tokenizer", "StreamDecoder"]
 
@@ -27,6 +27,26 @@ def _resolve(path_or_name: PathOrName) -> str:
     except ImportError:  # model catalog not available: only paths
         return path
     return resolve_model(path)
+
+
+def _plain_list(field: str, value: Any) -> Optional[List[Any]]:
+    from specdec.chat_template import plain_data
+
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise error(field, value, "a list of dicts (or None)")
+    return plain_data(list(value), field)
+
+
+def _plain_mapping(field: str, value: Any) -> Dict[str, Any]:
+    from specdec.chat_template import plain_data
+
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise error(field, value, "a dict of template variables (or None)")
+    return plain_data(dict(value), field)
 
 
 class StreamDecoder:
@@ -53,6 +73,8 @@ class Tokenizer:
     def __init__(self, core: "_core.Tokenizer", path: str = "") -> None:
         self._core = core
         self.path = path
+        self._special_texts: Optional[Dict[str, str]] = None
+        self._control: Optional[List[str]] = None
 
     @classmethod
     def from_file(cls, path_or_name: PathOrName) -> "Tokenizer":
@@ -106,23 +128,99 @@ class Tokenizer:
     def stream_decoder(self, special: bool = False, continuation: bool = False) -> StreamDecoder:
         return StreamDecoder(self, special, continuation)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
-                            add_generation_prompt: bool = True,
-                            tokenize: bool = False) -> Union[str, List[int]]:
-        """Renders ``[{"role": ..., "content": ...}, ...]`` with the file's chat template
-        (ChatML or Gemma); UnsupportedError for other templates or none.
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            add_generation_prompt: bool = True, tokenize: bool = False, *,
+                            tools: Optional[Sequence[Mapping[str, Any]]] = None,
+                            documents: Optional[Sequence[Mapping[str, Any]]] = None,
+                            chat_template: Optional[str] = None,
+                            continue_final_message: bool = False,
+                            chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                            ) -> Union[str, List[int]]:
+        """Renders a conversation with the model's chat template, run as written in jinja2's
+        sandbox (see ``specdec.chat_template``).
 
-        ``tokenize=True`` returns the token ids (BOS as the file says): the template's markers
-        are control tokens and the messages' text is never parsed for control tokens, so a
-        message holding ``<|im_end|><|im_start|>system`` cannot open a turn. The rendered string
-        (``tokenize=False``) loses that distinction: encoding it with ``parse_special=True``
-        would turn such text into control tokens."""
-        pairs = check_messages(messages)
+        ``messages``: ``[{"role": ..., "content": ...}, ...]``; other keys (``tool_calls``,
+        ``tool_call_id``, ``reasoning_content``, ...) reach the template as given. ``tools`` and
+        ``documents`` are passed to the template; with ``tools`` the model's ``tool_use``
+        template is used when it has one. ``chat_template``: the name of one of the model's
+        templates (``chat_template_names``) or Jinja source. ``continue_final_message``: end the
+        text right after the last message's content (the reply continues it).
+        ``chat_template_kwargs``: extra template variables (``enable_thinking``, ...).
+
+        A leading BOS the template writes is left out when the tokenizer adds BOS itself, so
+        ``encode(text)`` has one BOS. ``tokenize=True`` returns the ids: only the template's own
+        text can become control tokens; control-token text inside the caller's strings stays
+        text, so a message holding ``<|im_end|><|im_start|>system`` cannot open a turn. (The
+        string form loses that: encoding it with ``parse_special=True`` would not.)
+
+        ChatTemplateError (a ValueError) when the model has no template, the template does not
+        compile or raises, e.g. for roles it does not accept."""
+        from specdec.chat_template import check_conversation, render_chat
+
         check_bool("add_generation_prompt", add_generation_prompt)
         check_bool("tokenize", tokenize)
-        if tokenize:
-            return list(self._core.encode_chat(pairs, add_generation_prompt, True))
-        return self._core.apply_chat_template(pairs, add_generation_prompt)
+        check_bool("continue_final_message", continue_final_message)
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message = True needs add_generation_prompt = False")
+        msgs = check_conversation(messages)
+        name, source = self._template_source(chat_template, tools is not None)
+        extra = _plain_mapping("chat_template_kwargs", chat_template_kwargs)
+        text, markup = render_chat(
+            source, msgs, name=name, add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            tools=_plain_list("tools", tools), documents=_plain_list("documents", documents),
+            special_tokens=self._template_tokens(), control_texts=(
+                self._control_texts() if tokenize else None),
+            strip_bos=self._bos_text() if self.add_bos else "", extra=extra)
+        if not tokenize:
+            return text
+        return list(self._core.encode_with_markup(text, markup, True))
+
+    @property
+    def chat_template_names(self) -> List[str]:
+        """Names of the model's chat templates: "default" (tokenizer.chat_template) when it has
+        one, then its named ones (tokenizer.chat_template.<name>)."""
+        return ((["default"] if self.chat_template else [])
+                + sorted(self._core.named_chat_templates))
+
+    def _template_source(self, chat_template: Optional[str], with_tools: bool):
+        from specdec.chat_template import ChatTemplateError
+
+        named = dict(self._core.named_chat_templates)
+        if self.chat_template:
+            named.setdefault("default", self.chat_template)
+        if chat_template is None:
+            name = "tool_use" if with_tools and "tool_use" in named else "default"
+            if name not in named:
+                raise ChatTemplateError(
+                    f"{self.path or 'this model'} has no chat template "
+                    "(tokenizer.chat_template); pass chat_template= Jinja source")
+            return name, named[name]
+        check_text("chat_template", chat_template, "a template name or Jinja source")
+        if chat_template in named:
+            return chat_template, named[chat_template]
+        if "{{" in chat_template or "{%" in chat_template:
+            return "given", chat_template
+        raise ChatTemplateError(
+            f"chat_template = {chat_template!r}: neither Jinja source nor one of this model's "
+            f"templates ({', '.join(sorted(named)) or 'it has none'})")
+
+    def _bos_text(self) -> str:
+        bos = self.bos_token_id
+        return "" if bos is None else self._core.token_text(bos)
+
+    def _template_tokens(self) -> Dict[str, str]:
+        if self._special_texts is None:
+            out = {"bos_token": self._bos_text(), "eos_token": ""}
+            if self.eos_token_id is not None:
+                out["eos_token"] = self._core.token_text(self.eos_token_id)
+            self._special_texts = out
+        return dict(self._special_texts)
+
+    def _control_texts(self) -> List[str]:
+        if self._control is None:
+            self._control = list(self._core.control_token_texts)
+        return self._control
 
     @property
     def vocab_size(self) -> int:
