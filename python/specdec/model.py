@@ -49,12 +49,11 @@ def _gguf_tokenizer(meta: Dict[str, Any]) -> Dict[str, Any]:
             info[key] = meta[f"tokenizer.ggml.{key}"]
     types = meta.get("tokenizer.ggml.token_type") or []
     info["num_control_tokens"] = sum(1 for t in types if t == 3)
-    template = meta.get("tokenizer.chat_template")
-    if isinstance(template, str):
-        info["chat_template"] = ("chatml" if "<|im_start|>" in template else
-                                 "gemma" if "<start_of_turn>" in template else "other")
-    else:
-        info["chat_template"] = None
+    # the model's chat templates by name ("default": tokenizer.chat_template), run as written
+    names = (["default"] if isinstance(meta.get("tokenizer.chat_template"), str) else []) + sorted(
+        k[len("tokenizer.chat_template."):] for k, v in meta.items()
+        if k.startswith("tokenizer.chat_template.") and isinstance(v, str))
+    info["chat_templates"] = names
     return info
 
 
@@ -171,8 +170,8 @@ def format_inspect(info: Dict[str, Any]) -> str:
     if tok:
         lines.append(f"  tokenizer     {printable(tok['kind'])} (pre {printable(tok['pre'] or '-')}), "
                      f"vocabulary {tok['vocab_size']}, "
-                     f"{tok['num_control_tokens']} control tokens, chat template "
-                     f"{tok['chat_template'] or 'none'}")
+                     f"{tok['num_control_tokens']} control tokens, chat templates "
+                     f"{printable(', '.join(tok['chat_templates'])) or 'none'}")
         specials = ", ".join(f"{k} {v['id']} {v['text']!r}" for k, v in tok["special_tokens"].items())
         lines.append(f"    special     {specials}")
         flags = ", ".join(f"{k} {tok[k]}" for k in ("add_bos_token", "add_eos_token", "add_space_prefix") if k in tok)

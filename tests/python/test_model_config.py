@@ -71,7 +71,7 @@ def test_inspect_cli(real_model, capsys):
     assert cli.main(["inspect", "qwen2.5-coder-1.5b-instruct-q4_k_m"]) == 0
     out = capsys.readouterr().out
     for needle in ("architecture  qwen2", "28 layers", "12 q / 2 kv x 128", "q4_K", "q6_K",
-                   "gpt2 (pre qwen2), vocabulary 151936", "'<|im_end|>'", "chat template chatml",
+                   "gpt2 (pre qwen2), vocabulary 151936", "'<|im_end|>'", "chat templates default",
                    "1 KV-cache group", "full_attention(block_size=16, num_kv_heads=2, head_size=128"):
         assert needle in out, needle
     assert cli.main(["inspect", "gemma-3-270m-q4_k_m", "--json", "--budget", "64MiB"]) == 0

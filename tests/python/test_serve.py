@@ -371,5 +371,20 @@ def test_chat_equal_to_llm_chat_streaming_and_not(real_model, tmp_path):
         msgs2 = msgs + [{"role": "assistant", "content": want.text}, {"role": "user", "content": "More."}]
         r = c.chat.completions.create(model="smol", messages=msgs2, max_tokens=4, temperature=0)
         assert r.usage.prompt_tokens_details.cached_tokens >= 16
+        # vLLM's template fields: continue the last (assistant) message instead of a new turn
+        msgs3 = msgs + [{"role": "assistant", "content": "Red, green", "name": "bot"}]
+        want3 = llm.chat(msgs3, specdec.SamplingParams(temperature=0, max_tokens=4),
+                         add_generation_prompt=False, continue_final_message=True)[0]
+        assert want3.prompt.endswith("<|im_start|>assistant\nRed, green")
+        r = c.chat.completions.create(model="smol", messages=msgs3, max_tokens=4, temperature=0,
+                                      extra_body={"add_generation_prompt": False,
+                                                  "continue_final_message": True,
+                                                  "chat_template_kwargs": {"unused": 1}})
+        assert r.choices[0].message.content == want3.outputs[0].text
+        for bad, param in (({"role": "user", "content": "x", "weird": 1}, "messages[0].weird"),
+                           ({"role": "user", "content": None}, "messages[0].content")):
+            got, body, _ = s.request("POST", "/v1/chat/completions",
+                                     {"model": "smol", "messages": [bad]})
+            assert got == 400 and body["error"]["param"] == param, body
     finally:
         s.stop()

@@ -261,13 +261,19 @@ class Server:
         if chat:
             msgs = protocol.messages(body, self.max_text_bytes, llm.runner.max_model_len)
             add_gen = body.get("add_generation_prompt", True)
-            if not isinstance(add_gen, bool):
-                raise protocol.bad("add_generation_prompt", add_gen, "true or false")
+            cont = body.get("continue_final_message", False)
+            for key, value in (("add_generation_prompt", add_gen), ("continue_final_message", cont)):
+                if not isinstance(value, bool):
+                    raise protocol.bad(key, value, "true or false")
+            kwargs = body.get("chat_template_kwargs")
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise protocol.bad("chat_template_kwargs", kwargs, "an object of template variables")
+            options = dict(continue_final_message=cont, chat_template_kwargs=kwargs)
             def render():
-                return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True),
-                        llm.tokenizer.apply_chat_template(msgs, add_gen))
+                return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True, **options),
+                        llm.tokenizer.apply_chat_template(msgs, add_gen, **options))
             try:
-                if sum(len(m["content"]) for m in msgs) <= SMALL_PROMPT_CHARS:
+                if sum(len(m["content"] or "") for m in msgs) <= SMALL_PROMPT_CHARS:
                     ids, text = render()
                 else:
                     ids, text = await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, render)

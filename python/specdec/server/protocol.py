@@ -42,7 +42,9 @@ _COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k",
            "metadata"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
-                         "add_generation_prompt"}
+                         "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
+# message keys passed to the chat template as given (besides role and content)
+MESSAGE_KEYS = ("name", "tool_calls", "tool_call_id", "reasoning_content")
 
 
 class ApiError(Exception):
@@ -241,9 +243,10 @@ def check_text_size(field: str, text: str, max_text_bytes: int, max_model_len: i
                        "context_length_exceeded")
 
 
-def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dict[str, str]]:
-    """Chat messages as {"role", "content"} with text content (OpenAI's text parts joined); their
-    text together no longer than max_text_bytes (see check_text_size)."""
+def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dict[str, Any]]:
+    """Chat messages for the template: "role", "content" (text; OpenAI's text parts joined; null
+    only beside "tool_calls") and the keys of MESSAGE_KEYS as given; their text together no
+    longer than max_text_bytes (see check_text_size)."""
     ms = body.get("messages")
     if not isinstance(ms, list) or not ms:
         raise bad("messages", ms, 'a non-empty list of {"role": ..., "content": ...} objects')
@@ -255,11 +258,11 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
     for i, m in enumerate(ms):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}]", m, 'an object with a string "role" and "content"')
-        extra = sorted(set(m) - {"role", "content"})
+        extra = sorted(set(m) - {"role", "content", *MESSAGE_KEYS})
         if extra:
             key = extra[0] if extra[0].isprintable() else show(extra[0])
-            raise bad(f"messages[{i}].{key}", m[extra[0]],
-                      "not supported by specdec (role and content are)", "unsupported_parameter")
+            raise bad(f"messages[{i}].{key}", m[extra[0]], "not supported by specdec (role, "
+                      f"content, {', '.join(MESSAGE_KEYS)} are)", "unsupported_parameter")
         c = m.get("content")
         if isinstance(c, list):  # [{"type": "text", "text": ...}, ...]
             texts = []
@@ -270,14 +273,18 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
                               "unsupported_parameter")
                 texts.append(part["text"])
             c = "".join(texts)
-        if not isinstance(c, str):
-            raise bad(f"messages[{i}].content", c, "a string or a list of text parts")
-        total += len(c) + len(m["role"])  # characters: at least as many bytes
+        if not isinstance(c, str) and not (c is None and m.get("tool_calls")):
+            raise bad(f"messages[{i}].content", c,
+                      "a string or a list of text parts (null only beside tool_calls)")
+        msg = {k: m[k] for k in MESSAGE_KEYS if k in m}
+        msg.update(role=m["role"], content=c)
+        # characters: at least as many bytes (tool calls counted as their JSON)
+        total += len(c or "") + len(m["role"]) + sum(len(repr(m[k])) for k in MESSAGE_KEYS if k in m)
         if total > max_text_bytes:
             raise ApiError(400, f"messages: more than {max_text_bytes} characters up to messages[{i}], "
                            f"more than max_model_len = {max_model_len} tokens of this vocabulary can "
                            "hold", "messages", "context_length_exceeded")
-        out.append({"role": m["role"], "content": c})
+        out.append(msg)
     return out
 
 
