@@ -12,6 +12,13 @@
 namespace specdec::tokenizer {
 namespace {
 
+// Bytes of the UTF-8 character that starts with `lead`, by its high bits as llama.cpp counts them
+// (a stray continuation byte is one character).
+size_t utf8_length(uint8_t lead) {
+  static constexpr uint8_t kLengths[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kLengths[lead >> 4];
+}
+
 struct Symbol {
   int32_t id = kNoToken;  // token, or extra symbol (>= vocab size), or kNoToken
   int32_t prev = -1;
@@ -41,10 +48,18 @@ class BpeSession {
 
   void encode_word(std::string_view word, std::vector<int32_t>& out) {
     symbols_.clear();
-    for (uint32_t i = 0; i < word.size(); ++i) {
+    // Byte-level: one symbol per byte (its GPT-2 character's token). UTF-8 symbols: one per
+    // character, the token of its text (or none: the character then only falls back to bytes).
+    for (uint32_t i = 0; i < word.size();) {
+      const uint32_t size =
+          vocab_.utf8_symbols
+              ? static_cast<uint32_t>(std::min<size_t>(utf8_length(uint8_t(word[i])), word.size() - i))
+              : 1;
+      const int32_t id = vocab_.utf8_symbols ? vocab_.find(word.substr(i, size))
+                                             : vocab_.byte_tokens[uint8_t(word[i])];
       const int32_t n = static_cast<int32_t>(symbols_.size());
-      symbols_.push_back(Symbol{vocab_.byte_tokens[uint8_t(word[i])], n - 1,
-                                i + 1 == word.size() ? -1 : n + 1, i, 1});
+      symbols_.push_back(Symbol{id, n - 1, i + size == word.size() ? -1 : n + 1, i, size});
+      i += size;
     }
     for (int32_t i = 1; i < static_cast<int32_t>(symbols_.size()); ++i) try_add(i - 1, i);
     while (!queue_.empty()) {
@@ -109,7 +124,14 @@ void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>&
     word.clear();
     for (size_t i = start; i < start + length; ++i) append_utf8(cps[i], word);
     start += length;
-    if (word.size() == 1 && vocab.byte_tokens[uint8_t(word[0])] != kNoToken) {
+    if (vocab.utf8_symbols) {  // a run of newlines that is a token is taken whole (llama.cpp)
+      const int32_t id = word.find_first_not_of('\n') == std::string::npos ? vocab.find(word)
+                                                                             : kNoToken;
+      if (id != kNoToken) {
+        out.push_back(id);
+        continue;
+      }
+    } else if (word.size() == 1 && vocab.byte_tokens[uint8_t(word[0])] != kNoToken) {
       out.push_back(vocab.byte_tokens[uint8_t(word[0])]);
       continue;
     }

@@ -24,6 +24,12 @@ enum class PreTokenizer {
   kDeepseekCoder,  // [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N}
   // Llama 3: as kQwen2 but \p{N}{1,3} (digits in groups of up to three); BPE with ignore_merges
   kLlama3,
+  // Qwen3.5: as kQwen2 with marks joining letters ([\p{L}\p{M}]+, [^\s\p{L}\p{M}\p{N}])
+  kQwen35,
+  kFalcon,  // [\p{P}\$\+<=>\^~\|`]+, then GPT-2, then [0-9][0-9][0-9]
+  // [\r\n], \s?[cased letters]+, \s?[ASCII and full-width symbols]+, \s+$, [CJK]+, \p{N}+
+  kDeepseekLlm,
+  kNewlines,  // [^\n]+|[\n]+ (Gemma 4: BPE runs over whole lines)
 };
 
 // The pre-tokenizer named by `tokenizer.ggml.pre`; throws UnsupportedError naming the value and

@@ -82,7 +82,11 @@ std::vector<int32_t> Tokenizer::encode_fragments(
     if (v.kind == TokenizerKind::kSpm) {
       spm_encode(v, escape_spaces(run, v.add_space_prefix && after_special), out);
     } else {
-      bpe_encode(v, run, out);
+      if (v.utf8_symbols) {
+        bpe_encode(v, escape_spaces(run, false), out);
+      } else {
+        bpe_encode(v, run, out);
+      }
     }
     after_special = false;
   }

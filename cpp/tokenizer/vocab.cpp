@@ -259,6 +259,8 @@ void read_flags(const MetadataReader& r, Vocab& v) {
   const bool spm = v.kind == TokenizerKind::kSpm;
   // llama.cpp's Llama 3 pre-tokenizer adds BOS unless the file says otherwise
   v.add_bos = r.boolean("tokenizer.ggml.add_bos_token").value_or(spm || v.pre == PreTokenizer::kLlama3);
+  // llama.cpp adds BOS for Gemma 4 whatever the file says (its template and training expect it)
+  if (v.utf8_symbols) v.add_bos = true;
   v.add_eos = r.boolean("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = r.boolean("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.special.bos == kNoToken) {
@@ -298,12 +300,15 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
     v.kind = TokenizerKind::kSpm;
   } else if (*model == "gpt2") {
     v.kind = TokenizerKind::kBpe;
+  } else if (*model == "gemma4") {
+    v.kind = TokenizerKind::kBpe;
+    v.utf8_symbols = true;
   } else {
     throw UnsupportedError(str_cat(kKeyModel, " = '", *model,
                                    "' is not supported; supported: 'llama' (SentencePiece BPE), "
-                                   "'gpt2' (byte-level BPE)"));
+                                   "'gpt2' (byte-level BPE), 'gemma4' (BPE over UTF-8 characters)"));
   }
-  v.pre_name = r.string(kKeyPre).value_or("default");
+  v.pre_name = r.string(kKeyPre).value_or(v.utf8_symbols ? "gemma4" : "default");
   if (v.kind == TokenizerKind::kBpe) v.pre = pre_tokenizer_from_name(v.pre_name);
   v.ignore_merges = v.kind == TokenizerKind::kBpe && v.pre == PreTokenizer::kLlama3;
   read_tokens(r, v);

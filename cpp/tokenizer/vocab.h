@@ -88,6 +88,9 @@ struct Vocab {
   // BPE: a pre-token that is itself a token is taken whole, without merges (llama.cpp's
   // ignore_merges, set for the Llama 3 pre-tokenizer)
   bool ignore_merges = false;
+  // BPE: merges start from UTF-8 characters with spaces escaped to U+2581 and <0xXX> byte
+  // fallback (Gemma 4's `gemma4` model), instead of GPT-2's byte characters
+  bool utf8_symbols = false;
   std::vector<TokenData> tokens;
   std::unordered_map<std::string_view, int32_t> token_ids;
 

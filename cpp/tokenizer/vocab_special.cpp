@@ -187,14 +187,16 @@ void derive_pieces(Vocab& v) {
     if (t.attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) {
       v.pieces[i] = t.text;
     } else if (t.attr & kAttrNormal) {
-      v.pieces[i] = v.kind == TokenizerKind::kSpm ? spm_piece(t) : bpe_piece(t, byte_of_code_point);
+      v.pieces[i] = v.kind == TokenizerKind::kSpm || v.utf8_symbols
+                        ? spm_piece(t)
+                        : bpe_piece(t, byte_of_code_point);
     } else if (t.attr & kAttrByte) {
       v.pieces[i] = std::string(1, static_cast<char>(std::stoi(t.text.substr(3, 2), nullptr, 16)));
     }
   }
   static const char* kHex = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
-    if (v.kind == TokenizerKind::kBpe) {
+    if (v.kind == TokenizerKind::kBpe && !v.utf8_symbols) {
       std::string text;
       append_utf8(gpt2_byte_to_code_point(uint8_t(b)), text);
       v.byte_tokens[b] = v.find(text);

@@ -277,12 +277,12 @@ TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
   m["tokenizer.ggml.model"] = GgufValue(std::string("bert"));
   EXPECT_THROW(Tokenizer::from_metadata(m), UnsupportedError);
   m = tiny_bpe();
-  m["tokenizer.ggml.pre"] = GgufValue(std::string("command-r"));  // a pre-tokenizer specdec refuses
+  m["tokenizer.ggml.pre"] = GgufValue(std::string("kimi-k2"));  // a pre-tokenizer specdec refuses
   try {
     Tokenizer::from_metadata(m);
-    ADD_FAILURE() << "command-r accepted";
+    ADD_FAILURE() << "kimi-k2 accepted";
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("'command-r'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'kimi-k2'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("qwen2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("llama-bpe"), std::string::npos) << e.what();
   }
@@ -388,6 +388,11 @@ TEST(PreTokenizer, PiecesMatchTheRegexes) {
   EXPECT_EQ(pieces("default", "a+=b;  123456 x"),
             (P{"a", "+=", "b", ";", " ", " ", "123", "456", " x"}));
   EXPECT_EQ(pieces("default", "$$ 1000"), (P{"$$", " ", "100", "0"}));
+  EXPECT_EQ(pieces("falcon", "a`b+=1234"), (P{"a", "`", "b", "+=", "123", "4"}));
+  EXPECT_EQ(pieces("qwen2", "e\xCC\x81x y"), (P{"e", "\xCC\x81x", " y"}));  // e + U+0301
+  EXPECT_EQ(pieces("qwen35", "e\xCC\x81x y"), (P{"e\xCC\x81x", " y"}));     // marks join letters
+  EXPECT_EQ(pieces("deepseek-llm", "Hi, x  \n7"), (P{"Hi", ",", " x", "  ", "\n", "7"}));
+  EXPECT_EQ(pieces("gemma4", "a b\n\nc"), (P{"a b", "\n\n", "c"}));
   EXPECT_TRUE(pieces("qwen2", "").empty());
 }
 
