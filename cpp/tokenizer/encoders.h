@@ -18,5 +18,7 @@ namespace specdec::tokenizer {
 // `text` must already have its spaces escaped to U+2581 (and the space prefix added).
 void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
 void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
+// WordPiece (`bert` vocabularies, wpm.cpp): normalise, split into words, longest tokens first.
+void wpm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
 
 }  // namespace specdec::tokenizer

@@ -81,6 +81,8 @@ std::vector<int32_t> Tokenizer::encode_fragments(
     const std::string_view run = text.substr(f.offset, f.length);
     if (v.kind == TokenizerKind::kSpm) {
       spm_encode(v, escape_spaces(run, v.add_space_prefix && after_special), out);
+    } else if (v.kind == TokenizerKind::kWpm) {
+      wpm_encode(v, run, out);
     } else {
       if (v.utf8_symbols) {
         bpe_encode(v, escape_spaces(run, false), out);
@@ -91,6 +93,7 @@ std::vector<int32_t> Tokenizer::encode_fragments(
     after_special = false;
   }
   if (add_special && v.add_eos) out.push_back(v.special.eos);
+  if (add_special && v.add_sep && v.special.sep != kNoToken) out.push_back(v.special.sep);
   return out;
 }
 

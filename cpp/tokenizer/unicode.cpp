@@ -9,6 +9,10 @@ extern const uint32_t kClassRanges[];
 extern const size_t kNumClassRanges;
 extern const uint32_t kWhiteSpace[];
 extern const size_t kNumWhiteSpace;
+extern const uint32_t kLowercase[][2];
+extern const size_t kNumLowercase;
+extern const uint32_t kNfdBase[][3];
+extern const size_t kNumNfdBase;
 }  // namespace detail
 
 namespace {
@@ -82,6 +86,22 @@ uint8_t code_point_flags(uint32_t cp) {
     return (entry & 0x80) ? static_cast<uint8_t>(flags | kFlagWhiteSpace) : flags;
   }
   return cp > kMaxCodePoint ? 0 : flags_of_class(class_by_search(cp));
+}
+
+uint32_t to_lower(uint32_t cp) {
+  const auto* end = detail::kLowercase + detail::kNumLowercase;
+  const auto* it = std::lower_bound(detail::kLowercase, end, cp,
+                                    [](const uint32_t(&pair)[2], uint32_t c) { return pair[0] < c; });
+  return it != end && (*it)[0] == cp ? (*it)[1] : cp;
+}
+
+uint32_t nfd_base(uint32_t cp) {
+  const auto* end = detail::kNfdBase + detail::kNumNfdBase;
+  const auto* it = std::upper_bound(detail::kNfdBase, end, cp,
+                                    [](uint32_t c, const uint32_t(&run)[3]) { return c < run[0]; });
+  if (it == detail::kNfdBase) return cp;
+  --it;
+  return cp <= (*it)[1] ? (*it)[2] : cp;
 }
 
 size_t decode_utf8_at(std::string_view text, size_t offset, uint32_t& cp) {

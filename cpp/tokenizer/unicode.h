@@ -44,6 +44,11 @@ bool is_white_space(uint32_t cp);
 // CodePointFlag bits of `cp`; 0 for code points above U+10FFFF.
 uint8_t code_point_flags(uint32_t cp);
 
+// One code point to one, as llama.cpp's WordPiece normaliser: the lower case (first character of
+// the full lower-case mapping) and the NFD base (first code point of the NFD decomposition).
+uint32_t to_lower(uint32_t cp);
+uint32_t nfd_base(uint32_t cp);
+
 // Decodes the character at `offset` (< text.size()) into `cp` and returns its length in bytes, or
 // returns 0 (and U+FFFD) when the byte there does not start a complete valid sequence.
 size_t decode_utf8_at(std::string_view text, size_t offset, uint32_t& cp);

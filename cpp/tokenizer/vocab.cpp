@@ -1,5 +1,6 @@
 #include "tokenizer/vocab.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -219,6 +220,7 @@ void read_merges(const MetadataReader& r, Vocab& v) {
 void read_special_ids(const MetadataReader& r, Vocab& v) {
   SpecialTokens& s = v.special;
   if (v.kind == TokenizerKind::kSpm) s.bos = 1, s.eos = 2, s.unk = 0;
+  if (v.kind == TokenizerKind::kWpm) s.bos = 101, s.unk = 100, s.sep = 102, s.pad = 0, s.mask = 103;
   const std::pair<const char*, int32_t*> keys[] = {
       {"tokenizer.ggml.bos_token_id", &s.bos},
       {"tokenizer.ggml.eos_token_id", &s.eos},
@@ -258,11 +260,18 @@ void read_flags(const MetadataReader& r, Vocab& v) {
   // llama.cpp's defaults: SPM adds BOS and a space prefix; BPE (for these pre-tokenizers) neither.
   const bool spm = v.kind == TokenizerKind::kSpm;
   // llama.cpp's Llama 3 pre-tokenizer adds BOS unless the file says otherwise
-  v.add_bos = r.boolean("tokenizer.ggml.add_bos_token").value_or(spm || v.pre == PreTokenizer::kLlama3);
+  const bool wpm = v.kind == TokenizerKind::kWpm;
+  v.add_bos = r.boolean("tokenizer.ggml.add_bos_token")
+                  .value_or(spm || wpm || v.pre == PreTokenizer::kLlama3);
+  v.add_sep = wpm;  // [CLS] text [SEP]
+  v.wpm_lowercase = r.boolean("tokenizer.ggml.normalizer.lowercase").value_or(true);
+  v.wpm_strip_accents =
+      r.boolean("tokenizer.ggml.normalizer.strip_accents").value_or(v.wpm_lowercase);
   // llama.cpp adds BOS for Gemma 4 whatever the file says (its template and training expect it)
   if (v.utf8_symbols) v.add_bos = true;
   v.add_eos = r.boolean("tokenizer.ggml.add_eos_token").value_or(false);
-  v.add_space_prefix = r.boolean("tokenizer.ggml.add_space_prefix").value_or(spm);
+  // WordPiece puts "▁" before every word; decoding drops the first one like SPM's prefix
+  v.add_space_prefix = wpm || r.boolean("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.special.bos == kNoToken) {
     r.fail("tokenizer.ggml.add_bos_token", "is true but there is no BOS token (bos_token_id)");
   }
@@ -288,7 +297,15 @@ void read_named_chat_templates(const std::map<std::string, GgufValue>& metadata,
 }  // namespace
 
 const char* tokenizer_kind_name(TokenizerKind kind) {
-  return kind == TokenizerKind::kSpm ? "spm" : "bpe";
+  switch (kind) {
+    case TokenizerKind::kSpm:
+      return "spm";
+    case TokenizerKind::kWpm:
+      return "wpm";
+    case TokenizerKind::kBpe:
+      break;
+  }
+  return "bpe";
 }
 
 Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::string& source) {
@@ -300,18 +317,21 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
     v.kind = TokenizerKind::kSpm;
   } else if (*model == "gpt2") {
     v.kind = TokenizerKind::kBpe;
+  } else if (*model == "bert") {
+    v.kind = TokenizerKind::kWpm;
   } else if (*model == "gemma4") {
     v.kind = TokenizerKind::kBpe;
     v.utf8_symbols = true;
   } else {
     throw UnsupportedError(str_cat(kKeyModel, " = '", *model,
                                    "' is not supported; supported: 'llama' (SentencePiece BPE), "
-                                   "'gpt2' (byte-level BPE), 'gemma4' (BPE over UTF-8 characters)"));
+                                   "'gpt2' (byte-level BPE), 'gemma4' (BPE over UTF-8 characters), 'bert' (WordPiece)"));
   }
   v.pre_name = r.string(kKeyPre).value_or(v.utf8_symbols ? "gemma4" : "default");
   if (v.kind == TokenizerKind::kBpe) v.pre = pre_tokenizer_from_name(v.pre_name);
   v.ignore_merges = v.kind == TokenizerKind::kBpe && v.pre == PreTokenizer::kLlama3;
   read_tokens(r, v);
+  for (const TokenData& t : v.tokens) v.max_token_bytes = std::max(v.max_token_bytes, t.text.size());
   if (v.kind == TokenizerKind::kBpe) read_merges(r, v);
   read_special_ids(r, v);
   read_flags(r, v);

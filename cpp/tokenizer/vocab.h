@@ -18,7 +18,8 @@ namespace specdec::tokenizer {
 
 enum class TokenizerKind {
   kSpm,  // `tokenizer.ggml.model = llama`: SentencePiece-style BPE by score, byte fallback
-  kBpe,  // `tokenizer.ggml.model = gpt2`: byte-level BPE with ranked merges
+  kBpe,  // `tokenizer.ggml.model = gpt2` (byte-level) or `gemma4` (UTF-8): ranked merges
+  kWpm,  // `tokenizer.ggml.model = bert`: WordPiece, longest tokens first
 };
 // "spm" or "bpe".
 const char* tokenizer_kind_name(TokenizerKind kind);
@@ -91,6 +92,11 @@ struct Vocab {
   // BPE: merges start from UTF-8 characters with spaces escaped to U+2581 and <0xXX> byte
   // fallback (Gemma 4's `gemma4` model), instead of GPT-2's byte characters
   bool utf8_symbols = false;
+  // WordPiece: the normaliser (tokenizer.ggml.normalizer.lowercase / .strip_accents, both true
+  // unless the file says otherwise) and the longest token text in bytes
+  bool wpm_lowercase = true;
+  bool wpm_strip_accents = true;
+  size_t max_token_bytes = 0;
   std::vector<TokenData> tokens;
   std::unordered_map<std::string_view, int32_t> token_ids;
 
@@ -105,6 +111,7 @@ struct Vocab {
   SpecialTokens special;
   bool add_bos = false;
   bool add_eos = false;
+  bool add_sep = false;  // WordPiece: SEP ends an encoding with special tokens
   bool add_space_prefix = false;
   // Control, user-defined and unknown tokens, longest text first (ties: lower id first).
   std::vector<int32_t> special_token_order;

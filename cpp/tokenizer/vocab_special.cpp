@@ -187,7 +187,7 @@ void derive_pieces(Vocab& v) {
     if (t.attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) {
       v.pieces[i] = t.text;
     } else if (t.attr & kAttrNormal) {
-      v.pieces[i] = v.kind == TokenizerKind::kSpm || v.utf8_symbols
+      v.pieces[i] = v.kind != TokenizerKind::kBpe || v.utf8_symbols
                         ? spm_piece(t)
                         : bpe_piece(t, byte_of_code_point);
     } else if (t.attr & kAttrByte) {

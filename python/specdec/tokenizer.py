@@ -228,7 +228,7 @@ class Tokenizer:
 
     @property
     def kind(self) -> str:
-        """"spm" (tokenizer.ggml.model = llama) or "bpe" (gpt2)."""
+        """"spm" (tokenizer.ggml.model = llama), "bpe" (gpt2, gemma4) or "wpm" (bert)."""
         return self._core.kind
 
     @property

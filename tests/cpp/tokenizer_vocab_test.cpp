@@ -274,7 +274,7 @@ TEST(TokenizerMetadata, MalformedMetadataIsAFormatErrorNamingTheKey) {
 
 TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
   Meta m = tiny_bpe();
-  m["tokenizer.ggml.model"] = GgufValue(std::string("bert"));
+  m["tokenizer.ggml.model"] = GgufValue(std::string("rwkv"));
   EXPECT_THROW(Tokenizer::from_metadata(m), UnsupportedError);
   m = tiny_bpe();
   m["tokenizer.ggml.pre"] = GgufValue(std::string("kimi-k2"));  // a pre-tokenizer specdec refuses
@@ -345,6 +345,35 @@ TEST(ChatTemplate, ControlTokensAreParsedOnlyInsideTheMarkup) {
            {{3, 3}}, {{0, 40}}, {{5, 9}, {2, 4}}, {{0, 6}, {5, 9}}}) {
     EXPECT_THROW(tok.encode_with_markup(text, bad, false), ConfigError);
   }
+}
+
+TEST(Wordpiece, NormalisesSplitsAndTakesTheLongestTokens) {
+  const std::vector<std::string> tokens = {"[UNK]", "[CLS]", "[SEP]", "\u2581hello", "\u2581he",
+                                           "llo", "\u2581cafe", "\u2581,", "\u2581x"};
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  Meta m;
+  m["tokenizer.ggml.model"] = GgufValue(std::string("bert"));
+  m["tokenizer.ggml.tokens"] = strings(tokens);
+  m["tokenizer.ggml.token_type"] = numbers(GgufType::kInt32, types);
+  m["tokenizer.ggml.unknown_token_id"] = GgufValue(uint32_t{0});
+  m["tokenizer.ggml.bos_token_id"] = GgufValue(uint32_t{1});
+  m["tokenizer.ggml.seperator_token_id"] = GgufValue(uint32_t{2});
+  const Tokenizer tok = Tokenizer::from_metadata(m);
+  // lower case, accents dropped (É -> E -> e), "," a word of its own, "zz" and "hellox" unknown
+  EXPECT_EQ(tok.encode("Hello, CAF\xC3\x89 zz hellox", true, false),
+            (std::vector<int32_t>{1, 3, 7, 6, 0, 0, 2}));
+  EXPECT_EQ(tok.decode({3, 7, 6}, false), "hello , cafe");
+  m["tokenizer.ggml.normalizer.lowercase"] = GgufValue(false);
+  EXPECT_EQ(Tokenizer::from_metadata(m).encode("Hello x", false, false),
+            (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(to_lower('A'), uint32_t('a'));
+  EXPECT_EQ(to_lower(0x130), uint32_t('i'));  // İ: the first character of "i̇"
+  EXPECT_EQ(nfd_base(0xC9), uint32_t('E'));
+  EXPECT_EQ(nfd_base(0xAC01), 0x1100u);      // a Hangul syllable: its first jamo
+  EXPECT_EQ(nfd_base('a'), uint32_t('a'));
+  EXPECT_EQ(nfd_base(0x10FFFF), 0x10FFFFu);
 }
 
 // Pieces of pre_tokenize as strings.

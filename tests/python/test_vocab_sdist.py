@@ -15,7 +15,7 @@ from llamacpp_sdist import models_dir, read_vectors
 
 # vocabularies specdec refuses with an UnsupportedError (their tokenizer model or pre-tokenizer is
 # not among specdec's: the rest of issue 24, item 1)
-UNSUPPORTED = {"bert-bge", "nomic-bert-moe"}
+UNSUPPORTED = {"nomic-bert-moe"}
 SAMPLES = ["Hello world", " leading space", "12345 digits 3.14", "don't  stop\n\nnow", "naïve café 🦙",
            "def f(x):\n\treturn x * 2\n"]
 
@@ -52,7 +52,7 @@ def test_every_vocabulary_with_vectors_gives_llamacpps_ids(vocab_files):
         checked.append((name, len(vectors)))
     assert not failures, failures[:5]
     assert {"llama-bpe", "qwen2", "gpt-2", "llama-spm", "starcoder", "deepseek-coder", "phi-3",
-            "mpt", "refact", "command-r", "deepseek-llm", "falcon", "qwen35", "gemma-4"} <= {
+            "mpt", "refact", "command-r", "deepseek-llm", "falcon", "qwen35", "gemma-4", "bert-bge"} <= {
                 n for n, _ in checked}, checked
 
 
