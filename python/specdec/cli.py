@@ -173,12 +173,18 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                          f"length {context_length}")
     tokenizer = specdec.Tokenizer.from_file(path)
     messages = [{"role": "user", "content": prompt}]
+    template = _chat_template_arg(args.chat_template)
+    if template is not None and not args.chat:
+        raise ValueError("--chat-template: applies with --chat (add --chat)")
     if args.chat:
-        if not tokenizer.chat_template:
+        if not tokenizer.chat_template and template is None:
             raise ValueError(f"--chat: {path} has no chat template (tokenizer.chat_template); "
-                             "write the prompt in the model's format without --chat")
-        ids = (tokenizer.encode(tokenizer.apply_chat_template(messages), True, True)
-               if args.parse_special else tokenizer.apply_chat_template(messages, tokenize=True))
+                             "give one with --chat-template, or write the prompt in the model's "
+                             "format without --chat")
+        ids = (tokenizer.encode(tokenizer.apply_chat_template(messages, chat_template=template),
+                                True, True)
+               if args.parse_special else
+               tokenizer.apply_chat_template(messages, tokenize=True, chat_template=template))
     else:
         ids = tokenizer.encode(prompt, add_special=True, parse_special=args.parse_special)
     if len(ids) >= max_model_len:
@@ -258,6 +264,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chat_template_arg(value: Optional[str]) -> Optional[str]:
+    """--chat-template: the text of a file when it names one, else the value (a template name or
+    Jinja source, checked where it is used)."""
+    if value is None:
+        return None
+    check_text("--chat-template", value, "a file, a template name or Jinja source", empty_ok=False)
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--chat-template = {value!r}: cannot read it as UTF-8 text ({e})") from None
+    return value
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     """Loads the model (interruptible), then serves it with uvicorn in the main thread, so Ctrl-C
     and SIGTERM shut the server down gracefully."""
@@ -269,6 +290,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                          "install them with: pip install 'specdec[serve]' (or pip install '.[serve]')") from None
     if args.api_key is not None:
         check_text("--api-key", args.api_key, "a non-empty key", empty_ok=False)
+    template = _chat_template_arg(args.chat_template)
     api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
@@ -298,13 +320,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     _run_interruptible(load, args)
     llm = box["llm"]
+    if template is not None:  # a template that cannot render one message fails here, not per request
+        try:
+            llm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
+                                              chat_template=template)
+        except ValueError as e:
+            raise ValueError(f"--chat-template: {e}") from None
     name = args.served_model_name or os.path.basename(args.model)
     max_pending = args.max_pending or 4 * llm.max_num_seqs
     from specdec.server import plan_text
     sys.stderr.write(plan_text(llm, name, args.host, args.port, api_key, max_pending) + "\n")
     sys.stderr.flush()
     import uvicorn
-    app = build_app(llm, name, api_key, max_pending)
+    app = build_app(llm, name, api_key, max_pending, chat_template=template)
 
     def after_shutdown(sig: int, _frame: object) -> None:
         # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again
@@ -669,6 +697,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="a GGUF file or catalog name")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--chat-template", default=None,
+                   help="with --chat: a Jinja file, Jinja source, or the name of one of the "
+                        "model's templates (e.g. tool_use) instead of its default")
     p.add_argument("--max-tokens", type=_int_in(1, MAX_TOKENS), default=128, help="default 128")
     p.add_argument("--temperature", type=_float_in("a finite number >= 0", lambda v: v >= 0),
                    default=0.0, help="0 (default) is greedy")
@@ -737,6 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one KV-cache group managed as full attention (vLLM's switch)")
     p.add_argument("--no-enable-prefix-caching", action="store_true",
                    help="turn automatic prefix caching off (on by default)")
+    p.add_argument("--chat-template", default=None,
+                   help="for /v1/chat/completions: a Jinja file, Jinja source, or the name of one "
+                        "of the model's templates (default: the model's own)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=_cmd_serve, main_thread=True)
 

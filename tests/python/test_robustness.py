@@ -1,6 +1,7 @@
 """specdec in a hostile user's hands (issue 11): one LLM from several threads, quiet kernel
 builds, clean errors for bad arguments and files, control tokens that user text cannot forge."""
 
+import json
 import os
 import re
 import signal
@@ -325,11 +326,24 @@ def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path):
     (["--max-model-len", "1000"], ["--max-model-len = 1000", "context length 128"]),
     (["--prompt", "a " * 300], ["--prompt: 302 tokens", "--max-model-len - 1 = 127"]),
     (["--chat"], ["--chat", "no chat template"]),
+    (["--chat-template", "{{ messages }}"], ["--chat-template", "add --chat"]),
+    (["--chat", "--chat-template", "{% if %}"], ["chat template 'given', line 1"]),
+    (["--chat", "--chat-template", "tool_use"], ["chat_template = 'tool_use'", "it has none"]),
 ])
 def test_bad_generate_arguments_fail_before_loading(args, parts):
     proc = run_cli("generate", "--model", str(STORIES), "--prompt", "Once", *args)
     one_line_error(proc, *parts)
     assert "loading weights" not in proc.stderr
+
+
+def test_generate_with_a_chat_template_file(tmp_path):
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ bos_token }}{% for m in messages %}Story: {{ m.content }}{% endfor %}")
+    proc = run_cli("generate", "--model", str(STORIES), "--prompt", "Once", "--chat",
+                   "--chat-template", str(template), "--max-tokens", "3", "--json-metrics")
+    assert proc.returncode == 0, proc.stderr
+    want = specdec.Tokenizer.from_file(str(STORIES)).encode("Story: Once")
+    assert json.loads(proc.stderr.strip().splitlines()[-1])["prefill_tokens"] == len(want)
 
 
 def test_non_utf8_prompt_is_a_clear_error():

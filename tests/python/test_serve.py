@@ -316,8 +316,11 @@ def test_load_many_streaming_clients_with_preemption(spec_server, llm):
 
 
 def test_full_queue_gets_503_and_api_key_is_checked(tmp_path):
+    template = "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    (tmp_path / "t.jinja").write_text(template)
     s = ServerProcess(["--model", STORIES, "--served-model-name", NAME, "--max-pending", "1",
-                       "--api-key", "sekrit"], str(tmp_path / "small.log"))
+                       "--api-key", "sekrit", "--chat-template", str(tmp_path / "t.jinja")],
+                      str(tmp_path / "small.log"))
     try:
         got, body, _ = s.request("POST", "/v1/completions", {"model": NAME, "prompt": "a"})
         assert got == 401 and body["error"]["code"] == "invalid_api_key"
@@ -337,6 +340,11 @@ def test_full_queue_gets_503_and_api_key_is_checked(tmp_path):
         assert c.completions.create(model=NAME, prompt="a", max_tokens=2).usage.completion_tokens == 2
         # /health and /metrics need no key
         assert s.request("GET", "/health")[0] == 200
+        # --chat-template gives stories260K (which has none) a chat endpoint
+        msgs = [{"role": "user", "content": "Once"}]
+        r = c.chat.completions.create(model=NAME, messages=msgs, max_tokens=2)
+        want = specdec.Tokenizer.from_file(STORIES).encode("user: Once\n")
+        assert r.usage.prompt_tokens == len(want) and r.usage.completion_tokens == 2
     finally:
         s.stop()
 

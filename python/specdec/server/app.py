@@ -94,8 +94,9 @@ class EngineLoop:
 
 class Server:
     def __init__(self, llm: Any, model_name: str, api_key: Optional[str] = None,
-                 max_pending: Optional[int] = None) -> None:
+                 max_pending: Optional[int] = None, chat_template: Optional[str] = None) -> None:
         self.llm = llm
+        self.chat_template = chat_template  # None: the model's own
         self.model_name = model_name
         self.api_key = api_key or None
         self.max_pending = max_pending or 4 * llm.max_num_seqs
@@ -268,7 +269,8 @@ class Server:
             kwargs = body.get("chat_template_kwargs")
             if kwargs is not None and not isinstance(kwargs, dict):
                 raise protocol.bad("chat_template_kwargs", kwargs, "an object of template variables")
-            options = dict(continue_final_message=cont, chat_template_kwargs=kwargs)
+            options = dict(continue_final_message=cont, chat_template_kwargs=kwargs,
+                           chat_template=self.chat_template)
             def render():
                 return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True, **options),
                         llm.tokenizer.apply_chat_template(msgs, add_gen, **options))
@@ -435,12 +437,13 @@ def _error(e: ApiError) -> JSONResponse:
 
 
 def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
-              max_pending: Optional[int] = None) -> Any:
+              max_pending: Optional[int] = None, chat_template: Optional[str] = None) -> Any:
     """The ASGI app serving ``llm`` as ``model_name`` (FastAPI, behind the API-key check when a key
-    is given). Starts its engine loop at startup."""
+    is given). Starts its engine loop at startup. ``chat_template``: the name of one of the model's
+    templates or Jinja source for the chat endpoint (None: the model's own)."""
     from contextlib import asynccontextmanager
 
-    server = Server(llm, model_name, api_key, max_pending)
+    server = Server(llm, model_name, api_key, max_pending, chat_template)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
