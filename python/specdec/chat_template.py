@@ -21,12 +21,13 @@ afterwards as plain text (``Tokenizer.encode_with_markup``). A user writing
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import functools
 import json
 import re
 import secrets
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["ChatTemplateError", "MAX_SEQUENCE", "check_conversation", "compile_template", "plain_data",
            "render_chat"]
@@ -82,7 +83,7 @@ def _environment() -> Any:
             return left * right
 
     env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False,
-                          extensions=[loopcontrols, GenerationBlock])
+                          extensions=[loopcontrols, GenerationBlock], finalize=_finalize)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -213,60 +214,137 @@ def check_conversation(messages: Any, field: str = "messages") -> List[Dict[str,
     return out
 
 
+SpanFinder = Callable[[str], List[Tuple[int, int]]]
+
+# (open, close) markers of the render in progress on this thread / task, or None
+_MARKS: "contextvars.ContextVar[Optional[Tuple[str, str]]]" = contextvars.ContextVar(
+    "specdec_chat_marks", default=None)
+
+
+class _Caller(str):
+    """A string from the caller. ``+`` keeps track of which characters came from the caller
+    (``'<|im_start|>' + role + content``); every other operation gives a plain str."""
+
+    _spans: Tuple[Tuple[int, int], ...] = ()
+
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, str):
+            return NotImplemented
+        n = len(self)
+        return _caller(str.__add__(self, other), self._spans + tuple(
+            (b + n, e + n) for b, e in getattr(other, "_spans", ())))
+
+    def __radd__(self, other: Any) -> Any:
+        if not isinstance(other, str):
+            return NotImplemented
+        n = len(other)
+        return _caller(str.__add__(other, self), tuple(getattr(other, "_spans", ())) + tuple(
+            (b + n, e + n) for b, e in self._spans))
+
+
+def _caller(text: str, spans: Optional[Tuple[Tuple[int, int], ...]] = None) -> _Caller:
+    out = _Caller(text)
+    out._spans = ((0, len(text)),) if spans is None else spans
+    return out
+
+
+def _finalize(value: Any) -> Any:
+    """Jinja's hook on every {{ expression }} output: the caller's characters in it are wrapped
+    in the render's markers, so that they can be told from the template's own text."""
+    marks = _MARKS.get()
+    if marks is None or not isinstance(value, _Caller) or not value._spans:
+        return value
+    pieces, last = [], 0
+    for b, e in value._spans:
+        if e <= b:
+            continue
+        pieces += [str.__getitem__(value, slice(last, b)), marks[0],
+                   str.__getitem__(value, slice(b, e)), marks[1]]
+        last = e
+    pieces.append(str.__getitem__(value, slice(last, None)))
+    return "".join(pieces)
+
+
 class _Protector:
     """Swaps control-token texts inside the caller's strings for placeholders
-    (\\ue000<nonce><n>\\ue001) and puts them back after rendering, recording where."""
+    (\\ue000<nonce><n>\\ue001) and puts them back after rendering, recording where. `find_spans`
+    gives the [begin, end) character ranges of control-token texts in a string (the tokenizer's
+    Tokenizer.control_text_spans); None protects nothing."""
 
-    def __init__(self, control_texts: Sequence[str]) -> None:
-        texts = sorted({t for t in control_texts if t}, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+    def __init__(self, find_spans: Optional[SpanFinder], track: bool = False) -> None:
+        self._find = find_spans
+        self._track = track  # mark the caller's strings (_Caller) as well
         self._nonce = secrets.token_hex(6)
         self._found: List[str] = []
-        self._back = re.compile("\ue000" + self._nonce + r"(\d+)\ue001")
+        self._back = re.compile("\ue000" + self._nonce + r"(\d+|\[|\])\ue001")
+        self.marks = (f"\ue000{self._nonce}[\ue001", f"\ue000{self._nonce}]\ue001")
 
-    def protect(self, value: Any) -> Any:
-        if self._pattern is None:
+    def protect(self, value: Any, is_role: bool = False) -> Any:
+        if self._find is None:
             return value
         if isinstance(value, str):
-            return self._pattern.sub(self._swap, value)
+            spans = self._find(value)
+            if spans:
+                pieces, last = [], 0
+                for begin, end in spans:
+                    pieces.append(value[last:begin])
+                    pieces.append(self._swap(value[begin:end]))
+                    last = end
+                pieces.append(value[last:])
+                value = "".join(pieces)
+            # roles are the template's vocabulary ('<|' + role + '|>' may be one control token)
+            return _caller(value) if self._track and not is_role and value else value
         if isinstance(value, dict):
-            return {self.protect(k): self.protect(v) for k, v in value.items()}
+            return {self.protect(k): self.protect(v, k == "role") for k, v in value.items()}
         if isinstance(value, list):
             return [self.protect(v) for v in value]
         return value
 
-    def _swap(self, match: "re.Match[str]") -> str:
-        self._found.append(match.group(0))
+    def _swap(self, text: str) -> str:
+        self._found.append(text)
         return f"\ue000{self._nonce}{len(self._found) - 1}\ue001"
 
     def restore(self, rendered: str) -> Tuple[str, List[Tuple[int, int]]]:
         """The text with the control-token texts back, and the byte ranges the template wrote
         (everything but those texts)."""
-        if self._pattern is None:
+        if self._find is None:
             return rendered, [(0, len(rendered.encode()))] if rendered else []
         pieces: List[str] = []
-        plain: List[Tuple[int, int]] = []
-        at_byte, last = 0, 0
+        plain: List[Tuple[int, int]] = []  # the caller's bytes
+        at_byte, last, depth, opened = 0, 0, 0, 0
         for m in self._back.finditer(rendered):
             before = rendered[last:m.start()]
             pieces.append(before)
             at_byte += len(before.encode())
-            original = self._found[int(m.group(1))]
-            pieces.append(original)
-            plain.append((at_byte, at_byte + len(original.encode())))
-            at_byte += len(original.encode())
             last = m.end()
+            tag = m.group(1)
+            if tag == "[":
+                if depth == 0:
+                    opened = at_byte
+                depth += 1
+            elif tag == "]":
+                depth = max(0, depth - 1)
+                if depth == 0 and at_byte > opened:
+                    plain.append((opened, at_byte))
+            else:
+                original = self._found[int(tag)]
+                pieces.append(original)
+                plain.append((at_byte, at_byte + len(original.encode())))
+                at_byte += len(original.encode())
         pieces.append(rendered[last:])
+        at_byte += len(pieces[-1].encode())
+        if depth > 0 and at_byte > opened:  # cut after the caller's text (continue_final_message)
+            plain.append((opened, at_byte))
         text = "".join(pieces)
         if self._nonce in text:
             raise ChatTemplateError("the chat template cut or changed message text that holds "
                                     "control-token text; it cannot be tokenized safely")
         total = len(text.encode())
         markup, begin = [], 0
-        for b, e in plain:
+        for b, e in sorted(plain):
             if b > begin:
                 markup.append((begin, b))
-            begin = e
+            begin = max(begin, e)
         if total > begin:
             markup.append((begin, total))
         return text, markup
@@ -276,12 +354,32 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
                 add_generation_prompt: bool = True, continue_final_message: bool = False,
                 tools: Optional[List[Any]] = None, documents: Optional[List[Any]] = None,
                 special_tokens: Optional[Mapping[str, str]] = None, strip_bos: str = "",
-                control_texts: Optional[Sequence[str]] = None,
+                control_spans: Optional[SpanFinder] = None,
                 extra: Optional[Mapping[str, Any]] = None) -> Tuple[str, List[Tuple[int, int]]]:
-    """Renders a checked conversation. Returns the text and the template's markup byte ranges
-    (all of the text when `control_texts` is None: nothing is protected). `strip_bos`: a leading
-    BOS text to drop (the tokenizer adds BOS itself)."""
-    protector = _Protector(control_texts or [])
+    """Renders a checked conversation. Returns the text and the byte ranges the template wrote
+    itself (all of the text when `control_spans` is None: nothing is protected). `strip_bos`: a
+    leading BOS text to drop (the tokenizer adds BOS itself).
+
+    With `control_spans`, the conversation is rendered twice: once with the caller's strings
+    tracked through ``+`` and marked where they are output (all of them then stay text), once
+    with only their control-token texts swapped out. When a template's string operations
+    (trim, slicing, comparisons of captured output) made the marked render's text differ, the
+    second one's ranges are used."""
+    kw = dict(name=name, add_generation_prompt=add_generation_prompt,
+              continue_final_message=continue_final_message, tools=tools, documents=documents,
+              special_tokens=special_tokens, strip_bos=strip_bos, extra=extra)
+    if control_spans is None:
+        return _render_once(source, messages, _Protector(None), **kw)
+    tracked = _render_once(source, messages, _Protector(control_spans, track=True), **kw)
+    swapped = _render_once(source, messages, _Protector(control_spans), **kw)
+    return tracked if tracked[0] == swapped[0] else swapped
+
+
+def _render_once(source: str, messages: List[Dict[str, Any]], protector: _Protector, *,
+                 name: str, add_generation_prompt: bool, continue_final_message: bool,
+                 tools: Optional[List[Any]], documents: Optional[List[Any]],
+                 special_tokens: Optional[Mapping[str, str]], strip_bos: str,
+                 extra: Optional[Mapping[str, Any]]) -> Tuple[str, List[Tuple[int, int]]]:
     context: Dict[str, Any] = dict(protector.protect(dict(extra or {})))
     context.update(special_tokens or {})
     msgs = protector.protect(messages)
@@ -290,20 +388,25 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
         context["tools"] = protector.protect(tools)
     if documents is not None:
         context["documents"] = protector.protect(documents)
-    rendered = _render(source, name, context)
+    token = _MARKS.set(protector.marks)
+    try:
+        rendered = _render(source, name, context)
+    finally:
+        _MARKS.reset(token)
     if continue_final_message:
-        rendered = _cut_after_final_message(rendered, msgs[-1].get("content"))
+        rendered = _cut_after_final_message(rendered, msgs[-1].get("content"), protector.marks)
     if strip_bos and rendered.startswith(strip_bos):
         rendered = rendered[len(strip_bos):]
     return protector.restore(rendered)
 
 
-def _cut_after_final_message(rendered: str, content: Any) -> str:
+def _cut_after_final_message(rendered: str, content: Any, marks: Tuple[str, str]) -> str:
     if not isinstance(content, str) or not content.strip():
         raise ChatTemplateError("continue_final_message needs a final message with text content")
-    for needle in (content, content.strip()):
+    for needle in (str(content), str(content).strip()):
         at = rendered.rfind(needle)
         if at >= 0:
-            return rendered[:at + len(needle)]
+            end = at + len(needle)
+            return rendered[:end + len(marks[1])] if rendered.startswith(marks[1], end) else rendered[:end]
     raise ChatTemplateError("continue_final_message: the template does not write the final "
                             "message's text as given, so the reply cannot continue it")

@@ -74,7 +74,6 @@ class Tokenizer:
         self._core = core
         self.path = path
         self._special_texts: Optional[Dict[str, str]] = None
-        self._control: Optional[List[str]] = None
 
     @classmethod
     def from_file(cls, path_or_name: PathOrName) -> "Tokenizer":
@@ -169,8 +168,8 @@ class Tokenizer:
             source, msgs, name=name, add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
             tools=_plain_list("tools", tools), documents=_plain_list("documents", documents),
-            special_tokens=self._template_tokens(), control_texts=(
-                self._control_texts() if tokenize else None),
+            special_tokens=self._template_tokens(),
+            control_spans=self._core.control_text_spans if tokenize else None,
             strip_bos=self._bos_text() if self.add_bos else "", extra=extra)
         if not tokenize:
             return text
@@ -216,11 +215,6 @@ class Tokenizer:
                 out["eos_token"] = self._core.token_text(self.eos_token_id)
             self._special_texts = out
         return dict(self._special_texts)
-
-    def _control_texts(self) -> List[str]:
-        if self._control is None:
-            self._control = list(self._core.control_token_texts)
-        return self._control
 
     @property
     def vocab_size(self) -> int:

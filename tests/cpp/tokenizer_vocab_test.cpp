@@ -341,6 +341,10 @@ TEST(ChatTemplate, ControlTokensAreParsedOnlyInsideTheMarkup) {
   // A control token straddling a range's end is not parsed.
   const std::vector<int32_t> cut = tok.encode_with_markup(text, {{0, 5}}, false);
   EXPECT_EQ(std::count(cut.begin(), cut.end(), 10), 0);
+  // control (not user-defined) token texts, as a chat template protects them in message text
+  EXPECT_EQ(tok.control_text_spans("x<|im_end|><tool><|endoftext|><|im_"),
+            (std::vector<std::pair<size_t, size_t>>{{1, 11}, {17, 30}}));
+  EXPECT_TRUE(tok.control_text_spans("").empty());
   for (const auto& bad : std::vector<std::vector<std::pair<size_t, size_t>>>{
            {{3, 3}}, {{0, 40}}, {{5, 9}, {2, 4}}, {{0, 6}, {5, 9}}}) {
     EXPECT_THROW(tok.encode_with_markup(text, bad, false), ConfigError);

@@ -267,6 +267,31 @@ def test_message_text_never_becomes_a_control_token(llama3_tokenizer):
     assert role.count(tok.token_id("<|end_header_id|>")) == 3  # system, user, assistant
 
 
+def test_control_tokens_the_template_builds_from_message_text_stay_text(llama3_tokenizer):
+    tok = llama3_tokenizer
+    eot, header = tok.token_id("<|eot_id|>"), tok.token_id("<|start_header_id|>")
+    convo = [{"role": "user", "content": "eot_id"}]
+    cases = {  # a control token made of the template's text and the message's
+        "{{ '<|' + messages[0].content + '|>' }}": "<|eot_id|>",
+        "{% for m in messages %}{{ '<|' + m.content }}|>{% endfor %}": "<|eot_id|>",
+        "{% set c = messages[0].content %}<|{{ c + '|>' }}": "<|eot_id|>",
+    }
+    for source, text in cases.items():
+        assert tok.apply_chat_template(convo, chat_template=source) == text
+        assert tok.encode(text, add_special=False, parse_special=True) == [eot]  # if parsed whole
+        assert eot not in tok.apply_chat_template(convo, tokenize=True, chat_template=source)
+    # content cut by the template (trim): its control-token texts are still kept as text
+    trimmed = "{% for m in messages %}<|start_header_id|>{{ m.content | trim }}<|eot_id|>{% endfor %}"
+    ids = tok.apply_chat_template([{"role": "user", "content": f"  {FORGED}  "}], tokenize=True,
+                                  chat_template=trimmed)
+    assert ids.count(header) == 1 and ids.count(eot) == 1 and ids[-1] == eot
+    # roles are the template's vocabulary: '<|' + role + '|>' is a control token by design
+    # (the server accepts only OpenAI's roles)
+    roles = "{% for m in messages %}{{ '<|' + m.role + '|>' }}{% endfor %}"
+    assert tok.apply_chat_template([{"role": "eot_id", "content": ""}], tokenize=True,
+                                   chat_template=roles)[1:] == [eot]
+
+
 def test_named_and_given_templates(llama3_tokenizer):
     tok = llama3_tokenizer
     with_tools = tok.apply_chat_template(TOOL_TURN, tools=[WEATHER])

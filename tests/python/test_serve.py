@@ -390,7 +390,8 @@ def test_chat_equal_to_llm_chat_streaming_and_not(real_model, tmp_path):
                                                   "chat_template_kwargs": {"unused": 1}})
         assert r.choices[0].message.content == want3.outputs[0].text
         for bad, param in (({"role": "user", "content": "x", "weird": 1}, "messages[0].weird"),
-                           ({"role": "user", "content": None}, "messages[0].content")):
+                           ({"role": "user", "content": None}, "messages[0].content"),
+                           ({"role": "im_end", "content": "x"}, "messages[0].role")):
             got, body, _ = s.request("POST", "/v1/chat/completions",
                                      {"model": "smol", "messages": [bad]})
             assert got == 400 and body["error"]["param"] == param, body

@@ -43,6 +43,9 @@ _COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k",
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
+# OpenAI's roles: a template may build control tokens from the role ('<|' + role + '|>'), so a
+# client cannot pick other ones
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # message keys passed to the chat template as given (besides role and content)
 MESSAGE_KEYS = ("name", "tool_calls", "tool_call_id", "reasoning_content")
 
@@ -258,6 +261,8 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
     for i, m in enumerate(ms):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}]", m, 'an object with a string "role" and "content"')
+        if m["role"] not in ROLES:
+            raise bad(f"messages[{i}].role", m["role"], f"one of {', '.join(ROLES)}")
         extra = sorted(set(m) - {"role", "content", *MESSAGE_KEYS})
         if extra:
             key = extra[0] if extra[0].isprintable() else show(extra[0])
