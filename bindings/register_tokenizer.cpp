@@ -95,20 +95,32 @@ void register_tokenizer(py::module_& m) {
           py::arg("text"), py::arg("markup"), py::arg("add_special") = true,
           "Token ids of a rendered chat: control tokens are parsed only inside the markup byte "
           "ranges [begin, end) of the UTF-8 text (the template's own text).")
-      .def_property_readonly(
-          "control_token_texts",
-          [](const Tokenizer& t) {
-            std::vector<py::str> out;
-            for (int32_t id : t.vocab().special_token_order) {
-              const TokenType type = t.vocab().tokens[id].type;
-              if (type == TokenType::kControl || type == TokenType::kUnknown) {
-                out.push_back(to_str(t.vocab().tokens[id].text));
-              }
+      .def(
+          "control_text_spans",
+          [](const Tokenizer& t, const py::str& text) {
+            const std::string bytes = text.cast<std::string>();
+            std::vector<std::pair<size_t, size_t>> spans;
+            {
+              py::gil_scoped_release release;
+              spans = t.control_text_spans(bytes);
+            }
+            // byte offsets -> code point offsets of the Python string (valid UTF-8 from a str)
+            size_t byte = 0, cp = 0;
+            auto advance = [&](size_t to) {
+              for (; byte < to; ++byte) cp += (uint8_t(bytes[byte]) & 0xC0) != 0x80;
+              return cp;
+            };
+            std::vector<std::pair<size_t, size_t>> out;
+            out.reserve(spans.size());
+            for (const auto& [b, e] : spans) {
+              const size_t first = advance(b);
+              out.emplace_back(first, advance(e));
             }
             return out;
           },
-          "Texts of the control and unknown tokens (parsed only with parse_special or inside "
-          "a chat template's markup), longest first.")
+          py::arg("text"),
+          "Code-point ranges [begin, end) of control- and unknown-token texts in `text` (left to "
+          "right, longest first at each position, not overlapping).")
       .def_property_readonly("named_chat_templates",
                              [](const Tokenizer& t) {
                                py::dict out;

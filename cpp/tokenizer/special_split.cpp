@@ -94,6 +94,31 @@ std::vector<int32_t> SpecialSplitter::occurring(std::string_view text, bool pars
   return ids;
 }
 
+SpecialSplitter::Ranges SpecialSplitter::control_spans(std::string_view text) const {
+  const std::vector<int32_t>& order = vocab_->special_token_order;
+  Ranges spans;
+  for (size_t i = 0; i < text.size();) {
+    size_t end = 0;
+    if (first_byte_[uint8_t(text[i])]) {
+      int32_t node = 0;
+      for (size_t j = i; j < text.size(); ++j) {
+        const auto it = children_.find((uint64_t(uint32_t(node)) << 8) | uint8_t(text[j]));
+        if (it == children_.end()) break;
+        node = it->second;
+        const int32_t rank = node_rank_[node];
+        if (rank >= 0 && !eligible(order[rank], false)) end = j + 1;  // control or unknown
+      }
+    }
+    if (end == 0) {
+      ++i;
+      continue;
+    }
+    spans.emplace_back(i, end);
+    i = end;
+  }
+  return spans;
+}
+
 std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special,
                                              const Ranges* special_ranges) const {
   std::vector<Fragment> fragments;

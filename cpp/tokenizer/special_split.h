@@ -34,6 +34,9 @@ class SpecialSplitter {
   // template's own markup), whatever parse_special says.
   std::vector<Fragment> split(std::string_view text, bool parse_special,
                               const Ranges* special_ranges = nullptr) const;
+  // Byte ranges of control- and unknown-token texts in `text`: left to right, the longest one that
+  // starts at each position, not overlapping (chat templates protect these in message text).
+  Ranges control_spans(std::string_view text) const;
 
  private:
   bool eligible(int32_t id, bool parse_special) const;

@@ -64,6 +64,10 @@ std::vector<int32_t> Tokenizer::encode_with_markup(
   return encode_fragments(text, add_special, false, &markup);
 }
 
+std::vector<std::pair<size_t, size_t>> Tokenizer::control_text_spans(std::string_view text) const {
+  return splitter_->control_spans(text);
+}
+
 std::vector<int32_t> Tokenizer::encode_fragments(
     std::string_view text, bool add_special, bool parse_special,
     const std::vector<std::pair<size_t, size_t>>* special_ranges) const {

@@ -81,6 +81,10 @@ class Tokenizer {
   std::vector<int32_t> encode_with_markup(std::string_view text,
                                           const std::vector<std::pair<size_t, size_t>>& markup,
                                           bool add_special = true) const;
+  // Byte ranges [begin, end) of control- and unknown-token texts in `text` (left to right, the
+  // longest at each position, not overlapping): what a chat template must not let message text
+  // turn into tokens.
+  std::vector<std::pair<size_t, size_t>> control_text_spans(std::string_view text) const;
 
   const Vocab& vocab() const { return *vocab_; }
 
