@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "model/gguf_writer.h"
+#include "model/hf_checkpoint.h"
 #include "model/safetensors.h"
 
 namespace specdec::model {
@@ -237,7 +238,9 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
 }
 
 GgufFile open_model_file(const std::string& path) {
-  return is_dflash_checkpoint(path) ? dflash_to_gguf(path) : GgufFile::open(path);
+  if (is_dflash_checkpoint(path)) return dflash_to_gguf(path);
+  if (is_hf_checkpoint(path)) return hf_to_gguf(path);
+  return GgufFile::open(path);
 }
 
 }  // namespace specdec::model

@@ -21,7 +21,8 @@ bool is_dflash_checkpoint(const std::string& path);
 // layers have); load_model_config reads it so.
 GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices = true);
 
-// GgufFile::open for a GGUF path, dflash_to_gguf for a DFlash checkpoint directory.
+// GgufFile::open for a GGUF path, dflash_to_gguf for a DFlash checkpoint directory, hf_to_gguf
+// (model/hf_checkpoint.h) for another Hugging Face directory.
 GgufFile open_model_file(const std::string& path);
 
 }  // namespace specdec::model
