@@ -666,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("generate", help="generate text with a model (plain or speculative), streamed")
-    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--model", required=True, help="a GGUF file, a Hugging Face directory or a catalog name")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--max-tokens", type=_int_in(1, MAX_TOKENS), default=128, help="default 128")
@@ -709,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="an OpenAI-compatible server (completions, chat, streaming, "
                        "/metrics) with speculative decoding")
-    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--model", required=True, help="a GGUF file, a Hugging Face directory or a catalog name")
     p.add_argument("--speculative-config", default=None,
                    help='JSON as for generate, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")

@@ -74,10 +74,13 @@ def _read_files(path: str) -> Dict[str, Any]:
         tensors: List[dict] = []
         for f in files:
             tensors += _core.read_safetensors(str(f))["tensors"]
+        tokenizer = None
+        if files and (p / "tokenizer.json").is_file():  # as the runner reads it (GGUF keys)
+            tokenizer = _gguf_tokenizer(_core.read_gguf(path)["metadata"])
         return {"format": "hf", "files": [f.name for f in files],
                 "file_bytes": sum(f.stat().st_size for f in files),
                 "tensors": _tensor_summary(tensors, "dtype"), "num_tensors": len(tensors),
-                "tokenizer": None}
+                "tokenizer": tokenizer}
     g = _core.read_gguf(path)
     return {"format": f"gguf v{g['version']}", "files": [p.name], "file_bytes": g["file_size"],
             "tensors": _tensor_summary(g["tensors"], "type"), "num_tensors": len(g["tensors"]),
@@ -95,10 +98,12 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     path = _resolve(path_or_name, progress)
     config = _core.load_model_config(path)
     unsupported = None
-    if not Path(path).is_dir() and not path.endswith(".json"):
-        # a GGUF file: the checks of loading it (tensors, weight formats, tokenizer), so that
-        # inspect accepts exactly what LLM runs. A broken file raises FormatError; a sound file
-        # that specdec cannot run yet (MoE, YaRN, a weight format) is still described, with why.
+    has_weights = not Path(path).is_dir() or any(Path(path).glob("*.safetensors"))
+    if has_weights and not path.endswith(".json"):
+        # a GGUF file or a directory with weights: the checks of loading it (tensors, weight
+        # formats, tokenizer), so that inspect accepts exactly what LLM runs. A broken file raises
+        # FormatError; a sound one that specdec cannot run yet (MoE, YaRN, a weight format, a
+        # tokenizer) is still described, with why. A directory with config.json alone is planned.
         try:
             _core.check_model_file(path)
         except _core.UnsupportedError as err:
