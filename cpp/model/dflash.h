@@ -3,6 +3,8 @@
 // norm, fc, hidden_norm; no embedding, no output head). They are read into the GGUF form the
 // runner loads, in memory: architecture qwen3 (neox RoPE, QK norm), tensors renamed to llama.cpp's
 // names, dflash_fc / dflash_hidden_norm, and the keys qwen3.dflash.* (ModelConfig::is_dflash).
+// As for other Hugging Face directories (model/hf_checkpoint.h), the tensors are views into the
+// mapped model.safetensors (GgufFile::from_views): no weight is copied.
 #pragma once
 
 #include <string>

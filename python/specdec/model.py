@@ -67,7 +67,7 @@ def _tensor_summary(tensors: List[dict], type_key: str) -> Dict[str, Dict[str, i
     return dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
 
 
-def _read_files(path: str) -> Dict[str, Any]:
+def _read_files(path: str, with_tokenizer: bool = True) -> Dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         files = sorted(p.glob("*.safetensors"))
@@ -75,7 +75,7 @@ def _read_files(path: str) -> Dict[str, Any]:
         for f in files:
             tensors += _core.read_safetensors(str(f))["tensors"]
         tokenizer = None
-        if files and (p / "tokenizer.json").is_file():  # as the runner reads it (GGUF keys)
+        if with_tokenizer and files and (p / "tokenizer.json").is_file():  # as the runner reads it
             tokenizer = _gguf_tokenizer(_core.read_gguf(path)["metadata"])
         return {"format": "hf", "files": [f.name for f in files],
                 "file_bytes": sum(f.stat().st_size for f in files),
@@ -108,7 +108,11 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
             _core.check_model_file(path)
         except _core.UnsupportedError as err:
             unsupported = str(err)
-    files = _read_files(path)
+        except ValueError as err:  # a directory missing a part (tokenizer.json, a tensor)
+            if not Path(path).is_dir():
+                raise
+            unsupported = str(err)
+    files = _read_files(path, with_tokenizer=unsupported is None)
     budget = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
     layers = config.layer_kv_specs(block_size, dtype)
     fits = _core.max_model_len_for_budget(layers, budget, config.context_length)
