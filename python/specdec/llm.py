@@ -223,7 +223,7 @@ class LLM:
         if max_model_len > t_cfg.context_length:
             raise error("max_model_len", max_model_len,
                         f"at most the model's context length {t_cfg.context_length}")
-        weights = os.path.getsize(self.model_path) + (_weights_size(drafter_path) if drafter_path is not None else 0)
+        weights = _weights_size(self.model_path) + (_weights_size(drafter_path) if drafter_path is not None else 0)
         sizing = size_kv_cache(
             t_cfg, d_cfg, max_model_len=max_model_len,
             drafter_max_model_len=(min(config.max_model_len or d_cfg.context_length,
