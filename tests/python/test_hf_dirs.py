@@ -110,6 +110,29 @@ def test_byte_level_tokenizer_json(tmp_path, real_model, name, pre):
     assert b.chat_template == a.chat_template
 
 
+def test_sentencepiece_tokenizer_json_of_a_real_vocabulary(tmp_path, real_model):
+    """Gemma 3's SentencePiece vocabulary (262k pieces, scores) as tokenizer.json with the merges
+    transformers derives from it: the directory tokenizes as the GGUF file does."""
+    path = real_model("gemma-3-270m-q4_k_m")
+    md = specdec.read_gguf(path)["metadata"]
+    toks = md["tokenizer.ggml.tokens"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer_json(md)), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": toks[md["tokenizer.ggml.bos_token_id"]], "eos_token": toks[md["tokenizer.ggml.eos_token_id"]],
+        "add_bos_token": True, "chat_template": md["tokenizer.chat_template"]}))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 1, "vocab_size": len(toks), "max_position_embeddings": 128}))
+    a, b = specdec.Tokenizer.from_file(path), specdec.Tokenizer.from_file(str(tmp_path))
+    assert (b.kind, b.bos_token_id, b.add_bos, b.chat_template) == ("spm", a.bos_token_id, True, a.chat_template)
+    assert b.eos_token_ids == a.eos_token_ids
+    rng = random.Random(2)
+    texts = PROMPTS + ["def f(x):\n    return x**2\n", "Führer café 中文 日本語 🦙", "  many   spaces  "]
+    texts += ["".join(rng.choice("aZ09 \t\n.,'éü中文🦙") for _ in range(rng.randint(1, 30))) for _ in range(300)]
+    for t in texts:
+        assert b.encode(t) == a.encode(t), t
+
+
 def test_inspect_and_generate_cli(tmp_path, capsys):
     g, d = _pair(tmp_path, "qwen2", "F16", 2, chat_template=CHATML)
     assert cli.main(["inspect", d]) == 0
