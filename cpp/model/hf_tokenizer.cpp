@@ -320,10 +320,21 @@ void add_hf_tokenizer(const fs::path& dir, int64_t vocab_size, GgufWriter& w) {
   p.j = read_json_file(file);
   SPECDEC_CHECK(p.j.is_object() && p.j.contains("model") && p.j["model"].is_object(), p.where + " model",
                p.j.is_object() && p.j.contains("model") ? json_summary(p.j["model"]) : "missing", "an object");
-  read_vocab(p, vocab_size);
-  add_vocab(p, w);
-  add_special(p, dir, w);
-  add_chat_template(dir, w);
+  const Json& added = p.j.contains("added_tokens") ? p.j["added_tokens"] : Json::array();
+  SPECDEC_CHECK(added.is_array(), p.where + " added_tokens", json_summary(added), "a list");
+  for (const Json& t : added) {
+    SPECDEC_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() && t.contains("id") &&
+                      t["id"].is_number_integer() && (!t.contains("special") || t["special"].is_boolean()),
+                 p.where + " added_tokens[]", json_summary(t), "{\"id\": integer, \"content\": text, \"special\": bool}");
+  }
+  try {
+    read_vocab(p, vocab_size);
+    add_vocab(p, w);
+    add_special(p, dir, w);
+    add_chat_template(dir, w);
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected JSON type
+    throw FormatError(str_cat(dir.string(), ": a tokenizer file has a field of the wrong type: ", e.what()));
+  }
 }
 
 }  // namespace specdec::model

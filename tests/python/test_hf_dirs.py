@@ -208,6 +208,15 @@ def test_bad_directories_are_refused_with_the_file_and_field(tmp_path):
     tj["model"]["type"] = "Unigram"
     (v / "tokenizer.json").write_text(json.dumps(tj))
     _expect(specdec.UnsupportedError, "model.type = 'Unigram' is not supported; supported: BPE", v)
+    v = variant("added-tokens")
+    tj = json.loads((v / "tokenizer.json").read_text())
+    tj["added_tokens"] = [{"id": "1", "content": "<s>"}]
+    (v / "tokenizer.json").write_text(json.dumps(tj))
+    _expect(ValueError, "tokenizer.json added_tokens\\[\\].*\"id\": integer", v)
+    tj["added_tokens"] = []
+    tj["model"]["merges"] = [7]
+    (v / "tokenizer.json").write_text(json.dumps(tj))
+    _expect(ValueError, "model.merges\\[\\]", v)
     v = variant("gen-eos")
     (v / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 100000]}))
     _expect(ValueError, "generation_config.json eos_token_id.*token ids in \\[0, 320\\)", v)
