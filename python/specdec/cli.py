@@ -742,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "
                                            "vocabulary (speculative_config.draft_vocab_file)")
-    p.add_argument("model", help="the drafter (GGUF path or catalog name): its tokenizer counts")
+    p.add_argument("model", help="the drafter (GGUF path, Hugging Face directory or catalog name): its tokenizer counts")
     p.add_argument("paths", nargs="+", help="text files, or folders (their text files by suffix)")
     p.add_argument("--out", required=True,
                    help="the JSON file to write (a regular file or a new name in an existing folder)")
@@ -755,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "adaptive) on built-in prompts, llama.cpp side by side; JSON "
                                      "and PNG plots")
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m",
-                   help="target (GGUF path or catalog name; default the Qwen2.5-Coder 1.5B)")
+                   help="target (GGUF path, Hugging Face directory or catalog name; default the Qwen2.5-Coder 1.5B)")
     p.add_argument("--drafter", default="qwen2.5-coder-0.5b-instruct-q4_k_m",
                    help="draft model for method draft_model (default the Qwen2.5-Coder 0.5B)")
     p.add_argument("--max-tokens", type=_int_in(1, 4096), default=128, help="per prompt (default 128)")
