@@ -33,7 +33,8 @@ QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
 LLAMA3_SPLIT = QWEN2_SPLIT.replace(r"\p{N}|", r"\p{N}{1,3}|")
 
 
-def write_safetensors(path: Union[str, os.PathLike], tensors: Sequence[Tuple[str, str, Tuple[int, ...], bytes]]) -> None:
+def write_safetensors(path: Union[str, os.PathLike],
+                      tensors: Sequence[Tuple[str, str, Tuple[int, ...], bytes]]) -> None:
     """A safetensors file of (name, dtype, shape, raw little-endian bytes)."""
     header: Dict[str, dict] = {}
     offset = 0
