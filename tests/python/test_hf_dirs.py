@@ -81,6 +81,21 @@ def test_tokenizer_of_the_twin(tmp_path):
     assert b.is_eog(5) and not a.is_eog(5)
 
 
+def test_add_bos_from_the_post_processor_when_tokenizer_config_is_silent(tmp_path):
+    _, d = _pair(tmp_path, "llama", "F32")
+    d = Path(d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    del cfg["add_bos_token"]
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = specdec.Tokenizer.from_file(str(d))
+    assert tok.add_bos and tok.encode("ab")[0] == 1  # the TemplateProcessing's <s>
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["post_processor"] = None
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    tok = specdec.Tokenizer.from_file(str(d))
+    assert not tok.add_bos and tok.encode("ab")[0] != 1
+
+
 @pytest.mark.parametrize("name,pre", [("qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen2"),
                                       ("smollm2-135m-instruct-q4_1", "smollm")])
 def test_byte_level_tokenizer_json(tmp_path, real_model, name, pre):
