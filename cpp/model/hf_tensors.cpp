@@ -125,7 +125,9 @@ float element(const GgufTensor& t, int64_t i) {
 }
 
 // Gemma 3's RMSNorm multiplies by (1 + w): llama.cpp's converter stores w + 1 (F32), and the
-// GGUF form the runner reads has no offset.
+// GGUF form the runner reads has no offset. The sum is taken in F32, as transformers computes
+// 1 + w.float(); llama.cpp's converter adds in the checkpoint's dtype, so from a BF16 checkpoint its
+// GGUF norms can differ from these by BF16 rounding (F32 checkpoints: identical).
 void add_one(GgufTensor& t, Owner& owner) {
   std::vector<uint8_t> bytes(static_cast<size_t>(t.num_elements) * 4);
   for (int64_t i = 0; i < t.num_elements; ++i) {
