@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from specdec._files import write_file_atomic
+
 __all__ = ["write_hf_twin", "tokenizer_json", "write_safetensors"]
 
 _ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
@@ -43,10 +45,7 @@ def write_safetensors(path: Union[str, os.PathLike],
         offset += len(data)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for *_, data in tensors:
-            f.write(data)
+    write_file_atomic(path, struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors), "path")
 
 
 def _hf_name(name: str, arch: str) -> str:
@@ -200,8 +199,7 @@ def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], nu
     os.makedirs(dst, exist_ok=True)
     tensors = _tensors(reader, arch, md)
     tied = not any(name == "lm_head.weight" for name, *_ in tensors)
-    with open(os.path.join(dst, "config.json"), "w") as f:
-        json.dump(_config(arch, md, tied), f, indent=1)
+    write_file_atomic(os.path.join(dst, "config.json"), json.dumps(_config(arch, md, tied), indent=1), "dst")
     if num_shards <= 1:
         write_safetensors(os.path.join(dst, "model.safetensors"), tensors)
     else:
@@ -211,10 +209,9 @@ def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], nu
             part = tensors[k::num_shards]
             write_safetensors(os.path.join(dst, name), part)
             weight_map.update({t[0]: name for t in part})
-        with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {"total_size": sum(len(t[3]) for t in tensors)}, "weight_map": weight_map}, f)
-    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tokenizer_json(md), f, ensure_ascii=False)
+        index = {"metadata": {"total_size": sum(len(t[3]) for t in tensors)}, "weight_map": weight_map}
+        write_file_atomic(os.path.join(dst, "model.safetensors.index.json"), json.dumps(index), "dst")
+    write_file_atomic(os.path.join(dst, "tokenizer.json"), json.dumps(tokenizer_json(md), ensure_ascii=False), "dst")
     tokens = md["tokenizer.ggml.tokens"]
     cfg = {"add_bos_token": bool(md.get("tokenizer.ggml.add_bos_token", True)), "add_eos_token": False,
            "bos_token": tokens[md["tokenizer.ggml.bos_token_id"]], "eos_token": tokens[md["tokenizer.ggml.eos_token_id"]],
@@ -222,10 +219,8 @@ def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], nu
     template = chat_template if chat_template is not None else md.get("tokenizer.chat_template")
     if template is not None:
         cfg["chat_template"] = template
-    with open(os.path.join(dst, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, ensure_ascii=False)
+    write_file_atomic(os.path.join(dst, "tokenizer_config.json"), json.dumps(cfg, ensure_ascii=False), "dst")
     gen = {"bos_token_id": md.get("tokenizer.ggml.bos_token_id"),
            "eos_token_id": eos_token_ids if eos_token_ids is not None else md["tokenizer.ggml.eos_token_id"]}
-    with open(os.path.join(dst, "generation_config.json"), "w") as f:
-        json.dump(gen, f)
+    write_file_atomic(os.path.join(dst, "generation_config.json"), json.dumps(gen), "dst")
     return os.fspath(dst)
