@@ -49,6 +49,41 @@ def test_twin_gives_the_same_greedy_tokens(tmp_path, arch, fmt, shards):
     assert cfg["architecture"] == arch and cfg["source_format"] == "hf"
 
 
+def _read_safetensors(path: Path):
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    return [(name, e["dtype"], tuple(e["shape"]), raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
+            for name, e in header.items() if name != "__metadata__"]
+
+
+def test_bf16_norms_read_as_their_f32_values(tmp_path):
+    """Norms stored BF16 (as most checkpoints store them; Gemma's get + 1) give the tokens of the
+    same values stored F32."""
+    _, d = _pair(tmp_path, "gemma3", "BF16")
+    tensors = _read_safetensors(Path(d) / "model.safetensors")
+    as_f32, as_bf16 = [], []
+    for name, dtype, shape, data in tensors:
+        if len(shape) == 1:
+            bits = np.frombuffer(data, np.uint32)
+            bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            as_f32.append((name, "F32", shape, (bf16.astype(np.uint32) << 16).tobytes()))
+            as_bf16.append((name, "BF16", shape, bf16.tobytes()))
+        else:
+            as_f32.append((name, dtype, shape, data))
+            as_bf16.append((name, dtype, shape, data))
+    as_f16 = [(n, "F16" if dt == "BF16" and len(sh) == 1 else dt, sh, x) for n, dt, sh, x in as_bf16]
+    dirs = []
+    for name, parts in (("f32-norms", as_f32), ("bf16-norms", as_bf16), ("mislabelled", as_f16)):
+        out = tmp_path / name
+        shutil.copytree(d, out)
+        write_safetensors(out / "model.safetensors", parts)
+        dirs.append(str(out))
+    a, b = _greedy(dirs[0]), _greedy(dirs[1])
+    assert a == b
+    assert a != _greedy(dirs[2])  # the same bits read as F16: the dtype is what decides
+
+
 def test_llama_q_k_rows_must_be_permuted(tmp_path):
     """Without llama.cpp's q/k permutation (NEOX-ordered rows under NORM RoPE) the tokens differ:
     the permutation at load is what makes the twins agree."""
