@@ -67,7 +67,7 @@ class HfDir : public ::testing::Test {
                          {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                          {"head_dim", 4}, {"vocab_size", 6}, {"max_position_embeddings", 64},
                          {"query_pre_attn_scalar", 4}, {"layer_types", {"full_attention"}},
-                         {"tie_word_embeddings", true},
+                         {"tie_word_embeddings", true}, {"attention_bias", model_type == "llama"},
                          {"hidden_act", model_type == "gemma3_text" ? "gelu_pytorch_tanh" : "silu"}};
     write(dir_ / "config.json", config.dump());
     std::vector<Tensor> t = {{"model.embed_tokens.weight", {6, 4}, iota(24)},
@@ -89,6 +89,12 @@ class HfDir : public ::testing::Test {
       t.push_back({l + "post_feedforward_layernorm.weight", {4}, iota(4)});
     } else {
       t.push_back({l + "post_attention_layernorm.weight", {4}, iota(4)});
+    }
+    if (model_type == "llama") {  // attention_bias: the q/k biases are permuted as their rows
+      t.push_back({l + "self_attn.q_proj.bias", {8}, iota(8)});
+      t.push_back({l + "self_attn.k_proj.bias", {4}, iota(4, 10)});
+      t.push_back({l + "self_attn.v_proj.bias", {4}, iota(4)});
+      t.push_back({l + "self_attn.o_proj.bias", {4}, iota(4)});
     }
     write_safetensors(dir_ / "model.safetensors", t);
     const Json tok = {{"model", {{"type", "BPE"}, {"byte_fallback", true}, {"unk_token", "<unk>"},
@@ -126,6 +132,10 @@ TEST_F(HfDir, LlamaQkRowsArePermutedToInterleavedOrder) {
   const std::vector<float> k = floats(f, "blk.0.attn_k.weight");  // one KV head
   for (int r = 0; r < 4; ++r) EXPECT_EQ(k[r * 4], 100.0f + 4.0f * q_rows[r]) << "row " << r;
   // the others are views of the file: same values, unchanged order
+  const std::vector<float> qb = floats(f, "blk.0.attn_q.bias");
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(qb[r], static_cast<float>(q_rows[r])) << "bias " << r;
+  EXPECT_EQ(floats(f, "blk.0.attn_k.bias"), (std::vector<float>{10, 12, 11, 13}));
+  EXPECT_EQ(floats(f, "blk.0.attn_v.bias"), iota(4));
   EXPECT_EQ(floats(f, "blk.0.attn_v.weight"), iota(16));
   EXPECT_EQ(f.tensor("blk.0.attn_v.weight").dims, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(floats(f, "blk.0.ffn_norm.weight"), iota(4));
@@ -134,6 +144,7 @@ TEST_F(HfDir, LlamaQkRowsArePermutedToInterleavedOrder) {
   EXPECT_TRUE(c.tied_embeddings);
   EXPECT_EQ(c.rope_type, RopeType::kNorm);
   EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_TRUE(c.qkv_bias && c.output_bias);
 }
 
 TEST_F(HfDir, Gemma3NormsGetPlusOne) {
