@@ -206,6 +206,20 @@ def test_dflash_drafter_with_an_hf_target(tmp_path):
     assert _greedy(d, speculative_config=spec) == want
 
 
+def test_hf_directory_as_a_draft_model(tmp_path):
+    """An HF directory drafts for a GGUF target (the vocabularies are checked to agree): the
+    target's own tokens, and most drafts accepted (the drafter is the target's twin)."""
+    g, d = _pair(tmp_path, "qwen2", "F32")
+    want = _greedy(g)
+    spec = {"method": "draft_model", "model": d, "num_speculative_tokens": 3}
+    llm = specdec.LLM(g, max_model_len=96, kv_cache_memory_bytes="8MiB", max_num_seqs=4, progress=False,
+                      speculative_config=spec)
+    params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)] == want
+    m = llm.last_metrics
+    assert m["num_accepted_tokens"] > 0.9 * m["num_draft_tokens"] > 0
+
+
 def _expect(exc, match, d):
     with pytest.raises(exc, match=match):
         specdec.LLM(str(d), max_model_len=64, kv_cache_memory_bytes="4MiB", progress=False)
