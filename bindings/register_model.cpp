@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "model/dflash.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 
@@ -36,7 +37,7 @@ py::object to_python(const GgufValue& value) {
 }
 
 py::dict read_gguf(const std::string& path) {
-  const GgufFile f = GgufFile::open(path);
+  const GgufFile f = open_model_file(path);  // a directory: the GGUF form it is read into
   py::dict metadata;
   for (const auto& [key, value] : f.metadata()) metadata[text(key)] = to_python(value);
   py::list tensors;
@@ -86,7 +87,7 @@ void register_model_config(py::module_& m);
 void register_model(py::module_& m) {
   register_model_config(m);
   m.def("read_gguf", &read_gguf, py::arg("path"),
-        "Metadata and tensor table of a GGUF file (v2/v3), validated: a malformed file raises "
+        "Metadata and tensor table of a GGUF file (v2/v3; a Hugging Face or DFlash directory: the GGUF form it is read into), validated: a malformed file raises "
         "FormatError naming the key or tensor, the value and the byte offset.");
   m.def("read_safetensors", &read_safetensors, py::arg("path"),
         "Metadata and tensor table of a safetensors file, validated like read_gguf.");

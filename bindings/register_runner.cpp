@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "common/errors.h"
 #include "model/config.h"
+#include "model/dflash.h"
 #include "model/gguf.h"
 #include "runner/model_runner.h"
 #include "runner/model_weights.h"
@@ -147,13 +148,13 @@ void register_runner(py::module_& m) {
       "check_model_file",
       [](const std::string& path) {
         py::gil_scoped_release release;
-        const model::GgufFile file = model::GgufFile::open(path);
+        const model::GgufFile file = model::open_model_file(path);
         const model::ModelConfig config = model::config_from_gguf(file);
         runner::check_loadable(file, config);
-        tokenizer::Tokenizer::from_gguf(file);
+        if (!config.is_dflash()) tokenizer::Tokenizer::from_gguf(file);  // a drafter uses the target's
       },
       py::arg("path"),
-      "Checks a GGUF file as a ModelRunner does when it loads it (configuration, every tensor's "
+      "Checks a GGUF file or a Hugging Face directory as a ModelRunner does when it loads it (configuration, every tensor's "
       "presence, shape and weight format, the tokenizer) without touching a device: FormatError "
       "or UnsupportedError naming what is wrong.");
 

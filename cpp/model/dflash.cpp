@@ -5,11 +5,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "common/errors.h"
 #include "common/json.h"
 #include "model/gguf_writer.h"
+#include "model/hf_checkpoint.h"
 #include "model/safetensors.h"
 
 namespace specdec::model {
@@ -164,7 +166,10 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   }
 
   const fs::path weights = root / "model.safetensors";
-  const SafetensorsFile st = SafetensorsFile::open(weights.string());
+  // the tensors are views into the mapped file, which the GgufFile keeps open
+  const auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(weights.string()));
+  const SafetensorsFile& st = *file;
+  std::vector<GgufTensor> views;
   std::string prefix;
   if (!st.contains("fc.weight") && st.contains("model.fc.weight")) prefix = "model.";
   GgufWriter w;
@@ -209,7 +214,14 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
                                 "]; the config implies [", exp, "]"));
     }
     if (!with_matrices && dims.size() > 1) return;  // the config reads only which tensors exist
-    w.add_tensor(to, ggml_type_of(t), dims, std::vector<uint8_t>(t.data, t.data + t.size_bytes));
+    GgufTensor g;
+    g.name = to;
+    g.type = ggml_type_of(t);
+    g.dims = std::move(dims);
+    g.num_elements = static_cast<int64_t>(t.num_elements);
+    g.size_bytes = t.size_bytes;
+    g.data = t.data;
+    views.push_back(std::move(g));
   };
   for (int64_t i = 0; i < layers; ++i) {
     const std::string l = str_cat("layers.", i, ".");
@@ -233,11 +245,13 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   add("norm.weight", "output_norm.weight", {hidden});
   add("fc.weight", "dflash_fc.weight", {static_cast<int64_t>(target_layers.size()) * hidden, hidden});
   add("hidden_norm.weight", "dflash_hidden_norm.weight", {hidden});
-  return GgufFile::from_bytes(w.to_bytes());
+  return GgufFile::from_views(GgufFile::from_bytes(w.to_bytes()), std::move(views), file, dir);
 }
 
 GgufFile open_model_file(const std::string& path) {
-  return is_dflash_checkpoint(path) ? dflash_to_gguf(path) : GgufFile::open(path);
+  if (is_dflash_checkpoint(path)) return dflash_to_gguf(path);
+  if (is_hf_checkpoint(path)) return hf_to_gguf(path);
+  return GgufFile::open(path);
 }
 
 }  // namespace specdec::model

@@ -3,6 +3,8 @@
 // norm, fc, hidden_norm; no embedding, no output head). They are read into the GGUF form the
 // runner loads, in memory: architecture qwen3 (neox RoPE, QK norm), tensors renamed to llama.cpp's
 // names, dflash_fc / dflash_hidden_norm, and the keys qwen3.dflash.* (ModelConfig::is_dflash).
+// As for other Hugging Face directories (model/hf_checkpoint.h), the tensors are views into the
+// mapped model.safetensors (GgufFile::from_views): no weight is copied.
 #pragma once
 
 #include <string>
@@ -21,7 +23,8 @@ bool is_dflash_checkpoint(const std::string& path);
 // layers have); load_model_config reads it so.
 GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices = true);
 
-// GgufFile::open for a GGUF path, dflash_to_gguf for a DFlash checkpoint directory.
+// GgufFile::open for a GGUF path, dflash_to_gguf for a DFlash checkpoint directory, hf_to_gguf
+// (model/hf_checkpoint.h) for another Hugging Face directory.
 GgufFile open_model_file(const std::string& path);
 
 }  // namespace specdec::model

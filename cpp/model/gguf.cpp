@@ -361,6 +361,20 @@ GgufFile GgufFile::from_bytes(std::vector<uint8_t> bytes) {
   return file;
 }
 
+GgufFile GgufFile::from_views(GgufFile metadata, std::vector<GgufTensor> tensors,
+                              std::shared_ptr<const void> owner, std::string source) {
+  GgufFile file = std::move(metadata);
+  file.source_ = std::move(source);
+  file.owner_ = std::move(owner);
+  for (auto& t : tensors) {
+    if (!file.tensor_index_.emplace(t.name, file.tensors_.size()).second) {
+      throw FormatError(str_cat("tensor ", quoted(t.name), " appears twice (file ", file.source(), ")"));
+    }
+    file.tensors_.push_back(std::move(t));
+  }
+  return file;
+}
+
 const GgufValue* GgufFile::find(const std::string& key) const {
   const auto it = metadata_.find(key);
   return it == metadata_.end() ? nullptr : &it->second;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -82,6 +83,11 @@ class GgufFile {
   static GgufFile open(const std::string& path);
   // Parses an in-memory file (tests); the object owns the bytes.
   static GgufFile from_bytes(std::vector<uint8_t> bytes);
+  // `metadata`'s keys with `tensors` whose data point into memory that `owner` keeps alive (a
+  // checkpoint directory's mapped safetensors files): no tensor bytes are copied. `source` names
+  // the file in messages. FormatError for a duplicate tensor name.
+  static GgufFile from_views(GgufFile metadata, std::vector<GgufTensor> tensors,
+                             std::shared_ptr<const void> owner, std::string source);
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
@@ -90,7 +96,7 @@ class GgufFile {
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return file_.size(); }
-  const std::string& source() const { return file_.source(); }
+  const std::string& source() const { return source_.empty() ? file_.source() : source_; }
 
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   // nullptr when absent.
@@ -129,6 +135,8 @@ class GgufFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;
+  std::shared_ptr<const void> owner_;  // from_views: what the tensors point into
+  std::string source_;                 // from_views: the checkpoint's path
 };
 
 }  // namespace specdec::model

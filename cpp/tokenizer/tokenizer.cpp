@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/errors.h"
+#include "model/hf_checkpoint.h"
 #include "tokenizer/encoders.h"
 #include "tokenizer/special_split.h"
 #include "tokenizer/unicode.h"
@@ -41,6 +42,7 @@ Tokenizer Tokenizer::from_gguf(const model::GgufFile& file) {
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
+  if (model::is_hf_checkpoint(path)) return from_gguf(model::hf_to_gguf(path, false));
   return from_gguf(model::GgufFile::open(path));
 }
 

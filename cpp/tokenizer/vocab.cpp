@@ -256,6 +256,21 @@ void read_special_ids(const MetadataReader& r, Vocab& v) {
   }
 }
 
+// tokenizer.hf.eos_token_ids (specdec's in-memory key for a Hugging Face directory's
+// generation_config.json eos_token_id list): every one ends generation.
+void read_extra_eog(const MetadataReader& r, Vocab& v) {
+  const char* key = "tokenizer.hf.eos_token_ids";
+  const GgufArray* ids = r.array(key, {GgufType::kInt32}, std::nullopt);
+  if (ids == nullptr) return;
+  for (const auto& e : ids->values) {
+    const int32_t id = *e.get_if<int32_t>();
+    if (id < 0 || id >= v.size()) r.fail(key, str_cat("holds ", id, ", outside the vocabulary [0, ", v.size(), ")"));
+    v.eog_ids.push_back(id);
+  }
+  std::sort(v.eog_ids.begin(), v.eog_ids.end());
+  v.eog_ids.erase(std::unique(v.eog_ids.begin(), v.eog_ids.end()), v.eog_ids.end());
+}
+
 void read_flags(const MetadataReader& r, Vocab& v) {
   // llama.cpp's defaults: SPM adds BOS and a space prefix; BPE (for these pre-tokenizers) neither.
   const bool spm = v.kind == TokenizerKind::kSpm;
@@ -338,6 +353,7 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
   v.chat_template = r.string("tokenizer.chat_template").value_or("");
   read_named_chat_templates(metadata, r, v);
   derive_special_tokens(v, r.string("general.name").value_or(""));
+  read_extra_eog(r, v);
   derive_pieces(v);
   return v;
 }

@@ -155,9 +155,9 @@ def host_read_bandwidth(mib: int = 512, threads: int = 0) -> Dict[str, float]:
 def decode_weight_bytes(path: str) -> int:
     """Bytes of weights one decode step reads: every tensor of the file but the token embedding
     (one row of it is read) unless it is also the output matrix (tied)."""
-    if not str(path).endswith(".gguf"):
+    if not str(path).endswith(".gguf") and not os.path.isdir(path):
         return os.path.getsize(path)
-    tensors = _core.read_gguf(str(path))["tensors"]
+    tensors = _core.read_gguf(str(path))["tensors"]  # a directory: its tensors in GGUF form
     names = {t["name"] for t in tensors}
     tied = "output.weight" not in names
     return sum(t["size_bytes"] for t in tensors if t["name"] != "token_embd.weight" or tied)

@@ -694,7 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("generate", help="generate text with a model (plain or speculative), streamed")
-    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--model", required=True, help="a GGUF file, a Hugging Face directory or a catalog name")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--chat-template", default=None,
@@ -740,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="an OpenAI-compatible server (completions, chat, streaming, "
                        "/metrics) with speculative decoding")
-    p.add_argument("--model", required=True, help="a GGUF file or catalog name")
+    p.add_argument("--model", required=True, help="a GGUF file, a Hugging Face directory or a catalog name")
     p.add_argument("--speculative-config", default=None,
                    help='JSON as for generate, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -776,7 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "
                                            "vocabulary (speculative_config.draft_vocab_file)")
-    p.add_argument("model", help="the drafter (GGUF path or catalog name): its tokenizer counts")
+    p.add_argument("model", help="the drafter (GGUF path, Hugging Face directory or catalog name): its tokenizer counts")
     p.add_argument("paths", nargs="+", help="text files, or folders (their text files by suffix)")
     p.add_argument("--out", required=True,
                    help="the JSON file to write (a regular file or a new name in an existing folder)")
@@ -789,7 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "adaptive) on built-in prompts, llama.cpp side by side; JSON "
                                      "and PNG plots")
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m",
-                   help="target (GGUF path or catalog name; default the Qwen2.5-Coder 1.5B)")
+                   help="target (GGUF path, Hugging Face directory or catalog name; default the Qwen2.5-Coder 1.5B)")
     p.add_argument("--drafter", default="qwen2.5-coder-0.5b-instruct-q4_k_m",
                    help="draft model for method draft_model (default the Qwen2.5-Coder 0.5B)")
     p.add_argument("--max-tokens", type=_int_in(1, 4096), default=128, help="per prompt (default 128)")

@@ -456,7 +456,8 @@ def _install(model: CatalogModel, partial: Path, target: Path, sha256: str) -> N
 
 
 def resolve_model(path_or_name: str, *, progress: bool = True) -> str:
-    """A local file path for ``path_or_name``: an existing path as is, a catalog name fetched."""
+    """A local path for ``path_or_name``: an existing GGUF file or Hugging Face directory as is, a
+    catalog name fetched."""
     p = Path(os.fspath(path_or_name)).expanduser()
     if p.exists():
         check_model_file(p, str(path_or_name))
@@ -469,18 +470,19 @@ def resolve_model(path_or_name: str, *, progress: bool = True) -> str:
 
 
 def check_model_file(p: Path, given: str) -> None:
-    """ValueError unless ``p`` is a regular file (a directory, FIFO, device or socket is named)."""
+    """ValueError unless ``p`` is a regular file or a Hugging Face model directory (one with
+    config.json); a FIFO, device, socket or other directory is named."""
     try:
         mode = p.stat().st_mode
     except OSError as err:
         raise ValueError(f"model = {given!r}: cannot be read ({err.strerror})") from None
-    if _stat.S_ISREG(mode):
+    if _stat.S_ISREG(mode) or (_stat.S_ISDIR(mode) and (p / "config.json").is_file()):
         return
     kind = ("a directory" if _stat.S_ISDIR(mode) else "a FIFO (named pipe)" if _stat.S_ISFIFO(mode)
             else "a character device" if _stat.S_ISCHR(mode) else "a block device"
             if _stat.S_ISBLK(mode) else "a socket" if _stat.S_ISSOCK(mode) else "not a regular file")
-    hint = (" (Hugging Face directories are read by specdec.load_model_config)"
-            if _stat.S_ISDIR(mode) else "")
+    hint = (" and has no config.json (a Hugging Face model directory holds config.json, "
+            "model.safetensors or its shards, and tokenizer.json)" if _stat.S_ISDIR(mode) else "")
     raise ValueError(f"model = {given!r}: is {kind}, not a GGUF file{hint}")
 
 

@@ -93,8 +93,9 @@ def _weights_size(path: str) -> int:
 class LLM:
     """A model on an OpenCL device, ready to generate.
 
-    ``model``: a GGUF path or a catalog name (``specdec models``), fetched into the cache on first
-    use. ``device``: an index, ``P:D``, ``gpu``/``cpu`` or part of a name (default:
+    ``model``: a GGUF path, a Hugging Face model directory (config.json, model.safetensors or its
+    shards, tokenizer.json; llama, qwen2, qwen3, gemma3) or a catalog name (``specdec models``),
+    fetched into the cache on first use. ``device``: an index, ``P:D``, ``gpu``/``cpu`` or part of a name (default:
     ``SPECDEC_DEVICE`` or the first device). ``attention_backend``: None for automatic choice.
     ``kv_cache_memory_bytes``: None sizes the KV cache from ``max_num_seqs`` requests of
     ``max_model_len`` tokens (target and drafter), capped by ``memory_utilization`` of the
@@ -124,8 +125,10 @@ class LLM:
                  enable_prefix_caching: bool = True) -> None:
         # every argument is checked before anything is fetched or loaded
         if not isinstance(model, (str, os.PathLike)):
-            raise error("model", model, "a GGUF path or a catalog name (see `specdec models`)")
-        check_text("model", os.fspath(model), "a GGUF path or a catalog name", empty_ok=False)
+            raise error("model", model, "a GGUF path, a Hugging Face directory or a catalog name "
+                        "(see `specdec models`)")
+        check_text("model", os.fspath(model), "a GGUF path, a Hugging Face directory or a catalog name",
+                   empty_ok=False)
         if device is not None:
             if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
                 device = str(device)  # an index
@@ -221,7 +224,7 @@ class LLM:
         if max_model_len > t_cfg.context_length:
             raise error("max_model_len", max_model_len,
                         f"at most the model's context length {t_cfg.context_length}")
-        weights = os.path.getsize(self.model_path) + (_weights_size(drafter_path) if drafter_path is not None else 0)
+        weights = _weights_size(self.model_path) + (_weights_size(drafter_path) if drafter_path is not None else 0)
         sizing = size_kv_cache(
             t_cfg, d_cfg, max_model_len=max_model_len,
             drafter_max_model_len=(min(config.max_model_len or d_cfg.context_length,

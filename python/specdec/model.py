@@ -66,17 +66,20 @@ def _tensor_summary(tensors: List[dict], type_key: str) -> Dict[str, Dict[str, i
     return dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
 
 
-def _read_files(path: str) -> Dict[str, Any]:
+def _read_files(path: str, with_tokenizer: bool = True) -> Dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         files = sorted(p.glob("*.safetensors"))
         tensors: List[dict] = []
         for f in files:
             tensors += _core.read_safetensors(str(f))["tensors"]
+        tokenizer = None
+        if with_tokenizer and files and (p / "tokenizer.json").is_file():  # as the runner reads it
+            tokenizer = _gguf_tokenizer(_core.read_gguf(path)["metadata"])
         return {"format": "hf", "files": [f.name for f in files],
                 "file_bytes": sum(f.stat().st_size for f in files),
                 "tensors": _tensor_summary(tensors, "dtype"), "num_tensors": len(tensors),
-                "tokenizer": None}
+                "tokenizer": tokenizer}
     g = _core.read_gguf(path)
     return {"format": f"gguf v{g['version']}", "files": [p.name], "file_bytes": g["file_size"],
             "tensors": _tensor_summary(g["tensors"], "type"), "num_tensors": len(g["tensors"]),
@@ -94,15 +97,21 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     path = _resolve(path_or_name, progress)
     config = _core.load_model_config(path)
     unsupported = None
-    if not Path(path).is_dir() and not path.endswith(".json"):
-        # a GGUF file: the checks of loading it (tensors, weight formats, tokenizer), so that
-        # inspect accepts exactly what LLM runs. A broken file raises FormatError; a sound file
-        # that specdec cannot run yet (MoE, YaRN, a weight format) is still described, with why.
+    has_weights = not Path(path).is_dir() or any(Path(path).glob("*.safetensors"))
+    if has_weights and not path.endswith(".json"):
+        # a GGUF file or a directory with weights: the checks of loading it (tensors, weight
+        # formats, tokenizer), so that inspect accepts exactly what LLM runs. A broken file raises
+        # FormatError; a sound one that specdec cannot run yet (MoE, YaRN, a weight format, a
+        # tokenizer) is still described, with why. A directory with config.json alone is planned.
         try:
             _core.check_model_file(path)
         except _core.UnsupportedError as err:
             unsupported = str(err)
-    files = _read_files(path)
+        except ValueError as err:  # a directory missing a part (tokenizer.json, a tensor)
+            if not Path(path).is_dir():
+                raise
+            unsupported = str(err)
+    files = _read_files(path, with_tokenizer=unsupported is None)
     budget = parse_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes")
     layers = config.layer_kv_specs(block_size, dtype)
     fits = _core.max_model_len_for_budget(layers, budget, config.context_length)

@@ -1,4 +1,6 @@
-"""Tokenizers read from GGUF metadata (a thin layer over ``specdec._core.Tokenizer``).
+"""Tokenizers read from GGUF metadata (a thin layer over ``specdec._core.Tokenizer``); a Hugging
+Face directory's tokenizer.json, tokenizer_config.json and generation_config.json are read into
+the same metadata (cpp/model/hf_tokenizer.cpp).
 
 SentencePiece-style BPE (``tokenizer.ggml.model = llama``: Llama, Gemma, Phi-3) and byte-level
 BPE (``gpt2``: SmolLM2, Qwen2.5, GPT-2, StarCoder, DeepSeek-Coder), tokenizing exactly as
@@ -77,7 +79,9 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path_or_name: PathOrName) -> "Tokenizer":
-        """Reads the tokenizer of a GGUF file, or of a catalog model by name (fetched if needed).
+        """Reads the tokenizer of a GGUF file, of a Hugging Face directory (tokenizer.json; the
+        chat template, BOS/EOS and add_bos_token from tokenizer_config.json; every eos_token_id of
+        generation_config.json ends generation), or of a catalog model by name (fetched if needed).
 
         Raises FormatError for malformed tokenizer metadata and UnsupportedError for tokenizer
         models or pre-tokenizers that are not implemented."""

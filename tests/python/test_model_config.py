@@ -123,10 +123,13 @@ def test_hf_directory(tmp_path, capsys):
     c = specdec.load_model_config(str(d))
     assert (c.architecture, c.source_format, c.head_size, c.qk_norm) == ("qwen3", "hf", 32, True)
     assert specdec.load_model_config(str(d / "config.json")).num_layers == 2
-    assert cli.main(["inspect", str(d), "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
+    assert cli.main(["inspect", str(d), "--json"]) == 2  # described, but it does not run
+    cap = capsys.readouterr()
+    info = json.loads(cap.out)
     assert info["files"]["tensors"] == {"F16": {"count": 1, "bytes": 12800},
                                         "F32": {"count": 1, "bytes": 256}}
+    assert not info["runnable"] and "tokenizer.json" in info["unsupported"]
+    assert "specdec cannot run this model" in cap.err
     config["num_key_value_heads"] = 3
     (d / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="num_kv_heads = 3"):

@@ -1,0 +1,112 @@
+#include "model/hf_checkpoint.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "common/errors.h"
+#include "model/config.h"
+#include "model/dflash.h"
+#include "model/gguf_writer.h"
+#include "model/hf_parts.h"
+
+namespace specdec::model {
+namespace fs = std::filesystem;
+namespace {
+
+// The architecture keys llama.cpp's converter writes for `c` (config_from_gguf reads them back).
+void add_model_keys(const ModelConfig& c, GgufWriter& w) {
+  const std::string a = c.architecture + ".";
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.set_string("general.architecture", c.architecture);
+  w.set_u32(a + "block_count", u32(c.num_layers));
+  w.set_u32(a + "context_length", u32(c.context_length));
+  w.set_u32(a + "embedding_length", u32(c.hidden_size));
+  w.set_u32(a + "feed_forward_length", u32(c.intermediate_size));
+  w.set_u32(a + "attention.head_count", u32(c.num_q_heads));
+  w.set_u32(a + "attention.head_count_kv", u32(c.num_kv_heads));
+  w.set_u32(a + "attention.key_length", u32(c.head_size));
+  w.set_u32(a + "attention.value_length", u32(c.head_size_v));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  w.set_f32(a + "rope.freq_base", static_cast<float>(c.rope_base));
+  w.set_u32(a + "rope.dimension_count", u32(c.rope_dim));
+  w.set_u32(a + "vocab_size", u32(c.vocab_size));
+  if (!c.rope_scaling_type.empty()) {
+    w.set_string(a + "rope.scaling.type", c.rope_scaling_type);
+    w.set_f32(a + "rope.scaling.factor", static_cast<float>(c.rope_scaling_factor));
+    if (c.rope_original_context_length > 0) {
+      w.set_u32(a + "rope.scaling.original_context_length", u32(c.rope_original_context_length));
+    }
+  }
+  if (c.rope_base_local > 0) w.set_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_base_local));
+  if (c.attn_logit_softcap != 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(c.attn_logit_softcap));
+  if (c.final_logit_softcap != 0) w.set_f32(a + "final_logit_softcapping", static_cast<float>(c.final_logit_softcap));
+  int window = 0;
+  GgufArray pattern;
+  pattern.type = GgufType::kBool;
+  for (const auto& l : c.layers) {
+    if (l.attention == LayerAttention::kSliding) {
+      SPECDEC_CHECK(window == 0 || window == l.sliding_window, "sliding_window", l.sliding_window,
+                   str_cat("one window for every sliding layer (", window, ")"));
+      window = l.sliding_window;
+    }
+    pattern.values.emplace_back(l.attention == LayerAttention::kSliding);
+  }
+  if (window > 0) {
+    w.set_u32(a + "attention.sliding_window", u32(window));
+    w.set(a + "attention.sliding_window_pattern", GgufValue(std::move(pattern)));
+  }
+}
+
+// The GGUF form keeps what llama.cpp's does; a config it cannot say is refused, not changed.
+void check_round_trip(const ModelConfig& hf, const ModelConfig& g, const std::string& source) {
+  auto differ = [&](const char* field, double a, double b) {
+    if (std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(a))) {
+      throw UnsupportedError(str_cat(source, ": ", field, " = ", a, " cannot be run here (the GGUF form "
+                                     "llama.cpp's converter writes has ", b, ")"));
+    }
+  };
+  differ("attention scale (query_pre_attn_scalar)", hf.attention_scale, g.attention_scale);
+  differ("embedding scale", hf.embedding_scale, g.embedding_scale);
+  differ("activation", static_cast<int>(hf.activation), static_cast<int>(g.activation));
+  differ("num_hidden_layers", hf.num_layers, g.num_layers);
+  for (size_t i = 0; i < hf.layers.size(); ++i) {
+    differ(str_cat("layer ", i, " RoPE base").c_str(), hf.layers[i].rope_base, g.layers[i].rope_base);
+  }
+}
+
+ModelConfig read_config(const fs::path& dir) {
+  const fs::path file = dir / "config.json";
+  ModelConfig c = config_from_hf_json(read_json_file(file), file.string());
+  if (c.architecture == "deepseek2") {
+    throw UnsupportedError(str_cat(file.string(), ": model_type deepseek_v2 runs from GGUF only (convert it "
+                                   "with llama.cpp's convert_hf_to_gguf.py); Hugging Face directories run "
+                                   "for llama, qwen2, qwen3 and gemma3"));
+  }
+  if (c.name.empty()) c.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  return c;
+}
+
+}  // namespace
+
+bool is_hf_checkpoint(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  return fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec) && !is_dflash_checkpoint(path);
+}
+
+GgufFile hf_to_gguf(const std::string& dir, bool with_tensors) {
+  const fs::path root(dir);
+  const ModelConfig hf = read_config(root);
+  GgufWriter w;
+  add_model_keys(hf, w);
+  w.set_string("general.name", hf.name);
+  add_hf_tokenizer(root, hf.vocab_size, w);
+  GgufFile meta = GgufFile::from_bytes(w.to_bytes());
+  if (!with_tensors) return meta;
+  HfTensors t = read_hf_tensors(root, hf);
+  GgufFile file = GgufFile::from_views(std::move(meta), std::move(t.tensors), std::move(t.owner), dir);
+  check_round_trip(hf, config_from_gguf(file), dir);
+  return file;
+}
+
+}  // namespace specdec::model

@@ -1,0 +1,41 @@
+// The parts of reading a Hugging Face model directory (model/hf_checkpoint.h): its JSON files,
+// its safetensors weights under llama.cpp's tensor names, and its tokenizer as GGUF metadata.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+
+namespace specdec::model {
+
+// The JSON in `file`; FormatError naming the file when it cannot be read or parsed.
+nlohmann::json read_json_file(const std::filesystem::path& file);
+
+// A directory's weights as GGUF tensors (llama.cpp's names and layout) viewing the mapped
+// safetensors files that `owner` keeps alive; only the tensors whose bytes change are copied:
+// Llama's q/k rows (rotate-half order to llama.cpp's interleaved order) and Gemma 3's norms
+// (w + 1, stored F32, as llama.cpp's converter writes them).
+struct HfTensors {
+  std::vector<GgufTensor> tensors;
+  std::shared_ptr<const void> owner;
+};
+
+// model.safetensors, or the shards that model.safetensors.index.json names. ConfigError when
+// the directory has neither; FormatError for a malformed file or index; UnsupportedError for a
+// tensor stored other than as F32, F16 or BF16.
+HfTensors read_hf_tensors(const std::filesystem::path& dir, const ModelConfig& config);
+
+// tokenizer.json (byte-level BPE or SentencePiece-style BPE), tokenizer_config.json (special
+// tokens, add_bos_token / add_eos_token, chat template) and generation_config.json
+// (eos_token_id: one id or a list) as tokenizer.* GGUF keys; the vocabulary is padded with
+// [PAD<id>] tokens up to `vocab_size` (the embedding's rows), as llama.cpp's converter does.
+void add_hf_tokenizer(const std::filesystem::path& dir, int64_t vocab_size, GgufWriter& w);
+
+}  // namespace specdec::model
