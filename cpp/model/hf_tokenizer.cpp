@@ -298,7 +298,12 @@ void add_chat_template(const fs::path& dir, GgufWriter& w) {
       if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) {
         throw ConfigError(file.string() + " chat_template[]", json_summary(e), "{\"name\": ..., \"template\": text}");
       }
-      if (pick == nullptr || e.value("name", "") == "default") pick = &e;
+      const std::string name =
+          e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+      if (pick == nullptr || name == "default") pick = &e;
+      if (!name.empty() && name != "default") {  // as llama.cpp's converter: tool_use, rag, ...
+        w.set_string("tokenizer.chat_template." + name, e["template"].get<std::string>());
+      }
     }
     if (pick != nullptr) w.set_string("tokenizer.chat_template", (*pick)["template"].get<std::string>());
   } else if (!t.is_null()) {

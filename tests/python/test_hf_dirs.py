@@ -116,6 +116,20 @@ def test_tokenizer_of_the_twin(tmp_path):
     assert b.is_eog(5) and not a.is_eog(5)
 
 
+def test_named_chat_templates_of_tokenizer_config(tmp_path):
+    _, d = _pair(tmp_path, "llama", "F32")
+    cfg_path = Path(d) / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = [{"name": "tool_use", "template": "T{{ tools | length }}"},
+                            {"name": "default", "template": CHATML}]
+    cfg_path.write_text(json.dumps(cfg))
+    tok = specdec.Tokenizer.from_file(d)
+    assert tok.chat_template == CHATML and tok.chat_template_names == ["default", "tool_use"]
+    msgs = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(msgs, tools=[{"type": "function"}]) == "T1"
+    assert "hi" in tok.apply_chat_template(msgs)
+
+
 def test_add_bos_from_the_post_processor_when_tokenizer_config_is_silent(tmp_path):
     _, d = _pair(tmp_path, "llama", "F32")
     d = Path(d)
@@ -188,7 +202,7 @@ def test_inspect_and_generate_cli(tmp_path, capsys):
     assert cli.main(["inspect", d]) == 0
     out = capsys.readouterr().out
     assert "format        hf" in out and "architecture  qwen2" in out and "F16" in out
-    assert "tokenizer     llama" in out and "chat template chatml" in out
+    assert "tokenizer     llama" in out and "chat templates default" in out
     texts = []
     for path in (g, d):
         assert cli.main(["generate", "--model", path, "--prompt", "hello world", "--max-tokens", "12",
