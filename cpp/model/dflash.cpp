@@ -4,30 +4,18 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "common/errors.h"
 #include "common/json.h"
 #include "model/gguf_writer.h"
 #include "model/hf_checkpoint.h"
+#include "model/hf_parts.h"
 #include "model/safetensors.h"
 
 namespace specdec::model {
 namespace {
 
-nlohmann::json read_config(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw FormatError(str_cat(file.string(), ": cannot be read"));
-  try {
-    return parse_json(text.str());
-  } catch (const FormatError& e) {
-    throw FormatError(str_cat(file.string(), ": not valid JSON: ", e.what()));
-  }
-}
 
 // dflash_config's value, else the top level's (z-lab's reader does the same), else null.
 const nlohmann::json* draft_value(const nlohmann::json& c, const std::string& key) {
@@ -78,7 +66,7 @@ bool is_dflash_checkpoint(const std::string& path) {
   const fs::path p(path);
   if (!fs::is_directory(p, ec) || !fs::is_regular_file(p / "config.json", ec)) return false;
   try {
-    const nlohmann::json c = read_config(p / "config.json");
+    const nlohmann::json c = read_json_file(p / "config.json");
     return c.is_object() && c.contains("dflash_config");
   } catch (const std::exception&) {
     return false;  // not a DFlash checkpoint's config: load_model_config reports it
@@ -88,7 +76,7 @@ bool is_dflash_checkpoint(const std::string& path) {
 GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   namespace fs = std::filesystem;
   const fs::path root(dir);
-  const nlohmann::json c = read_config(root / "config.json");
+  const nlohmann::json c = read_json_file(root / "config.json");
   const std::string where = (root / "config.json").string();
   SPECDEC_CHECK(c.is_object(), where, json_summary(c), "a JSON object");
   const auto dfc = c.find("dflash_config");

@@ -72,19 +72,25 @@ bool SpecialSplitter::eligible(int32_t id, bool parse_special) const {
   return parse_special || !(vocab_->tokens[id].attr & (kAttrControl | kAttrUnknown));
 }
 
+template <typename OnToken>
+void SpecialSplitter::walk(std::string_view text, size_t i, OnToken&& on_token) const {
+  if (!first_byte_[uint8_t(text[i])]) return;
+  int32_t node = 0;
+  for (size_t j = i; j < text.size(); ++j) {
+    const auto it = children_.find((uint64_t(uint32_t(node)) << 8) | uint8_t(text[j]));
+    if (it == children_.end()) return;
+    node = it->second;
+    if (node_rank_[node] >= 0) on_token(node_rank_[node], j + 1);
+  }
+}
+
 std::vector<int32_t> SpecialSplitter::occurring(std::string_view text, bool parse_special) const {
   const std::vector<int32_t>& order = vocab_->special_token_order;
   std::vector<int32_t> ranks;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (!first_byte_[uint8_t(text[i])]) continue;
-    int32_t node = 0;
-    for (size_t j = i; j < text.size(); ++j) {
-      const auto it = children_.find((uint64_t(uint32_t(node)) << 8) | uint8_t(text[j]));
-      if (it == children_.end()) break;
-      node = it->second;
-      const int32_t rank = node_rank_[node];
-      if (rank >= 0 && eligible(order[rank], parse_special)) ranks.push_back(rank);
-    }
+    walk(text, i, [&](int32_t rank, size_t) {
+      if (eligible(order[rank], parse_special)) ranks.push_back(rank);
+    });
   }
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -99,16 +105,9 @@ SpecialSplitter::Ranges SpecialSplitter::control_spans(std::string_view text) co
   Ranges spans;
   for (size_t i = 0; i < text.size();) {
     size_t end = 0;
-    if (first_byte_[uint8_t(text[i])]) {
-      int32_t node = 0;
-      for (size_t j = i; j < text.size(); ++j) {
-        const auto it = children_.find((uint64_t(uint32_t(node)) << 8) | uint8_t(text[j]));
-        if (it == children_.end()) break;
-        node = it->second;
-        const int32_t rank = node_rank_[node];
-        if (rank >= 0 && !eligible(order[rank], false)) end = j + 1;  // control or unknown
-      }
-    }
+    walk(text, i, [&](int32_t rank, size_t stop) {
+      if (!eligible(order[rank], false)) end = stop;  // control or unknown
+    });
     if (end == 0) {
       ++i;
       continue;

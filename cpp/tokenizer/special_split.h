@@ -40,6 +40,10 @@ class SpecialSplitter {
 
  private:
   bool eligible(int32_t id, bool parse_special) const;
+  // Calls on_token(rank, end) for every special token whose text starts at text[i], shortest
+  // first (end: one past its last byte).
+  template <typename OnToken>
+  void walk(std::string_view text, size_t i, OnToken&& on_token) const;
   // The eligible special tokens that occur in `text`, in split order.
   std::vector<int32_t> occurring(std::string_view text, bool parse_special) const;
 
