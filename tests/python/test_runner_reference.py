@@ -24,7 +24,7 @@ from reference.numpy_model import NumpyModel
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 FLOAT_FORMATS = ("F32", "F16", "BF16")
 RUNNER_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "llama-chunked", "llama-kvshare", "deepseek2",
-                "deepseek2-kvb")
+                "deepseek2-kvb", "llama3", "mistral", "qwen2-yarn", "qwen3-yarn")
 TEXTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
     "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
@@ -193,3 +193,37 @@ def test_tensor_formats_are_checked(tmp_path):
     with pytest.raises(ValueError, match="expected one of"):
         write_random_model(str(tmp_path / "c.gguf"), "qwen2", "Q4_K",
                            tensor_formats={"attn_v.weight": "Q7_K"})
+
+
+def test_rope_scaling_the_runner_cannot_apply_is_refused(context, tmp_path):
+    """YaRN where its cos / sin scale meets partial rotation (MLA) or Gemma 3's local bases is an
+    UnsupportedError at load (inspect describes the file and says why); an unknown scaling type
+    is one from the config, naming the supported types."""
+    yarn = lambda a: {f"{a}.rope.scaling.type": "yarn", f"{a}.rope.scaling.factor": 4.0,  # noqa: E731
+                      f"{a}.rope.scaling.original_context_length": 512}
+    for arch, match in (("deepseek2", "partial rotation"), ("gemma3", "local layers")):
+        path = write_random_model(str(tmp_path / f"{arch}.gguf"), arch, "F32", metadata=yarn(arch))
+        with pytest.raises(specdec.UnsupportedError, match=match):
+            _core.ModelRunner(context, path, "", 64, 64 << 20)
+        info = specdec.inspect_model(path, progress=False)
+        assert not info["runnable"] and match in info["unsupported"]
+    path = write_random_model(str(tmp_path / "longrope.gguf"), "qwen2", "F32",
+                              metadata={"qwen2.rope.scaling.type": "longrope"})
+    with pytest.raises(specdec.UnsupportedError, match="'longrope' is not supported; supported: "
+                                                       "none, linear, yarn"):
+        specdec.load_model_config(path, progress=False)
+
+
+def test_inspect_shows_rope_scaling(random_dir):
+    """inspect names the scaling each variant runs with."""
+    expected = {"llama3": "scaling llama3 (per-pair divisors: the rope_freqs tensor)",
+                "qwen2-yarn": "scaling yarn x4 from 32768 tokens (pairs <= 5 unscaled, >= 10 / 4",
+                "qwen3-yarn": "scaling yarn x4 from 32768 tokens (pairs <= 11 unscaled, >= 20 / 4"}
+    for arch, text in expected.items():
+        path = write_random_model(str(random_dir / f"inspect-{arch}.gguf"), arch, "Q8_0")
+        shown = specdec.format_inspect(specdec.inspect_model(path, progress=False))
+        rope_line = next(l for l in shown.splitlines() if l.strip().startswith("rope"))
+        assert text in rope_line, rope_line
+        assert ("cos/sin x1.139" in rope_line) == arch.endswith("yarn"), rope_line
+    mistral = write_random_model(str(random_dir / "inspect-mistral.gguf"), "mistral", "Q8_0")
+    assert "sliding 16: layers.0-1" in specdec.format_inspect(specdec.inspect_model(mistral, progress=False))
