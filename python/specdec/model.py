@@ -140,6 +140,9 @@ def _rope_scaling(c: Dict[str, Any]) -> str:
         text = (f", scaling yarn x{factor:g} from {orig} tokens (pairs <= {low:g} unscaled, >= {high:g} "
                 f"/ {factor:g}, blended between; ext_factor {c['rope_yarn_ext_factor']:g}, beta "
                 f"{c['rope_yarn_beta_fast']:g}/{c['rope_yarn_beta_slow']:g})")
+    elif kind == "longrope":
+        text = (f", scaling longrope (rope_factors_long when max_model_len > {orig}, "
+                f"rope_factors_short otherwise)")
     elif kind == "llama3" and c["rope_freq_factors"]:
         text = ", scaling llama3 (per-pair divisors: the rope_freqs tensor)"
     elif kind == "llama3":

@@ -218,3 +218,44 @@ TEST(RopeScalingTest, LinearAndLocalLayers) {
   const std::vector<float> wrong(15, 1.0f);
   EXPECT_THROW(rope_frequencies(c, 1, wrong), ConfigError);
 }
+
+// Phi-3 as llama.cpp's converter writes it: fused attn_qkv and gate | up, LongRoPE as two factor
+// tensors with attn_factor and the original context (no type), a window llama.cpp ignores.
+TEST(RopeScalingConfigTest, Phi3LongRope) {
+  auto phi3 = [](bool with_original) {
+    GgufWriter w;
+    w.set_string("general.architecture", "phi3");
+    w.set_u32("phi3.attention.head_count", 4).set_u32("phi3.attention.head_count_kv", 4);
+    w.set_f32("phi3.attention.layer_norm_rms_epsilon", 1e-5f).set_u32("phi3.block_count", 2);
+    w.set_u32("phi3.context_length", 131072).set_u32("phi3.embedding_length", 128);
+    w.set_u32("phi3.feed_forward_length", 256).set_f32("phi3.rope.freq_base", 1e4f);
+    w.set_u32("phi3.vocab_size", 320).set_u32("phi3.attention.sliding_window", 2047);
+    w.set_u32("phi3.rope.dimension_count", 32).set_f32("phi3.rope.scaling.attn_factor", 1.19f);
+    if (with_original) w.set_u32("phi3.rope.scaling.original_context_length", 4096);
+    w.add_f32("blk.0.attn_qkv.weight", {128, 384}, std::vector<float>(128 * 384, 0.0f));
+    w.add_f32("rope_factors_long.weight", {16}, std::vector<float>(16, 4.0f));
+    w.add_f32("rope_factors_short.weight", {16}, std::vector<float>(16, 1.0f));
+    return w;
+  };
+  const ModelConfig c = parse(phi3(true));
+  EXPECT_EQ(c.rope_type, RopeType::kNeox);
+  EXPECT_TRUE(c.fused_qkv);
+  EXPECT_TRUE(c.fused_gate_up);
+  EXPECT_EQ(c.rope_scaling_type, "longrope");
+  EXPECT_TRUE(c.rope_long_short_factors);
+  EXPECT_EQ(c.num_sliding_layers(), 0);  // llama.cpp disables Phi-3's window
+  EXPECT_FLOAT_EQ(static_cast<float>(rope_mscale(c)), 1.19f);
+  const std::vector<float> long_factors(16, 4.0f);
+  const RopeFrequencies f = rope_frequencies(c, 0, long_factors);
+  EXPECT_EQ(f.factors, long_factors);
+  EXPECT_EQ(f.freq_scale, 1);
+  try {
+    parse(phi3(false));
+    FAIL() << "LongRoPE without its original context accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("phi3.rope.scaling.original_context_length"), std::string::npos);
+  }
+  GgufWriter typed = qwen2_metadata();
+  typed.set_string("qwen2.rope.scaling.type", "longrope");
+  EXPECT_THROW(parse(typed), FormatError);  // the type without its factor tensors
+}

@@ -46,7 +46,7 @@ EXPECTED_LAYERS = {
     "gemma3": ["sliding"] * 5 + ["full"], "deepseek2": ["mla"] * 2, "deepseek2-kvb": ["mla"] * 2,
     "llama-chunked": ["chunked"] * 3 + ["full"], "llama-kvshare": ["full"] * 4,
     "llama3": ["full"] * 2, "mistral": ["sliding"] * 2, "qwen2-yarn": ["full"] * 2,
-    "qwen3-yarn": ["full"] * 2,
+    "qwen3-yarn": ["full"] * 2, "phi3": ["full"] * 2,  # phi3: the window key is ignored
 }
 BASE_ARCHITECTURE = {"llama3": "llama", "mistral": "llama"}
 
@@ -102,6 +102,12 @@ def test_variant_features(model_dir):
         assert (yarn["rope_scaling_type"], yarn["rope_scaling_factor"]) == ("yarn", 4.0)
         assert yarn["rope_original_context_length"] == 32768
         assert yarn["context_length"] == 131072
+    phi3 = cfg("phi3")
+    assert phi3["fused_qkv"] and phi3["fused_gate_up"] and not phi3["tied_embeddings"]
+    assert phi3["rope_scaling_type"] == "longrope" and phi3["rope_long_short_factors"]
+    assert phi3["rope_original_context_length"] == 32 and phi3["rope_type"] == "neox"
+    assert abs(phi3["rope_attn_factor"] - np.sqrt(1 + np.log(64) / np.log(32))) < 1e-6
+    assert not cfg("llama")["fused_qkv"] and not cfg("qwen2")["fused_gate_up"]
     for a in ("deepseek2", "deepseek2-kvb"):
         mla = cfg(a)["mla"]
         assert (mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"]) == (32, 16, 32)
