@@ -207,16 +207,20 @@ def test_rope_scaling_the_runner_cannot_apply_is_refused(context, tmp_path):
             _core.ModelRunner(context, path, "", 64, 64 << 20)
         info = specdec.inspect_model(path, progress=False)
         assert not info["runnable"] and match in info["unsupported"]
+    path = write_random_model(str(tmp_path / "dynamic.gguf"), "qwen2", "F32",
+                              metadata={"qwen2.rope.scaling.type": "dynamic"})
+    with pytest.raises(specdec.UnsupportedError, match="'dynamic' is not supported; supported: "
+                                                       "none, linear, yarn, longrope"):
+        specdec.load_model_config(path, progress=False)
     path = write_random_model(str(tmp_path / "longrope.gguf"), "qwen2", "F32",
                               metadata={"qwen2.rope.scaling.type": "longrope"})
-    with pytest.raises(specdec.UnsupportedError, match="'longrope' is not supported; supported: "
-                                                       "none, linear, yarn"):
+    with pytest.raises(specdec.FormatError, match="needs the rope_factors_long and rope_factors_short"):
         specdec.load_model_config(path, progress=False)
 
 
 def test_inspect_shows_rope_scaling(random_dir):
     """inspect names the scaling each variant runs with."""
-    expected = {"llama": ("rope          norm, dim 32, base 1e+04", None),
+    expected = {"llama": ("rope          norm, dim 32, base 10000", None),
                 "llama3": ("scaling llama3 (per-pair divisors: the rope_freqs tensor)", None),
                 "qwen2-yarn": ("scaling yarn x4 from 32768 tokens (pairs <= 5 unscaled, >= 10 / 4",
                                "cos/sin x1.139"),
