@@ -116,7 +116,8 @@ void ModelConfig::validate() const {
   SPECDEC_CHECK(rope_llama3_low_freq_factor > 0 &&
                     rope_llama3_high_freq_factor > rope_llama3_low_freq_factor,
                "rope_llama3_high_freq_factor", rope_llama3_high_freq_factor,
-               str_cat("must be > rope_llama3_low_freq_factor = ", rope_llama3_low_freq_factor, " > 0"));
+               str_cat("must be > rope_llama3_low_freq_factor = ", rope_llama3_low_freq_factor,
+                       " > 0"));
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerConfig& l = layers[i];
     const std::string prefix = str_cat("layers.", i, ".");
@@ -181,8 +182,10 @@ nlohmann::json ModelConfig::to_json() const {
       {"final_logit_softcap", final_logit_softcap}, {"num_experts", num_experts},
       {"layers", std::move(layer_list)}};
   if (rope_scaling_type == "yarn") {  // what the runner derives (model/rope_scaling.h)
-    const int64_t orig = rope_original_context_length > 0 ? rope_original_context_length : context_length;
-    const auto dims = yarn_corr_dims(rope_dim, orig, rope_base, rope_yarn_beta_fast, rope_yarn_beta_slow);
+    const int64_t orig =
+        rope_original_context_length > 0 ? rope_original_context_length : context_length;
+    const auto dims =
+        yarn_corr_dims(rope_dim, orig, rope_base, rope_yarn_beta_fast, rope_yarn_beta_slow);
     j["rope_yarn_corr_dims"] = {dims[0], dims[1]};
   }
   j["rope_mscale"] = rope_mscale(*this);

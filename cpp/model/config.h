@@ -4,9 +4,9 @@
 //
 // Supported architectures: llama (incl. SmolLM2, stories260K, Llama 3.x with rope_freqs, Mistral
 // with its sliding window), qwen2, qwen3 (both with YaRN), gemma3 (gemma3_text), deepseek2
-// (DeepSeek-V2 MLA), phi3 (fused attn_qkv and gate | up, LongRoPE). Anything else is an UnsupportedError naming the
-// architecture and the supported list; a missing or out-of-range field is a FormatError (GGUF) or
-// a ConfigError (config.json) naming the key and the value.
+// (DeepSeek-V2 MLA), phi3 (fused attn_qkv and gate | up, LongRoPE). Anything else is an
+// UnsupportedError naming the architecture and the supported list; a missing or out-of-range
+// field is a FormatError (GGUF) or a ConfigError (config.json) naming the key and the value.
 #pragma once
 
 #include <cstdint>

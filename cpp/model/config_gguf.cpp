@@ -149,8 +149,8 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
                                 "tensors, which the file lacks");
   }
   if (c.rope_long_short_factors && c.rope_original_context_length == 0) {
-    r.fail("rope.scaling.original_context_length", "is missing; LongRoPE (rope_factors_long) picks its "
-                                                    "factors by it");
+    r.fail("rope.scaling.original_context_length",
+           "is missing; LongRoPE (rope_factors_long) picks its factors by it");
   }
 }
 

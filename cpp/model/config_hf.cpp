@@ -1,4 +1,4 @@
-// ModelConfig from a Hugging Face config.json: llama, mistral, qwen2, qwen3, gemma3 / gemma3_text and
+// ModelConfig from a Hugging Face config.json: llama, mistral, qwen2, qwen3, gemma3 / gemma3_text,
 // deepseek_v2 (MLA). Defaults follow the transformers configuration classes of each model type.
 #include <cmath>
 
@@ -214,7 +214,8 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
   }
   if (c.architecture == "qwen2" || c.architecture == "qwen3") qwen_windows(f, c);
   // Mistral: every layer slides; transformers' MistralConfig defaults to 4096, null: no window.
-  const bool window_null = f.json().contains("sliding_window") && f.json().at("sliding_window").is_null();
+  const bool window_null =
+      f.json().contains("sliding_window") && f.json().at("sliding_window").is_null();
   if (model_type == "mistral" && !window_null) {
     const int window = f.size("sliding_window", 4096, false);
     for (auto& l : c.layers) {

@@ -65,7 +65,7 @@ RopeFrequencies rope_frequencies(const ModelConfig& c, int il, std::span<const f
   const LayerConfig& l = c.layers.at(static_cast<size_t>(il));
   const int half = c.rope_dim / 2;
   SPECDEC_CHECK(rope_freqs.empty() || static_cast<int>(rope_freqs.size()) == half,
-               "rope_freqs.size", rope_freqs.size(), str_cat("0 or rope_dim / 2 = ", half));
+                "rope_freqs.size", rope_freqs.size(), str_cat("0 or rope_dim / 2 = ", half));
   RopeFrequencies out;
   out.base = l.rope_base;
   out.factors.assign(rope_freqs.begin(), rope_freqs.end());
@@ -82,8 +82,8 @@ RopeFrequencies rope_frequencies(const ModelConfig& c, int il, std::span<const f
   if (out.factors.empty()) out.factors.assign(static_cast<size_t>(half), 1.0f);
   for (int i = 0; i < half; ++i) {
     const double mix = yarn_ramp(dims[0], dims[1], i) * c.rope_yarn_ext_factor;
-    out.factors[static_cast<size_t>(i)] = static_cast<float>(
-        out.factors[static_cast<size_t>(i)] / (freq_scale * (1 - mix) + mix));
+    out.factors[static_cast<size_t>(i)] =
+        static_cast<float>(out.factors[static_cast<size_t>(i)] / (freq_scale * (1 - mix) + mix));
   }
   return out;
 }

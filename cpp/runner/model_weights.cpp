@@ -226,10 +226,12 @@ void load_ffn(Loader& load, const model::ModelConfig& c, int il, LayerWeights& l
 void check_rope_scaling(const model::GgufFile& file, const model::ModelConfig& c) {
   const std::string what = str_cat("rope scaling '", c.rope_scaling_type, "' (mscale ",
                                    model::rope_mscale(c), ") of ", file.source());
-  if (model::rope_mscale(c) != 1.0 && (c.architecture == "deepseek2" || c.rope_dim != c.head_size)) {
+  const bool partial = c.architecture == "deepseek2" || c.rope_dim != c.head_size;
+  if (model::rope_mscale(c) != 1.0 && partial) {
     throw UnsupportedError(str_cat(what, ": a cos / sin scale with partial rotation (rope_dim ",
                                    c.rope_dim, " < head_size ", c.head_size, ", or MLA) is not "
-                                   "supported; supported: YaRN on fully rotated heads (llama, qwen2, qwen3)"));
+                                   "supported; supported: YaRN and attn_factor on fully rotated "
+                                   "heads (llama, qwen2, qwen3, phi3)"));
   }
   if (c.rope_scaling_type == "yarn" && c.rope_base_local > 0) {
     throw UnsupportedError(str_cat(what, ": YaRN with local layers of their own RoPE base (gemma3) "
@@ -243,9 +245,9 @@ void check_loadable(const model::GgufFile& file, const model::ModelConfig& confi
   check_rope_scaling(file, config);
   for (int il = 0; il < config.num_layers && config.fused_qkv; ++il) {
     if (config.layers[il].kv_sharing_target >= 0) {
-      throw UnsupportedError(str_cat("layer ", il, " of ", file.source(), " reads another layer's KV "
-                                     "but holds a fused attn_qkv; supported: KV sharing with separate "
-                                     "attn_q / attn_k / attn_v"));
+      throw UnsupportedError(str_cat("layer ", il, " of ", file.source(), " reads another "
+                                     "layer's KV but holds a fused attn_qkv; supported: KV sharing "
+                                     "with separate attn_q / attn_k / attn_v"));
     }
   }
   for (int il = 0; il < config.num_layers; ++il) {

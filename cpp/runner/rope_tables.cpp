@@ -16,7 +16,7 @@ std::vector<float> read_factors(const model::GgufFile& file, const std::string& 
   const model::GgufTensor* t = file.find_tensor(name);
   if (t == nullptr) return {};
   SPECDEC_CHECK(t->type == GgmlType::kF32, name + " type", static_cast<int>(t->type),
-               str_cat("F32 (0), as llama.cpp's converters write it (file ", file.source(), ")"));
+                str_cat("F32 (0), as llama.cpp's converters write it (file ", file.source(), ")"));
   std::vector<float> out(static_cast<size_t>(t->num_elements));
   std::memcpy(out.data(), t->data, out.size() * sizeof(float));
   return out;
@@ -31,7 +31,8 @@ void build_rope_tables(ocl::Context& ctx, const model::GgufFile& file, const mod
   std::vector<float> rope_freqs = read_factors(file, "rope_freqs.weight");
   if (rope_freqs.empty() && c.rope_long_short_factors) {
     const bool long_context = max_model_len > c.rope_original_context_length;
-    rope_freqs = read_factors(file, long_context ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    rope_freqs =
+        read_factors(file, long_context ? "rope_factors_long.weight" : "rope_factors_short.weight");
   }
   std::vector<model::RopeFrequencies> keys;
   for (int il = 0; il < c.num_layers; ++il) {

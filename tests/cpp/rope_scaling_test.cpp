@@ -2,17 +2,18 @@
 // (linear, yarn, llama3) and Mistral's window, and the per-layer frequencies (model/rope_scaling.h)
 // against llama.cpp's definitions. The runner against the NumPy reference on such models:
 // tests/python/test_runner_reference.py.
+#include "model/rope_scaling.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numbers>
 #include <nlohmann/json.hpp>
+#include <numbers>
 
 #include "common/errors.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
-#include "model/rope_scaling.h"
 
 using namespace specdec;
 using namespace specdec::model;
@@ -32,7 +33,9 @@ GgufWriter qwen2_metadata() {
   return w;
 }
 
-ModelConfig parse(const GgufWriter& w) { return config_from_gguf(GgufFile::from_bytes(w.to_bytes())); }
+ModelConfig parse(const GgufWriter& w) {
+  return config_from_gguf(GgufFile::from_bytes(w.to_bytes()));
+}
 
 template <typename F>
 std::string unsupported_message(F&& f) {
@@ -47,7 +50,8 @@ std::string unsupported_message(F&& f) {
 // The qwen2 config with YaRN of `factor` over 32768 original tokens.
 ModelConfig yarn_config(double factor) {
   GgufWriter w = qwen2_metadata();
-  w.set_string("qwen2.rope.scaling.type", "yarn").set_f32("qwen2.rope.scaling.factor", static_cast<float>(factor));
+  w.set_string("qwen2.rope.scaling.type", "yarn")
+      .set_f32("qwen2.rope.scaling.factor", static_cast<float>(factor));
   w.set_u32("qwen2.rope.scaling.original_context_length", 32768);
   return parse(w);
 }
@@ -58,8 +62,10 @@ TEST(RopeScalingConfigTest, GgufYarnKeys) {
   GgufWriter w = qwen2_metadata();
   w.set_string("qwen2.rope.scaling.type", "yarn").set_f32("qwen2.rope.scaling.factor", 4);
   w.set_u32("qwen2.rope.scaling.original_context_length", 32768);
-  w.set_f32("qwen2.rope.scaling.attn_factor", 0.5f).set_f32("qwen2.rope.scaling.yarn_beta_fast", 16);
-  w.set_f32("qwen2.rope.scaling.yarn_beta_slow", 2).set_f32("qwen2.rope.scaling.yarn_ext_factor", 0.5f);
+  w.set_f32("qwen2.rope.scaling.attn_factor", 0.5f)
+      .set_f32("qwen2.rope.scaling.yarn_beta_fast", 16);
+  w.set_f32("qwen2.rope.scaling.yarn_beta_slow", 2)
+      .set_f32("qwen2.rope.scaling.yarn_ext_factor", 0.5f);
   const ModelConfig c = parse(w);
   EXPECT_EQ(c.rope_scaling_type, "yarn");
   EXPECT_DOUBLE_EQ(c.rope_scaling_factor, 4);
@@ -93,14 +99,20 @@ TEST(RopeScalingConfigTest, UnknownTypesNameTheSupportedOnes) {
     EXPECT_NE(msg.find(std::string("'") + type + "'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("qwen2.rope.scaling.type"), std::string::npos) << msg;
     EXPECT_NE(msg.find("supported: none, linear, yarn, longrope"), std::string::npos) << msg;
-    json hf = {{"model_type", "llama"}, {"num_hidden_layers", 2}, {"hidden_size", 64},
-               {"intermediate_size", 128}, {"num_attention_heads", 4}, {"vocab_size", 100},
-               {"max_position_embeddings", 4096}, {"rope_scaling", {{"rope_type", type}, {"factor", 2}}}};
+    json hf = {{"model_type", "llama"},
+               {"num_hidden_layers", 2},
+               {"hidden_size", 64},
+               {"intermediate_size", 128},
+               {"num_attention_heads", 4},
+               {"vocab_size", 100},
+               {"max_position_embeddings", 4096},
+               {"rope_scaling", {{"rope_type", type}, {"factor", 2}}}};
     const std::string hf_msg = unsupported_message([&] { config_from_hf_json(hf, "config.json"); });
     EXPECT_NE(hf_msg.find("default, linear, yarn, llama3"), std::string::npos) << hf_msg;
   }
   GgufWriter bad = qwen2_metadata();
-  bad.set_string("qwen2.rope.scaling.type", "yarn").set_f32("qwen2.rope.scaling.yarn_beta_slow", 64);
+  bad.set_string("qwen2.rope.scaling.type", "yarn")
+      .set_f32("qwen2.rope.scaling.yarn_beta_slow", 64);
   try {
     parse(bad);
     FAIL() << "beta_slow > beta_fast accepted";
@@ -110,11 +122,20 @@ TEST(RopeScalingConfigTest, UnknownTypesNameTheSupportedOnes) {
 }
 
 TEST(RopeScalingConfigTest, HfLlama3AndMistral) {
-  json llama = {{"model_type", "llama"}, {"num_hidden_layers", 2}, {"hidden_size", 256},
-                {"intermediate_size", 512}, {"num_attention_heads", 2}, {"vocab_size", 100},
-                {"max_position_embeddings", 131072}, {"rope_theta", 500000.0},
-                {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                  {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
+  json llama = {{"model_type", "llama"},
+                {"num_hidden_layers", 2},
+                {"hidden_size", 256},
+                {"intermediate_size", 512},
+                {"num_attention_heads", 2},
+                {"vocab_size", 100},
+                {"max_position_embeddings", 131072},
+                {"rope_theta", 500000.0},
+                {"rope_scaling",
+                 {{"rope_type", "llama3"},
+                  {"factor", 8.0},
+                  {"low_freq_factor", 1.0},
+                  {"high_freq_factor", 4.0},
+                  {"original_max_position_embeddings", 8192}}}};
   const ModelConfig c = config_from_hf_json(llama, "config.json");
   EXPECT_EQ(c.rope_scaling_type, "llama3");
   EXPECT_EQ(c.rope_original_context_length, 8192);
@@ -140,9 +161,10 @@ TEST(RopeScalingConfigTest, HfLlama3AndMistral) {
   EXPECT_GT(high, 0);
   EXPECT_EQ(rope_frequencies(c, 1, {}).factors, f);  // without rope_freqs: from config.json
 
-  json mistral = {{"model_type", "mistral"}, {"num_hidden_layers", 3}, {"hidden_size", 64},
-                  {"intermediate_size", 128}, {"num_attention_heads", 4}, {"vocab_size", 100},
-                  {"max_position_embeddings", 32768}};
+  json mistral = {
+      {"model_type", "mistral"},         {"num_hidden_layers", 3},   {"hidden_size", 64},
+      {"intermediate_size", 128},        {"num_attention_heads", 4}, {"vocab_size", 100},
+      {"max_position_embeddings", 32768}};
   const ModelConfig m = config_from_hf_json(mistral, "config.json");
   EXPECT_EQ(m.architecture, "llama");
   ASSERT_EQ(m.num_sliding_layers(), 3);
@@ -157,8 +179,10 @@ TEST(RopeScalingTest, YarnCorrDimsAsGgml) {
   // rope_dim * ln(n_ctx_orig / (beta 2 pi)) / (2 ln base): 5.90 and 9.91 for Qwen's values.
   EXPECT_EQ(yarn_corr_dims(32, 32768, 1e6, 32, 1), (std::array<double, 2>{5, 10}));
   EXPECT_EQ(yarn_corr_dims(128, 32768, 1e6, 32, 1), (std::array<double, 2>{23, 40}));
-  EXPECT_EQ(yarn_corr_dims(16, 64, 1e4, 32, 1), (std::array<double, 2>{0, 3}));  // -0.99: clamped at 0
-  EXPECT_EQ(yarn_corr_dims(8, 1 << 28, 1e4, 32, 1), (std::array<double, 2>{6, 7}));  // 7.63: rope_dim - 1
+  EXPECT_EQ(yarn_corr_dims(16, 64, 1e4, 32, 1),
+            (std::array<double, 2>{0, 3}));  // -0.99: clamped at 0
+  EXPECT_EQ(yarn_corr_dims(8, 1 << 28, 1e4, 32, 1),
+            (std::array<double, 2>{6, 7}));  // 7.63: rope_dim - 1
 }
 
 class YarnFrequenciesTest : public ::testing::TestWithParam<double> {};
@@ -253,7 +277,8 @@ TEST(RopeScalingConfigTest, Phi3LongRope) {
     parse(phi3(false));
     FAIL() << "LongRoPE without its original context accepted";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("phi3.rope.scaling.original_context_length"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("phi3.rope.scaling.original_context_length"),
+              std::string::npos);
   }
   GgufWriter typed = qwen2_metadata();
   typed.set_string("qwen2.rope.scaling.type", "longrope");
