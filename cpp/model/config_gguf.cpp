@@ -134,6 +134,8 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
   }
   c.rope_scaling_factor = r.number("rope.scaling.factor", r.number("rope.scale_linear", 1));
   if (c.rope_scaling_factor == 0) c.rope_scaling_factor = 1;
+  // No type key: llama.cpp's default is linear (older files carry only rope.scale_linear).
+  if (!r.has("rope.scaling.type") && c.rope_scaling_factor != 1) c.rope_scaling_type = "linear";
   c.rope_original_context_length = r.size("rope.scaling.original_context_length", 0, false);
   c.rope_attn_factor = r.number("rope.scaling.attn_factor", 1);
   c.rope_yarn_ext_factor = r.number("rope.scaling.yarn_ext_factor", 1);

@@ -86,6 +86,10 @@ TEST(RopeScalingConfigTest, RopeFreqsTensorIsLlama3Scaling) {
   const ModelConfig c = parse(w);
   EXPECT_TRUE(c.rope_freq_factors);
   EXPECT_EQ(c.rope_scaling_type, "llama3");
+  GgufWriter old_linear = qwen2_metadata();  // no type: llama.cpp's default, linear
+  old_linear.set_f32("qwen2.rope.scale_linear", 2);
+  EXPECT_EQ(parse(old_linear).rope_scaling_type, "linear");
+  EXPECT_DOUBLE_EQ(parse(old_linear).rope_scaling_factor, 2);
   GgufWriter none = qwen2_metadata();
   none.set_string("qwen2.rope.scaling.type", "none");
   EXPECT_EQ(parse(none).rope_scaling_type, "");
