@@ -207,6 +207,10 @@ def test_rope_scaling_the_runner_cannot_apply_is_refused(context, tmp_path):
             _core.ModelRunner(context, path, "", 64, 64 << 20)
         info = specdec.inspect_model(path, progress=False)
         assert not info["runnable"] and match in info["unsupported"]
+    path = write_random_model(str(tmp_path / "kvshare-fused.gguf"), "llama-kvshare", "F32",
+                              extra_tensors={"blk.0.attn_qkv.weight": np.zeros((256, 128), np.float32)})
+    with pytest.raises(specdec.UnsupportedError, match="reads another layer's KV but holds a fused"):
+        _core.ModelRunner(context, path, "", 64, 64 << 20)
     path = write_random_model(str(tmp_path / "dynamic.gguf"), "qwen2", "F32",
                               metadata={"qwen2.rope.scaling.type": "dynamic"})
     with pytest.raises(specdec.UnsupportedError, match="'dynamic' is not supported; supported: "

@@ -3,7 +3,9 @@
 No small real model exists for MLA, chunked-local attention or KV sharing, and the real models
 cover only a few weight formats; these files exercise every path. They load in specdec
 (``load_model_config``, ``Tokenizer.from_file``) and, except the chunked-local and KV-sharing
-variants (llama.cpp's ``llama`` architecture has neither), in llama.cpp too.
+variants (llama.cpp's ``llama`` architecture has neither), in llama.cpp too (``mistral`` runs
+there without its window; ``phi3`` needs ``--override-kv general.name=str:random``, as llama.cpp
+looks up Phi-3's special tokens by the model's name).
 
     path = write_random_model(tmp_path / "m.gguf", "gemma3", "Q4_K", seed=1)
 
