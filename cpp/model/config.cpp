@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "model/gguf.h"
+#include "model/rope_scaling.h"
 
 namespace specdec::model {
 
@@ -25,7 +26,13 @@ const char* layer_attention_name(LayerAttention kind) {
 }
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names = {"llama", "qwen2", "qwen3", "gemma3", "deepseek2"};
+  static const std::vector<std::string> names = {"llama", "qwen2", "qwen3", "gemma3", "deepseek2",
+                                                 "phi3"};
+  return names;
+}
+
+const std::vector<std::string>& supported_rope_scaling_types() {
+  static const std::vector<std::string> names = {"none", "linear", "yarn", "longrope"};
   return names;
 }
 
@@ -97,6 +104,20 @@ void ModelConfig::validate() const {
                "rope_dim", rope_dim, str_cat("an even number in [2, head_size = ", head_size, "]"));
   SPECDEC_CHECK(norm_eps > 0 && norm_eps < 1, "norm_eps", norm_eps, "must be in (0, 1)");
   SPECDEC_CHECK(rope_scaling_factor > 0, "rope_scaling_factor", rope_scaling_factor, "must be > 0");
+  SPECDEC_CHECK(rope_original_context_length >= 0, "rope_original_context_length",
+               rope_original_context_length, "must be >= 0 (0: context_length)");
+  SPECDEC_CHECK(rope_attn_factor > 0, "rope_attn_factor", rope_attn_factor, "must be > 0");
+  SPECDEC_CHECK(rope_yarn_ext_factor >= 0 && rope_yarn_ext_factor <= 1, "rope_yarn_ext_factor",
+               rope_yarn_ext_factor, "must be in [0, 1]");
+  SPECDEC_CHECK(rope_yarn_beta_fast > 0 && rope_yarn_beta_slow > 0 &&
+                    rope_yarn_beta_slow < rope_yarn_beta_fast,
+               "rope_yarn_beta_slow", rope_yarn_beta_slow,
+               str_cat("must be > 0 and < rope_yarn_beta_fast = ", rope_yarn_beta_fast));
+  SPECDEC_CHECK(rope_llama3_low_freq_factor > 0 &&
+                    rope_llama3_high_freq_factor > rope_llama3_low_freq_factor,
+               "rope_llama3_high_freq_factor", rope_llama3_high_freq_factor,
+               str_cat("must be > rope_llama3_low_freq_factor = ", rope_llama3_low_freq_factor,
+                       " > 0"));
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerConfig& l = layers[i];
     const std::string prefix = str_cat("layers.", i, ".");
@@ -147,12 +168,27 @@ nlohmann::json ModelConfig::to_json() const {
       {"post_norms", post_norms}, {"rope_type", rope_type_name(rope_type)},
       {"rope_dim", rope_dim}, {"rope_base", rope_base}, {"rope_base_local", rope_base_local},
       {"rope_scaling_type", rope_scaling_type}, {"rope_scaling_factor", rope_scaling_factor},
-      {"rope_original_context_length", rope_original_context_length}, {"qkv_bias", qkv_bias},
+      {"rope_original_context_length", rope_original_context_length},
+      {"rope_attn_factor", rope_attn_factor}, {"rope_yarn_ext_factor", rope_yarn_ext_factor},
+      {"rope_yarn_beta_fast", rope_yarn_beta_fast}, {"rope_yarn_beta_slow", rope_yarn_beta_slow},
+      {"rope_llama3_low_freq_factor", rope_llama3_low_freq_factor},
+      {"rope_llama3_high_freq_factor", rope_llama3_high_freq_factor},
+      {"rope_freq_factors", rope_freq_factors},
+      {"rope_long_short_factors", rope_long_short_factors}, {"fused_qkv", fused_qkv},
+      {"fused_gate_up", fused_gate_up}, {"qkv_bias", qkv_bias},
       {"output_bias", output_bias}, {"tied_embeddings", tied_embeddings},
       {"activation", activation_name(activation)}, {"embedding_scale", embedding_scale},
       {"attention_scale", attention_scale}, {"attn_logit_softcap", attn_logit_softcap},
       {"final_logit_softcap", final_logit_softcap}, {"num_experts", num_experts},
       {"layers", std::move(layer_list)}};
+  if (rope_scaling_type == "yarn") {  // what the runner derives (model/rope_scaling.h)
+    const int64_t orig =
+        rope_original_context_length > 0 ? rope_original_context_length : context_length;
+    const auto dims =
+        yarn_corr_dims(rope_dim, orig, rope_base, rope_yarn_beta_fast, rope_yarn_beta_slow);
+    j["rope_yarn_corr_dims"] = {dims[0], dims[1]};
+  }
+  j["rope_mscale"] = rope_mscale(*this);
   if (is_dflash()) {
     j["dflash"] = {{"target_layer_ids", dflash_target_layers}, {"mask_token_id", dflash_mask_token_id},
                    {"block_size", dflash_block_size}, {"input_embedding_scale", dflash_embedding_scale}};

@@ -2,10 +2,11 @@
 // and tensor table or from a Hugging Face config.json — architecture, sizes, RoPE, norms, biases,
 // output head, per-layer attention kinds, and the per-layer KV-cache specs the planner consumes.
 //
-// Supported architectures: llama (incl. SmolLM2, stories260K), qwen2, qwen3, gemma3
-// (gemma3_text), deepseek2 (DeepSeek-V2 MLA). Anything else is an UnsupportedError naming the
-// architecture and the supported list; a missing or out-of-range field is a FormatError (GGUF) or
-// a ConfigError (config.json) naming the key and the value.
+// Supported architectures: llama (incl. SmolLM2, stories260K, Llama 3.x with rope_freqs, Mistral
+// with its sliding window), qwen2, qwen3 (both with YaRN), gemma3 (gemma3_text), deepseek2
+// (DeepSeek-V2 MLA), phi3 (fused attn_qkv and gate | up, LongRoPE). Anything else is an
+// UnsupportedError naming the architecture and the supported list; a missing or out-of-range
+// field is a FormatError (GGUF) or a ConfigError (config.json) naming the key and the value.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +52,7 @@ struct MlaConfig {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "qwen2", "qwen3", "gemma3", "deepseek2"
+  std::string architecture;  // "llama", "qwen2", "qwen3", "gemma3", "deepseek2", "phi3"
   std::string name;          // general.name or the directory name
   std::string source_format; // "gguf" or "hf"
 
@@ -76,10 +77,27 @@ struct ModelConfig {
   int rope_dim = 0;         // leading dims of each head that rotate (= head_size unless partial)
   double rope_base = 10000;        // global layers
   double rope_base_local = 0;      // sliding layers (0: same as rope_base)
-  std::string rope_scaling_type;   // "", "linear", "yarn"
+  // RoPE scaling as llama.cpp applies it (model/rope_scaling.h, docs/models.md): "" none;
+  // "linear" (every angle / factor); "yarn" (each dimension blended between the scaled and the
+  // unscaled angle, cos and sin times an mscale); "llama3" (per-dimension divisors: the file's
+  // rope_freqs tensor, or low/high_freq_factor of a config.json).
+  std::string rope_scaling_type;
   double rope_scaling_factor = 1;
-  int64_t rope_original_context_length = 0;
+  int64_t rope_original_context_length = 0;  // 0: context_length
+  double rope_attn_factor = 1;       // rope.scaling.attn_factor (multiplies YaRN's mscale)
+  double rope_yarn_ext_factor = 1;   // rope.scaling.yarn_ext_factor (0: plain linear angles)
+  double rope_yarn_beta_fast = 32;   // rope.scaling.yarn_beta_fast
+  double rope_yarn_beta_slow = 1;    // rope.scaling.yarn_beta_slow
+  double rope_llama3_low_freq_factor = 1;   // config.json's llama3 scaling (GGUF: rope_freqs)
+  double rope_llama3_high_freq_factor = 4;
+  bool rope_freq_factors = false;    // a rope_freqs tensor [rope_dim / 2] divides the frequencies
+  // Phi-3's LongRoPE ("longrope"): rope_factors_long / rope_factors_short [rope_dim / 2] divide
+  // the frequencies, long when the runner's max_model_len exceeds rope_original_context_length
+  // (llama.cpp: n_ctx_seq > n_ctx_orig_yarn); cos and sin times rope_attn_factor.
+  bool rope_long_short_factors = false;
 
+  bool fused_qkv = false;       // one attn_qkv tensor per layer [hidden, q + k + v] (Phi-3)
+  bool fused_gate_up = false;   // ffn_up holds gate then up [hidden, 2 * intermediate] (Phi-3)
   bool qkv_bias = false;
   bool output_bias = false;
   bool tied_embeddings = false;  // the output head reuses the token embedding
@@ -121,5 +139,7 @@ ModelConfig config_from_hf_json(const nlohmann::json& config, const std::string&
 ModelConfig load_model_config(const std::string& path);
 
 const std::vector<std::string>& supported_architectures();
+// RoPE scaling types a GGUF file may name in <arch>.rope.scaling.type ("none" is stored as "").
+const std::vector<std::string>& supported_rope_scaling_types();
 
 }  // namespace specdec::model

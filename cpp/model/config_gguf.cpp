@@ -1,5 +1,6 @@
 // ModelConfig from GGUF metadata ("<arch>.*" keys as llama.cpp's converters write them) and the
 // tensor table (biases, QK norms, a separate output head).
+#include <algorithm>
 #include <cmath>
 #include <variant>
 
@@ -113,6 +114,48 @@ std::vector<bool> local_layers(const Reader& r, int num_layers, int default_peri
   return local;
 }
 
+// rope.scaling.* as llama.cpp reads them (llama_model_base::load_hparams, llama_context): the type
+// (absent: linear with factor 1), factor (0: 1), original_context_length, attn_factor and the YaRN
+// keys; a rope_freqs tensor (Llama 3's converter writes it instead of a type) divides the
+// frequencies per dimension.
+void read_rope_scaling(const Reader& r, ModelConfig& c) {
+  if (const GgufValue* t = r.find("rope.scaling.type"); t != nullptr) {
+    const std::string* s = t->get_if<std::string>();
+    if (s == nullptr) r.fail("rope.scaling.type", "must be a string");
+    const auto& known = supported_rope_scaling_types();
+    if (std::find(known.begin(), known.end(), *s) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UnsupportedError(str_cat("GGUF metadata key '", r.key("rope.scaling.type"), "' = '", *s,
+                                     "' is not supported; supported: ", list, " (and Llama 3's "
+                                     "rope_freqs tensor) (file ", r.file().source(), ")"));
+    }
+    if (*s != "none") c.rope_scaling_type = *s;
+  }
+  c.rope_scaling_factor = r.number("rope.scaling.factor", r.number("rope.scale_linear", 1));
+  if (c.rope_scaling_factor == 0) c.rope_scaling_factor = 1;
+  // No type key: llama.cpp's default is linear (older files carry only rope.scale_linear).
+  if (!r.has("rope.scaling.type") && c.rope_scaling_factor != 1) c.rope_scaling_type = "linear";
+  c.rope_original_context_length = r.size("rope.scaling.original_context_length", 0, false);
+  c.rope_attn_factor = r.number("rope.scaling.attn_factor", 1);
+  c.rope_yarn_ext_factor = r.number("rope.scaling.yarn_ext_factor", 1);
+  c.rope_yarn_beta_fast = r.number("rope.scaling.yarn_beta_fast", 32);
+  c.rope_yarn_beta_slow = r.number("rope.scaling.yarn_beta_slow", 1);
+  c.rope_freq_factors = r.has_tensor("rope_freqs.weight");
+  if (c.rope_freq_factors && c.rope_scaling_type.empty()) c.rope_scaling_type = "llama3";
+  // Phi-3's converter writes LongRoPE as two factor tensors and attn_factor, with no type.
+  c.rope_long_short_factors = r.has_tensor("rope_factors_long.weight");
+  if (c.rope_long_short_factors && c.rope_scaling_type.empty()) c.rope_scaling_type = "longrope";
+  if (c.rope_scaling_type == "longrope" && !c.rope_long_short_factors) {
+    r.fail("rope.scaling.type", "= 'longrope' needs the rope_factors_long and rope_factors_short "
+                                "tensors, which the file lacks");
+  }
+  if (c.rope_long_short_factors && c.rope_original_context_length == 0) {
+    r.fail("rope.scaling.original_context_length",
+           "is missing; LongRoPE (rope_factors_long) picks its factors by it");
+  }
+}
+
 void read_common(const Reader& r, ModelConfig& c) {
   c.num_layers = r.size("block_count");
   c.hidden_size = r.size("embedding_length");
@@ -126,15 +169,7 @@ void read_common(const Reader& r, ModelConfig& c) {
   c.norm_eps = r.number("attention.layer_norm_rms_epsilon", 1e-5, true);
   c.rope_base = r.number("rope.freq_base", 10000);
   c.rope_dim = r.size("rope.dimension_count", c.head_size, false);
-  if (const GgufValue* t = r.find("rope.scaling.type"); t != nullptr) {
-    const std::string* s = t->get_if<std::string>();
-    if (s == nullptr) r.fail("rope.scaling.type", "must be a string");
-    if (*s != "none") c.rope_scaling_type = *s;
-  }
-  c.rope_scaling_factor = r.number("rope.scaling.factor", 1);
-  if (c.rope_scaling_factor == 0) c.rope_scaling_factor = 1;
-  c.rope_original_context_length =
-      r.size("rope.scaling.original_context_length", 0, false);
+  read_rope_scaling(r, c);
   c.attn_logit_softcap = r.number("attn_logit_softcapping", 0);
   c.final_logit_softcap = r.number("final_logit_softcapping", 0);
   c.num_experts = r.size("expert_count", 0, false);
@@ -147,7 +182,9 @@ void read_common(const Reader& r, ModelConfig& c) {
   }
   c.vocab_size = vocab;
   c.tied_embeddings = !r.has_tensor("output.weight");
-  c.qkv_bias = r.has_tensor("blk.0.attn_q.bias");
+  c.fused_qkv = r.has_tensor("blk.0.attn_qkv.weight");
+  c.fused_gate_up = c.architecture == "phi3";  // ffn_up [hidden, 2 ff]: gate then up
+  c.qkv_bias = r.has_tensor("blk.0.attn_q.bias") || r.has_tensor("blk.0.attn_qkv.bias");
   c.output_bias = r.has_tensor("blk.0.attn_output.bias");
   c.qk_norm = r.has_tensor("blk.0.attn_q_norm.weight");
   c.post_norms = r.has_tensor("blk.0.post_attention_norm.weight");
@@ -177,7 +214,8 @@ void build_layers(const Reader& r, ModelConfig& c) {
     for (auto& l : c.layers) l.attention = LayerAttention::kMla;
     return;
   }
-  const int window = r.size("attention.sliding_window", 0, false);
+  // Phi-3's window is written but not applied by llama.cpp (its SWA is disabled there).
+  const int window = c.architecture == "phi3" ? 0 : r.size("attention.sliding_window", 0, false);
   const int chunk = r.size("attention.chunk_size", 0, false);
   if (window > 0 && chunk > 0) {
     r.fail("attention.chunk_size", "and attention.sliding_window are both set; a model has one "
@@ -236,7 +274,7 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   read_common(r, c);
   if (arch == "llama") {
     c.rope_type = RopeType::kNorm;
-  } else if (arch == "qwen2" || arch == "qwen3") {
+  } else if (arch == "qwen2" || arch == "qwen3" || arch == "phi3") {
     c.rope_type = RopeType::kNeox;
   } else if (arch == "gemma3") {
     // llama.cpp's gemma3: local layers use base 10000; softmax scale 1/sqrt(head_size);

@@ -1,4 +1,4 @@
-// ModelConfig from a Hugging Face config.json: llama, qwen2, qwen3, gemma3 / gemma3_text and
+// ModelConfig from a Hugging Face config.json: llama, mistral, qwen2, qwen3, gemma3 / gemma3_text,
 // deepseek_v2 (MLA). Defaults follow the transformers configuration classes of each model type.
 #include <cmath>
 
@@ -69,6 +69,33 @@ class Fields {
   std::string source_;
 };
 
+// rope_scaling (or rope_parameters): linear, yarn (factor, original_max_position_embeddings,
+// beta_fast / beta_slow, extrapolation_factor) and llama3 (factor, low / high_freq_factor,
+// original_max_position_embeddings); anything else is an UnsupportedError naming these.
+void read_rope_scaling(const Fields& f, ModelConfig& c) {
+  const char* key = f.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (!f.has(key)) return;
+  const Json& s = f.json().at(key);
+  if (!s.is_object()) f.fail(key, json_summary(s), "must be an object or null");
+  const Fields rs(s, key);
+  std::string type = rs.string("rope_type", rs.string("type", ""));
+  if (type == "default") type.clear();
+  if (type != "" && type != "linear" && type != "yarn" && type != "llama3") {
+    throw UnsupportedError(str_cat(key, ".rope_type = '", type, "' is not supported; supported: "
+                                   "default, linear, yarn, llama3"));
+  }
+  c.rope_scaling_type = type;
+  if (type.empty()) return;
+  c.rope_scaling_factor = rs.number("factor", type == "llama3" ? 8 : 1);
+  c.rope_original_context_length = rs.size("original_max_position_embeddings",
+                                           type == "llama3" ? 8192 : 0, false);
+  c.rope_yarn_ext_factor = rs.number("extrapolation_factor", 1);
+  c.rope_yarn_beta_fast = rs.number("beta_fast", 32);
+  c.rope_yarn_beta_slow = rs.number("beta_slow", 1);
+  c.rope_llama3_low_freq_factor = rs.number("low_freq_factor", 1);
+  c.rope_llama3_high_freq_factor = rs.number("high_freq_factor", 4);
+}
+
 void read_common(const Fields& f, ModelConfig& c, double default_eps, double default_theta,
                  bool default_tied) {
   c.num_layers = f.size("num_hidden_layers");
@@ -84,15 +111,7 @@ void read_common(const Fields& f, ModelConfig& c, double default_eps, double def
   c.rope_base = f.number("rope_theta", default_theta);
   c.rope_dim = c.head_size;
   c.tied_embeddings = f.flag("tie_word_embeddings", default_tied);
-  if (f.has("rope_scaling")) {
-    const Json& s = f.json().at("rope_scaling");
-    if (!s.is_object()) f.fail("rope_scaling", json_summary(s), "must be an object or null");
-    const Fields rs(s, "rope_scaling");
-    c.rope_scaling_type = rs.string("rope_type", rs.string("type", ""));
-    if (c.rope_scaling_type == "default") c.rope_scaling_type.clear();
-    c.rope_scaling_factor = rs.number("factor", 1);
-    c.rope_original_context_length = rs.size("original_max_position_embeddings", 0, false);
-  }
+  read_rope_scaling(f, c);
   const std::string act = f.string("hidden_act", f.string("hidden_activation", "silu"));
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
@@ -145,7 +164,7 @@ void gemma3_layers(const Fields& f, ModelConfig& c) {
 ModelConfig from_fields(const Fields& f, const std::string& model_type) {
   ModelConfig c;
   c.source_format = "hf";
-  if (model_type == "llama") {
+  if (model_type == "llama" || model_type == "mistral") {  // Mistral: llama with a window
     c.architecture = "llama";
     read_common(f, c, 1e-6, 10000, false);
     c.rope_type = RopeType::kNorm;
@@ -186,7 +205,7 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
     c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
   } else {
     f.fail("model_type", "\"" + model_type + "\"",
-           "supported: llama, qwen2, qwen3, gemma3, gemma3_text, deepseek_v2");
+           "supported: llama, mistral, qwen2, qwen3, gemma3, gemma3_text, deepseek_v2");
   }
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{});
   for (auto& l : c.layers) {
@@ -194,6 +213,16 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
     if (c.architecture == "deepseek2") l.attention = LayerAttention::kMla;
   }
   if (c.architecture == "qwen2" || c.architecture == "qwen3") qwen_windows(f, c);
+  // Mistral: every layer slides; transformers' MistralConfig defaults to 4096, null: no window.
+  const bool window_null =
+      f.json().contains("sliding_window") && f.json().at("sliding_window").is_null();
+  if (model_type == "mistral" && !window_null) {
+    const int window = f.size("sliding_window", 4096, false);
+    for (auto& l : c.layers) {
+      l.attention = LayerAttention::kSliding;
+      l.sliding_window = window;
+    }
+  }
   if (c.architecture == "gemma3") gemma3_layers(f, c);
   return c;
 }

@@ -178,8 +178,12 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const bool owns_kv = c.layers[il].kv_sharing_target < 0;
   const QkvWidths n{c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size,
                     c.num_kv_heads * c.head_size_v};
-  const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
-                                            : 1.0f / std::sqrt(static_cast<float>(c.head_size));
+  // YaRN's mscale multiplies cos and sin of q and k: q . k by mscale^2 (every dim rotates).
+  const float qk_scale = s.layer_rope[il] >= 0 ? s.rope_qk_scale[s.layer_rope[il]] : 1.0f;
+  const float base_scale = c.attention_scale > 0
+                               ? static_cast<float>(c.attention_scale)
+                               : 1.0f / std::sqrt(static_cast<float>(c.head_size));
+  const float scale = qk_scale * base_scale;
   quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
   if (fused_epilogue_fits(st, il, w)) {
     attend_fused(st, il, w, n, scale);

@@ -45,9 +45,16 @@ struct StepBuffers {
   ocl::Buffer reduced;    // [2][3, max_logits]: argmax (int32), logsumexp, logit at argmax
   quant::QuantizedActivations xq;
   ops::QuantizedOut xq_out;  // xq's buffers, for a norm that quantises its output (into_h)
-  std::vector<ops::RopeTable> rope_tables;  // one per distinct (base, scale)
+  std::vector<ops::RopeTable> rope_tables;  // one per distinct model::RopeFrequencies
+  std::vector<float> rope_qk_scale;         // per table: mscale^2, on the softmax scale (YaRN)
   std::vector<int> layer_rope;              // table index per layer, -1: NoPE
 };
+
+// The RoPE tables of every layer (model/rope_scaling.h; rope_freqs, or LongRoPE's long factors
+// when max_model_len > rope_original_context_length and its short ones otherwise, read from the
+// file) into s.rope_tables, s.rope_qk_scale and s.layer_rope.
+void build_rope_tables(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& c,
+                       int64_t max_model_len, StepBuffers& s);
 
 // A layer's attention as resolved once at load (layer -> attention group -> KV view, cache tensor,
 // backend and parameters): a step does no name look-ups.

@@ -116,25 +116,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
   manager_ = std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching);
   scratch_ = std::make_unique<StepBuffers>(*ctx_, c, options_.max_num_batched_tokens, options_.max_num_logits);
   layers_ = bind_layers(c, setup_, *cache_);
-  // RoPE tables: linear scaling applies to global layers only when local layers have their own
-  // base (Gemma 3), else to every layer.
-  std::vector<std::pair<double, double>> keys;
-  for (const auto& l : c.layers) {
-    if (!l.use_rope || c.rope_type == model::RopeType::kNone) {
-      scratch_->layer_rope.push_back(-1);
-      continue;
-    }
-    const bool local = c.rope_base_local > 0 && l.attention != model::LayerAttention::kFull;
-    const double scale = c.rope_scaling_type == "linear" && !local ? 1.0 / c.rope_scaling_factor : 1.0;
-    const std::pair<double, double> key{l.rope_base, scale};
-    size_t i = 0;
-    while (i < keys.size() && keys[i] != key) ++i;
-    if (i == keys.size()) {
-      keys.push_back(key);
-      scratch_->rope_tables.emplace_back(*ctx_, c.rope_type, c.rope_dim, key.first, key.second);
-    }
-    scratch_->layer_rope.push_back(static_cast<int>(i));
-  }
+  build_rope_tables(*ctx_, file_, c, kv_config_.max_model_len, *scratch_);
 }
 
 ModelRunner::~ModelRunner() = default;

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "model/gguf.h"
+#include "model/rope_scaling.h"
 #include "quant/dequantize.h"
 #include "quant/formats.h"
 #include "runner/tensor_names.h"
@@ -116,13 +117,18 @@ void load_gqa_attention(Loader& load, const model::ModelConfig& c, int il, Layer
   const std::string q = blk(il, "attn_q.weight"), k = blk(il, "attn_k.weight"),
                     v = blk(il, "attn_v.weight");
   const bool owns_kv = c.layers[il].kv_sharing_target < 0;
-  if (owns_kv) l.wqkv = load.stacked({q, k, v}, blk(il, "attn_qkv.weight"));
+  if (c.fused_qkv) {  // stored stacked (Phi-3): the same rows upload_weight_stacked would give
+    l.wqkv = load.matrix(blk(il, "attn_qkv.weight"));
+    l.bqkv = load.vector(blk(il, "attn_qkv.bias"));
+  } else if (owns_kv) {
+    l.wqkv = load.stacked({q, k, v}, blk(il, "attn_qkv.weight"));
+  }
   if (owns_kv && !l.wqkv) {
     l.wqk = load.stacked({q, k}, blk(il, "attn_qk.weight"));
     if (l.wqk) l.wv = load.matrix(v);
   }
   if (l.wqkv || l.wqk) {
-    if (c.qkv_bias) {
+    if (c.qkv_bias && !c.fused_qkv) {
       const auto bq = load.floats(blk(il, "attn_q.bias")), bk = load.floats(blk(il, "attn_k.bias")),
                  bv = load.floats(blk(il, "attn_v.bias"));
       l.bqkv = load.upload(concat({&bq, &bk, &bv}),
@@ -199,8 +205,13 @@ void load_mla_attention(Loader& load, const model::GgufFile& file, const model::
   l.wo = load.matrix(blk(il, "attn_output.weight"));
 }
 
-void load_ffn(Loader& load, int il, LayerWeights& l) {
+void load_ffn(Loader& load, const model::ModelConfig& c, int il, LayerWeights& l) {
   const std::string gate = blk(il, "ffn_gate.weight"), up = blk(il, "ffn_up.weight");
+  if (c.fused_gate_up) {  // Phi-3: ffn_up is [gate; up] as gate_up is stacked
+    l.gate_up = load.matrix(up);
+    l.down = load.matrix(blk(il, "ffn_down.weight"));
+    return;
+  }
   l.gate_up = load.stacked({gate, up}, blk(il, "ffn_gate_up.weight"));
   if (!l.gate_up) {
     l.gate = load.matrix(gate);
@@ -209,12 +220,35 @@ void load_ffn(Loader& load, int il, LayerWeights& l) {
   l.down = load.matrix(blk(il, "ffn_down.weight"));
 }
 
+// YaRN's mscale (and rope.scaling.attn_factor) is applied as mscale^2 on the softmax scale, which
+// equals scaling cos and sin only when every dim of q and k rotates; Gemma 3's local layers keep
+// their own frequencies, which llama.cpp scales differently under YaRN.
+void check_rope_scaling(const model::GgufFile& file, const model::ModelConfig& c) {
+  const std::string what = str_cat("rope scaling '", c.rope_scaling_type, "' (mscale ",
+                                   model::rope_mscale(c), ") of ", file.source());
+  const bool partial = c.architecture == "deepseek2" || c.rope_dim != c.head_size;
+  if (model::rope_mscale(c) != 1.0 && partial) {
+    throw UnsupportedError(str_cat(what, ": a cos / sin scale with partial rotation (rope_dim ",
+                                   c.rope_dim, " < head_size ", c.head_size, ", or MLA) is not "
+                                   "supported; supported: YaRN and attn_factor on fully rotated "
+                                   "heads (llama, qwen2, qwen3, phi3)"));
+  }
+  if (c.rope_scaling_type == "yarn" && c.rope_base_local > 0) {
+    throw UnsupportedError(str_cat(what, ": YaRN with local layers of their own RoPE base (gemma3) "
+                                   "is not supported; supported: none, linear there"));
+  }
+}
+
 }  // namespace
 
 void check_loadable(const model::GgufFile& file, const model::ModelConfig& config) {
-  if (!config.rope_scaling_type.empty() && config.rope_scaling_type != "linear") {  // YaRN: not yet
-    throw UnsupportedError(str_cat("rope scaling '", config.rope_scaling_type, "' of ", file.source(),
-                                   " is not supported yet (supported: none, linear)"));
+  check_rope_scaling(file, config);
+  for (int il = 0; il < config.num_layers && config.fused_qkv; ++il) {
+    if (config.layers[il].kv_sharing_target >= 0) {
+      throw UnsupportedError(str_cat("layer ", il, " of ", file.source(), " reads another "
+                                     "layer's KV but holds a fused attn_qkv; supported: KV sharing "
+                                     "with separate attn_q / attn_k / attn_v"));
+    }
   }
   for (int il = 0; il < config.num_layers; ++il) {
     if (file.find_tensor(blk(il, "ffn_gate_inp.weight")) != nullptr) {
@@ -263,7 +297,7 @@ ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
       l.post_ffn_norm = load.vector(blk(il, "post_ffw_norm.weight"));
     }
     l.ffn_norm = load.vector(blk(il, "ffn_norm.weight"));
-    load_ffn(load, il, l);
+    load_ffn(load, config, il, l);
     w.layers.push_back(std::move(l));
   }
   w.device_bytes = load.device_bytes();

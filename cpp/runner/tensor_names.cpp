@@ -49,13 +49,18 @@ std::vector<TensorRef> layer_tensors(const model::ModelConfig& c, int il) {
   if (c.architecture == "deepseek2") {
     mla_tensors(c, il, out);
   } else {
-    out.push_back({blk(il, "attn_q"), {d, q}});
-    out.push_back({blk(il, "attn_k"), {d, kv}});
-    out.push_back({blk(il, "attn_v"), {d, v}});
+    if (c.fused_qkv) {  // Phi-3: q, k and v rows in one tensor
+      out.push_back({blk(il, "attn_qkv"), {d, q + kv + v}});
+      out.push_back({bias(il, "attn_qkv"), {q + kv + v}, c.qkv_bias});
+    } else {
+      out.push_back({blk(il, "attn_q"), {d, q}});
+      out.push_back({blk(il, "attn_k"), {d, kv}});
+      out.push_back({blk(il, "attn_v"), {d, v}});
+      out.push_back({bias(il, "attn_q"), {q}, c.qkv_bias});
+      out.push_back({bias(il, "attn_k"), {kv}, c.qkv_bias});
+      out.push_back({bias(il, "attn_v"), {v}, c.qkv_bias});
+    }
     out.push_back({blk(il, "attn_output"), {o, d}});
-    out.push_back({bias(il, "attn_q"), {q}, c.qkv_bias});
-    out.push_back({bias(il, "attn_k"), {kv}, c.qkv_bias});
-    out.push_back({bias(il, "attn_v"), {v}, c.qkv_bias});
     out.push_back({bias(il, "attn_output"), {d}, c.output_bias});
     if (c.qk_norm) {
       out.push_back({blk(il, "attn_q_norm"), {c.head_size}});
@@ -67,8 +72,12 @@ std::vector<TensorRef> layer_tensors(const model::ModelConfig& c, int il) {
     out.push_back({blk(il, "post_ffw_norm"), {d}});
   }
   out.push_back({blk(il, "ffn_norm"), {d}});
-  out.push_back({blk(il, "ffn_gate"), {d, ff}});
-  out.push_back({blk(il, "ffn_up"), {d, ff}});
+  if (c.fused_gate_up) {  // Phi-3: gate rows then up rows in ffn_up
+    out.push_back({blk(il, "ffn_up"), {d, 2 * ff}});
+  } else {
+    out.push_back({blk(il, "ffn_gate"), {d, ff}});
+    out.push_back({blk(il, "ffn_up"), {d, ff}});
+  }
   out.push_back({blk(il, "ffn_down"), {ff, d}});
   return out;
 }
@@ -82,7 +91,10 @@ std::vector<TensorRef> global_tensors(const model::ModelConfig& c) {
   }
   return {{"token_embd.weight", {c.hidden_size, c.vocab_size}},
           {"output_norm.weight", {c.hidden_size}},
-          {"output.weight", {c.hidden_size, c.vocab_size}, !c.tied_embeddings}};
+          {"output.weight", {c.hidden_size, c.vocab_size}, !c.tied_embeddings},
+          {"rope_freqs.weight", {c.rope_dim / 2}, false},  // Llama 3: per-pair divisors
+          {"rope_factors_long.weight", {c.rope_dim / 2}, c.rope_long_short_factors},  // LongRoPE
+          {"rope_factors_short.weight", {c.rope_dim / 2}, c.rope_long_short_factors}};
 }
 
 const model::GgufTensor* find(const model::GgufFile& file, const TensorRef& ref) {

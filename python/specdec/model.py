@@ -101,7 +101,7 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     if has_weights and not path.endswith(".json"):
         # a GGUF file or a directory with weights: the checks of loading it (tensors, weight
         # formats, tokenizer), so that inspect accepts exactly what LLM runs. A broken file raises
-        # FormatError; a sound one that specdec cannot run yet (MoE, YaRN, a weight format, a
+        # FormatError; a sound one that specdec cannot run (MoE, YaRN on MLA, a weight format, a
         # tokenizer) is still described, with why. A directory with config.json alone is planned.
         try:
             _core.check_model_file(path)
@@ -137,6 +137,34 @@ def _layer_pattern(layers: List[dict]) -> str:
     return "; ".join(f"{k}: {compress_names([f'layers.{i}' for i in v])}" for k, v in kinds.items())
 
 
+def _rope_scaling(c: Dict[str, Any]) -> str:
+    """The RoPE scaling as the runner applies it (llama.cpp's definitions, docs/models.md)."""
+    kind, factor = c["rope_scaling_type"], c["rope_scaling_factor"]
+    orig = c["rope_original_context_length"] or c["context_length"]
+    if kind == "linear":
+        text = f", scaling linear x{factor:g} (angles / {factor:g})"
+    elif kind == "yarn":
+        low, high = c["rope_yarn_corr_dims"]
+        text = (f", scaling yarn x{factor:g} from {orig} tokens (pairs <= {low:g} unscaled, >= {high:g} "
+                f"/ {factor:g}, blended between; ext_factor {c['rope_yarn_ext_factor']:g}, beta "
+                f"{c['rope_yarn_beta_fast']:g}/{c['rope_yarn_beta_slow']:g})")
+    elif kind == "longrope":
+        text = (f", scaling longrope (rope_factors_long when max_model_len > {orig}, "
+                f"rope_factors_short otherwise)")
+    elif kind == "llama3" and c["rope_freq_factors"]:
+        text = ", scaling llama3 (per-pair divisors: the rope_freqs tensor)"
+    elif kind == "llama3":
+        text = (f", scaling llama3 x{factor:g} from {orig} tokens (low/high freq factor "
+                f"{c['rope_llama3_low_freq_factor']:g}/{c['rope_llama3_high_freq_factor']:g})")
+    else:
+        text = ", rope_freqs divisors" if c["rope_freq_factors"] else ""
+    if c["rope_freq_factors"] and kind not in ("", "llama3"):
+        text += " and rope_freqs divisors"
+    if c["rope_mscale"] != 1:
+        text += f"; cos/sin x{c['rope_mscale']:.4g}"
+    return text
+
+
 def format_inspect(info: Dict[str, Any]) -> str:
     """The dict of :func:`inspect_model` as text for a person (what came from the file, such as
     its name, with control characters escaped: one field, one line)."""
@@ -151,7 +179,7 @@ def format_inspect(info: Dict[str, Any]) -> str:
              f"  attention     {_layer_pattern(c['layers'])}",
              f"  rope          {c['rope_type']}, dim {c['rope_dim']}, base {c['rope_base']:g}"
              + (f", local base {c['rope_base_local']:g}" if c['rope_base_local'] else "")
-             + (f", scaling {c['rope_scaling_type']} x{c['rope_scaling_factor']:g}" if c['rope_scaling_type'] else ""),
+             + _rope_scaling(c),
              f"  norms         RMSNorm eps {c['norm_eps']:g}"
              + (", QK norm" if c['qk_norm'] else "") + (", post norms" if c['post_norms'] else "")
              + (f", weight offset {c['norm_weight_offset']:g}" if c['norm_weight_offset'] else ""),

@@ -18,9 +18,11 @@ import gguf  # noqa: F401  (a test dependency: scripts/setup.sh installs it; nev
 
 import specdec  # noqa: E402
 from specdec.testing import ARCHITECTURES, WEIGHT_FORMATS, write_random_model  # noqa: E402
+from specdec.testing.random_model import llama3_rope_factors  # noqa: E402
 from specdec.testing.quantize import block_size, quantize  # noqa: E402
 
-from reference.numpy_model import NumpyModel, attention_mask, rope  # noqa: E402
+from reference.numpy_model import (NumpyModel, attention_mask, rope, rope_yarn,  # noqa: E402
+                                   yarn_attn_factor, yarn_corr_dims)
 
 STORIES = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf"
 TEXT = "hello world, the quick brown fox jumps over the lazy dog and the cat sat on a mat"
@@ -43,7 +45,10 @@ EXPECTED_LAYERS = {
     "llama": ["full"] * 2, "qwen2": ["full"] * 2, "qwen3": ["full"] * 2,
     "gemma3": ["sliding"] * 5 + ["full"], "deepseek2": ["mla"] * 2, "deepseek2-kvb": ["mla"] * 2,
     "llama-chunked": ["chunked"] * 3 + ["full"], "llama-kvshare": ["full"] * 4,
+    "llama3": ["full"] * 2, "mistral": ["sliding"] * 2, "qwen2-yarn": ["full"] * 2,
+    "qwen3-yarn": ["full"] * 2, "phi3": ["full"] * 2,  # phi3: the window key is ignored
 }
+BASE_ARCHITECTURE = {"llama3": "llama", "mistral": "llama"}
 
 
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
@@ -52,7 +57,7 @@ def test_random_model_loads_and_runs(model_dir, arch, fmt):
     path = _model(model_dir, arch, fmt)
     assert os.path.getsize(path) < MAX_FILE_BYTES
     config = json.loads(specdec.load_model_config(path, progress=False).to_json())
-    assert config["architecture"] == arch.split("-")[0]
+    assert config["architecture"] == BASE_ARCHITECTURE.get(arch, arch.split("-")[0])
     assert [l["attention"] for l in config["layers"]] == EXPECTED_LAYERS[arch]
     info = specdec.read_gguf(path)
     types = {t["name"]: t["type"].upper() for t in info["tensors"]}
@@ -87,6 +92,22 @@ def test_variant_features(model_dir):
     qwen3 = cfg("qwen3")
     assert qwen3["qk_norm"]
     assert qwen3["head_size"] * qwen3["num_q_heads"] == 2 * qwen3["hidden_size"]
+    llama3 = cfg("llama3")
+    assert llama3["rope_scaling_type"] == "llama3" and llama3["rope_freq_factors"]
+    assert llama3["rope_base"] == 5e5 and cfg("llama")["rope_scaling_type"] == ""
+    mistral = cfg("mistral")
+    assert [l["sliding_window"] for l in mistral["layers"]] == [16, 16]
+    for a in ("qwen2-yarn", "qwen3-yarn"):
+        yarn = cfg(a)
+        assert (yarn["rope_scaling_type"], yarn["rope_scaling_factor"]) == ("yarn", 4.0)
+        assert yarn["rope_original_context_length"] == 32768
+        assert yarn["context_length"] == 131072
+    phi3 = cfg("phi3")
+    assert phi3["fused_qkv"] and phi3["fused_gate_up"] and not phi3["tied_embeddings"]
+    assert phi3["rope_scaling_type"] == "longrope" and phi3["rope_long_short_factors"]
+    assert phi3["rope_original_context_length"] == 32 and phi3["rope_type"] == "neox"
+    assert abs(phi3["rope_attn_factor"] - np.sqrt(1 + np.log(64) / np.log(32))) < 1e-6
+    assert not cfg("llama")["fused_qkv"] and not cfg("qwen2")["fused_gate_up"]
     for a in ("deepseek2", "deepseek2-kvb"):
         mla = cfg(a)["mla"]
         assert (mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"]) == (32, 16, 32)
@@ -208,6 +229,73 @@ def test_rope_modes():
     np.testing.assert_allclose(y[2, :, 0], x[2, :, 0] * c - x[2, :, 4] * s, rtol=1e-5)
     # Partial rotation leaves the trailing dims alone.
     np.testing.assert_array_equal(rope(x, pos, 4, 10000.0, True)[..., 4:], x[..., 4:])
+
+
+def _transformers_yarn(x, positions, dim, base, factor, original, beta_fast=32.0, beta_slow=1.0):
+    """YaRN as transformers defines it (_compute_yarn_parameters, NEOX pairs): inv_freq blended
+    between interpolation (/ factor) and extrapolation by 1 - linear ramp over the correction
+    range, cos and sin times attention_factor = 0.1 ln(factor) + 1."""
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+
+    def corr(rot):
+        return dim * np.log(original / (rot * 2 * np.pi)) / (2 * np.log(base))
+    low, high = max(np.floor(corr(beta_fast)), 0), min(np.ceil(corr(beta_slow)), dim - 1)
+    ramp = np.clip((np.arange(dim // 2) - low) / max(high - low, 0.001), 0, 1)
+    inv_freq = interpolation * ramp + extrapolation * (1 - ramp)
+    theta = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    mscale = 0.1 * np.log(factor) + 1.0
+    cos, sin = (np.cos(theta) * mscale)[:, None, :], (np.sin(theta) * mscale)[:, None, :]
+    x0, x1 = x[..., :dim // 2].astype(np.float64), x[..., dim // 2:].astype(np.float64)
+    return np.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+
+
+@pytest.mark.parametrize("factor,original,base,dim", [(4.0, 32768, 1e6, 32), (4.0, 32768, 1e6, 128),
+                                                      (8.0, 4096, 1e4, 64), (2.0, 2048, 1e4, 16)])
+def test_rope_yarn_equals_transformers(factor, original, base, dim):
+    """The reference's YaRN (ggml's rope_yarn with llama_context's attn_factor) is transformers'
+    YaRN: the same angles and, after llama.cpp's cancellation, the same cos / sin scale."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 3, dim)).astype(np.float32)
+    pos = np.array([0, 1, 17, 4000, 100000])
+    dims = yarn_corr_dims(dim, original, base, 32.0, 1.0)
+    ours = rope_yarn(x, pos, dim, base, True, 1.0 / factor, 1.0, yarn_attn_factor(factor, 1.0, 1.0),
+                     dims)
+    np.testing.assert_allclose(ours, _transformers_yarn(x, pos, dim, base, factor, original),
+                               rtol=2e-5, atol=2e-5)
+    # Pairs below the range keep their angle, pairs above it are divided by the factor.
+    low, high = dims
+    assert 0 < low < high < dim // 2 - 1
+    plain = rope(x, pos, dim, base, True) * np.float32(0.1 * np.log(factor) + 1)
+    linear = rope(x, pos, dim, base, True, 1.0 / factor) * np.float32(0.1 * np.log(factor) + 1)
+    half = dim // 2
+    for i in (0, int(low)):
+        np.testing.assert_allclose(ours[..., i], plain[..., i], rtol=1e-4, atol=1e-4)
+        assert not np.allclose(ours[3:, :, i], linear[3:, :, i], atol=1e-3)
+    for i in (int(high), half - 1):
+        np.testing.assert_allclose(ours[..., i + half], linear[..., i + half], rtol=1e-4, atol=1e-4)
+    # ext_factor 0: linear angles, cos / sin times attn_factor only.
+    np.testing.assert_allclose(rope_yarn(x, pos, dim, base, True, 1.0 / factor, 0.0, 1.0, dims),
+                               rope(x, pos, dim, base, True, 1.0 / factor), rtol=1e-6, atol=1e-6)
+
+
+def test_llama3_rope_factors_as_transformers():
+    """llama.cpp's converter's rope_freqs equal transformers' llama3 inv_freq ratios
+    (_compute_llama3_parameters): inv_freq / inv_freq_llama per pair."""
+    dim, base, s = 128, 5e5, {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192}
+    ours = llama3_rope_factors(dim, base, **s)
+    inv = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    wavelen = 2 * np.pi / inv
+    old, lo, hi, f = s["original_max_position_embeddings"], s["low_freq_factor"], s["high_freq_factor"], s["factor"]
+    scaled = np.where(wavelen > old / lo, inv / f, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / f + smooth * scaled
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    expected = inv / np.where(medium, smoothed, scaled)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5)
+    assert ours[0] == 1.0 and ours[-1] == 8.0 and ((ours > 1) & (ours < 8)).sum() >= 2
+    assert (np.diff(ours) >= 0).all()
 
 
 @pytest.mark.skipif(not STORIES.exists(), reason="shared/models/stories260K.gguf not present")

@@ -72,10 +72,11 @@ def test_invariance_real_models(context, real_model, name):
                       tok.encode("The quick brown fox jumps over the lazy dog."), steps=5)
 
 
-@pytest.mark.parametrize("arch", ["deepseek2", "deepseek2-kvb", "llama-chunked", "llama-kvshare"])
+@pytest.mark.parametrize("arch", ["deepseek2", "deepseek2-kvb", "llama-chunked", "llama-kvshare",
+                                  "phi3", "qwen2-yarn"])
 def test_invariance_random_models(context, tmp_path, arch):
     """Architectures without a small real model: MLA (both kv_b forms) through OCL_MLA, chunked
-    local attention, KV-sharing layers."""
+    local attention, KV-sharing layers, Phi-3's fused tensors and LongRoPE, YaRN."""
     from specdec.testing import write_random_model
     path = str(tmp_path / f"{arch}.gguf")
     write_random_model(path, arch, "Q4_K", seed=5)

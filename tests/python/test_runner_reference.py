@@ -24,7 +24,7 @@ from reference.numpy_model import NumpyModel
 STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
 FLOAT_FORMATS = ("F32", "F16", "BF16")
 RUNNER_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "llama-chunked", "llama-kvshare", "deepseek2",
-                "deepseek2-kvb")
+                "deepseek2-kvb", "llama3", "mistral", "qwen2-yarn", "qwen3-yarn", "phi3")
 TEXTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
     "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
@@ -80,7 +80,7 @@ def test_random_models_match_reference(context, random_dir, arch, fmt):
     ids = [int(t) for t in rng.integers(3, 300, size=40)]  # longer than the 16-token windows
     exact = fmt in FLOAT_FORMATS
     ours = _runner_logits(context, path, ids, 64, "f32" if exact else "f16")
-    ref = NumpyModel(path).logits(ids)
+    ref = NumpyModel(path, n_ctx=64).logits(ids)  # phi3: past its 32 original tokens: long factors
     rel, margin, flips = _compare(ours, ref)
     bound = 1e-4 if exact else 0.12
     assert rel.max() < bound, (rel.max(), np.median(rel))
@@ -193,3 +193,70 @@ def test_tensor_formats_are_checked(tmp_path):
     with pytest.raises(ValueError, match="expected one of"):
         write_random_model(str(tmp_path / "c.gguf"), "qwen2", "Q4_K",
                            tensor_formats={"attn_v.weight": "Q7_K"})
+
+
+def test_rope_scaling_the_runner_cannot_apply_is_refused(context, tmp_path):
+    """YaRN where its cos / sin scale meets partial rotation (MLA) or Gemma 3's local bases is an
+    UnsupportedError at load (inspect describes the file and says why); an unknown scaling type
+    is one from the config, naming the supported types."""
+    yarn = lambda a: {f"{a}.rope.scaling.type": "yarn", f"{a}.rope.scaling.factor": 4.0,  # noqa: E731
+                      f"{a}.rope.scaling.original_context_length": 512}
+    for arch, match in (("deepseek2", "partial rotation"), ("gemma3", "local layers")):
+        path = write_random_model(str(tmp_path / f"{arch}.gguf"), arch, "F32", metadata=yarn(arch))
+        with pytest.raises(specdec.UnsupportedError, match=match):
+            _core.ModelRunner(context, path, "", 64, 64 << 20)
+        info = specdec.inspect_model(path, progress=False)
+        assert not info["runnable"] and match in info["unsupported"]
+    path = write_random_model(str(tmp_path / "kvshare-fused.gguf"), "llama-kvshare", "F32",
+                              extra_tensors={"blk.0.attn_qkv.weight": np.zeros((256, 128), np.float32)})
+    with pytest.raises(specdec.UnsupportedError, match="reads another layer's KV but holds a fused"):
+        _core.ModelRunner(context, path, "", 64, 64 << 20)
+    path = write_random_model(str(tmp_path / "dynamic.gguf"), "qwen2", "F32",
+                              metadata={"qwen2.rope.scaling.type": "dynamic"})
+    with pytest.raises(specdec.UnsupportedError, match="'dynamic' is not supported; supported: "
+                                                       "none, linear, yarn, longrope"):
+        specdec.load_model_config(path, progress=False)
+    path = write_random_model(str(tmp_path / "longrope.gguf"), "qwen2", "F32",
+                              metadata={"qwen2.rope.scaling.type": "longrope"})
+    with pytest.raises(specdec.FormatError, match="needs the rope_factors_long and rope_factors_short"):
+        specdec.load_model_config(path, progress=False)
+
+
+def test_inspect_shows_rope_scaling(random_dir):
+    """inspect names the scaling each variant runs with."""
+    expected = {"llama": ("rope          norm, dim 32, base 10000", None),
+                "llama3": ("scaling llama3 (per-pair divisors: the rope_freqs tensor)", None),
+                "qwen2-yarn": ("scaling yarn x4 from 32768 tokens (pairs <= 5 unscaled, >= 10 / 4",
+                               "cos/sin x1.139"),
+                "qwen3-yarn": ("scaling yarn x4 from 32768 tokens (pairs <= 11 unscaled, >= 20 / 4",
+                               "cos/sin x1.139"),
+                "phi3": ("scaling longrope (rope_factors_long when max_model_len > 32, "
+                         "rope_factors_short otherwise)", "cos/sin x1.483")}
+    for arch, (text, mscale) in expected.items():
+        path = write_random_model(str(random_dir / f"inspect-{arch}.gguf"), arch, "Q8_0")
+        shown = specdec.format_inspect(specdec.inspect_model(path, progress=False))
+        rope_line = next(l for l in shown.splitlines() if l.strip().startswith("rope"))
+        assert text in rope_line, rope_line
+        assert ("cos/sin" in rope_line) == (mscale is not None), rope_line
+        assert mscale is None or mscale in rope_line, rope_line
+        if arch == "llama":
+            assert "scaling" not in rope_line, rope_line
+    mistral = write_random_model(str(random_dir / "inspect-mistral.gguf"), "mistral", "Q8_0")
+    assert "sliding 16: layers.0-1" in specdec.format_inspect(specdec.inspect_model(mistral, progress=False))
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0"])
+def test_phi3_longrope_short_and_long_factors(context, tmp_path, fmt):
+    """Phi-3's LongRoPE as llama.cpp picks it: the short factors while the context (the runner's
+    max_model_len) is within the original 32 tokens, the long ones past it; the two differ."""
+    path = write_random_model(str(tmp_path / "phi3.gguf"), "phi3", fmt, seed=4)
+    ids = [int(t) for t in np.random.default_rng(5).integers(3, 300, size=30)]
+    exact = fmt == "F32"
+    for n_ctx in (32, 48):
+        ours = _runner_logits(context, path, ids, n_ctx, "f32" if exact else "f16")
+        ref = NumpyModel(path, n_ctx=n_ctx).logits(ids)
+        rel, margin, flips = _compare(ours, ref)
+        assert rel.max() < (1e-4 if exact else 0.12), (n_ctx, rel.max())
+        assert all(margin[i] < 0.03 for i in flips), [(i, margin[i]) for i in flips]
+        other = NumpyModel(path, n_ctx=80 - n_ctx).logits(ids)
+        assert _compare(other, ref)[0].max() > 0.05  # the other factor set: clearly different

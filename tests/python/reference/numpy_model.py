@@ -32,10 +32,12 @@ from gguf.quants import dequantize
 
 import specdec
 
+from .rope import rope, rope_yarn, yarn_attn_factor, yarn_corr_dims  # noqa: F401
+
 __all__ = ["ForwardOutput", "GgufTensors", "NumpyModel", "attention_mask", "llamacpp_activation",
            "rms_norm", "rope"]
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "deepseek2")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "deepseek2", "phi3")
 _CACHE_LIMIT_BYTES = 512 << 20   # cache every dequantized weight when they all fit in this
 _HEAD_CHUNK_ROWS = 8192          # output-head rows dequantized at a time
 
@@ -97,32 +99,6 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     x64 = x.astype(np.float64)
     scale = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
     return ((x64 * scale).astype(np.float32) * weight).astype(np.float32)
-
-
-def rope(x: np.ndarray, positions: np.ndarray, n_rot: int, base: float, neox: bool,
-         freq_scale: float = 1.0, freq_factors: Optional[np.ndarray] = None) -> np.ndarray:
-    """Rotary embedding of x [n, heads, head_dim] over its first n_rot dims.
-
-    NORM (llama, deepseek2) rotates adjacent pairs (2i, 2i+1); NEOX (qwen, gemma) rotates
-    (i, i + n_rot/2). theta_i = p * freq_scale * base^(-2i/n_rot) [/ freq_factors[i]].
-    """
-    half = n_rot // 2
-    inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
-    if freq_factors is not None:
-        inv = inv / freq_factors[:half].astype(np.float64)
-    theta = positions.astype(np.float64)[:, None] * freq_scale * inv[None, :]  # [n, half]
-    cos = np.cos(theta)[:, None, :]
-    sin = np.sin(theta)[:, None, :]
-    out = x.astype(np.float64).copy()
-    if neox:
-        x0, x1 = out[..., :half].copy(), out[..., half:n_rot].copy()
-        out[..., :half] = x0 * cos - x1 * sin
-        out[..., half:n_rot] = x0 * sin + x1 * cos
-    else:
-        x0, x1 = out[..., 0:n_rot:2].copy(), out[..., 1:n_rot:2].copy()
-        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
-        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
-    return out.astype(np.float32)
 
 
 def attention_mask(layer: dict, positions: np.ndarray,
@@ -226,12 +202,15 @@ class NumpyModel:
     """Teacher-forced forward of a GGUF model in NumPy (float32, float64 where cheap)."""
 
     def __init__(self, path: Union[str, os.PathLike], cache_weights: Optional[bool] = None,
-                 emulate_llamacpp: bool = False, int8_activations: bool = False) -> None:
+                 emulate_llamacpp: bool = False, int8_activations: bool = False,
+                 n_ctx: int = 0) -> None:
         """``emulate_llamacpp``: round matmul inputs as llama.cpp's CPU backend does (Q8
         activations, f16 K/V cache and attention inputs); a diagnostic, not the reference.
         ``int8_activations``: round matmul inputs as specdec's quantized matmuls do
         (``int8_activation``) and K/V to f16 as specdec's default cache: the model's arithmetic
-        as specdec defines it, everything else exact."""
+        as specdec defines it, everything else exact. ``n_ctx``: the context the model runs
+        with (llama.cpp's n_ctx_seq; the runner's max_model_len); LongRoPE (Phi-3) takes its
+        long factors when it exceeds the original context, its short ones otherwise (0: short)."""
         self.path = os.fspath(path)
         self.emulate_llamacpp = emulate_llamacpp
         self.int8_activations = int8_activations
@@ -245,14 +224,18 @@ class NumpyModel:
         if moe:
             raise NotImplementedError(f"{self.path}: mixture-of-experts layers ({moe[0]}, ...) are "
                                       "not implemented by the NumPy reference (dense FFN only)")
-        if self.config.get("rope_scaling_type") not in ("", "linear", "none"):
+        if self.config.get("rope_scaling_type") not in ("", "linear", "yarn", "llama3", "longrope"):
             raise NotImplementedError(f"rope scaling {self.config['rope_scaling_type']!r}")
         if cache_weights is None:
             total = sum(int(np.prod(self.tensors.shape(n))) * 4 for n in self.tensors.names())
             cache_weights = total <= _CACHE_LIMIT_BYTES
         self._cache: Optional[Dict[str, np.ndarray]] = {} if cache_weights else None
-        self._freq_factors = (self.tensors.get("rope_freqs.weight")
-                              if self.tensors.has("rope_freqs.weight") else None)
+        # llama_model::get_rope_factors: rope_freqs, else LongRoPE's long / short factors.
+        factors = "rope_freqs.weight"
+        if not self.tensors.has(factors) and self.tensors.has("rope_factors_long.weight"):
+            long = n_ctx > self.config["rope_original_context_length"]
+            factors = "rope_factors_long.weight" if long else "rope_factors_short.weight"
+        self._freq_factors = self.tensors.get(factors) if self.tensors.has(factors) else None
 
     # -- weights -----------------------------------------------------------------------------
     def weight(self, name: str) -> np.ndarray:
@@ -342,8 +325,11 @@ class NumpyModel:
             a = self._norm(a, p + "post_attention_norm.weight")
         x = (x + a).astype(np.float32)
         h = self._norm(x, p + "ffn_norm.weight")
-        gate = self._linear(h, p + "ffn_gate")
-        up = self._linear(h, p + "ffn_up")
+        if self.tensors.has(p + "ffn_gate.weight"):
+            gate = self._linear(h, p + "ffn_gate")
+            up = self._linear(h, p + "ffn_up")
+        else:  # Phi-3: ffn_up [2 ff] is gate then up (ggml_swiglu: silu(first half) * second)
+            gate, up = np.split(self._linear(h, p + "ffn_up"), 2, axis=-1)
         act = _gelu_tanh(gate) if c["activation"] == "gelu_tanh" else _silu(gate)
         f = self._linear((act * up).astype(np.float32), p + "ffn_down")
         if c["post_norms"]:
@@ -351,12 +337,21 @@ class NumpyModel:
         return (x + f).astype(np.float32)
 
     def _rope(self, x: np.ndarray, layer: dict, positions: np.ndarray) -> np.ndarray:
+        """llama.cpp's RoPE of a layer: linear and YaRN scale every layer but the local layers of
+        a model whose local layers have a base of their own (Gemma 3); Llama 3's scaling is the
+        file's rope_freqs tensor (freq_factors), applied to every layer."""
         c = self.config
-        scale = 1.0
-        if c["rope_scaling_type"] == "linear" and layer["attention"] != "sliding":
-            scale = 1.0 / c["rope_scaling_factor"]
-        return rope(x, positions, c["rope_dim"], layer["rope_base"], c["rope_type"] == "neox",
-                    scale, self._freq_factors)
+        neox = c["rope_type"] == "neox"
+        local = c["rope_base_local"] > 0 and layer["attention"] != "full"
+        kind = "" if local else c["rope_scaling_type"]
+        factor = c["rope_scaling_factor"] if kind in ("linear", "yarn") else 1.0
+        ext = c["rope_yarn_ext_factor"] if kind == "yarn" else 0.0  # llama_context's default
+        n_ctx_orig = c["rope_original_context_length"] or c["context_length"]
+        dims = yarn_corr_dims(c["rope_dim"], n_ctx_orig, layer["rope_base"],
+                              c["rope_yarn_beta_fast"], c["rope_yarn_beta_slow"])
+        attn = yarn_attn_factor(factor, ext, c["rope_attn_factor"] if not local else 1.0)
+        return rope_yarn(x, positions, c["rope_dim"], layer["rope_base"], neox, 1.0 / factor,
+                         ext, attn, dims, self._freq_factors)
 
     def _attention(self, i: int, h: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                    kv_store: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -365,7 +360,12 @@ class NumpyModel:
         p = f"blk.{i}."
         n, hq, hkv = h.shape[0], c["num_q_heads"], c["num_kv_heads"]
         d, dv = c["head_size"], c["head_size_v"]
-        q = self._linear(h, p + "attn_q").reshape(n, hq, d)
+        if self.tensors.has(p + "attn_qkv.weight"):  # Phi-3: q | k | v rows in one tensor
+            qkv = self._linear(h, p + "attn_qkv")
+            q, k_fused, v_fused = np.split(qkv, [hq * d, hq * d + hkv * d], axis=-1)
+        else:
+            q, k_fused, v_fused = self._linear(h, p + "attn_q"), None, None
+        q = q.reshape(n, hq, d)
         if c["qk_norm"]:
             q = self._norm(q, p + "attn_q_norm.weight")
         if layer.get("use_rope", True):
@@ -374,8 +374,8 @@ class NumpyModel:
         if target >= 0:  # reads the KV its target layer wrote; computes none
             k, v = kv_store[target]
         else:
-            k = self._linear(h, p + "attn_k").reshape(n, hkv, d)
-            v = self._linear(h, p + "attn_v").reshape(n, hkv, dv)
+            k = (k_fused if k_fused is not None else self._linear(h, p + "attn_k")).reshape(n, hkv, d)
+            v = (v_fused if v_fused is not None else self._linear(h, p + "attn_v")).reshape(n, hkv, dv)
             if c["qk_norm"]:
                 k = self._norm(k, p + "attn_k_norm.weight")
             if layer.get("use_rope", True):
