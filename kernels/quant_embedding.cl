@@ -24,8 +24,9 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
 #else
   return as_float((uint)(((global const ushort*)(w + off0))[at]) << 16);
 #endif
-#elif defined(WEIGHT_Q8_0) || defined(WEIGHT_Q4_0) || defined(WEIGHT_Q4_1) || defined(WEIGHT_Q5_0)
-  const size_t rec = (size_t)g * (cols / 32) + j;
+#elif defined(WEIGHT_Q8_0) || defined(WEIGHT_Q4_0) || defined(WEIGHT_Q4_1) || \
+    defined(WEIGHT_Q5_0) || defined(WEIGHT_Q5_1) || defined(WEIGHT_IQ4_NL) || defined(WEIGHT_IQ4_XS)
+  const size_t rec = (size_t)g * (cols / 32) + j;  // IQ4_XS: records per 32-element sub-block
 #if defined(WEIGHT_Q8_0)
   const char q = ((global const char*)(w + off0))[rec * 512 + ((e / 2) * 16 + lane) * 2 + e % 2];
   return (float)q * f16_at(w + off1, rec * 16 + lane);
@@ -37,10 +38,20 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
   return (float)(nib - 8) * f16_at(w + off1, rec * 16 + lane);
 #elif defined(WEIGHT_Q4_1)
   return (float)nib * f16_at(w + off1, rec * 32 + lane) + f16_at(w + off1, rec * 32 + 16 + lane);
+#elif defined(WEIGHT_IQ4_NL)
+  return f16_at(w + off1, rec * 16 + lane) * (float)kIq4Table[nib];
+#elif defined(WEIGHT_IQ4_XS)
+  const float dl = f16_at(w + off2, (rec / 8) * 16 + lane) * (float)((int)w[off1 + rec * 16 + lane] - 32);
+  return dl * (float)kIq4Table[nib];
 #else
   const uint h = u32_at(w + off1, rec * 16 + lane);
   const int bit = 8 * (e16 % 4) + (e < 16 ? 0 : 4) + e16 / 4;
-  return (float)((nib | (int)((h >> bit) & 1u) << 4) - 16) * f16_at(w + off2, rec * 16 + lane);
+  const int q5 = nib | (int)((h >> bit) & 1u) << 4;
+#if defined(WEIGHT_Q5_0)
+  return (float)(q5 - 16) * f16_at(w + off2, rec * 16 + lane);
+#else
+  return (float)q5 * f16_at(w + off2, rec * 32 + lane) + f16_at(w + off2, rec * 32 + 16 + lane);
+#endif
 #endif
 #endif
 #elif defined(WEIGHT_Q4_K) || defined(WEIGHT_Q5_K)

@@ -56,6 +56,37 @@ void dequant_q5_0(const uint8_t* b, float* y) {
   }
 }
 
+void dequant_q5_1(const uint8_t* b, float* y) {
+  const float d = f16(b);
+  const float m = f16(b + 2);
+  const uint32_t qh = u32(b + 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = static_cast<int>((qs[j] & 0xF) | (((qh >> j) & 1u) << 4));
+    const int hi = static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+    y[j] = static_cast<float>(lo) * d + m;
+    y[j + 16] = static_cast<float>(hi) * d + m;
+  }
+}
+
+// IQ4_NL (d = the block's scale) and one 32-element sub-block of IQ4_XS (d = d * (ls - 32)).
+void dequant_iq4(float d, const uint8_t* qs, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Values[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(kIq4Values[qs[j] >> 4]);
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* b, float* y) {
+  const float d = f16(b);
+  uint16_t scales_h;
+  std::memcpy(&scales_h, b + 2, 2);
+  for (int ib = 0; ib < 8; ++ib) {
+    const float dl = d * static_cast<float>(iq4_xs_scale(ib, scales_h, b + 4) - 32);
+    dequant_iq4(dl, b + 8 + 16 * ib, y + 32 * ib);
+  }
+}
+
 // Q4_K (qh == nullptr) and Q5_K: 4 chunks of 64 elements, low nibbles = sub-block 2c, high
 // nibbles = sub-block 2c + 1; Q5_K's fifth bit of element l of sub-block j is bit j of qh[l].
 void dequant_q45_k(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float d, float dmin,
@@ -102,6 +133,55 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+void dequant_block(GgmlType type, const uint8_t* b, float* y) {
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(y, b, 4);
+      break;
+    case GgmlType::kF16:
+      *y = f16(b);
+      break;
+    case GgmlType::kBF16: {
+      uint16_t bits;
+      std::memcpy(&bits, b, 2);
+      *y = bf16_bits_to_float(bits);
+      break;
+    }
+    case GgmlType::kQ8_0:
+      dequant_q8_0(b, y);
+      break;
+    case GgmlType::kQ4_0:
+      dequant_q4_0(b, y);
+      break;
+    case GgmlType::kQ4_1:
+      dequant_q4_1(b, y);
+      break;
+    case GgmlType::kQ5_0:
+      dequant_q5_0(b, y);
+      break;
+    case GgmlType::kQ5_1:
+      dequant_q5_1(b, y);
+      break;
+    case GgmlType::kIQ4_NL:
+      dequant_iq4(f16(b), b + 2, y);
+      break;
+    case GgmlType::kIQ4_XS:
+      dequant_iq4_xs(b, y);
+      break;
+    case GgmlType::kQ4_K:
+      dequant_q45_k(b + 4, nullptr, b + 16, f16(b), f16(b + 2), y);
+      break;
+    case GgmlType::kQ5_K:
+      dequant_q45_k(b + 4, b + 16, b + 48, f16(b), f16(b + 2), y);
+      break;
+    case GgmlType::kQ6_K:
+      dequant_q6_k(b, y);
+      break;
+    default:
+      break;  // weight_format() rejected it
+  }
+}
+
 }  // namespace
 
 void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
@@ -121,43 +201,7 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = src + i * f.block_bytes;
     float* y = dst + i * f.block_size;
-    switch (type) {
-      case GgmlType::kF32:
-        std::memcpy(y, b, 4);
-        break;
-      case GgmlType::kF16:
-        *y = f16(b);
-        break;
-      case GgmlType::kBF16: {
-        uint16_t bits;
-        std::memcpy(&bits, b, 2);
-        *y = bf16_bits_to_float(bits);
-        break;
-      }
-      case GgmlType::kQ8_0:
-        dequant_q8_0(b, y);
-        break;
-      case GgmlType::kQ4_0:
-        dequant_q4_0(b, y);
-        break;
-      case GgmlType::kQ4_1:
-        dequant_q4_1(b, y);
-        break;
-      case GgmlType::kQ5_0:
-        dequant_q5_0(b, y);
-        break;
-      case GgmlType::kQ4_K:
-        dequant_q45_k(b + 4, nullptr, b + 16, f16(b), f16(b + 2), y);
-        break;
-      case GgmlType::kQ5_K:
-        dequant_q45_k(b + 4, b + 16, b + 48, f16(b), f16(b + 2), y);
-        break;
-      case GgmlType::kQ6_K:
-        dequant_q6_k(b, y);
-        break;
-      default:
-        break;  // weight_format() rejected it
-    }
+    dequant_block(type, b, y);
   }
 }
 
