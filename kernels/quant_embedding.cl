@@ -69,6 +69,15 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
   const float d1 = d * (float)w[sc_off + rec * 256 + jj * 16 + lane];
   const float m1 = dmin * (float)w[sc_off + rec * 256 + (8 + jj) * 16 + lane];
   return d1 * (float)q - m1;
+#elif defined(WEIGHT_Q3_K)
+  const size_t rec = (size_t)g * (cols / 256) + j / 8;
+  const int jj = j % 8, n = jj / 4, jq = jj % 4, h = e / 16, l = e % 16;
+  const int qb = 32 * n + 16 * h + l, hb = 16 * h + l;  // bytes of qs and hmask in the block
+  const uchar q = w[off0 + rec * 1024 + ((qb / 4) * 16 + lane) * 4 + qb % 4];
+  const uchar hm = w[off1 + rec * 512 + ((hb / 4) * 16 + lane) * 4 + hb % 4];
+  const int v = (((q >> (2 * jq)) & 3) | (((hm >> (4 * n + jq)) & 1) << 2)) - 4;
+  const int ls = w[off2 + rec * 256 + (8 * n + 2 * jq + h) * 16 + lane];
+  return (f16_at(w + off3, rec * 16 + lane) * (float)(ls - 32)) * (float)v;
 #elif defined(WEIGHT_Q6_K)
   const size_t rec = (size_t)g * (cols / 256) + j / 8;
   const int jg = j % 8, h = jg / 4, m = jg % 4, t = e / 4, s = e % 4;

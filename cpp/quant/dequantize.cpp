@@ -109,6 +109,30 @@ void dequant_q45_k(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, 
   }
 }
 
+// Q3_K: two 128-element halves n, each 4 groups j of two 16-element sub-blocks h; the 2 low bits
+// are bits 2j of qs[32n + 16h + l], the third (set = no offset of -4) bit 4n + j of hmask[16h + l].
+void dequant_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hm = b;
+  const uint8_t* q = b + 32;
+  uint8_t ls[16];
+  q3_k_scales(b + 96, ls);
+  const float d_all = f16(b + 108);
+  int is = 0;
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const float dl = d_all * static_cast<float>(ls[is++] - 32);
+        for (int l = 0; l < 16; ++l) {
+          const int hi = (hm[16 * h + l] >> (4 * n + j)) & 1;
+          const int v = ((q[16 * h + l] >> (2 * j)) & 3) - (hi != 0 ? 0 : 4);
+          *y++ = dl * static_cast<float>(v);
+        }
+      }
+    }
+    q += 32;
+  }
+}
+
 void dequant_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
@@ -168,6 +192,9 @@ void dequant_block(GgmlType type, const uint8_t* b, float* y) {
     case GgmlType::kIQ4_XS:
       dequant_iq4_xs(b, y);
       break;
+    case GgmlType::kQ3_K:
+      dequant_q3_k(b, y);
+      break;
     case GgmlType::kQ4_K:
       dequant_q45_k(b + 4, nullptr, b + 16, f16(b), f16(b + 2), y);
       break;
@@ -183,6 +210,21 @@ void dequant_block(GgmlType type, const uint8_t* b, float* y) {
 }
 
 }  // namespace
+
+void q3_k_scales(const uint8_t* packed, uint8_t* ls) {
+  for (int i = 0; i < 16; ++i) {
+    ls[i] = static_cast<uint8_t>(((packed[i % 8] >> (4 * (i / 8))) & 0xF) |
+                                 (((packed[8 + i % 4] >> (2 * (i / 4))) & 3) << 4));
+  }
+}
+
+void pack_q3_k_scales(const uint8_t* ls, uint8_t* packed) {
+  std::memset(packed, 0, 12);
+  for (int i = 0; i < 16; ++i) {
+    packed[i % 8] |= static_cast<uint8_t>((ls[i] & 0xF) << (4 * (i / 8)));
+    packed[8 + i % 4] |= static_cast<uint8_t>(((ls[i] >> 4) & 3) << (2 * (i / 4)));
+  }
+}
 
 void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {

@@ -37,6 +37,8 @@ std::vector<PlaneSpec> plane_specs(GgmlType type) {
       return {{"qs", 16 * R}, {"d", 2 * R}};
     case GgmlType::kIQ4_XS:  // records of 8 sub-blocks: per 32 elements as IQ4_NL's, plus scales
       return {{"qs", 128 * R}, {"sc", 8 * R}, {"d", 2 * R}};
+    case GgmlType::kQ3_K:
+      return {{"qs", 64 * R}, {"hm", 32 * R}, {"sc", 16 * R}, {"d", 2 * R}};
     case GgmlType::kQ4_K:
       return {{"qs", 128 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
     case GgmlType::kQ5_K:
@@ -156,6 +158,18 @@ void move_iq4_xs_scales(uint8_t* sc_rec, uint8_t* blk, int lane, bool to_record)
   std::memcpy(blk + 2, &scales_h, 2);
 }
 
+// Q3_K: the sixteen 6-bit sub-block scales as bytes, [i][lane].
+void move_q3_k_scales(uint8_t* sc_rec, uint8_t* packed, int lane, bool to_record) {
+  uint8_t ls[16];
+  if (to_record) {
+    q3_k_scales(packed, ls);
+    for (int i = 0; i < 16; ++i) sc_rec[i * R + lane] = ls[i];
+  } else {
+    for (int i = 0; i < 16; ++i) ls[i] = sc_rec[i * R + lane];
+    pack_q3_k_scales(ls, packed);
+  }
+}
+
 // Moves one ggml block of a 32-element format (row `lane` of its group) to or from its records.
 void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
   switch (type) {
@@ -214,6 +228,12 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       move(dm_rec + 2 * (R + lane), blk + 2, 2, to_record);  // dmin
       break;
     }
+    case GgmlType::kQ3_K:
+      move4(rec[0], blk + 32, 64, lane, to_record);  // qs
+      move4(rec[1], blk, 32, lane, to_record);       // hmask
+      move_q3_k_scales(rec[2], blk + 96, lane, to_record);
+      move(rec[3] + 2 * lane, blk + 108, 2, to_record);
+      break;
     case GgmlType::kIQ4_XS:
       move4(rec[0], blk + 8, 128, lane, to_record);
       move_iq4_xs_scales(rec[1], blk, lane, to_record);

@@ -214,6 +214,32 @@ void quant_q5_k(const float* x, uint8_t* b) {
   }
 }
 
+// Q3_K: signed max-abs per 16-element sub-block (the largest -> -4), 6-bit signed scales against
+// one f16 scale (the largest -> -32), stored values q + 4 in 0..7.
+void quant_q3_k(const float* x, uint8_t* b) {
+  float scale[16], max_scale = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    scale[s] = signed_max(x + 16 * s, 16) / -4.0f;
+    if (std::fabs(scale[s]) > std::fabs(max_scale)) max_scale = scale[s];
+  }
+  const float d = round_f16(max_scale / -32.0f);
+  std::memset(b, 0, 108);
+  put_f16(b + 108, d);
+  uint8_t ls[16];
+  for (int s = 0; s < 16; ++s) {
+    const int l = d != 0.0f ? std::clamp(nearest(scale[s] / d), -32, 31) : 0;
+    ls[s] = static_cast<uint8_t>(l + 32);
+    const float dd = d * static_cast<float>(l);
+    for (int i = 0; i < 16; ++i) {
+      const int e = 16 * s + i, n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16;
+      const int u = dd != 0.0f ? std::clamp(nearest(x[e] / dd), -4, 3) + 4 : 4;
+      b[32 + 32 * n + 16 * h + i] |= static_cast<uint8_t>((u & 3) << (2 * j));
+      b[16 * h + i] |= static_cast<uint8_t>((u >> 2) << (4 * n + j));
+    }
+  }
+  pack_q3_k_scales(ls, b + 96);
+}
+
 void quant_q6_k(const float* x, uint8_t* b) {
   float scale[16], max_scale = 0.0f;
   for (int s = 0; s < 16; ++s) {
@@ -279,6 +305,9 @@ void quant_block(GgmlType type, const float* x, uint8_t* b) {
       break;
     case GgmlType::kIQ4_XS:
       quant_iq4_xs(x, b);
+      break;
+    case GgmlType::kQ3_K:
+      quant_q3_k(x, b);
       break;
     case GgmlType::kQ4_K:
       quant_q4_k(x, b);

@@ -79,9 +79,26 @@ void decode_block_iq4_xs(const uint8_t* b, int32_t* q, RowInts& r) {
   }
 }
 
+// Q3_K: stored 3-bit integers (value + 4), per 16-element sub-block d * (ls - 32).
+void decode_block_q3_k(const uint8_t* b, int32_t* q, RowInts& r) {
+  const float d = f16_at(b + 108);
+  uint8_t ls[16];
+  q3_k_scales(b + 96, ls);
+  for (int s = 0; s < 16; ++s) r.d.push_back(d * static_cast<float>(ls[s] - 32));
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
+    q[e] = ((b[32 + 32 * n + 16 * h + l] >> (2 * j)) & 3) |
+           (((b[16 * h + l] >> (4 * n + j)) & 1) << 2);
+  }
+}
+
 void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
   if (type == GgmlType::kIQ4_XS) {
     decode_block_iq4_xs(b, q, r);
+    return;
+  }
+  if (type == GgmlType::kQ3_K) {
+    decode_block_q3_k(b, q, r);
     return;
   }
   if (type == GgmlType::kQ6_K) {
@@ -171,8 +188,10 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
         acc = std::fma(static_cast<float>(idot(q, x, 32)) * w.d[b], dx, acc);
         acc = std::fma(w.m[b], -xs, acc);
         break;
+      case GgmlType::kQ3_K:
       case GgmlType::kQ6_K: {
-        const int32_t sa = idot(q, x, 16) - 32 * sum0, sb = idot(q + 16, x + 16, 16) - 32 * sum1;
+        const int32_t off = type == GgmlType::kQ3_K ? 4 : 32;
+        const int32_t sa = idot(q, x, 16) - off * sum0, sb = idot(q + 16, x + 16, 16) - off * sum1;
         acc = std::fma(static_cast<float>(sa) * w.d[2 * b], dx, acc);
         acc = std::fma(static_cast<float>(sb) * w.d[2 * b + 1], dx, acc);
         break;

@@ -34,7 +34,7 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 TEST(QuantFormat, SupportedListAndErrors) {
-  EXPECT_EQ(supported_weight_types().size(), 13u);
+  EXPECT_EQ(supported_weight_types().size(), 14u);
   for (GgmlType t : supported_weight_types()) EXPECT_TRUE(is_weight_type_supported(t));
   EXPECT_FALSE(is_weight_type_supported(GgmlType::kQ2_K));
   try {
@@ -50,14 +50,14 @@ TEST(QuantFormat, SupportedListAndErrors) {
   EXPECT_EQ(parse_weight_type("IQ4_XS"), GgmlType::kIQ4_XS);
   EXPECT_EQ(row_bytes(GgmlType::kIQ4_XS, 512), 272);
   EXPECT_EQ(row_bytes(GgmlType::kQ5_1, 64), 48);
-  EXPECT_THROW(parse_weight_type("q3_K"), UnsupportedError);
+  EXPECT_THROW(parse_weight_type("q2_K"), UnsupportedError);
   EXPECT_THROW(row_bytes(GgmlType::kQ4_K, 100), ConfigError);
   EXPECT_EQ(row_bytes(GgmlType::kQ4_K, 512), 288);
   EXPECT_EQ(row_bytes(GgmlType::kBF16, 3), 6);
   std::vector<float> out(32);
   const std::vector<uint8_t> blk(34);
   EXPECT_THROW(dequantize_row(GgmlType::kQ8_0, blk.data(), out.data(), 31), ConfigError);
-  EXPECT_THROW(dequantize_row(GgmlType::kQ3_K, blk.data(), out.data(), 256), UnsupportedError);
+  EXPECT_THROW(dequantize_row(GgmlType::kQ2_K, blk.data(), out.data(), 256), UnsupportedError);
 }
 
 TEST(QuantFormat, Q4_0KnownBlock) {
@@ -143,6 +143,26 @@ TEST(QuantFormat, IQ4_XSKnownBlock) {
   EXPECT_EQ(y[17], 0.25f * -32 * 1);
 }
 
+TEST(QuantFormat, Q3_KKnownBlock) {
+  uint8_t b[110] = {};
+  put_f16(b + 108, 0.5f);
+  // sub-block 5 (elements 80..95): ls = 45 = 0b10'1101: low nibble in byte 5 (low half), high
+  // bits at bits 2..3 of byte 8 + 1; sub-block 13 (elements 208..223): ls = 33 = 0b10'0001: low
+  // nibble in byte 5 (high half), high bits at bits 6..7 of byte 8 + 1; all others ls = 0
+  b[96 + 5] = 13 | (1 << 4);
+  b[96 + 9] = (2 << 2) | (2 << 6);
+  b[32 + 16 + 3] = 3 << 4;  // element 83 (n 0, j 2, h 1, l 3): low bits 3 ...
+  b[16 + 3] = 1 << 2;       // ... and its hmask bit (set: no -4)
+  b[32 + 32 + 16 + 7] = 1 << 4;  // element 215 (n 1, j 2, h 1, l 7): low bits 1 ...
+  b[16 + 7] = 1 << 6;            // ... hmask bit 4 + 2
+  float y[256];
+  dequantize_row(GgmlType::kQ3_K, b, y, 256);
+  EXPECT_EQ(y[83], 0.5f * 13 * 3);
+  EXPECT_EQ(y[84], 0.5f * 13 * -4);
+  EXPECT_EQ(y[215], 0.5f * 1 * 1);
+  EXPECT_EQ(y[0], 0.5f * -32 * -4);
+}
+
 TEST(QuantFormat, Q4_KKnownBlock) {
   uint8_t b[144] = {};
   put_f16(b, 0.5f);       // d
@@ -211,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{GgmlType::kQ5_0, 0.08}, RoundTrip{GgmlType::kQ4_K, 0.15},
                       RoundTrip{GgmlType::kQ5_K, 0.08}, RoundTrip{GgmlType::kQ6_K, 0.05},
                       RoundTrip{GgmlType::kQ5_1, 0.06}, RoundTrip{GgmlType::kIQ4_NL, 0.12},
-                      RoundTrip{GgmlType::kIQ4_XS, 0.12}),
+                      RoundTrip{GgmlType::kIQ4_XS, 0.12}, RoundTrip{GgmlType::kQ3_K, 0.2}),
     [](const auto& info) { return std::string(weight_format(info.param.type).name); });
 
 class QuantLayout : public ::testing::TestWithParam<GgmlType> {};

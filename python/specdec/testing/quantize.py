@@ -1,10 +1,10 @@
 """Quantizing float weights into GGUF block formats, for test models.
 
 F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 use gguf-py's reference quantizers (llama.cpp's
-``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q4_K, Q5_K, Q6_K, IQ4_NL and
-IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest level (no
+``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
+and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest level (no
 iterative scale search): well-formed blocks whose values approximate the input, laid out exactly
-as ``dequantize_row_q{4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
+as ``dequantize_row_q{3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from gguf.quants import quantize as _gguf_quantize
 __all__ = ["WEIGHT_FORMATS", "block_size", "quantize", "storage_format"]
 
 # Every weight format the test models come in, by GGUF type name.
-WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-                  "Q6_K", "IQ4_NL", "IQ4_XS")
+WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q4_K",
+                  "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 _QK_K = 256
 
 
@@ -51,7 +51,8 @@ def quantize(x: np.ndarray, fmt: str) -> Tuple[np.ndarray, GGMLQuantizationType]
     if x.shape[-1] % block_size(fmt) != 0:
         raise ValueError(f"rows of {x.shape[-1]} elements cannot be stored as {fmt}: "
                          f"a multiple of {block_size(fmt)} is needed")
-    own = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
+    own = {"Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_NL": _iq4_nl,
+           "IQ4_XS": _iq4_xs}
     if fmt in own:
         packed = own[fmt](x.reshape(-1, block_size(fmt)))
         return packed.reshape(*x.shape[:-1], -1), qtype
@@ -177,6 +178,8 @@ def _iq4_xs(blocks: np.ndarray) -> np.ndarray:
 
 
 def _q3_k(blocks: np.ndarray) -> np.ndarray:
+    """Signed max-abs per 16-element sub-block (the largest -> -4), 6-bit signed sub-block scales
+    against one f16 scale; stored q + 4: 2 bits in qs, the third in hmask."""
     sub = blocks.reshape(-1, 16, 16)
     s = _signed_max(sub) / -4                              # q in [-4, 3]: the largest -> -4
     d = _f16(_signed_max(s) / -32)                         # 6-bit signed scales in [-32, 31]
