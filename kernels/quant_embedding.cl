@@ -69,6 +69,14 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
   const float d1 = d * (float)w[sc_off + rec * 256 + jj * 16 + lane];
   const float m1 = dmin * (float)w[sc_off + rec * 256 + (8 + jj) * 16 + lane];
   return d1 * (float)q - m1;
+#elif defined(WEIGHT_Q2_K)
+  const size_t rec = (size_t)g * (cols / 256) + j / 8;
+  const int jj = j % 8, n = jj / 4, jq = jj % 4, h = e / 16, l = e % 16;
+  const int qb = 32 * n + 16 * h + l;  // byte of qs in the block
+  const uchar q = w[off0 + rec * 1024 + ((qb / 4) * 16 + lane) * 4 + qb % 4];
+  const uchar sc = w[off1 + rec * 256 + (8 * n + 2 * jq + h) * 16 + lane];
+  const float d = f16_at(w + off2, rec * 32 + lane), dmin = f16_at(w + off2, rec * 32 + 16 + lane);
+  return (d * (float)(sc & 0xF)) * (float)((q >> (2 * jq)) & 3) - dmin * (float)(sc >> 4);
 #elif defined(WEIGHT_Q3_K)
   const size_t rec = (size_t)g * (cols / 256) + j / 8;
   const int jj = j % 8, n = jj / 4, jq = jj % 4, h = e / 16, l = e % 16;

@@ -109,6 +109,25 @@ void dequant_q45_k(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, 
   }
 }
 
+// Q2_K: as Q3_K's low bits (bits 2j of qs[32n + 16h + l]), per 16-element sub-block a 4-bit
+// scale and a 4-bit min in one byte: y = d * sc * q - dmin * m.
+void dequant_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* q = b + 16;
+  const float d = f16(b + 80), dmin = f16(b + 82);
+  int is = 0;
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t sc = b[is++];
+        const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 0; l < 16; ++l)
+          *y++ = dl * static_cast<float>((q[16 * h + l] >> (2 * j)) & 3) - ml;
+      }
+    }
+    q += 32;
+  }
+}
+
 // Q3_K: two 128-element halves n, each 4 groups j of two 16-element sub-blocks h; the 2 low bits
 // are bits 2j of qs[32n + 16h + l], the third (set = no offset of -4) bit 4n + j of hmask[16h + l].
 void dequant_q3_k(const uint8_t* b, float* y) {
@@ -191,6 +210,9 @@ void dequant_block(GgmlType type, const uint8_t* b, float* y) {
       break;
     case GgmlType::kIQ4_XS:
       dequant_iq4_xs(b, y);
+      break;
+    case GgmlType::kQ2_K:
+      dequant_q2_k(b, y);
       break;
     case GgmlType::kQ3_K:
       dequant_q3_k(b, y);

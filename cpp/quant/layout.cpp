@@ -37,6 +37,8 @@ std::vector<PlaneSpec> plane_specs(GgmlType type) {
       return {{"qs", 16 * R}, {"d", 2 * R}};
     case GgmlType::kIQ4_XS:  // records of 8 sub-blocks: per 32 elements as IQ4_NL's, plus scales
       return {{"qs", 128 * R}, {"sc", 8 * R}, {"d", 2 * R}};
+    case GgmlType::kQ2_K:
+      return {{"qs", 64 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
     case GgmlType::kQ3_K:
       return {{"qs", 64 * R}, {"hm", 32 * R}, {"sc", 16 * R}, {"d", 2 * R}};
     case GgmlType::kQ4_K:
@@ -228,6 +230,12 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       move(dm_rec + 2 * (R + lane), blk + 2, 2, to_record);  // dmin
       break;
     }
+    case GgmlType::kQ2_K:
+      move4(rec[0], blk + 16, 64, lane, to_record);  // qs
+      for (int s = 0; s < 16; ++s) move(rec[1] + s * R + lane, blk + s, 1, to_record);
+      move(rec[2] + 2 * lane, blk + 80, 2, to_record);        // d
+      move(rec[2] + 2 * (R + lane), blk + 82, 2, to_record);  // dmin
+      break;
     case GgmlType::kQ3_K:
       move4(rec[0], blk + 32, 64, lane, to_record);  // qs
       move4(rec[1], blk, 32, lane, to_record);       // hmask

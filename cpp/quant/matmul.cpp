@@ -145,6 +145,7 @@ Family family(GgmlType type) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
       return Family::kFloat;
+    case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:

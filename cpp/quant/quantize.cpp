@@ -214,6 +214,38 @@ void quant_q5_k(const float* x, uint8_t* b) {
   }
 }
 
+// Q2_K: min/max per 16-element sub-block (min clamped to <= 0), 4-bit scales and mins against
+// f16 d and dmin, stored q in 0..3.
+void quant_q2_k(const float* x, uint8_t* b) {
+  float scale[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float lo = 0.0f, hi = x[16 * s];
+    for (int l = 0; l < 16; ++l) {
+      lo = std::min(lo, x[16 * s + l]);
+      hi = std::max(hi, x[16 * s + l]);
+    }
+    scale[s] = std::max(0.0f, hi - lo) / 3.0f;
+    mins[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, mins[s]);
+  }
+  const float d = round_f16(max_scale / 15.0f), dmin = round_f16(max_min / 15.0f);
+  std::memset(b, 0, 80);
+  put_f16(b + 80, d);
+  put_f16(b + 82, dmin);
+  for (int s = 0; s < 16; ++s) {
+    const int ls = d > 0.0f ? std::clamp(nearest(scale[s] / d), 0, 15) : 0;
+    const int lm = dmin > 0.0f ? std::clamp(nearest(mins[s] / dmin), 0, 15) : 0;
+    b[s] = static_cast<uint8_t>(ls | (lm << 4));
+    const float dd = d * static_cast<float>(ls), dm = dmin * static_cast<float>(lm);
+    for (int i = 0; i < 16; ++i) {
+      const int e = 16 * s + i, n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16;
+      const int u = dd > 0.0f ? std::clamp(nearest((x[e] + dm) / dd), 0, 3) : 0;
+      b[16 + 32 * n + 16 * h + i] |= static_cast<uint8_t>(u << (2 * j));
+    }
+  }
+}
+
 // Q3_K: signed max-abs per 16-element sub-block (the largest -> -4), 6-bit signed scales against
 // one f16 scale (the largest -> -32), stored values q + 4 in 0..7.
 void quant_q3_k(const float* x, uint8_t* b) {
@@ -305,6 +337,9 @@ void quant_block(GgmlType type, const float* x, uint8_t* b) {
       break;
     case GgmlType::kIQ4_XS:
       quant_iq4_xs(x, b);
+      break;
+    case GgmlType::kQ2_K:
+      quant_q2_k(x, b);
       break;
     case GgmlType::kQ3_K:
       quant_q3_k(x, b);

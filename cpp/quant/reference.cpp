@@ -79,6 +79,19 @@ void decode_block_iq4_xs(const uint8_t* b, int32_t* q, RowInts& r) {
   }
 }
 
+// Q2_K: stored 2-bit integers; per 16-element sub-block d * sc (d) and dmin * m (m).
+void decode_block_q2_k(const uint8_t* b, int32_t* q, RowInts& r) {
+  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  for (int s = 0; s < 16; ++s) {
+    r.d.push_back(d * static_cast<float>(b[s] & 0xF));
+    r.m.push_back(dmin * static_cast<float>(b[s] >> 4));
+  }
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
+    q[e] = (b[16 + 32 * n + 16 * h + l] >> (2 * j)) & 3;
+  }
+}
+
 // Q3_K: stored 3-bit integers (value + 4), per 16-element sub-block d * (ls - 32).
 void decode_block_q3_k(const uint8_t* b, int32_t* q, RowInts& r) {
   const float d = f16_at(b + 108);
@@ -99,6 +112,10 @@ void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
   }
   if (type == GgmlType::kQ3_K) {
     decode_block_q3_k(b, q, r);
+    return;
+  }
+  if (type == GgmlType::kQ2_K) {
+    decode_block_q2_k(b, q, r);
     return;
   }
   if (type == GgmlType::kQ6_K) {
@@ -188,6 +205,14 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
         acc = std::fma(static_cast<float>(idot(q, x, 32)) * w.d[b], dx, acc);
         acc = std::fma(w.m[b], -xs, acc);
         break;
+      case GgmlType::kQ2_K: {
+        const float m0 = dx * static_cast<float>(sum0), m1 = dx * static_cast<float>(sum1);
+        acc = std::fma(static_cast<float>(idot(q, x, 16)) * w.d[2 * b], dx, acc);
+        acc = std::fma(w.m[2 * b], -m0, acc);
+        acc = std::fma(static_cast<float>(idot(q + 16, x + 16, 16)) * w.d[2 * b + 1], dx, acc);
+        acc = std::fma(w.m[2 * b + 1], -m1, acc);
+        break;
+      }
       case GgmlType::kQ3_K:
       case GgmlType::kQ6_K: {
         const int32_t off = type == GgmlType::kQ3_K ? 4 : 32;

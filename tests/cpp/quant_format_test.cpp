@@ -34,9 +34,9 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 TEST(QuantFormat, SupportedListAndErrors) {
-  EXPECT_EQ(supported_weight_types().size(), 14u);
+  EXPECT_EQ(supported_weight_types().size(), 15u);
   for (GgmlType t : supported_weight_types()) EXPECT_TRUE(is_weight_type_supported(t));
-  EXPECT_FALSE(is_weight_type_supported(GgmlType::kQ2_K));
+  EXPECT_FALSE(is_weight_type_supported(GgmlType::kIQ3_S));
   try {
     weight_format(GgmlType::kIQ2_XS);
     FAIL() << "expected UnsupportedError";
@@ -50,14 +50,14 @@ TEST(QuantFormat, SupportedListAndErrors) {
   EXPECT_EQ(parse_weight_type("IQ4_XS"), GgmlType::kIQ4_XS);
   EXPECT_EQ(row_bytes(GgmlType::kIQ4_XS, 512), 272);
   EXPECT_EQ(row_bytes(GgmlType::kQ5_1, 64), 48);
-  EXPECT_THROW(parse_weight_type("q2_K"), UnsupportedError);
+  EXPECT_THROW(parse_weight_type("iq2_xs"), UnsupportedError);
   EXPECT_THROW(row_bytes(GgmlType::kQ4_K, 100), ConfigError);
   EXPECT_EQ(row_bytes(GgmlType::kQ4_K, 512), 288);
   EXPECT_EQ(row_bytes(GgmlType::kBF16, 3), 6);
   std::vector<float> out(32);
   const std::vector<uint8_t> blk(34);
   EXPECT_THROW(dequantize_row(GgmlType::kQ8_0, blk.data(), out.data(), 31), ConfigError);
-  EXPECT_THROW(dequantize_row(GgmlType::kQ2_K, blk.data(), out.data(), 256), UnsupportedError);
+  EXPECT_THROW(dequantize_row(GgmlType::kIQ3_S, blk.data(), out.data(), 256), UnsupportedError);
 }
 
 TEST(QuantFormat, Q4_0KnownBlock) {
@@ -141,6 +141,22 @@ TEST(QuantFormat, IQ4_XSKnownBlock) {
   EXPECT_EQ(y[5 * 32 + 19], 0.25f * 14 * -127);
   EXPECT_EQ(y[1], 0.25f * -32 * -127);
   EXPECT_EQ(y[17], 0.25f * -32 * 1);
+}
+
+TEST(QuantFormat, Q2_KKnownBlock) {
+  uint8_t b[84] = {};
+  put_f16(b + 80, 0.5f);   // d
+  put_f16(b + 82, 0.25f);  // dmin
+  b[5] = 3 | (2 << 4);     // sub-block 5 (elements 80..95): scale 3, min 2
+  b[13] = 7 | (1 << 4);    // sub-block 13 (elements 208..223): scale 7, min 1
+  b[16 + 16 + 3] = 2 << 4;       // element 83 (n 0, j 2, h 1, l 3): q = 2
+  b[16 + 32 + 16 + 7] = 3 << 4;  // element 215 (n 1, j 2, h 1, l 7): q = 3
+  float y[256];
+  dequantize_row(GgmlType::kQ2_K, b, y, 256);
+  EXPECT_EQ(y[83], 0.5f * 3 * 2 - 0.25f * 2);
+  EXPECT_EQ(y[84], -0.25f * 2);
+  EXPECT_EQ(y[215], 0.5f * 7 * 3 - 0.25f * 1);
+  EXPECT_EQ(y[0], 0.0f);
 }
 
 TEST(QuantFormat, Q3_KKnownBlock) {
@@ -231,7 +247,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{GgmlType::kQ5_0, 0.08}, RoundTrip{GgmlType::kQ4_K, 0.15},
                       RoundTrip{GgmlType::kQ5_K, 0.08}, RoundTrip{GgmlType::kQ6_K, 0.05},
                       RoundTrip{GgmlType::kQ5_1, 0.06}, RoundTrip{GgmlType::kIQ4_NL, 0.12},
-                      RoundTrip{GgmlType::kIQ4_XS, 0.12}, RoundTrip{GgmlType::kQ3_K, 0.2}),
+                      RoundTrip{GgmlType::kIQ4_XS, 0.12}, RoundTrip{GgmlType::kQ3_K, 0.2},
+                      RoundTrip{GgmlType::kQ2_K, 0.4}),
     [](const auto& info) { return std::string(weight_format(info.param.type).name); });
 
 class QuantLayout : public ::testing::TestWithParam<GgmlType> {};
@@ -271,7 +288,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantLayout, ::testing::ValuesIn(supported_wei
 TEST(QuantLayout, BadShapes) {
   EXPECT_THROW(device_layout(GgmlType::kQ4_0, 0, 32), ConfigError);
   EXPECT_THROW(device_layout(GgmlType::kQ4_0, 4, 48), ConfigError);
-  EXPECT_THROW(device_layout(GgmlType::kQ2_K, 4, 256), UnsupportedError);
+  EXPECT_THROW(device_layout(GgmlType::kIQ2_XS, 4, 256), UnsupportedError);
   EXPECT_EQ(device_layout(GgmlType::kF32, 3, 5).total_bytes, 320);  // one group of 16 rows x 5
 }
 

@@ -258,9 +258,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul, ::testing::ValuesIn(supported_wei
 INSTANTIATE_TEST_SUITE_P(
     BlockFormats, QuantMatmulIntegerPaths,
     ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ3_K,
-                                         GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                                         GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
+                                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                                         GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                         GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                        ::testing::Values(QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
                                          QuantIsa::kAvx512vnni)),
     [](const auto& info) {

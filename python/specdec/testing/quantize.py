@@ -1,10 +1,10 @@
 """Quantizing float weights into GGUF block formats, for test models.
 
 F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 use gguf-py's reference quantizers (llama.cpp's
-``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
-and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest level (no
+``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_NL and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest level (no
 iterative scale search): well-formed blocks whose values approximate the input, laid out exactly
-as ``dequantize_row_q{3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
+as ``dequantize_row_q{2,3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from gguf.quants import quantize as _gguf_quantize
 __all__ = ["WEIGHT_FORMATS", "block_size", "quantize", "storage_format"]
 
 # Every weight format the test models come in, by GGUF type name.
-WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q4_K",
-                  "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
+WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
+                  "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 _QK_K = 256
 
 
@@ -51,7 +51,7 @@ def quantize(x: np.ndarray, fmt: str) -> Tuple[np.ndarray, GGMLQuantizationType]
     if x.shape[-1] % block_size(fmt) != 0:
         raise ValueError(f"rows of {x.shape[-1]} elements cannot be stored as {fmt}: "
                          f"a multiple of {block_size(fmt)} is needed")
-    own = {"Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_NL": _iq4_nl,
+    own = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_NL": _iq4_nl,
            "IQ4_XS": _iq4_xs}
     if fmt in own:
         packed = own[fmt](x.reshape(-1, block_size(fmt)))
@@ -203,3 +203,27 @@ def _q3_k(blocks: np.ndarray) -> np.ndarray:
         scales[:, 8 + i % 4] |= (ls[:, i] >> 4) << (2 * (i // 4))
     return np.concatenate([hm.reshape(-1, 32), qs.reshape(-1, 64), scales,
                            d.view(np.uint8).reshape(-1, 2)], axis=1)
+
+
+def _q2_k(blocks: np.ndarray) -> np.ndarray:
+    """Min/max per 16-element sub-block (min clamped to <= 0), 4-bit scales and mins against f16
+    d and dmin; q in 0..3 as 2-bit fields of qs (byte 32n + 16h + l, bits 2j)."""
+    sub = blocks.reshape(-1, 16, 16)
+    mn = np.minimum(sub.min(axis=-1), 0.0)
+    scale = (sub.max(axis=-1) - mn) / 3                    # [n, 16]
+    d = _f16(scale.max(axis=-1) / 15)
+    dmin = _f16((-mn).max(axis=-1) / 15)
+    d32, dmin32 = d.astype(np.float32), dmin.astype(np.float32)
+    sc = np.clip(np.rint(np.divide(scale, d32[:, None], out=np.zeros_like(scale),
+                                   where=d32[:, None] > 0)), 0, 15).astype(np.uint8)
+    m = np.clip(np.rint(np.divide(-mn, dmin32[:, None], out=np.zeros_like(mn),
+                                  where=dmin32[:, None] > 0)), 0, 15).astype(np.uint8)
+    step = d32[:, None] * sc
+    q = np.divide(sub + (dmin32[:, None] * m)[..., None], step[..., None],
+                  out=np.zeros_like(sub), where=step[..., None] > 0)
+    q = np.clip(np.rint(q), 0, 3).astype(np.uint8).reshape(-1, 2, 4, 2, 16)  # [blk, n, j, h, l]
+    qs = np.zeros((q.shape[0], 2, 2, 16), dtype=np.uint8)
+    for j in range(4):
+        qs |= q[:, :, j] << (2 * j)
+    return np.concatenate([sc | (m << 4), qs.reshape(-1, 64), d.view(np.uint8).reshape(-1, 2),
+                           dmin.view(np.uint8).reshape(-1, 2)], axis=1)
