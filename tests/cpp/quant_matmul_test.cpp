@@ -280,7 +280,7 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
                ConfigError);
   EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
   try {
-    upload_weight(ctx, GgmlType::kIQ4_NL, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
+    upload_weight(ctx, GgmlType::kIQ2_XS, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
     FAIL();
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
