@@ -41,7 +41,8 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
 #elif defined(WEIGHT_IQ4_NL)
   return f16_at(w + off1, rec * 16 + lane) * (float)kIq4Table[nib];
 #elif defined(WEIGHT_IQ4_XS)
-  const float dl = f16_at(w + off2, (rec / 8) * 16 + lane) * (float)((int)w[off1 + rec * 16 + lane] - 32);
+  const int ls = w[off1 + rec * 16 + lane];
+  const float dl = f16_at(w + off2, (rec / 8) * 16 + lane) * (float)(ls - 32);
   return dl * (float)kIq4Table[nib];
 #else
   const uint h = u32_at(w + off1, rec * 16 + lane);

@@ -176,8 +176,9 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
 #pragma unroll
         for (int t = 0; t < 8; ++t)
           e[t] = ((qs[8 * n + t] >> (2 * j)) & (uint16)(0x03030303u)) | bit_to_2(hm[t], 4 * n + j);
-        const float16 dsa = convert_float16(convert_int16(vload16(8 * n + 2 * j, scp)) - 32) * d;
-        const float16 dsb = convert_float16(convert_int16(vload16(8 * n + 2 * j + 1, scp)) - 32) * d;
+        const int16 lsa = convert_int16(vload16(8 * n + 2 * j, scp));
+        const int16 lsb = convert_int16(vload16(8 * n + 2 * j + 1, scp));
+        const float16 dsa = convert_float16(lsa - 32) * d, dsb = convert_float16(lsb - 32) * d;
         for (int i = 0; i < nr; ++i) {
           const size_t row = (size_t)(i0 + i);
           const act_rec r = xrec[row * nb + sb * 8 + 4 * n + j];

@@ -1,5 +1,6 @@
 // Weight formats that specdec runs: ggml's F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (block layouts: shared/reference/llamacpp.md §2, docs/quant.md).
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (block layouts: shared/reference/llamacpp.md §2,
+// docs/quant.md).
 #pragma once
 
 #include <cstdint>

@@ -19,8 +19,8 @@ namespace {
 // Largest NB compiled; n above it runs in chunks of kMaxRowsPerItem rows (second grid dimension).
 constexpr int kMaxRowsPerItem = 64;
 
-// One probe per x86 path: the builtins its DOT4 / WIDEN / DOT2 / IQ4 table lookup use (kernels/quant_common.clh),
-// compiled only where the device compiler's target has the features (else the program holds a
+// One probe per x86 path: the builtins its DOT4 / WIDEN / DOT2 / IQ4 table lookup use
+// (kernels/quant_common.clh), compiled only where the device compiler's target has the features (else the program holds a
 // kernel `absent` instead of `probe`), so that no failed build prints errors.
 const char* probe_source(QuantIsa isa) {
   switch (isa) {

@@ -1,8 +1,9 @@
 // Reference quantizers (declared in quant/dequantize.h). Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 follow
 // ggml's quantize_row_*_ref; IQ4_NL / IQ4_XS take the signed max-abs scale (the largest value
 // maps to the table's -127; IQ4_XS: 6-bit sub-block scales against one f16 scale) and the nearest
-// table value, without ggml's scale search; the K-quants use plain min/max (Q4_K, Q5_K) or max-abs (Q6_K) scales per
-// sub-block, quantised to 6 or 8 bits against one super-block scale, then round to nearest.
+// table value, without ggml's scale search; the K-quants use plain min/max (Q2_K, Q4_K, Q5_K) or
+// max-abs (Q3_K, Q6_K) scales per sub-block, quantised to 4, 6 or 8 bits against one super-block
+// scale, then round to nearest.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

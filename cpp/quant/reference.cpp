@@ -17,7 +17,8 @@ float f16_at(const uint8_t* p) {
 }
 
 // One weight row as the kernels see it: the stored integer of every element (unsigned, before
-// the format's offset; signed for Q8_0, IQ4_NL and IQ4_XS: the table value) and per scale unit the float factors the kernels use.
+// the format's offset; signed for Q8_0, IQ4_NL and IQ4_XS: the table value) and per scale unit the
+// float factors the kernels use.
 struct RowInts {
   std::vector<int32_t> q;  // [cols]
   std::vector<float> d;    // per unit: d (Q-32 formats), d * sc (K formats)

@@ -110,7 +110,8 @@ TEST(QuantFormat, Q5_1KnownBlock) {
 }
 
 // ggml's kvalues_iq4nl, written out here independently of quant/dequantize.h.
-constexpr float kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr float kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
 
 TEST(QuantFormat, IQ4_NLKnownBlock) {
   uint8_t b[18];

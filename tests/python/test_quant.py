@@ -75,8 +75,8 @@ def test_dequantize_matches_gguf_on_real_tensors(model, real_model):
     assert seen <= set(quant.supported_weight_types())
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K",
-                                 "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+                                 "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"])
 def test_quantize_layout_matches_gguf(fmt):
     """Blocks written by specdec's quantizer read back the same through gguf's dequantizer."""
     rng = np.random.default_rng(1)

@@ -2,9 +2,10 @@
 
 F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 use gguf-py's reference quantizers (llama.cpp's
 ``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-IQ4_NL and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest level (no
-iterative scale search): well-formed blocks whose values approximate the input, laid out exactly
-as ``dequantize_row_q{2,3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
+IQ4_NL and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest
+level (no iterative scale search): well-formed blocks whose values approximate the input, laid
+out exactly as ``dequantize_row_q{2,3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them
+(ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def quantize(x: np.ndarray, fmt: str) -> Tuple[np.ndarray, GGMLQuantizationType]
     if x.shape[-1] % block_size(fmt) != 0:
         raise ValueError(f"rows of {x.shape[-1]} elements cannot be stored as {fmt}: "
                          f"a multiple of {block_size(fmt)} is needed")
-    own = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_NL": _iq4_nl,
-           "IQ4_XS": _iq4_xs}
+    own = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+           "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
     if fmt in own:
         packed = own[fmt](x.reshape(-1, block_size(fmt)))
         return packed.reshape(*x.shape[:-1], -1), qtype
