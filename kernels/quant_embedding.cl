@@ -24,8 +24,9 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
 #else
   return as_float((uint)(((global const ushort*)(w + off0))[at]) << 16);
 #endif
-#elif defined(WEIGHT_Q8_0) || defined(WEIGHT_Q4_0) || defined(WEIGHT_Q4_1) || defined(WEIGHT_Q5_0)
-  const size_t rec = (size_t)g * (cols / 32) + j;
+#elif defined(WEIGHT_Q8_0) || defined(WEIGHT_Q4_0) || defined(WEIGHT_Q4_1) || \
+    defined(WEIGHT_Q5_0) || defined(WEIGHT_Q5_1) || defined(WEIGHT_IQ4_NL) || defined(WEIGHT_IQ4_XS)
+  const size_t rec = (size_t)g * (cols / 32) + j;  // IQ4_XS: records per 32-element sub-block
 #if defined(WEIGHT_Q8_0)
   const char q = ((global const char*)(w + off0))[rec * 512 + ((e / 2) * 16 + lane) * 2 + e % 2];
   return (float)q * f16_at(w + off1, rec * 16 + lane);
@@ -37,10 +38,21 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
   return (float)(nib - 8) * f16_at(w + off1, rec * 16 + lane);
 #elif defined(WEIGHT_Q4_1)
   return (float)nib * f16_at(w + off1, rec * 32 + lane) + f16_at(w + off1, rec * 32 + 16 + lane);
+#elif defined(WEIGHT_IQ4_NL)
+  return f16_at(w + off1, rec * 16 + lane) * (float)kIq4Table[nib];
+#elif defined(WEIGHT_IQ4_XS)
+  const int ls = w[off1 + rec * 16 + lane];
+  const float dl = f16_at(w + off2, (rec / 8) * 16 + lane) * (float)(ls - 32);
+  return dl * (float)kIq4Table[nib];
 #else
   const uint h = u32_at(w + off1, rec * 16 + lane);
   const int bit = 8 * (e16 % 4) + (e < 16 ? 0 : 4) + e16 / 4;
-  return (float)((nib | (int)((h >> bit) & 1u) << 4) - 16) * f16_at(w + off2, rec * 16 + lane);
+  const int q5 = nib | (int)((h >> bit) & 1u) << 4;
+#if defined(WEIGHT_Q5_0)
+  return (float)(q5 - 16) * f16_at(w + off2, rec * 16 + lane);
+#else
+  return (float)q5 * f16_at(w + off2, rec * 32 + lane) + f16_at(w + off2, rec * 32 + 16 + lane);
+#endif
 #endif
 #endif
 #elif defined(WEIGHT_Q4_K) || defined(WEIGHT_Q5_K)
@@ -58,6 +70,23 @@ inline float element(global const uchar* w, ulong off0, ulong off1, ulong off2, 
   const float d1 = d * (float)w[sc_off + rec * 256 + jj * 16 + lane];
   const float m1 = dmin * (float)w[sc_off + rec * 256 + (8 + jj) * 16 + lane];
   return d1 * (float)q - m1;
+#elif defined(WEIGHT_Q2_K)
+  const size_t rec = (size_t)g * (cols / 256) + j / 8;
+  const int jj = j % 8, n = jj / 4, jq = jj % 4, h = e / 16, l = e % 16;
+  const int qb = 32 * n + 16 * h + l;  // byte of qs in the block
+  const uchar q = w[off0 + rec * 1024 + ((qb / 4) * 16 + lane) * 4 + qb % 4];
+  const uchar sc = w[off1 + rec * 256 + (8 * n + 2 * jq + h) * 16 + lane];
+  const float d = f16_at(w + off2, rec * 32 + lane), dmin = f16_at(w + off2, rec * 32 + 16 + lane);
+  return (d * (float)(sc & 0xF)) * (float)((q >> (2 * jq)) & 3) - dmin * (float)(sc >> 4);
+#elif defined(WEIGHT_Q3_K)
+  const size_t rec = (size_t)g * (cols / 256) + j / 8;
+  const int jj = j % 8, n = jj / 4, jq = jj % 4, h = e / 16, l = e % 16;
+  const int qb = 32 * n + 16 * h + l, hb = 16 * h + l;  // bytes of qs and hmask in the block
+  const uchar q = w[off0 + rec * 1024 + ((qb / 4) * 16 + lane) * 4 + qb % 4];
+  const uchar hm = w[off1 + rec * 512 + ((hb / 4) * 16 + lane) * 4 + hb % 4];
+  const int v = (((q >> (2 * jq)) & 3) | (((hm >> (4 * n + jq)) & 1) << 2)) - 4;
+  const int ls = w[off2 + rec * 256 + (8 * n + 2 * jq + h) * 16 + lane];
+  return (f16_at(w + off3, rec * 16 + lane) * (float)(ls - 32)) * (float)v;
 #elif defined(WEIGHT_Q6_K)
   const size_t rec = (size_t)g * (cols / 256) + j / 8;
   const int jg = j % 8, h = jg / 4, m = jg % 4, t = e / 4, s = e % 4;

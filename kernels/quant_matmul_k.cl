@@ -1,4 +1,4 @@
-// y = x . W^T for the 256-element K-quant formats Q4_K, Q5_K, Q6_K (-DWEIGHT_Q4_K, ...), weights
+// y = x . W^T for the 256-element K-quant formats Q2_K .. Q6_K (-DWEIGHT_Q4_K, ...), weights
 // in the 16-row interleaved layout of cpp/quant/layout.cpp (6-bit scales unpacked to bytes),
 // activations quantised per 32-block by quant_activation.cl. -DNB: activation rows per work-item.
 // One work-item = one group of 16 output rows x up to NB activation rows.
@@ -8,6 +8,9 @@
 //     acc = fma((float)s_j * (d * sc_j), d_x, acc); acc = fma(dmin * m_j, -(d_x * sum(xq)), acc)
 //   Q6_K, 32-element groups (activation block), each two 16-element sub-blocks a, b:
 //     acc = fma((float)(s_a - 32 * sum_a(xq)) * (d * sc_a), d_x, acc); then the same for b
+//   Q3_K, as Q6_K with offset 4 and d * (ls - 32) per 16-element sub-block
+//   Q2_K, 16-element sub-blocks a, b per activation block, each:
+//     acc = fma((float)s_a * (d * sc_a), d_x, acc); acc = fma(dmin * m_a, -(d_x * sum_a(xq)), acc)
 // where s = the exact integer dot of the stored unsigned weight integers with the int8 activations.
 #include "quant_common.clh"
 
@@ -16,6 +19,12 @@
 inline uint16 bit_to_4(uint16 h, int j) {
   const uint16 m = (uint16)(0x10101010u);
   return j <= 4 ? (h << (4 - j)) & m : (h >> (j - 4)) & m;
+}
+
+// Bit b of every byte of h, moved to bit 2 (Q3_K's third bits); b is a constant after unrolling.
+inline uint16 bit_to_2(uint16 h, int b) {
+  const uint16 m = (uint16)(0x04040404u);
+  return b <= 2 ? (h << (2 - b)) & m : (h >> (b - 2)) & m;
 }
 
 // Bits 2m, 2m + 1 of every byte of h, moved to bits 4, 5 (Q6_K's high bits).
@@ -149,8 +158,86 @@ kernel void matmul_k(global const uchar* wbuf, ulong off0, ulong off1, ulong off
         }
       }
     }
+#elif defined(WEIGHT_Q3_K)
+    global const uint16* qs = (global const uint16*)(wbuf + off0) + rec * 16;
+    global const uint16* hm = (global const uint16*)(wbuf + off1) + rec * 8;
+    global const uchar* scp = wbuf + off2 + rec * 256;
+    const float16 d = vload_half16(rec, (global const half*)(wbuf + off3));
+    PREFETCH(qs + AHEAD(1024) * 16, 1024);
+    PREFETCH(hm + AHEAD(1024) * 8, 512);
+    PREFETCH(scp + AHEAD(1024) * 256, 256);
+    // activation block (n, j) = elements 128n + 32j ..: vectors t < 4 hold the 16 elements of
+    // sub-block 8n + 2j (qs bytes 32n + l), t >= 4 those of 8n + 2j + 1 (bytes 32n + 16 + l)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint16 e[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+          e[t] = ((qs[8 * n + t] >> (2 * j)) & (uint16)(0x03030303u)) | bit_to_2(hm[t], 4 * n + j);
+        const int16 lsa = convert_int16(vload16(8 * n + 2 * j, scp));
+        const int16 lsb = convert_int16(vload16(8 * n + 2 * j + 1, scp));
+        const float16 dsa = convert_float16(lsa - 32) * d, dsb = convert_float16(lsb - 32) * d;
+        for (int i = 0; i < nr; ++i) {
+          const size_t row = (size_t)(i0 + i);
+          const act_rec r = xrec[row * nb + sb * 8 + 4 * n + j];
+          global const int* xp =
+              (global const int*)(xq + row * cols + (size_t)sb * 256 + 128 * n + 32 * j);
+          // values <= 7: 4 pair sums of 2 * 7 * 127 fit in 16 bits
+          const int16 sa = WIDEN(DOT4(e[0], xp[0]) + DOT4(e[1], xp[1]) + DOT4(e[2], xp[2]) +
+                                 DOT4(e[3], xp[3])) - 4 * as_int(r.s2);
+          const int16 sb2 = WIDEN(DOT4(e[4], xp[4]) + DOT4(e[5], xp[5]) + DOT4(e[6], xp[6]) +
+                                  DOT4(e[7], xp[7])) - 4 * as_int(r.s3);
+          float16 a = acc[i];
+          a = fma(convert_float16(sa) * dsa, (float16)(r.s0), a);
+          a = fma(convert_float16(sb2) * dsb, (float16)(r.s0), a);
+          acc[i] = a;
+        }
+      }
+    }
+#elif defined(WEIGHT_Q2_K)
+    global const uint16* qs = (global const uint16*)(wbuf + off0) + rec * 16;
+    global const uchar* scp = wbuf + off1 + rec * 256;
+    const float16 d = vload_half16(2 * rec, (global const half*)(wbuf + off2));
+    const float16 dmin = vload_half16(2 * rec + 1, (global const half*)(wbuf + off2));
+    PREFETCH(qs + AHEAD(1024) * 16, 1024);
+    PREFETCH(scp + AHEAD(1024) * 256, 256);
+    // the elements of activation block (n, j) as Q3_K's (low bits only)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint16 e[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) e[t] = (qs[8 * n + t] >> (2 * j)) & (uint16)(0x03030303u);
+        const uchar16 sca = vload16(8 * n + 2 * j, scp), scb = vload16(8 * n + 2 * j + 1, scp);
+        const float16 dsa = convert_float16(sca & (uchar)0xF) * d;
+        const float16 dsb = convert_float16(scb & (uchar)0xF) * d;
+        const float16 dma = convert_float16(sca >> (uchar)4) * dmin;
+        const float16 dmb = convert_float16(scb >> (uchar)4) * dmin;
+        for (int i = 0; i < nr; ++i) {
+          const size_t row = (size_t)(i0 + i);
+          const act_rec r = xrec[row * nb + sb * 8 + 4 * n + j];
+          global const int* xp =
+              (global const int*)(xq + row * cols + (size_t)sb * 256 + 128 * n + 32 * j);
+          // values <= 3: 4 pair sums of 2 * 3 * 127 fit in 16 bits
+          const int16 sa = WIDEN(DOT4(e[0], xp[0]) + DOT4(e[1], xp[1]) + DOT4(e[2], xp[2]) +
+                                 DOT4(e[3], xp[3]));
+          const int16 sb2 = WIDEN(DOT4(e[4], xp[4]) + DOT4(e[5], xp[5]) + DOT4(e[6], xp[6]) +
+                                  DOT4(e[7], xp[7]));
+          const float ma = r.s0 * (float)as_int(r.s2), mb = r.s0 * (float)as_int(r.s3);
+          float16 a = acc[i];
+          a = fma(convert_float16(sa) * dsa, (float16)(r.s0), a);
+          a = fma(dma, (float16)(-ma), a);
+          a = fma(convert_float16(sb2) * dsb, (float16)(r.s0), a);
+          a = fma(dmb, (float16)(-mb), a);
+          acc[i] = a;
+        }
+      }
+    }
 #else
-#error "define WEIGHT_Q4_K, WEIGHT_Q5_K or WEIGHT_Q6_K"
+#error "define WEIGHT_Q2_K, WEIGHT_Q3_K, WEIGHT_Q4_K, WEIGHT_Q5_K or WEIGHT_Q6_K"
 #endif
   }
   for (int i = 0; i < nr; ++i) store_rows(y + y_off + (size_t)(i0 + i) * ldy, acc[i], g * 16, rows);

@@ -12,8 +12,11 @@ const WeightFormat kFormats[] = {
     {GgmlType::kF32, "f32", 1, 4},       {GgmlType::kF16, "f16", 1, 2},
     {GgmlType::kBF16, "bf16", 1, 2},     {GgmlType::kQ8_0, "q8_0", 32, 34},
     {GgmlType::kQ4_0, "q4_0", 32, 18},   {GgmlType::kQ4_1, "q4_1", 32, 20},
-    {GgmlType::kQ5_0, "q5_0", 32, 22},   {GgmlType::kQ4_K, "q4_K", 256, 144},
-    {GgmlType::kQ5_K, "q5_K", 256, 176}, {GgmlType::kQ6_K, "q6_K", 256, 210},
+    {GgmlType::kQ5_0, "q5_0", 32, 22},   {GgmlType::kQ5_1, "q5_1", 32, 24},
+    {GgmlType::kQ2_K, "q2_K", 256, 84},  {GgmlType::kQ3_K, "q3_K", 256, 110},
+    {GgmlType::kQ4_K, "q4_K", 256, 144}, {GgmlType::kQ5_K, "q5_K", 256, 176},
+    {GgmlType::kQ6_K, "q6_K", 256, 210}, {GgmlType::kIQ4_NL, "iq4_nl", 32, 18},
+    {GgmlType::kIQ4_XS, "iq4_xs", 256, 136},
 };
 
 const WeightFormat* find_format(GgmlType type) {

@@ -1,5 +1,6 @@
-// Weight formats that specdec runs: ggml's F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
-// Q6_K (block layouts: shared/reference/llamacpp.md §2, docs/quant.md).
+// Weight formats that specdec runs: ggml's F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (block layouts: shared/reference/llamacpp.md §2,
+// docs/quant.md).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ bool is_weight_type_supported(GgmlType type);
 const WeightFormat& weight_format(GgmlType type);
 // "q4_K"; "type 17 (iq2_xs)" style text for types outside the supported list.
 std::string weight_type_name(GgmlType type);
-// "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_K, q5_K, q6_K".
+// "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs".
 std::string supported_weight_type_list();
 // The supported type named `name` (ggml's names, case-insensitive); UnsupportedError otherwise.
 GgmlType parse_weight_type(const std::string& name);

@@ -31,6 +31,16 @@ std::vector<PlaneSpec> plane_specs(GgmlType type) {
       return {{"qs", 16 * R}, {"dm", 4 * R}};
     case GgmlType::kQ5_0:
       return {{"qs", 16 * R}, {"qh", 4 * R}, {"d", 2 * R}};
+    case GgmlType::kQ5_1:
+      return {{"qs", 16 * R}, {"qh", 4 * R}, {"dm", 4 * R}};
+    case GgmlType::kIQ4_NL:
+      return {{"qs", 16 * R}, {"d", 2 * R}};
+    case GgmlType::kIQ4_XS:  // records of 8 sub-blocks: per 32 elements as IQ4_NL's, plus scales
+      return {{"qs", 128 * R}, {"sc", 8 * R}, {"d", 2 * R}};
+    case GgmlType::kQ2_K:
+      return {{"qs", 64 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
+    case GgmlType::kQ3_K:
+      return {{"qs", 64 * R}, {"hm", 32 * R}, {"sc", 16 * R}, {"d", 2 * R}};
     case GgmlType::kQ4_K:
       return {{"qs", 128 * R}, {"sc", 16 * R}, {"dm", 4 * R}};
     case GgmlType::kQ5_K:
@@ -131,6 +141,37 @@ void move_k4_scales(uint8_t* sc_rec, uint8_t* packed, int lane, bool to_record) 
   }
 }
 
+// IQ4_XS: the eight 6-bit sub-block scales as bytes, [ib][lane].
+void move_iq4_xs_scales(uint8_t* sc_rec, uint8_t* blk, int lane, bool to_record) {
+  if (to_record) {
+    uint16_t scales_h;
+    std::memcpy(&scales_h, blk + 2, 2);
+    for (int ib = 0; ib < 8; ++ib)
+      sc_rec[ib * R + lane] = static_cast<uint8_t>(iq4_xs_scale(ib, scales_h, blk + 4));
+    return;
+  }
+  uint16_t scales_h = 0;
+  std::memset(blk + 4, 0, 4);
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t ls = sc_rec[ib * R + lane];
+    blk[4 + ib / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (ib % 2)));
+    scales_h |= static_cast<uint16_t>(((ls >> 4) & 3) << (2 * ib));
+  }
+  std::memcpy(blk + 2, &scales_h, 2);
+}
+
+// Q3_K: the sixteen 6-bit sub-block scales as bytes, [i][lane].
+void move_q3_k_scales(uint8_t* sc_rec, uint8_t* packed, int lane, bool to_record) {
+  uint8_t ls[16];
+  if (to_record) {
+    q3_k_scales(packed, ls);
+    for (int i = 0; i < 16; ++i) sc_rec[i * R + lane] = ls[i];
+  } else {
+    for (int i = 0; i < 16; ++i) ls[i] = sc_rec[i * R + lane];
+    pack_q3_k_scales(ls, packed);
+  }
+}
+
 // Moves one ggml block of a 32-element format (row `lane` of its group) to or from its records.
 void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool to_record) {
   switch (type) {
@@ -151,6 +192,16 @@ void move_block_32(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, b
       move4(rec[0], blk + 6, 16, lane, to_record);
       move_q5_0_bits(rec[1], blk + 2, lane, to_record);
       move(rec[2] + 2 * lane, blk, 2, to_record);
+      break;
+    case GgmlType::kQ5_1:
+      move4(rec[0], blk + 8, 16, lane, to_record);
+      move_q5_0_bits(rec[1], blk + 4, lane, to_record);
+      move(rec[2] + 2 * lane, blk, 2, to_record);            // d
+      move(rec[2] + 2 * (R + lane), blk + 2, 2, to_record);  // m
+      break;
+    case GgmlType::kIQ4_NL:
+      move4(rec[0], blk + 2, 16, lane, to_record);
+      move(rec[1] + 2 * lane, blk, 2, to_record);
       break;
     default:
       break;
@@ -179,6 +230,23 @@ void move_block(GgmlType type, uint8_t* blk, uint8_t* const* rec, int lane, bool
       move(dm_rec + 2 * (R + lane), blk + 2, 2, to_record);  // dmin
       break;
     }
+    case GgmlType::kQ2_K:
+      move4(rec[0], blk + 16, 64, lane, to_record);  // qs
+      for (int s = 0; s < 16; ++s) move(rec[1] + s * R + lane, blk + s, 1, to_record);
+      move(rec[2] + 2 * lane, blk + 80, 2, to_record);        // d
+      move(rec[2] + 2 * (R + lane), blk + 82, 2, to_record);  // dmin
+      break;
+    case GgmlType::kQ3_K:
+      move4(rec[0], blk + 32, 64, lane, to_record);  // qs
+      move4(rec[1], blk, 32, lane, to_record);       // hmask
+      move_q3_k_scales(rec[2], blk + 96, lane, to_record);
+      move(rec[3] + 2 * lane, blk + 108, 2, to_record);
+      break;
+    case GgmlType::kIQ4_XS:
+      move4(rec[0], blk + 8, 128, lane, to_record);
+      move_iq4_xs_scales(rec[1], blk, lane, to_record);
+      move(rec[2] + 2 * lane, blk, 2, to_record);
+      break;
     case GgmlType::kQ6_K:
       move4(rec[0], blk, 128, lane, to_record);       // ql
       move4(rec[1], blk + 128, 64, lane, to_record);  // qh

@@ -19,8 +19,8 @@ namespace {
 // Largest NB compiled; n above it runs in chunks of kMaxRowsPerItem rows (second grid dimension).
 constexpr int kMaxRowsPerItem = 64;
 
-// One probe per x86 path: the builtins its DOT4 / WIDEN / DOT2 use (kernels/quant_common.clh),
-// compiled only where the device compiler's target has the features (else the program holds a
+// One probe per x86 path: the builtins its DOT4 / WIDEN / DOT2 / IQ4 table lookup use
+// (kernels/quant_common.clh), compiled only where the device compiler's target has the features (else the program holds a
 // kernel `absent` instead of `probe`), so that no failed build prints errors.
 const char* probe_source(QuantIsa isa) {
   switch (isa) {
@@ -28,8 +28,9 @@ const char* probe_source(QuantIsa isa) {
       return R"(
 #ifdef __AVX2__
 typedef char c32 __attribute__((ext_vector_type(32)));
-kernel void probe(global const c32* a, global const short16* b, global int8* out) {
+kernel void probe(global c32* a, global const short16* b, global int8* out) {
   out[0] = __builtin_ia32_pmaddwd256(__builtin_ia32_pmaddubsw256(a[0], a[1]), b[0]);
+  a[2] = __builtin_ia32_pshufb256(a[0], a[1]);
 }
 #else
 kernel void absent(global int* out) { out[0] = 0; }
@@ -41,8 +42,9 @@ kernel void absent(global int* out) { out[0] = 0; }
 typedef char c32 __attribute__((ext_vector_type(32)));
 typedef char c64 __attribute__((ext_vector_type(64)));
 typedef short s32 __attribute__((ext_vector_type(32)));
-kernel void probe(global const c64* a, global const c32* c, global s32* b, global int16* out) {
+kernel void probe(global c64* a, global const c32* c, global s32* b, global int16* out) {
   b[0] = __builtin_ia32_pmaddubsw512(a[0], a[1]);
+  a[2] = __builtin_ia32_pshufb512(a[0], a[1]);
   out[0] = __builtin_ia32_pmaddwd512(b[1], __builtin_convertvector(c[0], s32));
 }
 #else
@@ -143,6 +145,8 @@ Family family(GgmlType type) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
       return Family::kFloat;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:

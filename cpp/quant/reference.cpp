@@ -17,7 +17,8 @@ float f16_at(const uint8_t* p) {
 }
 
 // One weight row as the kernels see it: the stored integer of every element (unsigned, before
-// the format's offset; signed for Q8_0) and per scale unit the float factors the kernels use.
+// the format's offset; signed for Q8_0, IQ4_NL and IQ4_XS: the table value) and per scale unit the
+// float factors the kernels use.
 struct RowInts {
   std::vector<int32_t> q;  // [cols]
   std::vector<float> d;    // per unit: d (Q-32 formats), d * sc (K formats)
@@ -40,22 +41,84 @@ void decode_block_32(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
       if (type == GgmlType::kQ4_1) r.m.push_back(f16_at(b + 2));
       break;
     }
-    case GgmlType::kQ5_0: {
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      const int at = type == GgmlType::kQ5_0 ? 2 : 4;  // qh, then qs
       uint32_t qh;
-      std::memcpy(&qh, b + 2, 4);
+      std::memcpy(&qh, b + at, 4);
       for (int j = 0; j < 16; ++j) {
-        q[j] = (b[6 + j] & 0xF) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
-        q[j + 16] = (b[6 + j] >> 4) | static_cast<int32_t>(((qh >> (j + 16)) & 1u) << 4);
+        q[j] = (b[at + 4 + j] & 0xF) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
+        q[j + 16] = (b[at + 4 + j] >> 4) | static_cast<int32_t>(((qh >> (j + 16)) & 1u) << 4);
       }
+      if (type == GgmlType::kQ5_1) r.m.push_back(f16_at(b + 2));
       break;
     }
+    case GgmlType::kIQ4_NL:
+      for (int j = 0; j < 16; ++j) {
+        q[j] = kIq4Values[b[2 + j] & 0xF];
+        q[j + 16] = kIq4Values[b[2 + j] >> 4];
+      }
+      break;
     default:
       break;
   }
   r.d.push_back(f16_at(b));
 }
 
+// IQ4_XS: table values, per 32-element sub-block d * (ls - 32).
+void decode_block_iq4_xs(const uint8_t* b, int32_t* q, RowInts& r) {
+  const float d = f16_at(b);
+  uint16_t scales_h;
+  std::memcpy(&scales_h, b + 2, 2);
+  for (int ib = 0; ib < 8; ++ib) {
+    r.d.push_back(d * static_cast<float>(iq4_xs_scale(ib, scales_h, b + 4) - 32));
+    const uint8_t* qs = b + 8 + 16 * ib;
+    for (int j = 0; j < 16; ++j) {
+      q[32 * ib + j] = kIq4Values[qs[j] & 0xF];
+      q[32 * ib + j + 16] = kIq4Values[qs[j] >> 4];
+    }
+  }
+}
+
+// Q2_K: stored 2-bit integers; per 16-element sub-block d * sc (d) and dmin * m (m).
+void decode_block_q2_k(const uint8_t* b, int32_t* q, RowInts& r) {
+  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  for (int s = 0; s < 16; ++s) {
+    r.d.push_back(d * static_cast<float>(b[s] & 0xF));
+    r.m.push_back(dmin * static_cast<float>(b[s] >> 4));
+  }
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
+    q[e] = (b[16 + 32 * n + 16 * h + l] >> (2 * j)) & 3;
+  }
+}
+
+// Q3_K: stored 3-bit integers (value + 4), per 16-element sub-block d * (ls - 32).
+void decode_block_q3_k(const uint8_t* b, int32_t* q, RowInts& r) {
+  const float d = f16_at(b + 108);
+  uint8_t ls[16];
+  q3_k_scales(b + 96, ls);
+  for (int s = 0; s < 16; ++s) r.d.push_back(d * static_cast<float>(ls[s] - 32));
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
+    q[e] = ((b[32 + 32 * n + 16 * h + l] >> (2 * j)) & 3) |
+           (((b[16 * h + l] >> (4 * n + j)) & 1) << 2);
+  }
+}
+
 void decode_block_k(GgmlType type, const uint8_t* b, int32_t* q, RowInts& r) {
+  if (type == GgmlType::kIQ4_XS) {
+    decode_block_iq4_xs(b, q, r);
+    return;
+  }
+  if (type == GgmlType::kQ3_K) {
+    decode_block_q3_k(b, q, r);
+    return;
+  }
+  if (type == GgmlType::kQ2_K) {
+    decode_block_q2_k(b, q, r);
+    return;
+  }
   if (type == GgmlType::kQ6_K) {
     const float d = f16_at(b + 208);
     for (int s = 0; s < 16; ++s)
@@ -125,13 +188,16 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
     switch (type) {
       case GgmlType::kQ8_0:
       case GgmlType::kQ4_0:
-      case GgmlType::kQ5_0: {
+      case GgmlType::kQ5_0:
+      case GgmlType::kIQ4_NL:
+      case GgmlType::kIQ4_XS: {
         const int32_t off = type == GgmlType::kQ4_0 ? 8 : type == GgmlType::kQ5_0 ? 16 : 0;
         const int32_t s = idot(q, x, 32) - off * (sum0 + sum1);
         acc = std::fma(static_cast<float>(s) * w.d[b], dx, acc);
         break;
       }
       case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
         acc = std::fma(static_cast<float>(idot(q, x, 32)) * w.d[b], dx, acc);
         acc = std::fma(w.m[b], xs, acc);
         break;
@@ -140,8 +206,18 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
         acc = std::fma(static_cast<float>(idot(q, x, 32)) * w.d[b], dx, acc);
         acc = std::fma(w.m[b], -xs, acc);
         break;
+      case GgmlType::kQ2_K: {
+        const float m0 = dx * static_cast<float>(sum0), m1 = dx * static_cast<float>(sum1);
+        acc = std::fma(static_cast<float>(idot(q, x, 16)) * w.d[2 * b], dx, acc);
+        acc = std::fma(w.m[2 * b], -m0, acc);
+        acc = std::fma(static_cast<float>(idot(q + 16, x + 16, 16)) * w.d[2 * b + 1], dx, acc);
+        acc = std::fma(w.m[2 * b + 1], -m1, acc);
+        break;
+      }
+      case GgmlType::kQ3_K:
       case GgmlType::kQ6_K: {
-        const int32_t sa = idot(q, x, 16) - 32 * sum0, sb = idot(q + 16, x + 16, 16) - 32 * sum1;
+        const int32_t off = type == GgmlType::kQ3_K ? 4 : 32;
+        const int32_t sa = idot(q, x, 16) - off * sum0, sb = idot(q + 16, x + 16, 16) - off * sum1;
         acc = std::fma(static_cast<float>(sa) * w.d[2 * b], dx, acc);
         acc = std::fma(static_cast<float>(sb) * w.d[2 * b + 1], dx, acc);
         break;

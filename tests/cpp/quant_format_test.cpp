@@ -34,9 +34,9 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 TEST(QuantFormat, SupportedListAndErrors) {
-  EXPECT_EQ(supported_weight_types().size(), 10u);
+  EXPECT_EQ(supported_weight_types().size(), 15u);
   for (GgmlType t : supported_weight_types()) EXPECT_TRUE(is_weight_type_supported(t));
-  EXPECT_FALSE(is_weight_type_supported(GgmlType::kQ2_K));
+  EXPECT_FALSE(is_weight_type_supported(GgmlType::kIQ3_S));
   try {
     weight_format(GgmlType::kIQ2_XS);
     FAIL() << "expected UnsupportedError";
@@ -47,14 +47,17 @@ TEST(QuantFormat, SupportedListAndErrors) {
     EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
   }
   EXPECT_EQ(parse_weight_type("Q6_K"), GgmlType::kQ6_K);
-  EXPECT_THROW(parse_weight_type("q3_K"), UnsupportedError);
+  EXPECT_EQ(parse_weight_type("IQ4_XS"), GgmlType::kIQ4_XS);
+  EXPECT_EQ(row_bytes(GgmlType::kIQ4_XS, 512), 272);
+  EXPECT_EQ(row_bytes(GgmlType::kQ5_1, 64), 48);
+  EXPECT_THROW(parse_weight_type("iq2_xs"), UnsupportedError);
   EXPECT_THROW(row_bytes(GgmlType::kQ4_K, 100), ConfigError);
   EXPECT_EQ(row_bytes(GgmlType::kQ4_K, 512), 288);
   EXPECT_EQ(row_bytes(GgmlType::kBF16, 3), 6);
   std::vector<float> out(32);
   const std::vector<uint8_t> blk(34);
   EXPECT_THROW(dequantize_row(GgmlType::kQ8_0, blk.data(), out.data(), 31), ConfigError);
-  EXPECT_THROW(dequantize_row(GgmlType::kQ3_K, blk.data(), out.data(), 256), UnsupportedError);
+  EXPECT_THROW(dequantize_row(GgmlType::kIQ3_S, blk.data(), out.data(), 256), UnsupportedError);
 }
 
 TEST(QuantFormat, Q4_0KnownBlock) {
@@ -89,6 +92,92 @@ TEST(QuantFormat, Q5_0AndQ4_1KnownBlocks) {
   dequantize_row(GgmlType::kQ4_1, c, y, 32);
   EXPECT_EQ(y[5], 0.25f * 5 - 1.0f);
   EXPECT_EQ(y[21], -1.0f);
+}
+
+TEST(QuantFormat, Q5_1KnownBlock) {
+  uint8_t b[24] = {};
+  put_f16(b, 0.5f);
+  put_f16(b + 2, -1.0f);
+  const uint32_t qh = 0x80000001u;  // fifth bit of elements 0 and 31
+  std::memcpy(b + 4, &qh, 4);
+  for (int j = 0; j < 16; ++j) b[8 + j] = 0x3 | (0x5 << 4);
+  float y[32];
+  dequantize_row(GgmlType::kQ5_1, b, y, 32);
+  EXPECT_EQ(y[0], 0.5f * (3 + 16) - 1.0f);
+  EXPECT_EQ(y[1], 0.5f * 3 - 1.0f);
+  EXPECT_EQ(y[16], 0.5f * 5 - 1.0f);
+  EXPECT_EQ(y[31], 0.5f * (5 + 16) - 1.0f);
+}
+
+// ggml's kvalues_iq4nl, written out here independently of quant/dequantize.h.
+constexpr float kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
+
+TEST(QuantFormat, IQ4_NLKnownBlock) {
+  uint8_t b[18];
+  put_f16(b, 0.5f);
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(GgmlType::kIQ4_NL, b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * kIq4[j]);
+    EXPECT_EQ(y[j + 16], 0.5f * kIq4[15 - j]);
+  }
+  EXPECT_EQ(y[0], -63.5f);
+}
+
+TEST(QuantFormat, IQ4_XSKnownBlock) {
+  uint8_t b[136] = {};
+  put_f16(b, 0.25f);
+  // sub-block 5: ls = 46 (0b101110): low nibble 14 in the high half of scales_l[2], high bits
+  // 0b10 at bits 10..11 of scales_h; every other sub-block has ls = 0, i.e. d * -32
+  b[4 + 2] = 14 << 4;
+  const uint16_t scales_h = 2 << 10;
+  std::memcpy(b + 2, &scales_h, 2);
+  b[8 + 16 * 5 + 3] = 0x0F;  // element 5 * 32 + 3: index 15; element 5 * 32 + 19: index 0
+  b[8 + 1] = 0x80;           // sub-block 0: element 1 index 0, element 17 index 8
+  float y[256];
+  dequantize_row(GgmlType::kIQ4_XS, b, y, 256);
+  EXPECT_EQ(y[5 * 32 + 3], 0.25f * 14 * 113);
+  EXPECT_EQ(y[5 * 32 + 19], 0.25f * 14 * -127);
+  EXPECT_EQ(y[1], 0.25f * -32 * -127);
+  EXPECT_EQ(y[17], 0.25f * -32 * 1);
+}
+
+TEST(QuantFormat, Q2_KKnownBlock) {
+  uint8_t b[84] = {};
+  put_f16(b + 80, 0.5f);   // d
+  put_f16(b + 82, 0.25f);  // dmin
+  b[5] = 3 | (2 << 4);     // sub-block 5 (elements 80..95): scale 3, min 2
+  b[13] = 7 | (1 << 4);    // sub-block 13 (elements 208..223): scale 7, min 1
+  b[16 + 16 + 3] = 2 << 4;       // element 83 (n 0, j 2, h 1, l 3): q = 2
+  b[16 + 32 + 16 + 7] = 3 << 4;  // element 215 (n 1, j 2, h 1, l 7): q = 3
+  float y[256];
+  dequantize_row(GgmlType::kQ2_K, b, y, 256);
+  EXPECT_EQ(y[83], 0.5f * 3 * 2 - 0.25f * 2);
+  EXPECT_EQ(y[84], -0.25f * 2);
+  EXPECT_EQ(y[215], 0.5f * 7 * 3 - 0.25f * 1);
+  EXPECT_EQ(y[0], 0.0f);
+}
+
+TEST(QuantFormat, Q3_KKnownBlock) {
+  uint8_t b[110] = {};
+  put_f16(b + 108, 0.5f);
+  // sub-block 5 (elements 80..95): ls = 45 = 0b10'1101: low nibble in byte 5 (low half), high
+  // bits at bits 2..3 of byte 8 + 1; sub-block 13 (elements 208..223): ls = 33 = 0b10'0001: low
+  // nibble in byte 5 (high half), high bits at bits 6..7 of byte 8 + 1; all others ls = 0
+  b[96 + 5] = 13 | (1 << 4);
+  b[96 + 9] = (2 << 2) | (2 << 6);
+  b[32 + 16 + 3] = 3 << 4;  // element 83 (n 0, j 2, h 1, l 3): low bits 3 ...
+  b[16 + 3] = 1 << 2;       // ... and its hmask bit (set: no -4)
+  b[32 + 32 + 16 + 7] = 1 << 4;  // element 215 (n 1, j 2, h 1, l 7): low bits 1 ...
+  b[16 + 7] = 1 << 6;            // ... hmask bit 4 + 2
+  float y[256];
+  dequantize_row(GgmlType::kQ3_K, b, y, 256);
+  EXPECT_EQ(y[83], 0.5f * 13 * 3);
+  EXPECT_EQ(y[84], 0.5f * 13 * -4);
+  EXPECT_EQ(y[215], 0.5f * 1 * 1);
+  EXPECT_EQ(y[0], 0.5f * -32 * -4);
 }
 
 TEST(QuantFormat, Q4_KKnownBlock) {
@@ -157,7 +246,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTrip{GgmlType::kBF16, 4e-3}, RoundTrip{GgmlType::kQ8_0, 0.01},
                       RoundTrip{GgmlType::kQ4_0, 0.15}, RoundTrip{GgmlType::kQ4_1, 0.12},
                       RoundTrip{GgmlType::kQ5_0, 0.08}, RoundTrip{GgmlType::kQ4_K, 0.15},
-                      RoundTrip{GgmlType::kQ5_K, 0.08}, RoundTrip{GgmlType::kQ6_K, 0.05}),
+                      RoundTrip{GgmlType::kQ5_K, 0.08}, RoundTrip{GgmlType::kQ6_K, 0.05},
+                      RoundTrip{GgmlType::kQ5_1, 0.06}, RoundTrip{GgmlType::kIQ4_NL, 0.12},
+                      RoundTrip{GgmlType::kIQ4_XS, 0.12}, RoundTrip{GgmlType::kQ3_K, 0.2},
+                      RoundTrip{GgmlType::kQ2_K, 0.4}),
     [](const auto& info) { return std::string(weight_format(info.param.type).name); });
 
 class QuantLayout : public ::testing::TestWithParam<GgmlType> {};
@@ -197,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantLayout, ::testing::ValuesIn(supported_wei
 TEST(QuantLayout, BadShapes) {
   EXPECT_THROW(device_layout(GgmlType::kQ4_0, 0, 32), ConfigError);
   EXPECT_THROW(device_layout(GgmlType::kQ4_0, 4, 48), ConfigError);
-  EXPECT_THROW(device_layout(GgmlType::kQ2_K, 4, 256), UnsupportedError);
+  EXPECT_THROW(device_layout(GgmlType::kIQ2_XS, 4, 256), UnsupportedError);
   EXPECT_EQ(device_layout(GgmlType::kF32, 3, 5).total_bytes, 320);  // one group of 16 rows x 5
 }
 

@@ -258,8 +258,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul, ::testing::ValuesIn(supported_wei
 INSTANTIATE_TEST_SUITE_P(
     BlockFormats, QuantMatmulIntegerPaths,
     ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                         GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                         GgmlType::kQ6_K),
+                                         GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                                         GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                         GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                        ::testing::Values(QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
                                          QuantIsa::kAvx512vnni)),
     [](const auto& info) {
@@ -279,7 +280,7 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
                ConfigError);
   EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
   try {
-    upload_weight(ctx, GgmlType::kIQ4_NL, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
+    upload_weight(ctx, GgmlType::kIQ2_XS, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
     FAIL();
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();

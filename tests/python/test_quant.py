@@ -75,7 +75,8 @@ def test_dequantize_matches_gguf_on_real_tensors(model, real_model):
     assert seen <= set(quant.supported_weight_types())
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_K", "q5_K", "q6_K"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+                                 "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"])
 def test_quantize_layout_matches_gguf(fmt):
     """Blocks written by specdec's quantizer read back the same through gguf's dequantizer."""
     rng = np.random.default_rng(1)
@@ -88,7 +89,9 @@ def test_quantize_layout_matches_gguf(fmt):
     else:
         ref = gguf.quants.dequantize(blocks.reshape(6, -1), qtype).reshape(6, 512)
     np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-7)
-    assert np.sqrt(np.mean((ours - x) ** 2)) <= 0.15 * np.sqrt(np.mean(x**2))
+    # 3 and 2 bits without a scale search: about 0.15 and 0.33
+    bound = {"q3_K": 0.2, "q2_K": 0.4}.get(fmt, 0.15)
+    assert np.sqrt(np.mean((ours - x) ** 2)) <= bound * np.sqrt(np.mean(x**2))
 
 
 @pytest.mark.parametrize("model", MODELS)

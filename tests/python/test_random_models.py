@@ -126,12 +126,13 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="architecture"):
         write_random_model(tmp_path / "x.gguf", "mamba")
     with pytest.raises(ValueError, match="weight_format"):
-        write_random_model(tmp_path / "x.gguf", "llama", "Q2_K")
+        write_random_model(tmp_path / "x.gguf", "llama", "IQ2_XS")
 
 
 # Relative RMS error of quantize -> gguf-py dequantize on Gaussian rows (llama.cpp's levels).
 QUANT_RMS = {"F32": 0, "F16": 1e-3, "BF16": 5e-3, "Q8_0": 1e-2, "Q6_K": 3e-2, "Q5_K": 5e-2,
-             "Q5_0": 6e-2, "Q4_K": 1e-1, "Q4_1": 1e-1, "Q4_0": 1.2e-1}
+             "Q5_1": 5e-2, "Q5_0": 6e-2, "Q4_K": 1e-1, "Q4_1": 1e-1, "IQ4_NL": 1e-1,
+             "IQ4_XS": 1e-1, "Q4_0": 1.2e-1, "Q3_K": 2e-1, "Q2_K": 3.5e-1}
 
 
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)

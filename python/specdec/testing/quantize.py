@@ -1,9 +1,10 @@
 """Quantizing float weights into GGUF block formats, for test models.
 
-F32, F16, BF16, Q8_0, Q4_0, Q4_1 and Q5_0 use gguf-py's reference quantizers (llama.cpp's
-``quantize_row_*_ref``). gguf-py cannot quantize K-quants, so Q4_K, Q5_K and Q6_K are written here
-with plain per-sub-block rounding (no iterative scale search): well-formed blocks whose values
-approximate the input, laid out exactly as ``dequantize_row_q{4,5,6}_K`` reads them
+F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 use gguf-py's reference quantizers (llama.cpp's
+``quantize_row_*_ref``). gguf-py cannot quantize K-quants or IQ4, so Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_NL and IQ4_XS are written here with plain per-(sub-)block scales and rounding to the nearest
+level (no iterative scale search): well-formed blocks whose values approximate the input, laid
+out exactly as ``dequantize_row_q{2,3,4,5,6}_K`` / ``dequantize_row_iq4_{nl,xs}`` read them
 (ggml-common.h). Needs the ``gguf`` package (``pip install specdec[test]``).
 """
 
@@ -18,13 +19,15 @@ from gguf.quants import quantize as _gguf_quantize
 __all__ = ["WEIGHT_FORMATS", "block_size", "quantize", "storage_format"]
 
 # Every weight format the test models come in, by GGUF type name.
-WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
+WEIGHT_FORMATS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
+                  "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 _QK_K = 256
 
 
 def block_size(fmt: str) -> int:
     """Elements per block along a row (ne0 must be a multiple)."""
-    return {"F32": 1, "F16": 1, "BF16": 1}.get(fmt, _QK_K if fmt.endswith("_K") else 32)
+    return {"F32": 1, "F16": 1, "BF16": 1}.get(
+        fmt, _QK_K if fmt.endswith("_K") or fmt == "IQ4_XS" else 32)
 
 
 def storage_format(fmt: str, row_length: int) -> str:
@@ -49,9 +52,10 @@ def quantize(x: np.ndarray, fmt: str) -> Tuple[np.ndarray, GGMLQuantizationType]
     if x.shape[-1] % block_size(fmt) != 0:
         raise ValueError(f"rows of {x.shape[-1]} elements cannot be stored as {fmt}: "
                          f"a multiple of {block_size(fmt)} is needed")
-    if fmt in ("Q4_K", "Q5_K", "Q6_K"):
-        blocks = x.reshape(-1, _QK_K)
-        packed = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}[fmt](blocks)
+    own = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+           "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
+    if fmt in own:
+        packed = own[fmt](x.reshape(-1, block_size(fmt)))
         return packed.reshape(*x.shape[:-1], -1), qtype
     return _gguf_quantize(x, qtype), qtype
 
@@ -129,3 +133,98 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([ql.reshape(-1, 128).astype(np.uint8),
                            qh.reshape(-1, 64).astype(np.uint8),
                            sc.view(np.uint8), d.view(np.uint8).reshape(-1, 2)], axis=1)
+
+
+# ggml's kvalues_iq4nl: the value each 4-bit IQ4 index stands for.
+_IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                       dtype=np.float32)
+
+
+def _signed_max(sub: np.ndarray) -> np.ndarray:
+    """The element of largest magnitude of each row of [..., n], with its sign."""
+    idx = np.abs(sub).argmax(axis=-1)
+    return np.take_along_axis(sub, idx[..., None], axis=-1)[..., 0]
+
+
+def _iq4_indices(sub: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Nearest-value indices of sub [..., 32] for one step per row, packed as 16 nibble bytes
+    (element j low, j + 16 high)."""
+    v = np.divide(sub, step[..., None], out=np.zeros_like(sub), where=step[..., None] != 0)
+    idx = np.abs(v[..., None] - _IQ4_VALUES).argmin(axis=-1).astype(np.uint8)
+    return idx[..., :16] | (idx[..., 16:] << 4)
+
+
+def _iq4_nl(blocks: np.ndarray) -> np.ndarray:
+    d = _f16(_signed_max(blocks) / -127)                  # the largest value -> -127
+    return np.concatenate([d.view(np.uint8).reshape(-1, 2),
+                           _iq4_indices(blocks, d.astype(np.float32))], axis=1)
+
+
+def _iq4_xs(blocks: np.ndarray) -> np.ndarray:
+    sub = blocks.reshape(-1, 8, 32)
+    scale = _signed_max(sub) / -127                        # [n, 8]
+    d = _f16(_signed_max(scale) / -32)                     # 6-bit signed sub-block scales
+    d32 = d.astype(np.float32)
+    lev = np.clip(np.rint(np.divide(scale, d32[:, None], out=np.zeros_like(scale),
+                                    where=d32[:, None] != 0)), -32, 31).astype(np.int32)
+    ls = (lev + 32).astype(np.uint16)                      # [n, 8] in 0..63
+    scales_h = np.zeros(ls.shape[0], dtype=np.uint16)
+    for ib in range(8):
+        scales_h |= (ls[:, ib] >> 4) << (2 * ib)
+    low = (ls & 0xF).astype(np.uint8)
+    scales_l = low[:, 0::2] | (low[:, 1::2] << 4)          # [n, 4]
+    qs = _iq4_indices(sub, d32[:, None] * lev).reshape(-1, 128)
+    return np.concatenate([d.view(np.uint8).reshape(-1, 2), scales_h.view(np.uint8).reshape(-1, 2),
+                           scales_l, qs], axis=1)
+
+
+def _q3_k(blocks: np.ndarray) -> np.ndarray:
+    """Signed max-abs per 16-element sub-block (the largest -> -4), 6-bit signed sub-block scales
+    against one f16 scale; stored q + 4: 2 bits in qs, the third in hmask."""
+    sub = blocks.reshape(-1, 16, 16)
+    s = _signed_max(sub) / -4                              # q in [-4, 3]: the largest -> -4
+    d = _f16(_signed_max(s) / -32)                         # 6-bit signed scales in [-32, 31]
+    d32 = d.astype(np.float32)
+    lev = np.clip(np.rint(np.divide(s, d32[:, None], out=np.zeros_like(s),
+                                    where=d32[:, None] != 0)), -32, 31).astype(np.int32)
+    step = (d32[:, None] * lev).astype(np.float32)
+    q = np.divide(sub, step[..., None], out=np.zeros_like(sub), where=step[..., None] != 0)
+    q = (np.clip(np.rint(q), -4, 3) + 4).astype(np.uint8)  # [n, 16, 16] stored 0..7
+    q = q.reshape(-1, 2, 4, 2, 16)                         # [block, 128-half n, j, 16-half h, l]
+    qs = np.zeros((q.shape[0], 2, 2, 16), dtype=np.uint8)  # byte 32n + 16h + l, bits 2j, 2j + 1
+    hm = np.zeros((q.shape[0], 2, 16), dtype=np.uint8)     # byte 16h + l, bit 4n + j
+    for n in range(2):
+        for j in range(4):
+            qs[:, n] |= (q[:, n, j] & 3) << (2 * j)
+            hm |= (q[:, n, j] >> 2) << (4 * n + j)
+    ls = (lev + 32).astype(np.uint8)                       # [n, 16] in 0..63
+    scales = np.zeros((q.shape[0], 12), dtype=np.uint8)
+    for i in range(16):
+        scales[:, i % 8] |= (ls[:, i] & 0xF) << (4 * (i // 8))
+        scales[:, 8 + i % 4] |= (ls[:, i] >> 4) << (2 * (i // 4))
+    return np.concatenate([hm.reshape(-1, 32), qs.reshape(-1, 64), scales,
+                           d.view(np.uint8).reshape(-1, 2)], axis=1)
+
+
+def _q2_k(blocks: np.ndarray) -> np.ndarray:
+    """Min/max per 16-element sub-block (min clamped to <= 0), 4-bit scales and mins against f16
+    d and dmin; q in 0..3 as 2-bit fields of qs (byte 32n + 16h + l, bits 2j)."""
+    sub = blocks.reshape(-1, 16, 16)
+    mn = np.minimum(sub.min(axis=-1), 0.0)
+    scale = (sub.max(axis=-1) - mn) / 3                    # [n, 16]
+    d = _f16(scale.max(axis=-1) / 15)
+    dmin = _f16((-mn).max(axis=-1) / 15)
+    d32, dmin32 = d.astype(np.float32), dmin.astype(np.float32)
+    sc = np.clip(np.rint(np.divide(scale, d32[:, None], out=np.zeros_like(scale),
+                                   where=d32[:, None] > 0)), 0, 15).astype(np.uint8)
+    m = np.clip(np.rint(np.divide(-mn, dmin32[:, None], out=np.zeros_like(mn),
+                                  where=dmin32[:, None] > 0)), 0, 15).astype(np.uint8)
+    step = d32[:, None] * sc
+    q = np.divide(sub + (dmin32[:, None] * m)[..., None], step[..., None],
+                  out=np.zeros_like(sub), where=step[..., None] > 0)
+    q = np.clip(np.rint(q), 0, 3).astype(np.uint8).reshape(-1, 2, 4, 2, 16)  # [blk, n, j, h, l]
+    qs = np.zeros((q.shape[0], 2, 2, 16), dtype=np.uint8)
+    for j in range(4):
+        qs |= q[:, :, j] << (2 * j)
+    return np.concatenate([sc | (m << 4), qs.reshape(-1, 64), d.view(np.uint8).reshape(-1, 2),
+                           dmin.view(np.uint8).reshape(-1, 2)], axis=1)

@@ -34,9 +34,9 @@ Variants (``ARCHITECTURES``):
                  LongRoPE (rope_factors_long / _short, original_context_length 32, attn_factor
                  sqrt(1 + ln(2048 / 32) / ln 32)), and a sliding_window key llama.cpp ignores
 
-Sizes: block formats with 256-element blocks (Q4_K, Q5_K, Q6_K) need rows of 256, so those
-files have hidden size 256; the others use 128. Every file is well under 5 MB. Weights are drawn
-from ``numpy.random.default_rng(seed)``: the same arguments give the same bytes.
+Sizes: block formats with 256-element blocks (Q4_K, Q5_K, Q6_K, IQ4_XS) need rows of 256, so
+those files have hidden size 256; the others use 128. Every file is well under 5 MB. Weights are
+drawn from ``numpy.random.default_rng(seed)``: the same arguments give the same bytes.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import numpy as np
 from gguf import GGUFWriter, RopeScalingType
 
-from specdec.testing.quantize import WEIGHT_FORMATS, quantize, storage_format
+from specdec.testing.quantize import WEIGHT_FORMATS, block_size, quantize, storage_format
 
 __all__ = ["ARCHITECTURES", "WEIGHT_FORMATS", "TokenizerSpec", "write_random_model", "byte_vocab",
            "llama3_rope_factors"]
@@ -84,7 +84,7 @@ class _Dims:
 
 
 def _dims(variant: str, fmt: str) -> _Dims:
-    h = 256 if fmt.endswith("_K") else 128
+    h = 256 if block_size(fmt) == 256 else 128
     if variant == "gemma3":
         return _Dims(h, h, 4, 1, h // 2, 6)        # MQA, head size 2x hidden / heads
     if variant.startswith("qwen3"):
@@ -181,7 +181,7 @@ def _attention_tensors(b: _Builder, p: str, arch: str) -> None:
 
 
 def _mla_sizes(d: _Dims) -> Dict[str, int]:
-    # n_heads * v_head and both lora ranks must be rows of whole 256-blocks for K-quants.
+    # n_heads * v_head and both lora ranks must be rows of whole 256-blocks for K-quants / IQ4_XS.
     return {"nope": d.hidden // 4, "rope": d.hidden // 8, "v": d.hidden // 4,
             "kv_lora": d.hidden, "q_lora": d.hidden}
 

@@ -122,7 +122,8 @@ def attention_mask(layer: dict, positions: np.ndarray,
 
 def llamacpp_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
     """x as llama.cpp's CPU matmul sees it: rounded to the weight type's vec_dot_type (Q8_0 for
-    Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants, F16/BF16 for F16/BF16; F32 untouched).
+    Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for Q4_1/Q5_1, Q8_K for K-quants and IQ4_XS, F16/BF16 for
+    F16/BF16; F32 untouched).
     Used only by ``NumpyModel(emulate_llamacpp=True)`` to explain differences from llama.cpp."""
     T = GGMLQuantizationType
     if weight_type == T.F32:
@@ -132,7 +133,8 @@ def llamacpp_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.
     if weight_type == T.BF16:
         u = np.ascontiguousarray(x, np.float32).view(np.uint32)
         return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) & np.uint32(0xFFFF0000)).view(np.float32)
-    if weight_type.name.endswith("_K"):  # Q8_K: 256 per block, signed max -> -127, f32 scale
+    if weight_type.name.endswith("_K") or weight_type == T.IQ4_XS:
+        # Q8_K: 256 per block, signed max -> -127, f32 scale
         b = x.reshape(-1, 256).astype(np.float32)
         mx = b[np.arange(b.shape[0]), np.abs(b).argmax(-1)][:, None]
         iscale = np.divide(np.float32(-127.0), mx, out=np.zeros_like(mx), where=mx != 0)
