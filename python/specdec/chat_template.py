@@ -1,38 +1,36 @@
 """Chat templates rendered as written.
 
 A model's ``tokenizer.chat_template`` (and its named templates, such as ``tool_use``) is Jinja
-source. It runs here in jinja2's ``ImmutableSandboxedEnvironment`` with the globals and filters
-Hugging Face's ``apply_chat_template`` and vLLM give it: ``raise_exception``, ``strftime_now``,
-a ``tojson`` that keeps non-ASCII text, loop controls (``break`` / ``continue``), the
+source. It runs in jinja2's ``ImmutableSandboxedEnvironment`` (specdec._chat_sandbox) with the
+globals and filters Hugging Face's ``apply_chat_template`` and vLLM give it: ``raise_exception``,
+``strftime_now``, a ``tojson`` that keeps non-ASCII text, loop controls, the
 ``{% generation %}`` block, ``trim_blocks`` and ``lstrip_blocks``; the context holds
 ``messages``, ``tools``, ``documents``, ``add_generation_prompt``, ``bos_token``, ``eos_token``
-and whatever extra variables the caller passes (``enable_thinking``, ...).
+and the caller's extra variables (``enable_thinking``, ...).
 
-The sandbox: templates cannot read attributes that start with ``_``, call unsafe methods or
-mutate the objects they are given; ``range`` is limited and sequences a template builds with
-``*`` are capped (``MAX_SEQUENCE``).
-
-Control tokens. A rendered chat is tokenized so that only text the template wrote itself can
-become a control token: every control-token text inside the caller's strings (message contents,
-roles, tool definitions, ...) is swapped for a unique placeholder before rendering and put back
-afterwards as plain text (``Tokenizer.encode_with_markup``). A user writing
-``<|im_end|><|im_start|>system`` gets those characters, not a new system turn.
+Control tokens. A rendered chat is tokenized so that control tokens are parsed only in the text
+the template wrote itself (``Tokenizer.encode_with_markup``); see render_chat and
+docs/tokenizer.md. A user writing ``<|im_end|><|im_start|>system`` gets those characters, not a
+new system turn.
 """
 
 from __future__ import annotations
 
-import contextvars
-import datetime
 import functools
-import json
+import math
 import re
 import secrets
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["ChatTemplateError", "MAX_SEQUENCE", "check_conversation", "compile_template", "plain_data",
-           "render_chat"]
+from specdec import _chat_sandbox as sandbox
+from specdec._chat_sandbox import MAX_SEQUENCE, MAX_TEXT
 
-MAX_SEQUENCE = 1 << 20  # longest string or list a template may build with * (items)
+__all__ = ["ChatTemplateError", "MAX_SEQUENCE", "MAX_TEXT", "RESERVED_VARIABLES",
+           "check_conversation", "compile_template", "plain_data", "render_chat"]
+
+# template variables the caller's chat_template_kwargs cannot set
+RESERVED_VARIABLES = ("messages", "tools", "documents", "add_generation_prompt", "bos_token",
+                      "eos_token", "raise_exception", "strftime_now")
 
 
 class ChatTemplateError(ValueError):
@@ -45,70 +43,6 @@ def _one_line(text: str, limit: int = 400) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-@functools.lru_cache(maxsize=1)
-def _environment() -> Any:
-    try:
-        import jinja2
-        from jinja2 import nodes
-        from jinja2.ext import Extension, loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as e:  # a dependency of the package: only a broken install gets here
-        raise ImportError("chat templates need jinja2 (pip install 'jinja2>=3.1')") from e
-
-    class GenerationBlock(Extension):
-        """``{% generation %}...{% endgeneration %}`` (Hugging Face marks assistant text for
-        training masks with it): rendered as its body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> List[Any]:
-            next(parser.stream)
-            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-    class ChatEnvironment(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**"])
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "**":
-                if isinstance(right, int) and abs(right) > 256 and not isinstance(left, float):
-                    raise jinja2.exceptions.SecurityError(
-                        f"{left!r} ** {right!r}: exponents above 256 are refused")
-                return left ** right
-            for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                    if len(seq) * max(count, 0) > MAX_SEQUENCE:
-                        raise jinja2.exceptions.SecurityError(
-                            f"a sequence of {len(seq)} items * {count} exceeds "
-                            f"{MAX_SEQUENCE} items")
-            return left * right
-
-    env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False,
-                          extensions=[loopcontrols, GenerationBlock], finalize=_finalize)
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
-            separators: Optional[Tuple[str, str]] = None, sort_keys: bool = False) -> str:
-    # Hugging Face's tojson: json.dumps, non-ASCII kept, no HTML escaping (Jinja's own escapes <>&)
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
-                      separators=tuple(separators) if separators else None, sort_keys=sort_keys)
-
-
-class _TemplateRaised(Exception):
-    pass
-
-
-def _raise_exception(message: Any) -> None:
-    raise _TemplateRaised(str(message))
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(str(fmt))
-
-
 @functools.lru_cache(maxsize=32)
 def compile_template(source: str, name: str = "default") -> Any:
     """The compiled template (cached by source); ChatTemplateError naming the line for a template
@@ -118,7 +52,7 @@ def compile_template(source: str, name: str = "default") -> Any:
     if not isinstance(source, str) or not source.strip():
         raise ChatTemplateError(f"chat template {name!r} is empty")
     try:
-        return _environment().from_string(source)
+        return sandbox.environment().from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise ChatTemplateError(f"chat template {name!r}, line {e.lineno}: "
                                 f"{_one_line(e.message or e)}") from None
@@ -129,8 +63,8 @@ def _render(source: str, name: str, context: Dict[str, Any]) -> str:
 
     template = compile_template(source, name)
     try:
-        return template.render(**context)
-    except _TemplateRaised as e:
+        out = template.render(**context)
+    except sandbox.TemplateRaised as e:
         raise ChatTemplateError(f"chat template {name!r} refused the conversation: "
                                 f"{_one_line(e)}") from None
     except jinja2.TemplateError as e:
@@ -140,6 +74,10 @@ def _render(source: str, name: str, context: Dict[str, Any]) -> str:
             ValueError, RecursionError, MemoryError) as e:
         raise ChatTemplateError(f"chat template {name!r} failed: {type(e).__name__}: "
                                 f"{_one_line(e)}") from None
+    if len(out) > MAX_TEXT:
+        raise ChatTemplateError(f"chat template {name!r} wrote {len(out)} characters; at most "
+                                f"{MAX_TEXT}")
+    return out
 
 
 # ---- the caller's data -------------------------------------------------------------------------
@@ -150,7 +88,15 @@ def plain_data(value: Any, field: str, depth: int = 0) -> Any:
 
     if depth > 32:
         raise error(field, "...", "JSON-like data nested at most 32 deep")
-    if value is None or isinstance(value, (bool, int, float)):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) >= 1 << 63:
+            raise error(field, value, "an integer within 64 bits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise error(field, value, "a finite number (JSON has no NaN or infinity)")
         return value
     if isinstance(value, str):
         if unicode_problem(value):
@@ -159,8 +105,8 @@ def plain_data(value: Any, field: str, depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str):
-                raise error(field, value, "a dict with string keys")
+            if not isinstance(k, str) or unicode_problem(k):
+                raise error(f"{field} key", k, "a string of valid Unicode text")
             out[plain_data(k, field, depth + 1)] = plain_data(v, f"{field}.{k}", depth + 1)
         return out
     if isinstance(value, (list, tuple)):
@@ -216,88 +162,44 @@ def check_conversation(messages: Any, field: str = "messages") -> List[Dict[str,
 
 SpanFinder = Callable[[str], List[Tuple[int, int]]]
 
-# (open, close) markers of the render in progress on this thread / task, or None
-_MARKS: "contextvars.ContextVar[Optional[Tuple[str, str]]]" = contextvars.ContextVar(
-    "specdec_chat_marks", default=None)
 
+class _Render:
+    """One way of passing the caller's data to the template, and of reading back which bytes of
+    the result the template wrote itself.
 
-class _Caller(str):
-    """A string from the caller. ``+`` keeps track of which characters came from the caller
-    (``'<|im_start|>' + role + content``); every other operation gives a plain str."""
+    mode "plain": the values as given, every byte counts as the template's;
+    mode "tracked": the caller's strings (not roles) as sandbox.Tracked, their characters wrapped
+    in markers where they are output;
+    mode "swapped": every control-token text inside the caller's strings (roles too) replaced by
+    a placeholder that is put back afterwards as the caller's text."""
 
-    _spans: Tuple[Tuple[int, int], ...] = ()
-
-    def __add__(self, other: Any) -> Any:
-        if not isinstance(other, str):
-            return NotImplemented
-        n = len(self)
-        return _caller(str.__add__(self, other), self._spans + tuple(
-            (b + n, e + n) for b, e in getattr(other, "_spans", ())))
-
-    def __radd__(self, other: Any) -> Any:
-        if not isinstance(other, str):
-            return NotImplemented
-        n = len(other)
-        return _caller(str.__add__(other, self), tuple(getattr(other, "_spans", ())) + tuple(
-            (b + n, e + n) for b, e in self._spans))
-
-
-def _caller(text: str, spans: Optional[Tuple[Tuple[int, int], ...]] = None) -> _Caller:
-    out = _Caller(text)
-    out._spans = ((0, len(text)),) if spans is None else spans
-    return out
-
-
-def _finalize(value: Any) -> Any:
-    """Jinja's hook on every {{ expression }} output: the caller's characters in it are wrapped
-    in the render's markers, so that they can be told from the template's own text."""
-    marks = _MARKS.get()
-    if marks is None or not isinstance(value, _Caller) or not value._spans:
-        return value
-    pieces, last = [], 0
-    for b, e in value._spans:
-        if e <= b:
-            continue
-        pieces += [str.__getitem__(value, slice(last, b)), marks[0],
-                   str.__getitem__(value, slice(b, e)), marks[1]]
-        last = e
-    pieces.append(str.__getitem__(value, slice(last, None)))
-    return "".join(pieces)
-
-
-class _Protector:
-    """Swaps control-token texts inside the caller's strings for placeholders
-    (\\ue000<nonce><n>\\ue001) and puts them back after rendering, recording where. `find_spans`
-    gives the [begin, end) character ranges of control-token texts in a string (the tokenizer's
-    Tokenizer.control_text_spans); None protects nothing."""
-
-    def __init__(self, find_spans: Optional[SpanFinder], track: bool = False) -> None:
+    def __init__(self, mode: str, find_spans: Optional[SpanFinder] = None) -> None:
+        self.mode = mode
         self._find = find_spans
-        self._track = track  # mark the caller's strings (_Caller) as well
         self._nonce = secrets.token_hex(6)
         self._found: List[str] = []
         self._back = re.compile("\ue000" + self._nonce + r"(\d+|\[|\])\ue001")
         self.marks = (f"\ue000{self._nonce}[\ue001", f"\ue000{self._nonce}]\ue001")
 
-    def protect(self, value: Any, is_role: bool = False) -> Any:
-        if self._find is None:
+    def value(self, value: Any, is_role: bool = False) -> Any:
+        if self.mode == "plain":
             return value
         if isinstance(value, str):
-            spans = self._find(value)
-            if spans:
-                pieces, last = [], 0
-                for begin, end in spans:
-                    pieces.append(value[last:begin])
-                    pieces.append(self._swap(value[begin:end]))
-                    last = end
-                pieces.append(value[last:])
-                value = "".join(pieces)
-            # roles are the template's vocabulary ('<|' + role + '|>' may be one control token)
-            return _caller(value) if self._track and not is_role and value else value
+            if self.mode == "tracked":
+                return sandbox.tracked(value) if not is_role else value
+            spans = self._find(value) if self._find is not None else []
+            if not spans:
+                return value
+            pieces, last = [], 0
+            for begin, end in spans:
+                pieces += [value[last:begin], self._swap(value[begin:end])]
+                last = end
+            pieces.append(value[last:])
+            return "".join(pieces)
         if isinstance(value, dict):
-            return {self.protect(k): self.protect(v, k == "role") for k, v in value.items()}
+            return {self.value(k): self.value(v, k == "role") for k, v in value.items()}
         if isinstance(value, list):
-            return [self.protect(v) for v in value]
+            return [self.value(v) for v in value]
         return value
 
     def _swap(self, text: str) -> str:
@@ -305,12 +207,12 @@ class _Protector:
         return f"\ue000{self._nonce}{len(self._found) - 1}\ue001"
 
     def restore(self, rendered: str) -> Tuple[str, List[Tuple[int, int]]]:
-        """The text with the control-token texts back, and the byte ranges the template wrote
-        (everything but those texts)."""
-        if self._find is None:
+        """The text (markers gone, control-token texts back) and the byte ranges the template
+        wrote itself."""
+        if self.mode == "plain":
             return rendered, [(0, len(rendered.encode()))] if rendered else []
         pieces: List[str] = []
-        plain: List[Tuple[int, int]] = []  # the caller's bytes
+        caller: List[Tuple[int, int]] = []  # the caller's bytes
         at_byte, last, depth, opened = 0, 0, 0, 0
         for m in self._back.finditer(rendered):
             before = rendered[last:m.start()]
@@ -319,35 +221,50 @@ class _Protector:
             last = m.end()
             tag = m.group(1)
             if tag == "[":
-                if depth == 0:
-                    opened = at_byte
+                opened = at_byte if depth == 0 else opened
                 depth += 1
             elif tag == "]":
                 depth = max(0, depth - 1)
                 if depth == 0 and at_byte > opened:
-                    plain.append((opened, at_byte))
+                    caller.append((opened, at_byte))
             else:
                 original = self._found[int(tag)]
                 pieces.append(original)
-                plain.append((at_byte, at_byte + len(original.encode())))
+                caller.append((at_byte, at_byte + len(original.encode())))
                 at_byte += len(original.encode())
         pieces.append(rendered[last:])
         at_byte += len(pieces[-1].encode())
-        if depth > 0 and at_byte > opened:  # cut after the caller's text (continue_final_message)
-            plain.append((opened, at_byte))
+        if depth > 0 and at_byte > opened:
+            caller.append((opened, at_byte))
         text = "".join(pieces)
         if self._nonce in text:
             raise ChatTemplateError("the chat template cut or changed message text that holds "
                                     "control-token text; it cannot be tokenized safely")
-        total = len(text.encode())
-        markup, begin = [], 0
-        for b, e in sorted(plain):
-            if b > begin:
-                markup.append((begin, b))
-            begin = max(begin, e)
-        if total > begin:
-            markup.append((begin, total))
-        return text, markup
+        return text, _complement(caller, len(text.encode()))
+
+
+def _complement(ranges: List[Tuple[int, int]], total: int) -> List[Tuple[int, int]]:
+    out, begin = [], 0
+    for b, e in sorted(ranges):
+        if b > begin:
+            out.append((begin, b))
+        begin = max(begin, e)
+    if total > begin:
+        out.append((begin, total))
+    return out
+
+
+def _intersect(a: List[Tuple[int, int]], b: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "default",
@@ -358,55 +275,82 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
                 extra: Optional[Mapping[str, Any]] = None) -> Tuple[str, List[Tuple[int, int]]]:
     """Renders a checked conversation. Returns the text and the byte ranges the template wrote
     itself (all of the text when `control_spans` is None: nothing is protected). `strip_bos`: a
-    leading BOS text to drop (the tokenizer adds BOS itself).
+    leading BOS text to drop when the template writes it (the tokenizer adds BOS itself).
 
-    With `control_spans`, the conversation is rendered twice: once with the caller's strings
-    tracked through ``+`` and marked where they are output (all of them then stay text), once
-    with only their control-token texts swapped out. When a template's string operations
-    (trim, slicing, comparisons of captured output) made the marked render's text differ, the
-    second one's ranges are used."""
-    kw = dict(name=name, add_generation_prompt=add_generation_prompt,
-              continue_final_message=continue_final_message, tools=tools, documents=documents,
-              special_tokens=special_tokens, strip_bos=strip_bos, extra=extra)
+    With `control_spans` (the tokenizer's control-token finder) three renders are made: plain
+    (the text of tokenize=False), tracked and swapped (see _Render). The caller's bytes are those
+    the tracked render marks, and those the swapped render marks when its text is the plain one
+    too. A template that sees the markers (string operations on captured output) and so changes
+    its text falls back to the swapped render; one that sees the placeholders falls back to the
+    tracked render alone. `continue_final_message` cuts the text where the tracked render's last
+    message content ends."""
+    kw = dict(name=name, add_generation_prompt=add_generation_prompt, tools=tools,
+              documents=documents, special_tokens=special_tokens, strip_bos=strip_bos,
+              extra=extra)
+    how = _Render("tracked")
+    tracked_raw = _render_raw(source, messages, how, **kw)
+    tracked = how.restore(tracked_raw)
+    cut = (_final_message_end(tracked_raw, how, messages[-1].get("content"))
+           if continue_final_message else None)
+    plain = _Render("plain").restore(_render_raw(source, messages, _Render("plain"), **kw))
     if control_spans is None:
-        return _render_once(source, messages, _Protector(None), **kw)
-    tracked = _render_once(source, messages, _Protector(control_spans, track=True), **kw)
-    swapped = _render_once(source, messages, _Protector(control_spans), **kw)
-    return tracked if tracked[0] == swapped[0] else swapped
+        return _cut(plain, cut)
+    try:
+        how = _Render("swapped", control_spans)
+        swapped: Optional[Tuple[str, List[Tuple[int, int]]]] = how.restore(
+            _render_raw(source, messages, how, **kw))
+    except ChatTemplateError:
+        swapped = None  # the template cut through a placeholder
+    if tracked[0] == plain[0]:
+        if swapped is not None and swapped[0] == plain[0]:
+            return _cut((plain[0], _intersect(tracked[1], swapped[1])), cut)
+        return _cut(tracked, cut)
+    if swapped is not None and not continue_final_message:
+        return swapped
+    raise ChatTemplateError(f"chat template {name!r} treats message text in a way that "
+                            "cannot be tokenized safely (it inspects or cuts it)")
 
 
-def _render_once(source: str, messages: List[Dict[str, Any]], protector: _Protector, *,
-                 name: str, add_generation_prompt: bool, continue_final_message: bool,
-                 tools: Optional[List[Any]], documents: Optional[List[Any]],
-                 special_tokens: Optional[Mapping[str, str]], strip_bos: str,
-                 extra: Optional[Mapping[str, Any]]) -> Tuple[str, List[Tuple[int, int]]]:
-    context: Dict[str, Any] = dict(protector.protect(dict(extra or {})))
+def _render_raw(source: str, messages: List[Dict[str, Any]], how: _Render, *, name: str,
+                add_generation_prompt: bool, tools: Optional[List[Any]],
+                documents: Optional[List[Any]], special_tokens: Optional[Mapping[str, str]],
+                strip_bos: str, extra: Optional[Mapping[str, Any]]) -> str:
+    context: Dict[str, Any] = dict(how.value(dict(extra or {})))
     context.update(special_tokens or {})
-    msgs = protector.protect(messages)
-    context.update(messages=msgs, add_generation_prompt=add_generation_prompt)
+    context.update(messages=how.value(messages), add_generation_prompt=add_generation_prompt)
     if tools is not None:
-        context["tools"] = protector.protect(tools)
+        context["tools"] = how.value(tools)
     if documents is not None:
-        context["documents"] = protector.protect(documents)
-    token = _MARKS.set(protector.marks)
+        context["documents"] = how.value(documents)
+    token = sandbox.MARKS.set(how.marks if how.mode == "tracked" else None)
     try:
         rendered = _render(source, name, context)
     finally:
-        _MARKS.reset(token)
-    if continue_final_message:
-        rendered = _cut_after_final_message(rendered, msgs[-1].get("content"), protector.marks)
-    if strip_bos and rendered.startswith(strip_bos):
+        sandbox.MARKS.reset(token)
+    # a BOS the template writes first (its {{ bos_token }}), not one a message starts with
+    if strip_bos and "bos_token" in source and rendered.startswith(strip_bos):
         rendered = rendered[len(strip_bos):]
-    return protector.restore(rendered)
+    return rendered
 
 
-def _cut_after_final_message(rendered: str, content: Any, marks: Tuple[str, str]) -> str:
+def _final_message_end(tracked_raw: str, how: _Render, content: Any) -> int:
+    """Where the last message's content ends, in bytes of the restored text: after its last
+    output as a whole (followed by the close marker), else after the last occurrence of it."""
     if not isinstance(content, str) or not content.strip():
         raise ChatTemplateError("continue_final_message needs a final message with text content")
-    for needle in (str(content), str(content).strip()):
-        at = rendered.rfind(needle)
+    for needle in (content + how.marks[1], content, content.strip()):
+        at = tracked_raw.rfind(needle)
         if at >= 0:
-            end = at + len(needle)
-            return rendered[:end + len(marks[1])] if rendered.startswith(marks[1], end) else rendered[:end]
+            prefix = tracked_raw[:at + len(needle)]
+            return len(how.restore(prefix + how.marks[1] * (prefix.count(how.marks[0]) -
+                                                          prefix.count(how.marks[1])))[0].encode())
     raise ChatTemplateError("continue_final_message: the template does not write the final "
                             "message's text as given, so the reply cannot continue it")
+
+
+def _cut(result: Tuple[str, List[Tuple[int, int]]],
+         end: Optional[int]) -> Tuple[str, List[Tuple[int, int]]]:
+    if end is None:
+        return result
+    text = result[0].encode()[:end].decode("utf-8", errors="strict")
+    return text, [(b, min(e, end)) for b, e in result[1] if b < end]

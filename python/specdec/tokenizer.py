@@ -38,16 +38,24 @@ def _plain_list(field: str, value: Any) -> Optional[List[Any]]:
         return None
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
         raise error(field, value, "a list of dicts (or None)")
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise error(f"{field}[{i}]", item, "a dict")
     return plain_data(list(value), field)
 
 
 def _plain_mapping(field: str, value: Any) -> Dict[str, Any]:
-    from specdec.chat_template import plain_data
+    from specdec.chat_template import RESERVED_VARIABLES, plain_data
 
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise error(field, value, "a dict of template variables (or None)")
+    for key in value:
+        if key in RESERVED_VARIABLES:
+            raise error(f"{field} key", key, "a template variable of the caller's; "
+                        f"{', '.join(RESERVED_VARIABLES)} are set by specdec (tools and "
+                        "documents have their own arguments)")
     return plain_data(dict(value), field)
 
 
@@ -199,7 +207,8 @@ class Tokenizer:
                     f"{self.path or 'this model'} has no chat template "
                     "(tokenizer.chat_template); pass chat_template= Jinja source")
             return name, named[name]
-        check_text("chat_template", chat_template, "a template name or Jinja source")
+        check_text("chat_template", chat_template, "a template name or Jinja source",
+                   empty_ok=False)
         if chat_template in named:
             return chat_template, named[chat_template]
         if "{{" in chat_template or "{%" in chat_template:

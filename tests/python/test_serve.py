@@ -395,5 +395,8 @@ def test_chat_equal_to_llm_chat_streaming_and_not(real_model, tmp_path):
             got, body, _ = s.request("POST", "/v1/chat/completions",
                                      {"model": "smol", "messages": [bad]})
             assert got == 400 and body["error"]["param"] == param, body
+        got, body, _ = s.request("POST", "/v1/chat/completions", {
+            "model": "smol", "messages": msgs, "chat_template_kwargs": {"tools": [{}]}})
+        assert got == 400 and body["error"]["param"] == "chat_template_kwargs.tools", body
     finally:
         s.stop()

@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specdec.chat_template import RESERVED_VARIABLES
 from specdec.server import protocol
 from specdec.server.metrics import ServerMetrics
 from specdec.server.protocol import ApiError
@@ -269,13 +270,22 @@ class Server:
             kwargs = body.get("chat_template_kwargs")
             if kwargs is not None and not isinstance(kwargs, dict):
                 raise protocol.bad("chat_template_kwargs", kwargs, "an object of template variables")
+            for key in kwargs or {}:
+                if key in RESERVED_VARIABLES:
+                    raise protocol.bad(f"chat_template_kwargs.{key}", kwargs[key],
+                                       "not settable: specdec sets it (tools are not supported)")
+            size = len(json.dumps(msgs)) + len(json.dumps(kwargs or {}))
+            if size > self.max_text_bytes:
+                raise ApiError(400, f"messages: {size} characters with chat_template_kwargs, more "
+                               f"than max_model_len = {llm.runner.max_model_len} tokens can hold",
+                               "messages", "context_length_exceeded")
             options = dict(continue_final_message=cont, chat_template_kwargs=kwargs,
                            chat_template=self.chat_template)
             def render():
                 return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True, **options),
                         llm.tokenizer.apply_chat_template(msgs, add_gen, **options))
             try:
-                if sum(len(m["content"] or "") for m in msgs) <= SMALL_PROMPT_CHARS:
+                if size <= SMALL_PROMPT_CHARS:
                     ids, text = render()
                 else:
                     ids, text = await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, render)

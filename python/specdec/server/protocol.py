@@ -277,7 +277,7 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
                               'a {"type": "text", "text": ...} part (specdec reads text only)',
                               "unsupported_parameter")
                 texts.append(part["text"])
-            c = "".join(texts)
+            c = "\n".join(texts)  # as LLM.chat and vLLM join text parts
         if not isinstance(c, str) and not (c is None and m.get("tool_calls")):
             raise bad(f"messages[{i}].content", c,
                       "a string or a list of text parts (null only beside tool_calls)")
