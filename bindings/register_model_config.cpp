@@ -40,6 +40,9 @@ void register_model_config(py::module_& m) {
       .def_readonly("rope_base", &ModelConfig::rope_base)
       .def_property_readonly("rope_type",
                              [](const ModelConfig& c) { return rope_type_name(c.rope_type); })
+      .def_readonly("rope_scaling_type", &ModelConfig::rope_scaling_type,
+                    "'' (none), 'linear', 'yarn', 'llama3' or 'longrope'")
+      .def_readonly("rope_scaling_factor", &ModelConfig::rope_scaling_factor)
       .def_property_readonly("num_sliding_layers", &ModelConfig::num_sliding_layers)
       .def("layer_kv_specs",
            [](const ModelConfig& c, int block_size, const std::string& dtype, int64_t max_model_len) {

@@ -72,16 +72,29 @@ class Fields {
 // rope_scaling (or rope_parameters): linear, yarn (factor, original_max_position_embeddings,
 // beta_fast / beta_slow, extrapolation_factor) and llama3 (factor, low / high_freq_factor,
 // original_max_position_embeddings); anything else is an UnsupportedError naming these.
+// transformers v5 writes rope_parameters, with rope_theta inside, and per layer type for Gemma 3
+// ({"full_attention": {...}, "sliding_attention": {...}}): the full layers' entry is the scaling.
 void read_rope_scaling(const Fields& f, ModelConfig& c) {
   const char* key = f.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
   if (!f.has(key)) return;
-  const Json& s = f.json().at(key);
-  if (!s.is_object()) f.fail(key, json_summary(s), "must be an object or null");
-  const Fields rs(s, key);
+  const Json* node = &f.json().at(key);
+  if (!node->is_object()) f.fail(key, json_summary(*node), "must be an object or null");
+  std::string where = key;
+  if (node->contains("full_attention")) {
+    if (const auto it = node->find("sliding_attention");
+        it != node->end() && it->is_object() && it->contains("rope_theta") && !f.has("rope_local_base_freq")) {
+      c.rope_base_local = Fields(*it, where + ".sliding_attention").number("rope_theta", 10000);
+    }
+    node = &node->at("full_attention");
+    where += ".full_attention";
+    if (!node->is_object()) f.fail(where.c_str(), json_summary(*node), "must be an object");
+  }
+  const Fields rs(*node, where);
+  if (!f.has("rope_theta") && node->contains("rope_theta")) c.rope_base = rs.number("rope_theta", c.rope_base);
   std::string type = rs.string("rope_type", rs.string("type", ""));
   if (type == "default") type.clear();
   if (type != "" && type != "linear" && type != "yarn" && type != "llama3") {
-    throw UnsupportedError(str_cat(key, ".rope_type = '", type, "' is not supported; supported: "
+    throw UnsupportedError(str_cat(where, ".rope_type = '", type, "' is not supported; supported: "
                                    "default, linear, yarn, llama3"));
   }
   c.rope_scaling_type = type;
@@ -180,7 +193,9 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
     c.architecture = "gemma3";
     read_common(f, c, 1e-6, 1000000, true);
     c.rope_type = RopeType::kNeox;
-    c.rope_base_local = f.number("rope_local_base_freq", 10000);
+    if (f.has("rope_local_base_freq") || c.rope_base_local == 0) {
+      c.rope_base_local = f.number("rope_local_base_freq", 10000);
+    }
     c.norm_weight_offset = 1;  // RMSNorm multiplies by (1 + w)
     c.qk_norm = c.post_norms = true;
     c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));

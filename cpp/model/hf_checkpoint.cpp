@@ -30,12 +30,18 @@ void add_model_keys(const ModelConfig& c, GgufWriter& w) {
   w.set_f32(a + "rope.freq_base", static_cast<float>(c.rope_base));
   w.set_u32(a + "rope.dimension_count", u32(c.rope_dim));
   w.set_u32(a + "vocab_size", u32(c.vocab_size));
-  if (!c.rope_scaling_type.empty()) {
+  // Llama 3's scaling is a rope_freqs tensor and no type key (read_hf_tensors), as llama.cpp's
+  // converter writes it; the others as keys, YaRN's tuning included
+  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
     w.set_string(a + "rope.scaling.type", c.rope_scaling_type);
     w.set_f32(a + "rope.scaling.factor", static_cast<float>(c.rope_scaling_factor));
     if (c.rope_original_context_length > 0) {
       w.set_u32(a + "rope.scaling.original_context_length", u32(c.rope_original_context_length));
     }
+    w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(c.rope_attn_factor));
+    w.set_f32(a + "rope.scaling.yarn_ext_factor", static_cast<float>(c.rope_yarn_ext_factor));
+    w.set_f32(a + "rope.scaling.yarn_beta_fast", static_cast<float>(c.rope_yarn_beta_fast));
+    w.set_f32(a + "rope.scaling.yarn_beta_slow", static_cast<float>(c.rope_yarn_beta_slow));
   }
   if (c.rope_base_local > 0) w.set_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_base_local));
   if (c.attn_logit_softcap != 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(c.attn_logit_softcap));
@@ -69,6 +75,18 @@ void check_round_trip(const ModelConfig& hf, const ModelConfig& g, const std::st
   differ("embedding scale", hf.embedding_scale, g.embedding_scale);
   differ("activation", static_cast<int>(hf.activation), static_cast<int>(g.activation));
   differ("num_hidden_layers", hf.num_layers, g.num_layers);
+  if (hf.rope_scaling_type != g.rope_scaling_type) {
+    throw UnsupportedError(str_cat(source, ": RoPE scaling '", hf.rope_scaling_type,
+                                   "' cannot be run here (its GGUF form reads as '",
+                                   g.rope_scaling_type, "')"));
+  }
+  if (hf.rope_scaling_type != "llama3") {  // Llama 3's factors are the rope_freqs tensor
+    differ("RoPE scaling factor", hf.rope_scaling_factor, g.rope_scaling_factor);
+    differ("RoPE attn_factor", hf.rope_attn_factor, g.rope_attn_factor);
+    differ("YaRN extrapolation_factor", hf.rope_yarn_ext_factor, g.rope_yarn_ext_factor);
+    differ("YaRN beta_fast", hf.rope_yarn_beta_fast, g.rope_yarn_beta_fast);
+    differ("YaRN beta_slow", hf.rope_yarn_beta_slow, g.rope_yarn_beta_slow);
+  }
   for (size_t i = 0; i < hf.layers.size(); ++i) {
     differ(str_cat("layer ", i, " RoPE base").c_str(), hf.layers[i].rope_base, g.layers[i].rope_base);
   }

@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/json.h"
 #include "model/hf_parts.h"
+#include "model/rope_scaling.h"
 #include "model/safetensors.h"
 
 namespace specdec::model {
@@ -143,6 +144,10 @@ void add_one(GgufTensor& t, Owner& owner) {
 // llama.cpp's permute for Llama q/k: within each head, rows in rotate-half order (the first
 // half, then the second) become interleaved pairs (row j of the first half, row j of the second).
 void permute_rows(GgufTensor& t, int64_t heads, Owner& owner) {
+  if (t.dims.empty() || t.dims.size() > 2 || t.dims.back() <= 0 || t.size_bytes == 0) {
+    throw FormatError(str_cat(t.name, ": a projection (or its bias) must have 1 or 2 dimensions "
+                              "and rows; it has ", t.dims.size(), " dimensions"));
+  }
   const int64_t rows = t.dims.back();
   SPECDEC_CHECK(heads > 0 && rows % (2 * heads) == 0, t.name + " rows", rows,
                str_cat("a multiple of 2 x ", heads, " heads"));
@@ -225,6 +230,19 @@ HfTensors read_hf_tensors(const fs::path& dir, const ModelConfig& c) {
         if (gg == "attn_k") permute_rows(*t, c.num_kv_heads, owner);
       }
     }
+  }
+  if (c.rope_scaling_type == "llama3") {  // llama.cpp's converter: a rope_freqs tensor, no type key
+    const std::vector<float> factors = llama3_rope_factors(c);
+    std::vector<uint8_t> bytes(factors.size() * sizeof(float));
+    std::memcpy(bytes.data(), factors.data(), bytes.size());
+    GgufTensor t;
+    t.name = "rope_freqs.weight";
+    t.dims = {static_cast<int64_t>(factors.size())};
+    t.num_elements = static_cast<int64_t>(factors.size());
+    t.size_bytes = bytes.size();
+    t.data = bytes.data();
+    owner.buffers.push_back(std::move(bytes));
+    out.tensors.push_back(std::move(t));
   }
   out.owner = shards.owner();
   return out;

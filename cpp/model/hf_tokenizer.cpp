@@ -124,7 +124,7 @@ std::string byte_level_pre(const Parsed& p) {
     if (regex == kQwen2Split) return "qwen2";
     if (regex == kLlama3Split) return "llama-bpe";
   }
-  throw UnsupportedError(str_cat(p.where, ": pre_tokenizer ", json_summary(p.j["pre_tokenizer"], 200),
+  throw UnsupportedError(str_cat(p.where, ": pre_tokenizer ", json_summary(p.j.value("pre_tokenizer", Json()), 200),
                                  " is not supported; supported byte-level forms: GPT-2's ByteLevel, SmolLM's "
                                  "Digits + ByteLevel, Qwen2's and Llama 3's Split + ByteLevel"));
 }
@@ -284,6 +284,7 @@ void add_chat_template(const fs::path& dir, GgufWriter& w) {
     std::ifstream in(jinja, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
+    if (!in) throw FormatError(str_cat(jinja.string(), ": cannot be read"));
     w.set_string("tokenizer.chat_template", text.str());
     return;
   }

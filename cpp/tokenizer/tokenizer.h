@@ -24,7 +24,7 @@ class SpecialSplitter;
 class Tokenizer {
  public:
   // Throws FormatError for malformed tokenizer metadata and UnsupportedError for tokenizer
-  // models, pre-tokenizers or chat templates that are not implemented.
+  // models or pre-tokenizers specdec does not read (naming the supported ones).
   static Tokenizer from_gguf(const model::GgufFile& file);
   static Tokenizer from_file(const std::string& path);
   static Tokenizer from_metadata(const std::map<std::string, model::GgufValue>& metadata,

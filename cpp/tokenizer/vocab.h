@@ -21,7 +21,7 @@ enum class TokenizerKind {
   kBpe,  // `tokenizer.ggml.model = gpt2` (byte-level) or `gemma4` (UTF-8): ranked merges
   kWpm,  // `tokenizer.ggml.model = bert`: WordPiece, longest tokens first
 };
-// "spm" or "bpe".
+// "spm", "bpe" or "wpm".
 const char* tokenizer_kind_name(TokenizerKind kind);
 
 // `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).

@@ -289,9 +289,14 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
               extra=extra)
     how = _Render("tracked")
     tracked_raw = _render_raw(source, messages, how, **kw)
-    tracked = how.restore(tracked_raw)
-    cut = (_final_message_end(tracked_raw, how, messages[-1].get("content"))
-           if continue_final_message else None)
+    try:
+        tracked: Optional[Tuple[str, List[Tuple[int, int]]]] = how.restore(tracked_raw)
+        cut = (_final_message_end(tracked_raw, how, messages[-1].get("content"))
+               if continue_final_message else None)
+    except ChatTemplateError:  # the template cut through a marker
+        tracked, cut = None, None
+        if continue_final_message:
+            raise
     plain = _Render("plain").restore(_render_raw(source, messages, _Render("plain"), **kw))
     if control_spans is None:
         return _cut(plain, cut)
@@ -301,7 +306,7 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
             _render_raw(source, messages, how, **kw))
     except ChatTemplateError:
         swapped = None  # the template cut through a placeholder
-    if tracked[0] == plain[0]:
+    if tracked is not None and tracked[0] == plain[0]:
         if swapped is not None and swapped[0] == plain[0]:
             return _cut((plain[0], _intersect(tracked[1], swapped[1])), cut)
         return _cut(tracked, cut)

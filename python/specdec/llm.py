@@ -86,7 +86,8 @@ def _load_progress(stream) -> Callable[[int, int], None]:
 def _weights_size(path: str) -> int:
     """Bytes of a model's weights: a GGUF file, or a checkpoint directory's safetensors."""
     if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".safetensors"))
+        from specdec.model import weight_files
+        return sum(f.stat().st_size for f in weight_files(path))
     return os.path.getsize(path)
 
 

@@ -66,10 +66,28 @@ def _tensor_summary(tensors: List[dict], type_key: str) -> Dict[str, Dict[str, i
     return dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
 
 
+def weight_files(directory: Union[str, os.PathLike]) -> List[Path]:
+    """The safetensors files a Hugging Face directory's weights are read from, as the runner
+    reads them: the shards model.safetensors.index.json names, else model.safetensors, else every
+    *.safetensors (a Mistral repository's consolidated.safetensors beside its shards is not
+    counted twice)."""
+    p = Path(directory)
+    index = p / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()
+            return sorted({p / n for n in names if isinstance(n, str) and (p / n).is_file()})
+        except (OSError, ValueError, AttributeError):
+            return []  # the runner says what is wrong with the index
+    if (p / "model.safetensors").is_file():
+        return [p / "model.safetensors"]
+    return sorted(p.glob("*.safetensors"))
+
+
 def _read_files(path: str, with_tokenizer: bool = True) -> Dict[str, Any]:
     p = Path(path)
     if p.is_dir():
-        files = sorted(p.glob("*.safetensors"))
+        files = weight_files(p)
         tensors: List[dict] = []
         for f in files:
             tensors += _core.read_safetensors(str(f))["tensors"]
@@ -97,7 +115,7 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
     path = _resolve(path_or_name, progress)
     config = _core.load_model_config(path)
     unsupported = None
-    has_weights = not Path(path).is_dir() or any(Path(path).glob("*.safetensors"))
+    has_weights = not Path(path).is_dir() or bool(weight_files(path))
     if has_weights and not path.endswith(".json"):
         # a GGUF file or a directory with weights: the checks of loading it (tensors, weight
         # formats, tokenizer), so that inspect accepts exactly what LLM runs. A broken file raises
@@ -107,6 +125,8 @@ def inspect_model(path_or_name: Union[str, os.PathLike], kv_cache_memory_bytes: 
             _core.check_model_file(path)
         except _core.UnsupportedError as err:
             unsupported = str(err)
+        except _core.FormatError:
+            raise
         except ValueError as err:  # a directory missing a part (tokenizer.json, a tensor)
             if not Path(path).is_dir():
                 raise

@@ -179,6 +179,34 @@ TEST(RopeScalingConfigTest, HfLlama3AndMistral) {
   EXPECT_EQ(config_from_hf_json(mistral, "config.json").num_sliding_layers(), 0);
 }
 
+TEST(RopeScalingConfigTest, TransformersV5RopeParameters) {
+  // rope_theta inside rope_parameters; Gemma 3's per layer type form
+  json llama = {{"model_type", "llama"},         {"num_hidden_layers", 2},
+                {"hidden_size", 256},            {"intermediate_size", 512},
+                {"num_attention_heads", 2},      {"vocab_size", 100},
+                {"max_position_embeddings", 4096},
+                {"rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 5e5}}}};
+  const ModelConfig c = config_from_hf_json(llama, "config.json");
+  EXPECT_EQ(c.rope_base, 5e5);
+  EXPECT_EQ(c.rope_scaling_type, "linear");
+  EXPECT_EQ(c.rope_scaling_factor, 2.0);
+  json gemma = {{"model_type", "gemma3_text"},   {"num_hidden_layers", 6},
+                {"hidden_size", 256},            {"intermediate_size", 512},
+                {"num_attention_heads", 2},      {"num_key_value_heads", 1},
+                {"head_dim", 128},               {"vocab_size", 100},
+                {"max_position_embeddings", 4096}, {"sliding_window", 16},
+                {"rope_parameters",
+                 {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+                  {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}}}};
+  const ModelConfig g = config_from_hf_json(gemma, "config.json");
+  EXPECT_EQ(g.rope_base, 1e6);
+  EXPECT_EQ(g.rope_base_local, 1e4);
+  EXPECT_EQ(g.rope_scaling_type, "linear");
+  EXPECT_EQ(g.rope_scaling_factor, 8.0);
+  gemma["rope_parameters"]["full_attention"]["rope_type"] = "dynamic";
+  EXPECT_THROW(config_from_hf_json(gemma, "config.json"), UnsupportedError);
+}
+
 TEST(RopeScalingTest, YarnCorrDimsAsGgml) {
   // rope_dim * ln(n_ctx_orig / (beta 2 pi)) / (2 ln base): 5.90 and 9.91 for Qwen's values.
   EXPECT_EQ(yarn_corr_dims(32, 32768, 1e6, 32, 1), (std::array<double, 2>{5, 10}));

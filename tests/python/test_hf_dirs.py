@@ -100,6 +100,22 @@ def test_llama_q_k_rows_must_be_permuted(tmp_path):
     assert _greedy(str(raw)) != want
 
 
+@pytest.mark.parametrize("variant", ["llama3", "qwen2-yarn"])
+def test_rope_scaling_of_a_directory_runs_as_its_gguf(tmp_path, variant):
+    """Llama 3's rope_scaling becomes llama.cpp's rope_freqs tensor, YaRN's its keys (tuning
+    included): the directory decodes as the GGUF written with them."""
+    from specdec.testing.random_model import LLAMA3_SCALING
+    g = write_random_model(tmp_path / f"{variant}.gguf", variant, "F32", seed=3)
+    scaling = dict(LLAMA3_SCALING, rope_type="llama3") if variant == "llama3" else None
+    d = write_hf_twin(g, tmp_path / f"{variant}-hf", rope_scaling=scaling)
+    assert specdec.load_model_config(d).rope_scaling_type == variant.split("-")[-1]
+    assert _greedy(d) == _greedy(g)
+    cfg = json.loads((Path(d) / "config.json").read_text())
+    cfg["rope_scaling"]["factor"] = 2.0  # other factors: other tokens
+    (Path(d) / "config.json").write_text(json.dumps(cfg))
+    assert _greedy(d) != _greedy(g)
+
+
 def test_tokenizer_of_the_twin(tmp_path):
     g, d = _pair(tmp_path, "llama", "F32", eos_token_ids=[2, 5], chat_template=CHATML)
     a, b = specdec.Tokenizer.from_file(g), specdec.Tokenizer.from_file(d)

@@ -274,7 +274,8 @@ class Server:
                 if key in RESERVED_VARIABLES:
                     raise protocol.bad(f"chat_template_kwargs.{key}", kwargs[key],
                                        "not settable: specdec sets it (tools are not supported)")
-            size = len(json.dumps(msgs)) + len(json.dumps(kwargs or {}))
+            size = (len(json.dumps(msgs, ensure_ascii=False))
+                    + len(json.dumps(kwargs or {}, ensure_ascii=False)))
             if size > self.max_text_bytes:
                 raise ApiError(400, f"messages: {size} characters with chat_template_kwargs, more "
                                f"than max_model_len = {llm.runner.max_model_len} tokens can hold",

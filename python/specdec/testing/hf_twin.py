@@ -73,6 +73,8 @@ def _tensors(reader, arch: str, md: Dict[str, object]) -> List[Tuple[str, str, T
     heads, kv_heads = md[f"{arch}.attention.head_count"], md[f"{arch}.attention.head_count_kv"]
     out = []
     for t in reader.tensors:
+        if t.name == "rope_freqs.weight":  # Llama 3's factors: config.json's rope_scaling instead
+            continue
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         if int(t.tensor_type) not in _ST_DTYPE:
             raise ValueError(f"{t.name}: type {t.tensor_type.name}; a twin needs F32, F16 or BF16 tensors")
@@ -87,6 +89,26 @@ def _tensors(reader, arch: str, md: Dict[str, object]) -> List[Tuple[str, str, T
             raw = _unpermute(raw, heads if ".attn_q." in t.name else kv_heads)
         out.append((_hf_name(t.name, arch), dtype, shape, np.ascontiguousarray(raw).tobytes()))
     return out
+
+
+def _rope_scaling(arch: str, md: Dict[str, object], has_freqs: bool,
+                  rope_scaling: Optional[dict]) -> Optional[dict]:
+    """config.json's rope_scaling: given (Llama 3: the parameters its rope_freqs came from), or
+    YaRN's from the GGUF keys."""
+    if rope_scaling is not None:
+        return dict(rope_scaling)
+    if has_freqs:
+        raise ValueError("the GGUF has a rope_freqs tensor: give rope_scaling (the llama3 "
+                         "parameters it was computed from)")
+    if md.get(f"{arch}.rope.scaling.type") == "yarn":
+        out = {"rope_type": "yarn", "factor": md[f"{arch}.rope.scaling.factor"],
+               "original_max_position_embeddings": md[f"{arch}.rope.scaling.original_context_length"]}
+        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
+                          ("yarn_ext_factor", "extrapolation_factor")):
+            if f"{arch}.rope.scaling.{key}" in md:
+                out[name] = md[f"{arch}.rope.scaling.{key}"]
+        return out
+    return None
 
 
 def _config(arch: str, md: Dict[str, object], tied: bool) -> dict:
@@ -184,7 +206,8 @@ def _metadata(reader) -> Dict[str, object]:
 
 
 def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], num_shards: int = 1,
-                  eos_token_ids: Optional[List[int]] = None, chat_template: Optional[str] = None) -> str:
+                  eos_token_ids: Optional[List[int]] = None, chat_template: Optional[str] = None,
+                  rope_scaling: Optional[dict] = None) -> str:
     """Writes the twin directory of the float GGUF ``src`` (llama, qwen2, qwen3 or gemma3) to
     ``dst``: ``num_shards`` > 1 writes model-0000i-of-0000n.safetensors files and
     model.safetensors.index.json. ``eos_token_ids`` goes to generation_config.json (a list) and
@@ -199,7 +222,12 @@ def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], nu
     os.makedirs(dst, exist_ok=True)
     tensors = _tensors(reader, arch, md)
     tied = not any(name == "lm_head.weight" for name, *_ in tensors)
-    write_file_atomic(os.path.join(dst, "config.json"), json.dumps(_config(arch, md, tied), indent=1), "dst")
+    config = _config(arch, md, tied)
+    scaling = _rope_scaling(arch, md, any(t.name == "rope_freqs.weight" for t in reader.tensors),
+                            rope_scaling)
+    if scaling is not None:
+        config["rope_scaling"] = scaling
+    write_file_atomic(os.path.join(dst, "config.json"), json.dumps(config, indent=1), "dst")
     if num_shards <= 1:
         write_safetensors(os.path.join(dst, "model.safetensors"), tensors)
     else:
