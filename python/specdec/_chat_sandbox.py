@@ -20,6 +20,12 @@ import re
 import string
 from typing import Any, List, Optional, Tuple
 
+from jinja2.compiler import CodeGenerator, optimizeconst
+from jinja2.exceptions import SecurityError
+from jinja2.ext import Extension, loopcontrols
+from jinja2.runtime import Macro
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 MAX_SEQUENCE = 1 << 20  # longest string or list a template may build with * or a width (items)
 MAX_TEXT = 1 << 24      # longest string a template may build by concatenation (characters)
 
@@ -171,7 +177,6 @@ def finalize(value: Any) -> Any:
 
 
 def _security(message: str) -> Exception:
-    from jinja2.exceptions import SecurityError
     return SecurityError(message)
 
 
@@ -234,90 +239,88 @@ def _limit_width(f: Any, position: int, what: str) -> Any:
     return wrapped
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> Any:
-    """The sandboxed environment every chat template compiles in."""
-    try:
-        import jinja2
-        from jinja2 import nodes
-        from jinja2.compiler import CodeGenerator, optimizeconst
-        from jinja2.ext import Extension, loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as e:  # a dependency of the package: only a broken install gets here
-        raise ImportError("chat templates need jinja2 (pip install 'jinja2>=3.1')") from e
+class _GenerationBlock(Extension):
+    """``{% generation %}...{% endgeneration %}`` (Hugging Face marks assistant text for training
+    masks with it): rendered as its body."""
 
-    class GenerationBlock(Extension):
-        """``{% generation %}...{% endgeneration %}`` (Hugging Face marks assistant text for
-        training masks with it): rendered as its body."""
+    tags = {"generation"}
 
-        tags = {"generation"}
+    def parse(self, parser: Any) -> List[Any]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
-        def parse(self, parser: Any) -> List[Any]:
-            next(parser.stream)
-            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
-    class TrackingCodeGenerator(CodeGenerator):
-        """``a ~ b`` through environment.tracked_concat, which keeps the caller's ranges."""
+class _TrackingCodeGenerator(CodeGenerator):
+    """``a ~ b`` through environment.tracked_concat, which keeps the caller's ranges."""
 
-        @optimizeconst
-        def visit_Concat(self, node: Any, frame: Any) -> None:
-            self.write("environment.tracked_concat((")
-            for arg in node.nodes:
-                self.visit(arg, frame)
-                self.write(", ")
-            self.write("))")
+    @optimizeconst
+    def visit_Concat(self, node: Any, frame: Any) -> None:
+        self.write("environment.tracked_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
 
-    class ChatEnvironment(ImmutableSandboxedEnvironment):
-        code_generator_class = TrackingCodeGenerator
-        intercepted_binops = frozenset(["*", "**", "%", "+"])
 
-        @staticmethod
-        def tracked_concat(values: Any) -> Any:
-            return concat(values)
+class ChatEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox with the limits and the tracking of the caller's text (module docstring)."""
 
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "+":
-                if isinstance(left, str) and isinstance(right, str):
-                    return concat((left, right))
-                out = left + right
-                if isinstance(out, (list, tuple)) and len(out) > MAX_SEQUENCE:
-                    raise _security(f"a sequence longer than {MAX_SEQUENCE} items")
-                return out
-            if operator == "**":
-                if isinstance(right, int) and abs(right) > 256 and not isinstance(left, float):
-                    raise _security(f"{left!r} ** {right!r}: exponents above 256 are refused")
-                return left ** right
-            if operator == "%":
-                if isinstance(left, str):
-                    _check_widths([n for m in _WIDTH.findall(left) for n in m], "a % format")
-                    out = left % right
-                    return tracked(out) if is_tracked(left) or is_tracked(right) else out
+    code_generator_class = _TrackingCodeGenerator
+    intercepted_binops = frozenset(["*", "**", "%", "+"])
+
+    @staticmethod
+    def tracked_concat(values: Any) -> Any:
+        return concat(values)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":
+            return _add(left, right)
+        if operator == "**":
+            if isinstance(right, int) and abs(right) > 256 and not isinstance(left, float):
+                raise _security(f"{left!r} ** {right!r}: exponents above 256 are refused")
+            return left ** right
+        if operator == "%":
+            if not isinstance(left, str):
                 return left % right
-            for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                    if len(seq) * max(count, 0) > MAX_SEQUENCE:
-                        raise _security(f"a sequence of {len(seq)} items * {count} exceeds "
-                                        f"{MAX_SEQUENCE} items")
-            out = left * right
-            return tracked(out) if isinstance(out, str) and is_tracked((left, right)) else out
+            _check_widths([n for m in _WIDTH.findall(left) for n in m], "a % format")
+            out = left % right
+            return tracked(out) if is_tracked(left) or is_tracked(right) else out
+        for seq, count in ((left, right), (right, left)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
+                if len(seq) * max(count, 0) > MAX_SEQUENCE:
+                    raise _security(f"a sequence of {len(seq)} items * {count} exceeds "
+                                    f"{MAX_SEQUENCE} items")
+        out = left * right
+        return tracked(out) if isinstance(out, str) and is_tracked((left, right)) else out
 
-        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-            target = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
-            owner = getattr(target, "__self__", None)
-            if isinstance(owner, str) and getattr(target, "__name__", "") in ("format",
-                                                                               "format_map"):
-                _check_format_spec(owner)
-            out = super().call(__context, __obj, *args, **kwargs)
-            # a callable given caller text (' '.join(items), '{}'.format(x), ...) gives caller
-            # text; a macro's output already carries the markers of what it wrote
-            if (isinstance(out, str) and not spans_of(out)
-                    and not isinstance(__obj, jinja2.runtime.Macro)
-                    and is_tracked((args, kwargs, owner))):
-                return tracked(out)
-            return out
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        target = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
+        owner = getattr(target, "__self__", None)
+        if isinstance(owner, str) and getattr(target, "__name__", "") in ("format", "format_map"):
+            _check_format_spec(owner)
+        out = super().call(__context, __obj, *args, **kwargs)
+        # a callable given caller text (' '.join(items), '{}'.format(x), ...) gives caller text;
+        # a macro's output already carries the markers of what it wrote
+        if (isinstance(out, str) and not spans_of(out) and not isinstance(__obj, Macro)
+                and is_tracked((args, kwargs, owner))):
+            return tracked(out)
+        return out
 
+
+def _add(left: Any, right: Any) -> Any:
+    if isinstance(left, str) and isinstance(right, str):
+        return concat((left, right))
+    out = left + right
+    if isinstance(out, (list, tuple)) and len(out) > MAX_SEQUENCE:
+        raise _security(f"a sequence longer than {MAX_SEQUENCE} items")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> ChatEnvironment:
+    """The sandboxed environment every chat template compiles in."""
     env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False,
-                          extensions=[loopcontrols, GenerationBlock], finalize=finalize)
+                          extensions=[loopcontrols, _GenerationBlock], finalize=finalize)
     env.globals.pop("lipsum", None)  # nothing a chat template needs; costly on demand
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

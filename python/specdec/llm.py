@@ -38,7 +38,6 @@ import numpy as np
 from specdec import _core
 from specdec._checks import (check_bool, check_int, check_real, check_text,
                              check_token_ids, error)
-from specdec.chat_template import check_conversation
 from specdec.engine import EngineCore, LLMEngine, Request, StreamOutput
 from specdec.hub import resolve_model
 from specdec.kv import parse_bytes
@@ -359,6 +358,8 @@ class LLM:
             convos = list(messages)
         else:
             convos = [messages]
+        from specdec.chat_template import check_conversation  # (jinja2 only when chatting)
+
         prompts = []
         tok = self.tokenizer
         options = dict(tools=tools, chat_template=chat_template,
