@@ -16,7 +16,6 @@
 namespace specdec::model {
 namespace {
 
-
 // dflash_config's value, else the top level's (z-lab's reader does the same), else null.
 const nlohmann::json* draft_value(const nlohmann::json& c, const std::string& key) {
   const auto dc = c.find("dflash_config");
@@ -32,13 +31,15 @@ int64_t get_int(const nlohmann::json& c, const std::string& key, const std::stri
     if (fallback) return *fallback;
     throw ConfigError(where + "." + key, "missing", "an integer");
   }
-  if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > (int64_t{1} << 31)) {
+  if (!it->is_number_integer() || it->get<int64_t>() < lo ||
+      it->get<int64_t>() > (int64_t{1} << 31)) {
     throw ConfigError(where + "." + key, json_summary(*it), str_cat("an integer >= ", lo));
   }
   return it->get<int64_t>();
 }
 
-double get_real(const nlohmann::json& c, const std::string& key, const std::string& where, double fallback) {
+double get_real(const nlohmann::json& c, const std::string& key, const std::string& where,
+                double fallback) {
   const auto it = c.find(key);
   if (it == c.end() || it->is_null()) return fallback;
   if (!it->is_number() || !std::isfinite(it->get<double>())) {
@@ -49,12 +50,16 @@ double get_real(const nlohmann::json& c, const std::string& key, const std::stri
 
 GgmlType ggml_type_of(const SafetensorsTensor& t) {
   switch (t.dtype) {
-    case SafetensorsDType::kF32: return GgmlType::kF32;
-    case SafetensorsDType::kF16: return GgmlType::kF16;
-    case SafetensorsDType::kBF16: return GgmlType::kBF16;
+    case SafetensorsDType::kF32:
+      return GgmlType::kF32;
+    case SafetensorsDType::kF16:
+      return GgmlType::kF16;
+    case SafetensorsDType::kBF16:
+      return GgmlType::kBF16;
     default:
       throw UnsupportedError(str_cat("DFlash tensor '", t.name, "' is stored as ",
-                                     safetensors_dtype_name(t.dtype), "; F32, F16 or BF16 are supported"));
+                                     safetensors_dtype_name(t.dtype),
+                                     "; F32, F16 or BF16 are supported"));
   }
 }
 
@@ -81,7 +86,7 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   SPECDEC_CHECK(c.is_object(), where, json_summary(c), "a JSON object");
   const auto dfc = c.find("dflash_config");
   SPECDEC_CHECK(dfc != c.end() && dfc->is_object(), where + ".dflash_config", "missing",
-               "an object with target_layer_ids, mask_token_id and block_size");
+                "an object with target_layer_ids, mask_token_id and block_size");
 
   const int64_t layers = get_int(c, "num_hidden_layers", where);
   const int64_t hidden = get_int(c, "hidden_size", where);
@@ -94,9 +99,12 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   const double eps = get_real(c, "rms_norm_eps", where, 1e-6);
   const double theta = get_real(c, "rope_theta", where, 1e6);
   const std::string act = c.value("hidden_act", std::string("silu"));
-  if (act != "silu") throw UnsupportedError(str_cat(where, ".hidden_act = '", act, "': only silu DFlash drafters run"));
+  if (act != "silu")
+    throw UnsupportedError(
+        str_cat(where, ".hidden_act = '", act, "': only silu DFlash drafters run"));
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    throw UnsupportedError(str_cat(where, ".rope_scaling: a DFlash drafter with rope scaling does not run yet"));
+    throw UnsupportedError(
+        str_cat(where, ".rope_scaling: a DFlash drafter with rope scaling does not run yet"));
   }
   // layer_types: "full_attention" layers attend both ways; "sliding_attention" layers are causal
   // with a window (z-lab's rule when is_causal is unset); their K/V stay whole (the drafter plans
@@ -105,57 +113,70 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   int64_t window = 0;
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
     const auto& types = c["layer_types"];
-    SPECDEC_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == layers, where + ".layer_types",
-                 json_summary(types), str_cat("a list of ", layers, " layer types"));
+    SPECDEC_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == layers,
+                  where + ".layer_types", json_summary(types),
+                  str_cat("a list of ", layers, " layer types"));
     for (size_t i = 0; i < types.size(); ++i) {
       const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-      SPECDEC_CHECK(t == "full_attention" || t == "sliding_attention", str_cat(where, ".layer_types[", i, "]"),
-                   json_summary(types[i]), "'full_attention' or 'sliding_attention'");
+      SPECDEC_CHECK(t == "full_attention" || t == "sliding_attention",
+                    str_cat(where, ".layer_types[", i, "]"), json_summary(types[i]),
+                    "'full_attention' or 'sliding_attention'");
       sliding[i] = t == "sliding_attention";
     }
     if (std::find(sliding.begin(), sliding.end(), true) != sliding.end()) {
       window = get_int(c, "sliding_window", where);
     }
   }
-  if (const auto* causal = draft_value(c, "is_causal"); causal != nullptr && causal->is_boolean() && causal->get<bool>()) {
-    throw UnsupportedError(str_cat(where, ".is_causal = true: DFlash drafters here are non-causal"));
+  if (const auto* causal = draft_value(c, "is_causal");
+      causal != nullptr && causal->is_boolean() && causal->get<bool>()) {
+    throw UnsupportedError(
+        str_cat(where, ".is_causal = true: DFlash drafters here are non-causal"));
   }
-  if (const auto* m = draft_value(c, "output_multiplier"); m != nullptr && !m->is_null() &&
-      (!m->is_number() || m->get<double>() != 1.0)) {
-    throw UnsupportedError(str_cat(where, ".output_multiplier = ", json_summary(*m), ": only 1 is supported"));
+  if (const auto* m = draft_value(c, "output_multiplier");
+      m != nullptr && !m->is_null() && (!m->is_number() || m->get<double>() != 1.0)) {
+    throw UnsupportedError(
+        str_cat(where, ".output_multiplier = ", json_summary(*m), ": only 1 is supported"));
   }
-  if (const auto* s = draft_value(c, "final_logit_softcapping"); s != nullptr && !s->is_null() &&
-      (!s->is_number() || s->get<double>() != 0.0)) {
-    throw UnsupportedError(str_cat(where, ".final_logit_softcapping = ", json_summary(*s), ": not supported"));
+  if (const auto* s = draft_value(c, "final_logit_softcapping");
+      s != nullptr && !s->is_null() && (!s->is_number() || s->get<double>() != 0.0)) {
+    throw UnsupportedError(
+        str_cat(where, ".final_logit_softcapping = ", json_summary(*s), ": not supported"));
   }
   const auto* ids = draft_value(c, "target_layer_ids");
-  SPECDEC_CHECK(ids != nullptr && ids->is_array() && !ids->empty(), where + ".dflash_config.target_layer_ids",
-               ids != nullptr ? json_summary(*ids) : "missing", "a non-empty list of the target's layer indices");
+  SPECDEC_CHECK(ids != nullptr && ids->is_array() && !ids->empty(),
+                where + ".dflash_config.target_layer_ids",
+                ids != nullptr ? json_summary(*ids) : "missing",
+                "a non-empty list of the target's layer indices");
   std::vector<int32_t> target_layers;
   for (const auto& v : *ids) {
     SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1 << 20),
-                 where + ".dflash_config.target_layer_ids", json_summary(*ids), "layer indices >= 0");
+                  where + ".dflash_config.target_layer_ids", json_summary(*ids),
+                  "layer indices >= 0");
     target_layers.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   const auto* mask = draft_value(c, "mask_token_id");
-  SPECDEC_CHECK(mask != nullptr && mask->is_number_integer() && mask->get<int64_t>() >= 0 && mask->get<int64_t>() < vocab,
-               where + ".dflash_config.mask_token_id", mask != nullptr ? json_summary(*mask) : "missing",
-               str_cat("a token id in [0, vocab_size = ", vocab, ")"));
+  SPECDEC_CHECK(mask != nullptr && mask->is_number_integer() && mask->get<int64_t>() >= 0 &&
+                    mask->get<int64_t>() < vocab,
+                where + ".dflash_config.mask_token_id",
+                mask != nullptr ? json_summary(*mask) : "missing",
+                str_cat("a token id in [0, vocab_size = ", vocab, ")"));
   const auto* block = draft_value(c, "block_size");
   const bool nested = dfc->contains("block_size") && !(*dfc)["block_size"].is_null();
   const int64_t block_size = block != nullptr && !block->is_null()
-                                 ? get_int(nested ? *dfc : c, "block_size", nested ? where + ".dflash_config" : where, 16, 2)
+                                 ? get_int(nested ? *dfc : c, "block_size",
+                                           nested ? where + ".dflash_config" : where, 16, 2)
                                  : 16;
   double embedding_scale = 1.0;
   if (const auto* s = draft_value(c, "input_embedding_scale"); s != nullptr && !s->is_null()) {
-    SPECDEC_CHECK(s->is_number() && std::isfinite(s->get<double>()), where + ".input_embedding_scale",
-                 json_summary(*s), "a finite number");
+    SPECDEC_CHECK(s->is_number() && std::isfinite(s->get<double>()),
+                  where + ".input_embedding_scale", json_summary(*s), "a finite number");
     embedding_scale = s->get<double>();
   }
 
   const fs::path weights = root / "model.safetensors";
   // the tensors are views into the mapped file, which the GgufFile keeps open
-  const auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(weights.string()));
+  const auto file =
+      std::make_shared<const SafetensorsFile>(SafetensorsFile::open(weights.string()));
   const SafetensorsFile& st = *file;
   std::vector<GgufTensor> views;
   std::string prefix;
@@ -163,8 +184,9 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   GgufWriter w;
   const std::string a = "qwen3.";
   w.set_string("general.architecture", "qwen3");
-  w.set_string("general.name", root.filename().string().empty() ? root.parent_path().filename().string()
-                                                                : root.filename().string());
+  w.set_string("general.name", root.filename().string().empty()
+                                   ? root.parent_path().filename().string()
+                                   : root.filename().string());
   w.set_u32(a + "block_count", static_cast<uint32_t>(layers));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(hidden));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(ff));
@@ -191,15 +213,17 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
   auto add = [&](const std::string& from, const std::string& to, std::vector<int64_t> want) {
     const std::string name = prefix + from;
     SPECDEC_CHECK(st.contains(name), str_cat(weights.string(), ": tensor"), name,
-                  "present in a DFlash checkpoint (layers.N.self_attn.*, layers.N.mlp.*, norm, fc, hidden_norm)");
+                  "present in a DFlash checkpoint (layers.N.self_attn.*, layers.N.mlp.*, norm, fc, "
+                  "hidden_norm)");
     const SafetensorsTensor& t = st.tensor(name);
     std::vector<int64_t> dims(t.shape.rbegin(), t.shape.rend());  // GGUF: innermost first
     if (dims != want) {
       std::string got, exp;
       for (auto d : dims) got += (got.empty() ? "" : ", ") + std::to_string(d);
       for (auto d : want) exp += (exp.empty() ? "" : ", ") + std::to_string(d);
-      throw FormatError(str_cat(weights.string(), ": tensor ", name, " has shape (innermost first) [", got,
-                                "]; the config implies [", exp, "]"));
+      throw FormatError(str_cat(weights.string(), ": tensor ", name,
+                                " has shape (innermost first) [", got, "]; the config implies [",
+                                exp, "]"));
     }
     if (!with_matrices && dims.size() > 1) return;  // the config reads only which tensors exist
     GgufTensor g;
@@ -226,12 +250,14 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
     add(l + "mlp.up_proj.weight", b + "ffn_up.weight", {hidden, ff});
     add(l + "mlp.down_proj.weight", b + "ffn_down.weight", {ff, hidden});
     if (st.contains(prefix + l + "self_attn.q_proj.bias")) {
-      throw UnsupportedError(str_cat(weights.string(), ": attention biases (", prefix, l,
-                                     "self_attn.q_proj.bias) in a DFlash drafter are not supported"));
+      throw UnsupportedError(
+          str_cat(weights.string(), ": attention biases (", prefix, l,
+                  "self_attn.q_proj.bias) in a DFlash drafter are not supported"));
     }
   }
   add("norm.weight", "output_norm.weight", {hidden});
-  add("fc.weight", "dflash_fc.weight", {static_cast<int64_t>(target_layers.size()) * hidden, hidden});
+  add("fc.weight", "dflash_fc.weight",
+      {static_cast<int64_t>(target_layers.size()) * hidden, hidden});
   add("hidden_norm.weight", "dflash_hidden_norm.weight", {hidden});
   return GgufFile::from_views(GgufFile::from_bytes(w.to_bytes()), std::move(views), file, dir);
 }

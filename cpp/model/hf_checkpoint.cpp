@@ -43,16 +43,19 @@ void add_model_keys(const ModelConfig& c, GgufWriter& w) {
     w.set_f32(a + "rope.scaling.yarn_beta_fast", static_cast<float>(c.rope_yarn_beta_fast));
     w.set_f32(a + "rope.scaling.yarn_beta_slow", static_cast<float>(c.rope_yarn_beta_slow));
   }
-  if (c.rope_base_local > 0) w.set_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_base_local));
-  if (c.attn_logit_softcap != 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(c.attn_logit_softcap));
-  if (c.final_logit_softcap != 0) w.set_f32(a + "final_logit_softcapping", static_cast<float>(c.final_logit_softcap));
+  if (c.rope_base_local > 0)
+    w.set_f32(a + "rope.freq_base_swa", static_cast<float>(c.rope_base_local));
+  if (c.attn_logit_softcap != 0)
+    w.set_f32(a + "attn_logit_softcapping", static_cast<float>(c.attn_logit_softcap));
+  if (c.final_logit_softcap != 0)
+    w.set_f32(a + "final_logit_softcapping", static_cast<float>(c.final_logit_softcap));
   int window = 0;
   GgufArray pattern;
   pattern.type = GgufType::kBool;
   for (const auto& l : c.layers) {
     if (l.attention == LayerAttention::kSliding) {
       SPECDEC_CHECK(window == 0 || window == l.sliding_window, "sliding_window", l.sliding_window,
-                   str_cat("one window for every sliding layer (", window, ")"));
+                    str_cat("one window for every sliding layer (", window, ")"));
       window = l.sliding_window;
     }
     pattern.values.emplace_back(l.attention == LayerAttention::kSliding);
@@ -67,8 +70,10 @@ void add_model_keys(const ModelConfig& c, GgufWriter& w) {
 void check_round_trip(const ModelConfig& hf, const ModelConfig& g, const std::string& source) {
   auto differ = [&](const char* field, double a, double b) {
     if (std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(a))) {
-      throw UnsupportedError(str_cat(source, ": ", field, " = ", a, " cannot be run here (the GGUF form "
-                                     "llama.cpp's converter writes has ", b, ")"));
+      throw UnsupportedError(str_cat(source, ": ", field, " = ", a,
+                                     " cannot be run here (the GGUF form "
+                                     "llama.cpp's converter writes has ",
+                                     b, ")"));
     }
   };
   differ("attention scale (query_pre_attn_scalar)", hf.attention_scale, g.attention_scale);
@@ -88,7 +93,8 @@ void check_round_trip(const ModelConfig& hf, const ModelConfig& g, const std::st
     differ("YaRN beta_slow", hf.rope_yarn_beta_slow, g.rope_yarn_beta_slow);
   }
   for (size_t i = 0; i < hf.layers.size(); ++i) {
-    differ(str_cat("layer ", i, " RoPE base").c_str(), hf.layers[i].rope_base, g.layers[i].rope_base);
+    differ(str_cat("layer ", i, " RoPE base").c_str(), hf.layers[i].rope_base,
+           g.layers[i].rope_base);
   }
 }
 
@@ -96,11 +102,15 @@ ModelConfig read_config(const fs::path& dir) {
   const fs::path file = dir / "config.json";
   ModelConfig c = config_from_hf_json(read_json_file(file), file.string());
   if (c.architecture == "deepseek2") {
-    throw UnsupportedError(str_cat(file.string(), ": model_type deepseek_v2 runs from GGUF only (convert it "
-                                   "with llama.cpp's convert_hf_to_gguf.py); Hugging Face directories run "
-                                   "for llama, qwen2, qwen3 and gemma3"));
+    throw UnsupportedError(
+        str_cat(file.string(),
+                ": model_type deepseek_v2 runs from GGUF only (convert it "
+                "with llama.cpp's convert_hf_to_gguf.py); Hugging Face directories run "
+                "for llama, qwen2, qwen3 and gemma3"));
   }
-  if (c.name.empty()) c.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  if (c.name.empty())
+    c.name =
+        dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   return c;
 }
 
@@ -109,7 +119,8 @@ ModelConfig read_config(const fs::path& dir) {
 bool is_hf_checkpoint(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
-  return fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec) && !is_dflash_checkpoint(path);
+  return fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec) &&
+         !is_dflash_checkpoint(path);
 }
 
 GgufFile hf_to_gguf(const std::string& dir, bool with_tensors) {
@@ -122,7 +133,8 @@ GgufFile hf_to_gguf(const std::string& dir, bool with_tensors) {
   GgufFile meta = GgufFile::from_bytes(w.to_bytes());
   if (!with_tensors) return meta;
   HfTensors t = read_hf_tensors(root, hf);
-  GgufFile file = GgufFile::from_views(std::move(meta), std::move(t.tensors), std::move(t.owner), dir);
+  GgufFile file =
+      GgufFile::from_views(std::move(meta), std::move(t.tensors), std::move(t.owner), dir);
   check_round_trip(hf, config_from_gguf(file), dir);
   return file;
 }

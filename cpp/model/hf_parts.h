@@ -5,9 +5,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "model/config.h"
 #include "model/gguf.h"

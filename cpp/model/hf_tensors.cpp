@@ -48,8 +48,10 @@ class Shards {
       open_file(single);
       for (const auto& t : owner_->files.back().tensors()) by_name_[t.name] = &t;
     } else {
-      throw ConfigError("path", dir.string(), "a Hugging Face directory with model.safetensors, or "
-                        "shards named by model.safetensors.index.json (PyTorch .bin weights are not read)");
+      throw ConfigError(
+          "path", dir.string(),
+          "a Hugging Face directory with model.safetensors, or "
+          "shards named by model.safetensors.index.json (PyTorch .bin weights are not read)");
     }
   }
 
@@ -69,18 +71,21 @@ class Shards {
     const std::string where = index.string() + " weight_map";
     const auto map = j.is_object() ? j.find("weight_map") : j.end();
     SPECDEC_CHECK(map != j.end() && map->is_object() && !map->empty(), where,
-                 map == j.end() ? "missing" : json_summary(*map), "an object: tensor name -> shard file name");
+                  map == j.end() ? "missing" : json_summary(*map),
+                  "an object: tensor name -> shard file name");
     std::map<std::string, size_t> file_index;
     for (const auto& [name, file] : map->items()) {
       const std::string f = file.is_string() ? file.get<std::string>() : "";
-      SPECDEC_CHECK(!f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos &&
-                        f != "." && f != "..",
-                   str_cat(where, "[\"", name, "\"]"), json_summary(file), "a file name in the model's directory");
+      SPECDEC_CHECK(!f.empty() && f.find('/') == std::string::npos &&
+                        f.find('\\') == std::string::npos && f != "." && f != "..",
+                    str_cat(where, "[\"", name, "\"]"), json_summary(file),
+                    "a file name in the model's directory");
       auto [it, added] = file_index.emplace(f, owner_->files.size());
       if (added) open_file(dir / f);
       const SafetensorsFile& shard = owner_->files[it->second];
       if (!shard.contains(name)) {
-        throw FormatError(str_cat(index.string(), ": tensor ", name, " is mapped to ", f, ", which does not hold it"));
+        throw FormatError(str_cat(index.string(), ": tensor ", name, " is mapped to ", f,
+                                  ", which does not hold it"));
       }
       by_name_[name] = &shard.tensor(name);
     }
@@ -92,12 +97,16 @@ class Shards {
 
 GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source) {
   switch (t.dtype) {
-    case SafetensorsDType::kF32: return GgmlType::kF32;
-    case SafetensorsDType::kF16: return GgmlType::kF16;
-    case SafetensorsDType::kBF16: return GgmlType::kBF16;
+    case SafetensorsDType::kF32:
+      return GgmlType::kF32;
+    case SafetensorsDType::kF16:
+      return GgmlType::kF16;
+    case SafetensorsDType::kBF16:
+      return GgmlType::kBF16;
     default:
-      throw UnsupportedError(str_cat(source, ": tensor ", t.name, " is stored as ", safetensors_dtype_name(t.dtype),
-                                     "; F32, F16 and BF16 weights are supported (quantize through GGUF)"));
+      throw UnsupportedError(
+          str_cat(source, ": tensor ", t.name, " is stored as ", safetensors_dtype_name(t.dtype),
+                  "; F32, F16 and BF16 weights are supported (quantize through GGUF)"));
   }
 }
 
@@ -105,7 +114,8 @@ GgufTensor view(const SafetensorsTensor& t, const std::string& name, const std::
   GgufTensor g;
   g.name = name;
   g.type = ggml_type_of(t, source);
-  for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) g.dims.push_back(static_cast<int64_t>(*it));
+  for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it)
+    g.dims.push_back(static_cast<int64_t>(*it));
   g.num_elements = static_cast<int64_t>(t.num_elements);
   g.size_bytes = t.size_bytes;
   g.data = t.data;
@@ -120,15 +130,19 @@ float element(const GgufTensor& t, int64_t i) {
       std::memcpy(&f, t.data + i * 4, 4);
       return f;
     }
-    case GgmlType::kF16: std::memcpy(&bits, t.data + i * 2, 2); return half_bits_to_float(bits);
-    default: std::memcpy(&bits, t.data + i * 2, 2); return bf16_bits_to_float(bits);
+    case GgmlType::kF16:
+      std::memcpy(&bits, t.data + i * 2, 2);
+      return half_bits_to_float(bits);
+    default:
+      std::memcpy(&bits, t.data + i * 2, 2);
+      return bf16_bits_to_float(bits);
   }
 }
 
 // Gemma 3's RMSNorm multiplies by (1 + w): llama.cpp's converter stores w + 1 (F32), and the
 // GGUF form the runner reads has no offset. The sum is taken in F32, as transformers computes
-// 1 + w.float(); llama.cpp's converter adds in the checkpoint's dtype, so from a BF16 checkpoint its
-// GGUF norms can differ from these by BF16 rounding (F32 checkpoints: identical).
+// 1 + w.float(); llama.cpp's converter adds in the checkpoint's dtype, so from a BF16 checkpoint
+// its GGUF norms can differ from these by BF16 rounding (F32 checkpoints: identical).
 void add_one(GgufTensor& t, Owner& owner) {
   std::vector<uint8_t> bytes(static_cast<size_t>(t.num_elements) * 4);
   for (int64_t i = 0; i < t.num_elements; ++i) {
@@ -145,12 +159,14 @@ void add_one(GgufTensor& t, Owner& owner) {
 // half, then the second) become interleaved pairs (row j of the first half, row j of the second).
 void permute_rows(GgufTensor& t, int64_t heads, Owner& owner) {
   if (t.dims.empty() || t.dims.size() > 2 || t.dims.back() <= 0 || t.size_bytes == 0) {
-    throw FormatError(str_cat(t.name, ": a projection (or its bias) must have 1 or 2 dimensions "
-                              "and rows; it has ", t.dims.size(), " dimensions"));
+    throw FormatError(str_cat(t.name,
+                              ": a projection (or its bias) must have 1 or 2 dimensions "
+                              "and rows; it has ",
+                              t.dims.size(), " dimensions"));
   }
   const int64_t rows = t.dims.back();
   SPECDEC_CHECK(heads > 0 && rows % (2 * heads) == 0, t.name + " rows", rows,
-               str_cat("a multiple of 2 x ", heads, " heads"));
+                str_cat("a multiple of 2 x ", heads, " heads"));
   const size_t row_bytes = static_cast<size_t>(t.size_bytes / static_cast<uint64_t>(rows));
   const int64_t half = rows / heads / 2;
   std::vector<uint8_t> bytes(t.size_bytes);
@@ -169,11 +185,11 @@ void permute_rows(GgufTensor& t, int64_t heads, Owner& owner) {
 // HF layer tensor suffix -> llama.cpp name (without "blk.N." and ".weight"/".bias").
 std::vector<std::pair<std::string, std::string>> layer_names(const std::string& arch) {
   std::vector<std::pair<std::string, std::string>> names = {
-      {"input_layernorm", "attn_norm"},         {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},           {"self_attn.v_proj", "attn_v"},
-      {"self_attn.o_proj", "attn_output"},      {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"},      {"mlp.gate_proj", "ffn_gate"},
-      {"mlp.up_proj", "ffn_up"},                {"mlp.down_proj", "ffn_down"}};
+      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},           {"mlp.down_proj", "ffn_down"}};
   if (arch == "gemma3") {  // four norms per layer
     names.push_back({"post_attention_layernorm", "post_attention_norm"});
     names.push_back({"pre_feedforward_layernorm", "ffn_norm"});
@@ -189,7 +205,8 @@ std::string model_prefix(const Shards& s, const fs::path& dir) {
   for (const char* p : {"model.", "model.language_model.", "language_model.model.", ""}) {
     if (s.find(std::string(p) + "embed_tokens.weight") != nullptr) return p;
   }
-  throw FormatError(str_cat(dir.string(), ": no embedding tensor (model.embed_tokens.weight) in the "
+  throw FormatError(str_cat(dir.string(),
+                            ": no embedding tensor (model.embed_tokens.weight) in the "
                             "safetensors files"));
 }
 
@@ -206,7 +223,8 @@ HfTensors read_hf_tensors(const fs::path& dir, const ModelConfig& c) {
     if (t == nullptr) return nullptr;
     out.tensors.push_back(view(*t, to, source));
     GgufTensor& g = out.tensors.back();
-    if (c.architecture == "gemma3" && to.size() > 11 && to.compare(to.size() - 11, 11, "norm.weight") == 0) {
+    if (c.architecture == "gemma3" && to.size() > 11 &&
+        to.compare(to.size() - 11, 11, "norm.weight") == 0) {
       add_one(g, owner);
     }
     return &g;
@@ -215,16 +233,19 @@ HfTensors read_hf_tensors(const fs::path& dir, const ModelConfig& c) {
   add(prefix + "norm.weight", "output_norm.weight");
   if (!c.tied_embeddings) {
     const bool wrapped = prefix != "model." && prefix != "";
-    const std::string head = wrapped && shards.find("language_model.lm_head.weight") ? "language_model.lm_head.weight"
-                                                                                      : "lm_head.weight";
-    SPECDEC_CHECK(add(head, "output.weight") != nullptr, source + "/config.json tie_word_embeddings", "false",
-                 "true, or lm_head.weight present in the safetensors files (it is not)");
+    const std::string head = wrapped && shards.find("language_model.lm_head.weight")
+                                 ? "language_model.lm_head.weight"
+                                 : "lm_head.weight";
+    SPECDEC_CHECK(add(head, "output.weight") != nullptr,
+                  source + "/config.json tie_word_embeddings", "false",
+                  "true, or lm_head.weight present in the safetensors files (it is not)");
   }
   const auto names = layer_names(c.architecture);
   for (int il = 0; il < c.num_layers; ++il) {
     for (const auto& [hf, gg] : names) {
       for (const char* kind : {".weight", ".bias"}) {
-        GgufTensor* t = add(str_cat(prefix, "layers.", il, ".", hf, kind), str_cat("blk.", il, ".", gg, kind));
+        GgufTensor* t =
+            add(str_cat(prefix, "layers.", il, ".", hf, kind), str_cat("blk.", il, ".", gg, kind));
         if (t == nullptr || c.architecture != "llama") continue;
         if (gg == "attn_q") permute_rows(*t, c.num_q_heads, owner);
         if (gg == "attn_k") permute_rows(*t, c.num_kv_heads, owner);

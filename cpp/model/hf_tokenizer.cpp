@@ -42,8 +42,10 @@ std::vector<Json> steps(const Json& j, const char* key) {
   if (it == j.end() || !it->is_object()) return {};
   const std::string type = it->value("type", "");
   if (type == "Sequence") {
-    const char* list = it->contains("pretokenizers") ? "pretokenizers" : it->contains("normalizers") ? "normalizers"
-                       : it->contains("decoders") ? "decoders" : "processors";
+    const char* list = it->contains("pretokenizers") ? "pretokenizers"
+                       : it->contains("normalizers") ? "normalizers"
+                       : it->contains("decoders")    ? "decoders"
+                                                     : "processors";
     std::vector<Json> out;
     for (const Json& x : it->value(list, Json::array())) {
       if (x.is_object()) out.push_back(x);
@@ -54,22 +56,27 @@ std::vector<Json> steps(const Json& j, const char* key) {
 }
 
 bool has_step(const std::vector<Json>& s, const std::string& type) {
-  return std::any_of(s.begin(), s.end(), [&](const Json& x) { return x.value("type", "") == type; });
+  return std::any_of(s.begin(), s.end(),
+                     [&](const Json& x) { return x.value("type", "") == type; });
 }
 
 void read_vocab(Parsed& p, int64_t vocab_size) {
   const Json& model = p.j.at("model");
   const Json& vocab = model.contains("vocab") ? model["vocab"] : Json();
-  SPECDEC_CHECK(vocab.is_object(), p.where + " model.vocab", json_summary(vocab), "an object: token -> id");
+  SPECDEC_CHECK(vocab.is_object(), p.where + " model.vocab", json_summary(vocab),
+                "an object: token -> id");
   int64_t n = vocab_size;
   std::vector<std::pair<std::string, int64_t>> entries;
-  for (const auto& [text, id] : vocab.items()) entries.emplace_back(text, id.is_number_integer() ? id.get<int64_t>() : -1);
+  for (const auto& [text, id] : vocab.items())
+    entries.emplace_back(text, id.is_number_integer() ? id.get<int64_t>() : -1);
   for (const auto& t : p.j.value("added_tokens", Json::array())) {
-    entries.emplace_back(t.value("content", ""), t.contains("id") && t["id"].is_number_integer() ? t["id"].get<int64_t>() : -1);
+    entries.emplace_back(t.value("content", ""), t.contains("id") && t["id"].is_number_integer()
+                                                     ? t["id"].get<int64_t>()
+                                                     : -1);
   }
   for (const auto& [text, id] : entries) {
     SPECDEC_CHECK(id >= 0 && id < n, str_cat(p.where, " token ", json_summary(text)), id,
-                 str_cat("an id in [0, ", n, ") (config.json vocab_size: the embedding's rows)"));
+                  str_cat("an id in [0, ", n, ") (config.json vocab_size: the embedding's rows)"));
   }
   p.tokens.assign(static_cast<size_t>(n), "");
   p.types.assign(static_cast<size_t>(n), kNormal);
@@ -85,7 +92,8 @@ void read_vocab(Parsed& p, int64_t vocab_size) {
     p.types[t["id"].get<int64_t>()] = t.value("special", false) ? kControl : kUserDefined;
   }
   for (int64_t i = n - 1; i >= 0; --i) p.ids[p.tokens[i]] = static_cast<int32_t>(i);
-  for (const auto& t : p.j.value("added_tokens", Json::array())) p.ids[t.value("content", "")] = t["id"].get<int32_t>();
+  for (const auto& t : p.j.value("added_tokens", Json::array()))
+    p.ids[t.value("content", "")] = t["id"].get<int32_t>();
 }
 
 std::vector<std::string> read_merges(const Parsed& p) {
@@ -96,12 +104,14 @@ std::vector<std::string> read_merges(const Parsed& p) {
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       const std::string a = m[0].get<std::string>(), b = m[1].get<std::string>();
       if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos) {
-        throw UnsupportedError(str_cat(p.where, ": merge ", json_summary(m), " has a token with a space; "
+        throw UnsupportedError(str_cat(p.where, ": merge ", json_summary(m),
+                                       " has a token with a space; "
                                        "merges are stored as 'left right'"));
       }
       out.push_back(a + " " + b);
     } else {
-      throw ConfigError(p.where + " model.merges[]", json_summary(m), "\"left right\" or [left, right]");
+      throw ConfigError(p.where + " model.merges[]", json_summary(m),
+                        "\"left right\" or [left, right]");
     }
   }
   return out;
@@ -115,8 +125,8 @@ std::string byte_level_pre(const Parsed& p) {
            x.value("use_regex", true) == regex;
   };
   if (s.size() == 1 && byte_level(s[0], true)) return "gpt-2";
-  if (s.size() == 2 && s[0].value("type", "") == "Digits" && s[0].value("individual_digits", false) &&
-      byte_level(s[1], true)) {
+  if (s.size() == 2 && s[0].value("type", "") == "Digits" &&
+      s[0].value("individual_digits", false) && byte_level(s[1], true)) {
     return "smollm";
   }
   if (s.size() == 2 && s[0].value("type", "") == "Split" && byte_level(s[1], false)) {
@@ -124,9 +134,10 @@ std::string byte_level_pre(const Parsed& p) {
     if (regex == kQwen2Split) return "qwen2";
     if (regex == kLlama3Split) return "llama-bpe";
   }
-  throw UnsupportedError(str_cat(p.where, ": pre_tokenizer ", json_summary(p.j.value("pre_tokenizer", Json()), 200),
-                                 " is not supported; supported byte-level forms: GPT-2's ByteLevel, SmolLM's "
-                                 "Digits + ByteLevel, Qwen2's and Llama 3's Split + ByteLevel"));
+  throw UnsupportedError(
+      str_cat(p.where, ": pre_tokenizer ", json_summary(p.j.value("pre_tokenizer", Json()), 200),
+              " is not supported; supported byte-level forms: GPT-2's ByteLevel, SmolLM's "
+              "Digits + ByteLevel, Qwen2's and Llama 3's Split + ByteLevel"));
 }
 
 // SentencePiece style: whether a space prefix is added (Prepend("▁") or Metaspace with a prepend).
@@ -137,10 +148,12 @@ bool spm_space_prefix(const Parsed& p) {
   for (const Json& x : steps(p.j, "pre_tokenizer")) {
     if (x.value("type", "") != "Metaspace") continue;
     if (x.value("split", false)) {
-      throw UnsupportedError(str_cat(p.where, ": pre_tokenizer Metaspace with split = true is not supported "
+      throw UnsupportedError(str_cat(p.where,
+                                     ": pre_tokenizer Metaspace with split = true is not supported "
                                      "(SentencePiece-style BPE runs over the whole text)"));
     }
-    const std::string scheme = x.value("prepend_scheme", x.value("add_prefix_space", true) ? "always" : "never");
+    const std::string scheme =
+        x.value("prepend_scheme", x.value("add_prefix_space", true) ? "always" : "never");
     return scheme != "never";
   }
   return false;
@@ -167,24 +180,31 @@ void add_vocab(Parsed& p, GgufWriter& w) {
   const Json& model = p.j.at("model");
   const std::string type = model.value("type", "");
   if (type != "BPE") {
-    throw UnsupportedError(str_cat(p.where, ": model.type = '", type, "' is not supported; supported: BPE "
+    throw UnsupportedError(str_cat(p.where, ": model.type = '", type,
+                                   "' is not supported; supported: BPE "
                                    "(byte-level, or SentencePiece-style with byte fallback)"));
   }
-  const bool byte_level = has_step(steps(p.j, "pre_tokenizer"), "ByteLevel") || has_step(steps(p.j, "decoder"), "ByteLevel");
-  const bool spm = !byte_level && (model.value("byte_fallback", false) || has_step(steps(p.j, "pre_tokenizer"), "Metaspace") ||
+  const bool byte_level = has_step(steps(p.j, "pre_tokenizer"), "ByteLevel") ||
+                          has_step(steps(p.j, "decoder"), "ByteLevel");
+  const bool spm = !byte_level && (model.value("byte_fallback", false) ||
+                                   has_step(steps(p.j, "pre_tokenizer"), "Metaspace") ||
                                    has_step(steps(p.j, "normalizer"), "Replace"));
   if (!byte_level && !spm) {
-    throw UnsupportedError(str_cat(p.where, ": a BPE tokenizer that is neither byte-level (ByteLevel "
-                                   "pre-tokenizer) nor SentencePiece-style (byte_fallback, ▁ for spaces)"));
+    throw UnsupportedError(
+        str_cat(p.where,
+                ": a BPE tokenizer that is neither byte-level (ByteLevel "
+                "pre-tokenizer) nor SentencePiece-style (byte_fallback, ▁ for spaces)"));
   }
   if (spm) {
     for (size_t i = 0; i < p.tokens.size(); ++i) {
       const std::string& t = p.tokens[i];
-      if (p.types[i] == kNormal && t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') p.types[i] = kByte;
+      if (p.types[i] == kNormal && t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>')
+        p.types[i] = kByte;
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       const auto it = p.ids.find(model["unk_token"].get<std::string>());
-      if (it != p.ids.end()) p.types[it->second] = kUnknown, w.set_u32("tokenizer.ggml.unknown_token_id", it->second);
+      if (it != p.ids.end())
+        p.types[it->second] = kUnknown, w.set_u32("tokenizer.ggml.unknown_token_id", it->second);
     }
     w.set_string("tokenizer.ggml.model", "llama");
     w.set_bool("tokenizer.ggml.add_space_prefix", spm_space_prefix(p));
@@ -199,20 +219,24 @@ void add_vocab(Parsed& p, GgufWriter& w) {
 }
 
 // A token named by tokenizer_config.json: a string, {"content": ...} or null.
-std::optional<int32_t> token_of(const Parsed& p, const Json& cfg, const std::string& key, const std::string& file) {
+std::optional<int32_t> token_of(const Parsed& p, const Json& cfg, const std::string& key,
+                                const std::string& file) {
   const auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return std::nullopt;
   const Json& v = it->is_object() ? it->value("content", Json()) : *it;
-  SPECDEC_CHECK(v.is_string(), file + " " + key, json_summary(*it), "a token's text, {\"content\": text} or null");
+  SPECDEC_CHECK(v.is_string(), file + " " + key, json_summary(*it),
+                "a token's text, {\"content\": text} or null");
   const auto id = p.ids.find(v.get<std::string>());
-  SPECDEC_CHECK(id != p.ids.end(), file + " " + key, json_summary(v), "a token of tokenizer.json's vocabulary");
+  SPECDEC_CHECK(id != p.ids.end(), file + " " + key, json_summary(v),
+                "a token of tokenizer.json's vocabulary");
   return id->second;
 }
 
 // The template processor's special tokens before and after a single text (add BOS / EOS).
 std::pair<std::optional<std::string>, std::optional<std::string>> template_ends(const Parsed& p) {
   for (const Json& x : steps(p.j, "post_processor")) {
-    if (x.value("type", "") != "TemplateProcessing" || !x.contains("single") || x["single"].empty()) continue;
+    if (x.value("type", "") != "TemplateProcessing" || !x.contains("single") || x["single"].empty())
+      continue;
     const Json& single = x["single"];
     auto special = [](const Json& item) -> std::optional<std::string> {
       if (item.contains("SpecialToken")) return item["SpecialToken"].value("id", "");
@@ -237,8 +261,9 @@ std::vector<int32_t> generation_eos(const fs::path& dir, int64_t n) {
   if (v.is_null()) return {};
   std::vector<int32_t> ids;
   for (const Json& e : v.is_array() ? v : Json::array({v})) {
-    SPECDEC_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < n, file.string() + " eos_token_id",
-                 json_summary(v), str_cat("a token id or a list of token ids in [0, ", n, ")"));
+    SPECDEC_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < n,
+                  file.string() + " eos_token_id", json_summary(v),
+                  str_cat("a token id or a list of token ids in [0, ", n, ")"));
     ids.push_back(e.get<int32_t>());
   }
   return ids;
@@ -264,15 +289,19 @@ void add_special(const Parsed& p, const fs::path& dir, GgufWriter& w) {
   set_id(w, "tokenizer.ggml.bos_token_id", bos);
   set_id(w, "tokenizer.ggml.eos_token_id", eos);
   set_id(w, "tokenizer.ggml.padding_token_id", token_of(p, cfg, "pad_token", where));
-  if (const auto unk = token_of(p, cfg, "unk_token", where)) set_id(w, "tokenizer.ggml.unknown_token_id", unk);
+  if (const auto unk = token_of(p, cfg, "unk_token", where))
+    set_id(w, "tokenizer.ggml.unknown_token_id", unk);
   auto flag = [&](const char* key, bool fallback) {
     if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
-    SPECDEC_CHECK(cfg[key].is_boolean(), where + " " + key, json_summary(cfg[key]), "true or false");
+    SPECDEC_CHECK(cfg[key].is_boolean(), where + " " + key, json_summary(cfg[key]),
+                  "true or false");
     return cfg[key].get<bool>();
   };
   // without the flags, the post-processor's template says (Llama 3 adds BOS there)
-  w.set_bool("tokenizer.ggml.add_bos_token", flag("add_bos_token", first.has_value() && find(first) == bos && bos));
-  w.set_bool("tokenizer.ggml.add_eos_token", flag("add_eos_token", last.has_value() && find(last) == eos && eos));
+  w.set_bool("tokenizer.ggml.add_bos_token",
+             flag("add_bos_token", first.has_value() && find(first) == bos && bos));
+  w.set_bool("tokenizer.ggml.add_eos_token",
+             flag("add_eos_token", last.has_value() && find(last) == eos && eos));
   if (!stops.empty()) w.set_i32s("tokenizer.hf.eos_token_ids", stops);
 }
 
@@ -297,7 +326,8 @@ void add_chat_template(const fs::path& dir, GgufWriter& w) {
     const Json* pick = nullptr;
     for (const Json& e : t) {
       if (!e.is_object() || !e.contains("template") || !e["template"].is_string()) {
-        throw ConfigError(file.string() + " chat_template[]", json_summary(e), "{\"name\": ..., \"template\": text}");
+        throw ConfigError(file.string() + " chat_template[]", json_summary(e),
+                          "{\"name\": ..., \"template\": text}");
       }
       const std::string name =
           e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
@@ -306,9 +336,11 @@ void add_chat_template(const fs::path& dir, GgufWriter& w) {
         w.set_string("tokenizer.chat_template." + name, e["template"].get<std::string>());
       }
     }
-    if (pick != nullptr) w.set_string("tokenizer.chat_template", (*pick)["template"].get<std::string>());
+    if (pick != nullptr)
+      w.set_string("tokenizer.chat_template", (*pick)["template"].get<std::string>());
   } else if (!t.is_null()) {
-    throw ConfigError(file.string() + " chat_template", json_summary(t), "a template string or a list of named templates");
+    throw ConfigError(file.string() + " chat_template", json_summary(t),
+                      "a template string or a list of named templates");
   }
 }
 
@@ -319,19 +351,24 @@ void add_hf_tokenizer(const fs::path& dir, int64_t vocab_size, GgufWriter& w) {
   const fs::path file = dir / "tokenizer.json";
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) {
-    throw ConfigError("path", dir.string(), "a Hugging Face directory with tokenizer.json (tokenizer.model "
+    throw ConfigError("path", dir.string(),
+                      "a Hugging Face directory with tokenizer.json (tokenizer.model "
                       "alone is not read)");
   }
   p.where = file.string();
   p.j = read_json_file(file);
-  SPECDEC_CHECK(p.j.is_object() && p.j.contains("model") && p.j["model"].is_object(), p.where + " model",
-               p.j.is_object() && p.j.contains("model") ? json_summary(p.j["model"]) : "missing", "an object");
+  SPECDEC_CHECK(p.j.is_object() && p.j.contains("model") && p.j["model"].is_object(),
+                p.where + " model",
+                p.j.is_object() && p.j.contains("model") ? json_summary(p.j["model"]) : "missing",
+                "an object");
   const Json& added = p.j.contains("added_tokens") ? p.j["added_tokens"] : Json::array();
   SPECDEC_CHECK(added.is_array(), p.where + " added_tokens", json_summary(added), "a list");
   for (const Json& t : added) {
-    SPECDEC_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() && t.contains("id") &&
-                      t["id"].is_number_integer() && (!t.contains("special") || t["special"].is_boolean()),
-                 p.where + " added_tokens[]", json_summary(t), "{\"id\": integer, \"content\": text, \"special\": bool}");
+    SPECDEC_CHECK(t.is_object() && t.contains("content") && t["content"].is_string() &&
+                      t.contains("id") && t["id"].is_number_integer() &&
+                      (!t.contains("special") || t["special"].is_boolean()),
+                  p.where + " added_tokens[]", json_summary(t),
+                  "{\"id\": integer, \"content\": text, \"special\": bool}");
   }
   try {
     read_vocab(p, vocab_size);
@@ -339,7 +376,8 @@ void add_hf_tokenizer(const fs::path& dir, int64_t vocab_size, GgufWriter& w) {
     add_special(p, dir, w);
     add_chat_template(dir, w);
   } catch (const nlohmann::json::exception& e) {  // a field of an unexpected JSON type
-    throw FormatError(str_cat(dir.string(), ": a tokenizer file has a field of the wrong type: ", e.what()));
+    throw FormatError(
+        str_cat(dir.string(), ": a tokenizer file has a field of the wrong type: ", e.what()));
   }
 }
 
