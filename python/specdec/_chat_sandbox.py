@@ -230,11 +230,17 @@ def _track_filter(f: Any) -> Any:
 
 
 def _limit_width(f: Any, position: int, what: str) -> Any:
+    """A filter whose width argument is at most MAX_SEQUENCE, and whose result (indent: the width
+    on every line) at most MAX_TEXT characters."""
     @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         width = args[position] if len(args) > position else kwargs.get("width")
-        if isinstance(width, int) and width > MAX_SEQUENCE:
-            raise _security(f"{what}({width}): at most {MAX_SEQUENCE}")
+        if isinstance(width, int):
+            text = args[position - 1] if position >= 1 and len(args) >= position else ""
+            lines = str(text).count("\n") + 1 if what == "indent" else 1
+            if width > MAX_SEQUENCE or width * lines > MAX_TEXT:
+                raise _security(f"{what}({width}) on {lines} line(s): at most {MAX_SEQUENCE} "
+                                f"wide and {MAX_TEXT} characters in all")
         return f(*args, **kwargs)
     return wrapped
 

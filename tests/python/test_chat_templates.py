@@ -381,7 +381,8 @@ def test_templates_see_the_message_text_itself(qwen_tokenizer):
 
 
 def test_limits_on_what_a_template_builds():
-    import time
+    """Each is refused by a limit of the sandbox before the string is built (not by running out
+    of memory or by the size of the result)."""
     convo = [{"role": "user", "content": "x"}]
     for source in ("{{ 'a' | center(10 ** 9) }}", "{{ '{:>999999999}'.format(1) }}",
                    "{{ '%0999999999d' % 1 }}", "{{ ('x\\n' * 1000) | indent(1000000) }}",
@@ -390,10 +391,10 @@ def test_limits_on_what_a_template_builds():
                    "{% set ns = namespace(s='a') %}{% for i in range(40) %}"
                    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                    "{{ lipsum(100000) }}"):
-        t0 = time.monotonic()
-        with pytest.raises(ChatTemplateError) as info:
+        with pytest.raises(ChatTemplateError,
+                           match=r"at most|exceeds|longer than|'lipsum' is undefined") as info:
             render(source, convo)
-        assert time.monotonic() - t0 < 5 and "\n" not in str(info.value), source
+        assert "\n" not in str(info.value) and "wrote" not in str(info.value), source
 
 
 def test_continue_final_message_ends_after_the_message(templates, llama3_tokenizer):

@@ -110,10 +110,16 @@ def test_rope_scaling_of_a_directory_runs_as_its_gguf(tmp_path, variant):
     d = write_hf_twin(g, tmp_path / f"{variant}-hf", rope_scaling=scaling)
     assert specdec.load_model_config(d).rope_scaling_type == variant.split("-")[-1]
     assert _greedy(d) == _greedy(g)
+    if variant == "llama3":  # llama.cpp's form: the factors as a tensor
+        assert "rope_freqs.weight" in {t["name"] for t in specdec.read_gguf(d)["tensors"]}
+        return
     cfg = json.loads((Path(d) / "config.json").read_text())
-    cfg["rope_scaling"]["factor"] = 2.0  # other factors: other tokens
+    cfg["rope_scaling"].update(beta_fast=8.0, extrapolation_factor=0.5)  # YaRN's tuning
     (Path(d) / "config.json").write_text(json.dumps(cfg))
-    assert _greedy(d) != _greedy(g)
+    md = specdec.read_gguf(d)["metadata"]  # the GGUF form the runner loads
+    assert md["qwen2.rope.scaling.yarn_beta_fast"] == 8.0
+    assert md["qwen2.rope.scaling.yarn_ext_factor"] == 0.5
+    assert md["qwen2.rope.scaling.type"] == "yarn" and md["qwen2.rope.scaling.factor"] == 4.0
 
 
 def test_tokenizer_of_the_twin(tmp_path):
