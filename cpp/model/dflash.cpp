@@ -48,20 +48,6 @@ double get_real(const nlohmann::json& c, const std::string& key, const std::stri
   return it->get<double>();
 }
 
-GgmlType ggml_type_of(const SafetensorsTensor& t) {
-  switch (t.dtype) {
-    case SafetensorsDType::kF32:
-      return GgmlType::kF32;
-    case SafetensorsDType::kF16:
-      return GgmlType::kF16;
-    case SafetensorsDType::kBF16:
-      return GgmlType::kBF16;
-    default:
-      throw UnsupportedError(str_cat("DFlash tensor '", t.name, "' is stored as ",
-                                     safetensors_dtype_name(t.dtype),
-                                     "; F32, F16 or BF16 are supported"));
-  }
-}
 
 }  // namespace
 
@@ -228,7 +214,7 @@ GgufFile dflash_to_gguf(const std::string& dir, bool with_matrices) {
     if (!with_matrices && dims.size() > 1) return;  // the config reads only which tensors exist
     GgufTensor g;
     g.name = to;
-    g.type = ggml_type_of(t);
+    g.type = ggml_type_of(t, "DFlash drafter");
     g.dims = std::move(dims);
     g.num_elements = static_cast<int64_t>(t.num_elements);
     g.size_bytes = t.size_bytes;

@@ -11,11 +11,16 @@
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/safetensors.h"
 
 namespace specdec::model {
 
 // The JSON in `file`; FormatError naming the file when it cannot be read or parsed.
 nlohmann::json read_json_file(const std::filesystem::path& file);
+
+// The GGUF type of a safetensors tensor: F32, F16 or BF16; UnsupportedError naming `source`,
+// the tensor and its dtype otherwise.
+GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source);
 
 // A directory's weights as GGUF tensors (llama.cpp's names and layout) viewing the mapped
 // safetensors files that `owner` keeps alive; only the tensors whose bytes change are copied:

@@ -28,6 +28,21 @@ nlohmann::json read_json_file(const fs::path& file) {
   }
 }
 
+GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source) {
+  switch (t.dtype) {
+    case SafetensorsDType::kF32:
+      return GgmlType::kF32;
+    case SafetensorsDType::kF16:
+      return GgmlType::kF16;
+    case SafetensorsDType::kBF16:
+      return GgmlType::kBF16;
+    default:
+      throw UnsupportedError(
+          str_cat(source, ": tensor ", t.name, " is stored as ", safetensors_dtype_name(t.dtype),
+                  "; F32, F16 and BF16 weights are supported (quantize through GGUF)"));
+  }
+}
+
 namespace {
 
 struct Owner {
@@ -95,20 +110,6 @@ class Shards {
   std::map<std::string, const SafetensorsTensor*> by_name_;
 };
 
-GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source) {
-  switch (t.dtype) {
-    case SafetensorsDType::kF32:
-      return GgmlType::kF32;
-    case SafetensorsDType::kF16:
-      return GgmlType::kF16;
-    case SafetensorsDType::kBF16:
-      return GgmlType::kBF16;
-    default:
-      throw UnsupportedError(
-          str_cat(source, ": tensor ", t.name, " is stored as ", safetensors_dtype_name(t.dtype),
-                  "; F32, F16 and BF16 weights are supported (quantize through GGUF)"));
-  }
-}
 
 GgufTensor view(const SafetensorsTensor& t, const std::string& name, const std::string& source) {
   GgufTensor g;
