@@ -10,9 +10,10 @@
 //   SPLIT_KEYS   keys per split (a multiple of BLOCK); split s covers the absolute key positions
 //                [s * SPLIT_KEYS, (s + 1) * SPLIT_KEYS)
 //   PF_DIST      software prefetch distance in blocks (0: off; the host sets 2 on CPU devices)
-//   QUANT_OUT    also write the output quantised per 32-block for the output projection (the
-//                bytes quantize_activations would write: kernels/quant_rows.clh), into the
-//                three buffers appended to each kernel's arguments: one launch fewer per layer
+//   QUANT_OUT=32|256  also write the output quantised for the output projection, one scale per
+//                32 or 256 values (the bytes quantize_activations(_256) would write:
+//                kernels/quant_rows.clh), into the three buffers appended to each kernel's
+//                arguments: one launch fewer per layer
 //
 // Work: one work-group of one work-item per (work item, kv head): a shape for CPU devices
 // (PoCL), where the code vectorises through its explicit float16 types and the __local arrays
@@ -47,11 +48,15 @@
 #define NC (HEAD / 16)       // float16 chunks per K/V row
 
 // One output row (a token's q head, NC float16 chunks) into the output at element `at` of the
-// [num_tokens, num_q_heads * HEAD] output; with QUANT_OUT also its int8 blocks (HEAD % 32 == 0:
-// no block straddles two heads).
+// [num_tokens, num_q_heads * HEAD] output; with QUANT_OUT also its int8 blocks, one scale per
+// QUANT_OUT values (32, or 256 for K-quant output projections; quant_rows.clh). HEAD must be a
+// multiple of QUANT_OUT: no scale group straddles two heads.
 #ifdef QUANT_OUT
-#if HEAD % 32 != 0
-#error "QUANT_OUT needs HEAD % 32 == 0"
+#if QUANT_OUT != 32 && QUANT_OUT != 256
+#error "QUANT_OUT must be 32 or 256"
+#endif
+#if HEAD % QUANT_OUT != 0
+#error "QUANT_OUT needs HEAD % QUANT_OUT == 0"
 #endif
 #define QUANT_OUT_ARGS , __global char* xq, __global short* xq16, __global act_rec* xrec
 #define QUANT_OUT_PASS , xq, xq16, xrec
@@ -61,9 +66,13 @@
 #endif
 inline void store_output_row(__global float* output, long at, const float16* o QUANT_OUT_ARGS) {
   for (int c = 0; c < NC; ++c) vstore16(o[c], c, output + at);
-#ifdef QUANT_OUT
+#if defined(QUANT_OUT) && QUANT_OUT == 32
   for (int c = 0; c < NC; c += 2)
     quantize_block32(o[c], o[c + 1], xq, xq16, xrec, (size_t)(at + 16 * c), (size_t)((at + 16 * c) / 32));
+#elif defined(QUANT_OUT)
+  for (int g = 0; g < HEAD / 256; ++g)  // reads back its own stores
+    quantize_group256(output + at + 256 * g, xq, xq16, xrec, (size_t)(at + 256 * g),
+                      (size_t)((at + 256 * g) / 32));
 #endif
 }
 

@@ -96,25 +96,28 @@ __kernel void gated_activation(__global const float* gate, const long gate_off,
   }
 }
 
-// gated_activation with its output also quantised per 32-block for the down projection
-// (quant_rows.clh; bitwise the bytes quantize_activations would write). ff % 32 == 0, out at
-// offset 0. global size: (ff / 32, rows)
+// gated_activation with its output also quantised for the down projection, one scale per
+// `quantize` values, 32 or 256 (quant_rows.clh; bitwise the bytes quantize_activations(_256) would
+// write). ff % quantize == 0, out at offset 0. global size: (ff / quantize, rows)
 __kernel void gated_activation_q(__global const float* gate, const long gate_off,
                                  __global const float* up, const long up_off,
                                  __global float* out, const int ff, const long in_stride,
                                  const int act, __global char* xq, __global short* xq16,
-                                 __global act_rec* xrec) {
-  const int b = get_global_id(0);
+                                 __global act_rec* xrec, const int quantize) {
   const long r = get_global_id(1);
-  const int i = b * 32;
+  const int i = get_global_id(0) * quantize;
   __global const float* gp = gate + gate_off + r * in_stride + i;
   __global const float* upp = up + up_off + r * in_stride + i;
   __global float* op = out + r * ff + i;
-  const float16 g0 = vload16(0, gp), g1 = vload16(1, gp);
-  const float16 u0 = vload16(0, upp), u1 = vload16(1, upp);
-  const float16 v0 = (act == 0 ? silu16(g0) : gelu_tanh16(g0)) * u0;
-  const float16 v1 = (act == 0 ? silu16(g1) : gelu_tanh16(g1)) * u1;
-  vstore16(v0, 0, op);
-  vstore16(v1, 1, op);
-  quantize_block32(v0, v1, xq, xq16, xrec, (size_t)r * ff + i, (size_t)r * (ff / 32) + b);
+  const size_t at = (size_t)r * ff + i;
+  for (int c = 0; c < quantize / 32; ++c) {
+    const float16 g0 = vload16(2 * c, gp), g1 = vload16(2 * c + 1, gp);
+    const float16 u0 = vload16(2 * c, upp), u1 = vload16(2 * c + 1, upp);
+    const float16 v0 = (act == 0 ? silu16(g0) : gelu_tanh16(g0)) * u0;
+    const float16 v1 = (act == 0 ? silu16(g1) : gelu_tanh16(g1)) * u1;
+    vstore16(v0, 2 * c, op);
+    vstore16(v1, 2 * c + 1, op);
+    if (quantize == 32) quantize_block32(v0, v1, xq, xq16, xrec, at, at / 32);
+  }
+  if (quantize == 256) quantize_group256(op, xq, xq16, xrec, at, at / 32);  // its own stores
 }

@@ -21,8 +21,9 @@ inline float rms_scale(acc_t sum, int dim, float eps) {
 }
 
 // With has_residual, first x += r (written back: the residual stream), then the norm of the sum.
-// With quantize (dim % 32 == 0, y at offset 0), y is also quantised per 32-block into xq / xq16 /
-// xrec exactly as quantize_activations would (quant_rows.clh): the quantized matmul that reads y
+// With quantize = 32 or 256 (dim % quantize == 0, y at offset 0), y is also quantised with one
+// scale per `quantize` values into xq / xq16 / xrec exactly as quantize_activations(_256) would
+// (quant_rows.clh): the quantized matmul that reads y
 // next needs no launch of its own, and reads the row while it is in cache.
 // global size: (LOCAL * rows), local size: (LOCAL); LOCAL == 1: global (rows), any local size
 __kernel void rms_norm(
@@ -75,15 +76,20 @@ __kernel void rms_norm(
       yr[i] = v;
     }
   }
-  if (quantize) {
+  if (quantize != 0) {
 #if LOCAL > 1
-    barrier(CLK_GLOBAL_MEM_FENCE);  // blocks 2j, 2j + 1 may come from two work-items
+    barrier(CLK_GLOBAL_MEM_FENCE);  // the blocks of a group may come from several work-items
 #endif
-    const int nq = dim / 32;
+    const int nq = dim / quantize;  // quantize: the values per scale, 32 or 256 (quant_rows.clh)
     for (int j = lid; j < nq; j += LOCAL) {
-      const float16 v0 = vload16(2 * j, yr);
-      const float16 v1 = vload16(2 * j + 1, yr);
-      quantize_block32(v0, v1, xq, xq16, xrec, (size_t)row * dim + (size_t)j * 32, (size_t)row * nq + j);
+      const size_t at = (size_t)row * dim + (size_t)j * quantize;
+      if (quantize == 256) {
+        quantize_group256(yr + j * 256, xq, xq16, xrec, at, at / 32);
+      } else {
+        const float16 v0 = vload16(2 * j, yr);
+        const float16 v1 = vload16(2 * j + 1, yr);
+        quantize_block32(v0, v1, xq, xq16, xrec, at, at / 32);
+      }
     }
   }
 }

@@ -86,9 +86,9 @@ struct AttentionLayerParams {
   int attention_chunk_size = 0;  // 0: none; else a query at p sees keys >= floor(p / C) * C
   // [num_q_heads] f32 sink logits (an extra softmax term with no value), or null for none.
   const ocl::Buffer* sinks = nullptr;
-  // Where a backend with capabilities().quantized_output also writes the output quantised per
-  // 32-block ([num_tokens, num_q_heads * head_size_v], the bytes quant::quantize_activations
-  // would write); null: not asked. Others ignore it (the caller checks the capability).
+  // Where a backend with capabilities().quantized_output also writes the output quantised with
+  // one scale per QuantizedOut::scale_block values ([num_tokens, num_q_heads * head_size_v], the
+  // bytes quant::quantize_activations would write); null: not asked. Others ignore it (the caller checks the capability).
   const ops::QuantizedOut* quantized_output = nullptr;
 
   // Parameters of a layer with `spec`: heads and head sizes, and the window or chunk of its kind.

@@ -75,22 +75,15 @@ void gated_activation(ocl::Context& ctx, Slice gate, Slice up, Slice out, int64_
   check_slice(up, in_span, "gated_activation.up");
   check_slice(out, checked_mul(rows, ff, "gated_activation.rows * ff"), "gated_activation.out");
   if (q != nullptr) {
-    const int64_t n = rows * ff;
-    SPECDEC_CHECK(ff % 32 == 0, "gated_activation.ff", ff, "a multiple of 32 when the output is also quantised");
+    check_quantized_out(*q, rows, ff, "gated_activation");
     SPECDEC_CHECK(out.offset == 0, "gated_activation.out.offset", out.offset, "0 when the output is also quantised");
-    SPECDEC_CHECK(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
-                     q->q8->size_bytes() >= static_cast<size_t>(n) &&
-                     q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
-                     q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,
-                 "gated_activation.quantized", "buffers too small",
-                 str_cat("must hold ", rows, " x ", ff, " activations"));
     ocl::Kernel k = elementwise_kernel(ctx, "gated_activation_q");
     k.arg(0, *gate.buffer).arg(1, cl_long{gate.offset});
     k.arg(2, *up.buffer).arg(3, cl_long{up.offset});
     k.arg(4, *out.buffer).arg(5, cl_int{ff}).arg(6, cl_long{in_row_stride});
     k.arg(7, cl_int{act == Activation::kSilu ? 0 : 1});
-    k.arg(8, *q->q8).arg(9, *q->q16).arg(10, *q->rec);
-    const size_t global[2] = {static_cast<size_t>(ff / 32), static_cast<size_t>(rows)};
+    k.arg(8, *q->q8).arg(9, *q->q16).arg(10, *q->rec).arg(11, cl_int{q->scale_block});
+    const size_t global[2] = {static_cast<size_t>(ff / q->scale_block), static_cast<size_t>(rows)};
     k.launch(ctx, 2, global);
     return;
   }

@@ -20,13 +20,8 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
   check_slice(y, n, op + ".y");
   if (weight) check_slice(*weight, dim, op + ".weight");
   if (q != nullptr) {
-    SPECDEC_CHECK(dim % 32 == 0, op + ".dim", dim, "a multiple of 32 when the output is also quantised");
+    check_quantized_out(*q, rows, dim, op);
     SPECDEC_CHECK(y.offset == 0, op + ".y.offset", y.offset, "0 when the output is also quantised");
-    SPECDEC_CHECK(q->q8 != nullptr && q->q16 != nullptr && q->rec != nullptr &&
-                     q->q8->size_bytes() >= static_cast<size_t>(n) &&
-                     q->q16->size_bytes() >= static_cast<size_t>(n) * 2 &&
-                     q->rec->size_bytes() >= static_cast<size_t>(n) / 32 * 16,
-                 op + ".quantized", "buffers too small", str_cat("must hold ", rows, " x ", dim, " activations"));
   }
   if (rows == 0) return;
   const Slice r = residual.value_or(x);
@@ -40,11 +35,23 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
   k.arg(11, cl_int{weight ? 1 : 0}).arg(12, cl_int{residual ? 1 : 0});
   const ocl::Buffer& dummy = *y.buffer;  // never written without quantize
   k.arg(13, q ? *q->q8 : dummy).arg(14, q ? *q->q16 : dummy).arg(15, q ? *q->rec : dummy);
-  k.arg(16, cl_int{q != nullptr ? 1 : 0});
+  k.arg(16, cl_int{q != nullptr ? q->scale_block : 0});
   launch_rows(ctx, k, rows, reduction_local_size(ctx), 17);
 }
 
 }  // namespace
+
+void check_quantized_out(const QuantizedOut& q, int64_t rows, int64_t dim, const std::string& op) {
+  SPECDEC_CHECK(q.scale_block == 32 || q.scale_block == 256, op + ".quantized.scale_block",
+                q.scale_block, "must be 32 or 256");
+  SPECDEC_CHECK(dim % q.scale_block == 0, op + ".dim", dim,
+                str_cat("a multiple of ", q.scale_block, " when the output is also quantised"));
+  const auto n = static_cast<size_t>(rows * dim);
+  SPECDEC_CHECK(q.q8 != nullptr && q.q16 != nullptr && q.rec != nullptr && q.q8->size_bytes() >= n &&
+                    q.q16->size_bytes() >= n * 2 && q.rec->size_bytes() >= n / 32 * 16,
+                op + ".quantized", "buffers too small",
+                str_cat("must hold ", rows, " x ", dim, " activations"));
+}
 
 void rms_norm(ocl::Context& ctx, Slice x, std::optional<Slice> weight, Slice y, int64_t rows,
               int dim, float eps, float weight_offset, const QuantizedOut* quantized) {

@@ -3,20 +3,27 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "ocl/context.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
 
-// Where a norm also writes its output quantised for the quantized matmuls (int8 per 32-block, as
-// quant::quantize_activations does; quant::QuantizedActivations' three buffers). Needs
-// dim % 32 == 0 and y at offset 0; the buffers must hold [rows, dim] (and [rows, dim / 32] records).
+// Where a norm (or another op) also writes its output quantised for the quantized matmuls, with
+// one scale per scale_block values (32 or 256, quant::activation_scale_block of the weight that
+// reads it; as quant::quantize_activations does; quant::QuantizedActivations' three buffers).
+// Needs dim % scale_block == 0 and y at offset 0; the buffers must hold [rows, dim] (and
+// [rows, dim / 32] records).
 struct QuantizedOut {
   const ocl::Buffer* q8 = nullptr;   // [rows, dim] int8
   const ocl::Buffer* q16 = nullptr;  // [rows, dim] int16
   const ocl::Buffer* rec = nullptr;  // [rows, dim / 32] float4
+  int scale_block = 32;
 };
+
+// Checks a QuantizedOut for [rows, dim] output of op `op`; ConfigError naming op otherwise.
+void check_quantized_out(const QuantizedOut& q, int64_t rows, int64_t dim, const std::string& op);
 
 // y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), row by row, as llama.cpp computes it
 // (squares in f32 summed in double on fp64 devices; see kernels/ops_norm.cl). Without a weight,

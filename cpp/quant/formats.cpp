@@ -84,4 +84,22 @@ int64_t row_bytes(GgmlType type, int64_t cols) {
   return cols / f.block_size * f.block_bytes;
 }
 
+int activation_scale_block(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return 0;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+      return 256;
+    default:
+      return 32;
+  }
+}
+
 }  // namespace specdec::quant

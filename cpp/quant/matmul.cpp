@@ -338,13 +338,25 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   return cfg;
 }
 
-bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out) {
+namespace {
+
+void check_scale_block(int scale_block) {
+  SPECDEC_CHECK(scale_block == 32 || scale_block == 256, "scale_block", scale_block,
+                "must be 32 or 256 (values per activation scale)");
+}
+
+}  // namespace
+
+bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out,
+                         int scale_block) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   SPECDEC_CHECK(cols > 0, "cols", cols, "must be > 0");
+  check_scale_block(scale_block);
   out.n = n;
   out.cols = cols;
+  out.scale_block = scale_block;
   out.source = nullptr;
-  if (n == 0 || cols % 32 != 0) return false;
+  if (n == 0 || cols % scale_block != 0) return false;
   const auto elems = static_cast<size_t>(n * cols);
   if (out.q8.size_bytes() < elems) out.q8 = ocl::Buffer(ctx, elems);
   if (out.q16.size_bytes() < elems * 2) out.q16 = ocl::Buffer(ctx, elems * 2);
@@ -353,26 +365,37 @@ bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedAc
 }
 
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
-                          QuantizedActivations& out) {
+                          QuantizedActivations& out, int scale_block) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   SPECDEC_CHECK(cols > 0, "cols", cols, "must be > 0");
   check_holds(x, n, cols, sizeof(float), "x", "[n, cols]");
-  // No block format has rows of such length: only F32 / F16 / BF16 weights (which read x) can
-  // follow, so there is nothing to quantise.
-  if (!prepare_activations(ctx, n, cols, out)) return;
-  // correctly rounded d = amax / 127 and 1 / d on every device (OpenCL allows 2.5 ulp otherwise:
-  // an int8 value could then differ from the reference's and from the fused norms')
-  ocl::Kernel k = ctx.kernel("quant_activation", "quantize_activations",
+  // No block format with this scale block has rows of such length: only F32 / F16 / BF16 weights
+  // (which read x) can follow, so there is nothing to quantise.
+  if (!prepare_activations(ctx, n, cols, out, scale_block)) return;
+  // correctly rounded divisions on every device (OpenCL allows 2.5 ulp otherwise: an int8 value
+  // could then differ from the reference's and from the fused norms')
+  const bool group = scale_block == 256;
+  ocl::Kernel k = ctx.kernel("quant_activation",
+                             group ? "quantize_activations_256" : "quantize_activations",
                              "-cl-fp32-correctly-rounded-divide-sqrt");
   k.arg(0, x).arg(1, out.q8).arg(2, out.q16).arg(3, out.rec).arg(4, static_cast<cl_int>(cols));
-  launch_2d(ctx, k, cols / 32, n);
+  launch_2d(ctx, k, cols / scale_block, n);
   out.source = x.get();
 }
 
 void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
-                             QuantizedActivations& out) {
-  if (out.source != nullptr && out.source == x.get() && out.n == n && out.cols == cols) return;
-  quantize_activations(ctx, x, n, cols, out);
+                             QuantizedActivations& out, int scale_block) {
+  if (out.source != nullptr && out.source == x.get() && out.n == n && out.cols == cols &&
+      out.scale_block == scale_block) {
+    return;
+  }
+  quantize_activations(ctx, x, n, cols, out, scale_block);
+}
+
+void quantize_activations_for(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
+                              const DeviceWeight& w, QuantizedActivations& out) {
+  const int scale_block = activation_scale_block(w.type());
+  if (scale_block != 0 && n > 0) quantize_activations_of(ctx, x, n, w.cols(), out, scale_block);
 }
 
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
@@ -414,6 +437,11 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
   SPECDEC_CHECK(xq.n >= n && xq.cols == cols && xq.rec.size_bytes() > 0, "quantized activations",
                str_cat(xq.n, " x ", xq.cols),
                str_cat("must be quantize_activations of x [", n, ", ", cols, "]"));
+  const int scale_block = activation_scale_block(w.type());
+  SPECDEC_CHECK(xq.scale_block == scale_block, "quantized activations",
+                str_cat("one scale per ", xq.scale_block, " values"),
+                str_cat("must have one scale per ", scale_block, " values for ",
+                        weight_format(w.type()).name, " weights (quantize_activations_for)"));
   if (fam == Family::kQ32) {
     ocl::Kernel k = ctx.kernel("quant_matmul_q", "matmul_q", options);
     k.arg(0, w.buffer);
@@ -442,8 +470,14 @@ void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
             ocl::Buffer& y) {
   QuantizedActivations xq;
-  if (family(w.type()) != Family::kFloat && n > 0) quantize_activations(ctx, x, n, w.cols(), xq);
+  quantize_activations_for(ctx, x, n, w, xq);
   matmul(ctx, w, x, xq, n, y);
+}
+
+void matmul_reusing(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
+                    QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out) {
+  quantize_activations_for(ctx, x, n, w, xq);
+  matmul(ctx, w, x, xq, n, y, out);
 }
 
 void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,

@@ -18,11 +18,13 @@
 
 namespace specdec::quant {
 
-// Activation rows quantised to int8 per 32-block (the input of the block-format kernels). Reusing
-// one for several matmuls of the same x (q/k/v, gate/up) saves the quantisation.
+// Activation rows quantised to int8 with one scale per `scale_block` values (the input of the
+// block-format kernels). Reusing one for several matmuls of the same x (q/k/v, gate/up) saves the
+// quantisation.
 struct QuantizedActivations {
   int64_t n = 0;
   int64_t cols = 0;
+  int scale_block = 32;  // 32 or 256 (activation_scale_block)
   ocl::Buffer q8;   // [n, cols] int8
   ocl::Buffer q16;  // [n, cols] int16 (the same values; Q8_0 weights multiply 16-bit pairs)
   ocl::Buffer rec;  // [n, cols / 32] {d, d * sum, sum(0..15), sum(16..31)}
@@ -32,18 +34,25 @@ struct QuantizedActivations {
   cl_mem source = nullptr;
 };
 
-// Grows `out` to hold [n, cols] and records the shape (source reset); false when cols % 32 != 0
-// (nothing to quantise: only F32 / F16 / BF16 weights have such rows).
-bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out);
-// quantize_activations unless `out` already holds x's [n, cols] quantisation (out.source == x,
-// written by the norm that produced x).
+// Grows `out` to hold [n, cols] and records the shape and scale_block (32 or 256; source reset);
+// false when cols % scale_block != 0 (nothing to quantise: no block-format weight with that scale
+// block has such rows).
+bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out,
+                         int scale_block = 32);
+// quantize_activations unless `out` already holds x's [n, cols] quantisation with that scale block
+// (out.source == x, e.g. written by the norm that produced x).
 void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
-                             QuantizedActivations& out);
+                             QuantizedActivations& out, int scale_block = 32);
+// The same for the matmul with `w` (its cols and activation_scale_block; nothing for F32 / F16 /
+// BF16 weights).
+void quantize_activations_for(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
+                              const DeviceWeight& w, QuantizedActivations& out);
 
-// Quantises x [n, cols] (f32) into `out`, growing its buffers when needed. With cols % 32 != 0
-// (only F32 / F16 / BF16 weights have such rows) it records the shape and quantises nothing.
+// Quantises x [n, cols] (f32) into `out` with one scale per scale_block (32 or 256) values,
+// growing its buffers when needed. With cols % scale_block != 0 it records the shape and quantises
+// nothing.
 void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
-                          QuantizedActivations& out);
+                          QuantizedActivations& out, int scale_block = 32);
 
 // Where a matmul writes its [n, rows] result: row i at y + offset + i * stride (floats; stride 0:
 // rows, i.e. contiguous). Lets matmuls of different weight types fill column ranges of one wider
@@ -56,10 +65,16 @@ struct OutputColumns {
 // y [n, rows] = x [n, cols] . W^T, all f32. n == 0 does nothing.
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
             ocl::Buffer& y);
-// The same with x already quantised by quantize_activations (ignored for F32/F16/BF16 weights,
-// which read x itself), writing where `out` says.
+// The same with x already quantised by quantize_activations with w's activation_scale_block
+// (ignored for F32/F16/BF16 weights, which read x itself), writing where `out` says.
 void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
             const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out = {});
+
+// The same, quantising x into xq first unless xq already holds x's quantisation for w
+// (quantize_activations_for): matmuls of one x with weights of different scale blocks each get
+// theirs, the others reuse it.
+void matmul_reusing(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
+                    QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out = {});
 
 // out [n, cols] = scale * W[ids[i], :] (f32), dequantised on the device; ids int32 [n]. Ids are
 // clamped to [0, rows) on the device; the host overload checks them first (ConfigError).

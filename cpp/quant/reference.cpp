@@ -231,8 +231,12 @@ float dot_block_device(GgmlType type, const RowInts& w, const HostActivations& a
 
 }  // namespace
 
-HostActivations quantize_activations_reference(const float* x, int64_t n, int64_t cols) {
-  SPECDEC_CHECK(cols > 0 && cols % 32 == 0, "cols", cols, "must be a positive multiple of 32");
+HostActivations quantize_activations_reference(const float* x, int64_t n, int64_t cols,
+                                               int scale_block) {
+  SPECDEC_CHECK(scale_block == 32 || scale_block == 256, "scale_block", scale_block,
+                "must be 32 or 256");
+  SPECDEC_CHECK(cols > 0 && cols % scale_block == 0, "cols", cols,
+                str_cat("must be a positive multiple of ", scale_block));
   HostActivations a;
   a.n = n;
   a.cols = cols;
@@ -241,21 +245,32 @@ HostActivations quantize_activations_reference(const float* x, int64_t n, int64_
   a.d.resize(blocks);
   a.s0.resize(blocks);
   a.s1.resize(blocks);
-  for (size_t blk = 0; blk < blocks; ++blk) {
-    const float* v = x + blk * 32;
+  const auto per_group = static_cast<size_t>(scale_block / 32);
+  for (size_t g = 0; g < blocks / per_group; ++g) {
+    const float* v = x + g * scale_block;
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(v[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t s[2] = {0, 0};
-    for (int j = 0; j < 32; ++j) {
-      const auto q = static_cast<int8_t>(std::round(v[j] * id));
-      a.q[blk * 32 + j] = q;
-      s[j / 16] += q;
+    for (int j = 0; j < scale_block; ++j) amax = std::fmax(amax, std::fabs(v[j]));
+    float d = 0.0f, id = 0.0f;
+    if (scale_block == 32) {  // ggml's quantize_row_q8_0 (reference rounding)
+      d = amax / 127.0f;
+      id = d != 0.0f ? 1.0f / d : 0.0f;
+    } else {  // ggml's quantize_row_q8_K: -127 / max with max's sign is this with q and d negated
+      id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      d = id != 0.0f ? 1.0f / id : 0.0f;
     }
-    a.d[blk] = d;
-    a.s0[blk] = s[0];
-    a.s1[blk] = s[1];
+    for (size_t c = 0; c < per_group; ++c) {
+      const size_t blk = g * per_group + c;
+      int32_t s[2] = {0, 0};
+      for (int j = 0; j < 32; ++j) {
+        const float y = x[blk * 32 + j] * id;
+        const auto q = static_cast<int8_t>(scale_block == 32 ? std::round(y) : std::nearbyint(y));
+        a.q[blk * 32 + j] = q;
+        s[j / 16] += q;
+      }
+      a.d[blk] = d;
+      a.s0[blk] = s[0];
+      a.s1[blk] = s[1];
+    }
   }
   return a;
 }
@@ -268,7 +283,9 @@ std::vector<float> matmul_reference(GgmlType type, const uint8_t* w, int64_t row
   std::vector<float> y(static_cast<size_t>(n * rows));
   const bool is_float = weight_format(type).block_size == 1;
   HostActivations act;
-  if (numerics == Numerics::kDevice && !is_float) act = quantize_activations_reference(x, n, cols);
+  if (numerics == Numerics::kDevice && !is_float) {
+    act = quantize_activations_reference(x, n, cols, activation_scale_block(type));
+  }
   std::vector<float> wf(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = w + r * rb;

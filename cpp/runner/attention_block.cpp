@@ -43,10 +43,10 @@ void project_qkv(const LayerStep& st, const LayerWeights& w, QkvWidths n) {
   StepBuffers& s = st.s;
   const int row = n.q + n.k + n.v;
   if (w.wqkv) {
-    quant::matmul(st.ctx, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
+    quant::matmul_reusing(st.ctx, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
   } else {
-    quant::matmul(st.ctx, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
-    quant::matmul(st.ctx, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
+    quant::matmul_reusing(st.ctx, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
+    quant::matmul_reusing(st.ctx, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
   }
 }
 
@@ -126,11 +126,11 @@ Projected project_separate(const LayerStep& st, int il, const LayerWeights& w, Q
   StepBuffers& s = st.s;
   ocl::Context& ctx = st.ctx;
   const int64_t t = st.num_tokens;
-  quant::matmul(ctx, w.wq, s.h, s.xq, t, s.qb);
+  quant::matmul_reusing(ctx, w.wq, s.h, s.xq, t, s.qb);
   if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, n.q);
   if (st.config.layers[il].kv_sharing_target < 0) {
-    quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
+    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
     if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, n.k);
     if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, n.v);
   }
@@ -147,14 +147,13 @@ void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
   SPECDEC_CHECK(c.layers[il].kv_sharing_target < 0, str_cat("layers.", il), "a KV-sharing layer",
                "a layer with its own cache (a DFlash drafter's context)");
   const QkvWidths n{c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size, c.num_kv_heads * c.head_size_v};
-  quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
   if (stacked_qkv(w)) {  // q comes along (unused)
     project_qkv(st, w, n);
     if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, n.q + n.k + n.v);
     ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
   } else {
-    quant::matmul(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul(ctx, w.wv, s.h, s.xq, t, s.vb);
+    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
     if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, n.k);
     if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, n.v);
   }
@@ -184,7 +183,6 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
                                ? static_cast<float>(c.attention_scale)
                                : 1.0f / std::sqrt(static_cast<float>(c.head_size));
   const float scale = qk_scale * base_scale;
-  quant::quantize_activations_of(ctx, s.h, t, c.hidden_size, s.xq);
   if (fused_epilogue_fits(st, il, w)) {
     attend_fused(st, il, w, n, scale);
   } else {

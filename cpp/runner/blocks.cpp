@@ -66,10 +66,6 @@ std::vector<LayerBinding> bind_layers(const model::ModelConfig& c, const attn::A
 
 namespace {
 
-// Whether a matmul with w reads int8 activations (block formats), which a kernel before it can
-// write (F32 / F16 / BF16 weights read the f32 input itself).
-bool reads_int8(const quant::DeviceWeight& w) { return quant::weight_format(w.type()).block_size > 1; }
-
 bool fused_attention_quantisation() {
   static const bool on = [] {
     const char* env = std::getenv("SPECDEC_FUSED_ATTN_QUANT");
@@ -93,12 +89,13 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
   // were enqueued before (the in-order queue runs them first).
   StepBuffers& s = st.s;
   const int64_t width = int64_t{params.num_q_heads} * params.head_size_v;
-  const bool quantise = then_project != nullptr && b.group->backend->capabilities().quantized_output &&
-                        fused_attention_quantisation() && params.head_size_v % 32 == 0 &&
-                        then_project->cols() == width && reads_int8(*then_project) &&
-                        quant::prepare_activations(st.ctx, st.num_tokens, width, s.xq);
+  const int scale_block = then_project != nullptr ? quant::activation_scale_block(then_project->type()) : 0;
+  const bool quantise = scale_block != 0 && b.group->backend->capabilities().quantized_output &&
+                        fused_attention_quantisation() && params.head_size_v % scale_block == 0 &&
+                        then_project->cols() == width &&
+                        quant::prepare_activations(st.ctx, st.num_tokens, width, s.xq, scale_block);
   if (quantise) {
-    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
     params.quantized_output = &s.xq_out;
   }
   b.group->backend->forward(st.ctx, md, params, *b.view, *b.tensor, query, out);
@@ -106,8 +103,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {
-  quant::quantize_activations_of(st.ctx, x, st.num_tokens, w.cols(), st.s.xq);
-  quant::matmul(st.ctx, w, x, st.s.xq, st.num_tokens, y);
+  quant::matmul_reusing(st.ctx, w, x, st.s.xq, st.num_tokens, y);
 }
 
 void gated_ffn(const LayerStep& st, const LayerWeights& w) {
@@ -115,26 +111,26 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   ocl::Context& ctx = st.ctx;
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
-  quant::quantize_activations_of(ctx, s.h, t, st.config.hidden_size, s.xq);
   // the activation also quantises its output for the down projection (one launch fewer); s.xq
   // is reused for it only after the gate / up matmuls were enqueued (the in-order queue runs
   // them before the activation overwrites it)
   auto quantize_gate = [&]() -> const ops::QuantizedOut* {
-    if (!reads_int8(w.down) || !quant::prepare_activations(ctx, t, ff, s.xq)) {
+    const int scale_block = quant::activation_scale_block(w.down.type());
+    if (scale_block == 0 || !quant::prepare_activations(ctx, t, ff, s.xq, scale_block)) {
       return nullptr;
     }
-    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+    s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
     return &s.xq_out;
   };
   const ops::QuantizedOut* q = nullptr;
   if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
-    quant::matmul(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
+    quant::matmul_reusing(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
     q = quantize_gate();
     ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
                           2 * int64_t{ff}, q);
   } else {
-    quant::matmul(ctx, w.gate, s.h, s.xq, t, s.gate);
-    quant::matmul(ctx, w.up, s.h, s.xq, t, s.up);
+    quant::matmul_reusing(ctx, w.gate, s.h, s.xq, t, s.gate);
+    quant::matmul_reusing(ctx, w.up, s.h, s.xq, t, s.up);
     q = quantize_gate();
     ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
   }

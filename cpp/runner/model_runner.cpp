@@ -318,8 +318,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
   const int64_t t = plan.num_tokens;
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
   // the context: hidden_norm(fc(concatenated hidden states)), the same input for every layer
-  quant::quantize_activations_of(ctx, *in, t, width, s.xq);
-  quant::matmul(ctx, *weights_.dflash_fc, *in, s.xq, t, s.x);
+  quant::matmul_reusing(ctx, *weights_.dflash_fc, *in, s.xq, t, s.x);
   ops::rms_norm(ctx, s.x, weights_.dflash_hidden_norm, s.h, t, d, eps, off);
   s.xq.source = nullptr;  // s.h has no quantisation of its own yet
   const LayerStep step{ctx, config_, layers_, plan.metadata, s, t};
@@ -365,12 +364,23 @@ void ModelRunner::check_requests(const std::vector<StepRequest>& requests) const
 
 namespace {
 
-// The quantised form of s.h [t, d] written by the norm that writes s.h (one launch fewer per
-// block, and the rows are quantised while in cache); nullptr where d % 32 != 0.
-const ops::QuantizedOut* quantize_h(ocl::Context& ctx, StepBuffers& s, int64_t t, int d) {
-  if (!quant::prepare_activations(ctx, t, d, s.xq)) return nullptr;
-  s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec};
+// The quantised form of s.h [t, d] for the matmul that reads it first, with that weight's scale
+// block (quant::activation_scale_block), written by the norm that writes s.h (one launch fewer per
+// block, and the rows are quantised while in cache); nullptr where that weight reads f32 or
+// d % scale_block != 0.
+const ops::QuantizedOut* quantize_h(ocl::Context& ctx, StepBuffers& s, int64_t t, int d,
+                                    const quant::DeviceWeight& first_reader) {
+  const int scale_block = quant::activation_scale_block(first_reader.type());
+  if (scale_block == 0 || !quant::prepare_activations(ctx, t, d, s.xq, scale_block)) return nullptr;
+  s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
   return &s.xq_out;
+}
+
+// The first matmul of layer il that reads its normed input: MLA's kv_a, else q (with k, v).
+const quant::DeviceWeight& attention_input_reader(const model::ModelConfig& c, const LayerWeights& w,
+                                                  int il) {
+  if (c.layers[il].attention == model::LayerAttention::kMla) return w.wkv_a;
+  return w.wqkv ? *w.wqkv : w.wqk ? *w.wqk : w.wq;
 }
 
 // After a norm wrote s.h: s.xq holds its quantisation when `q` was passed.
@@ -393,7 +403,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
   if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d);
+  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, w.gate_up ? *w.gate_up : w.gate);
   ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 
@@ -401,7 +411,8 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
-  q = il + 1 < exit ? quantize_h(ctx, s, t, d) : nullptr;
+  q = il + 1 < exit ? quantize_h(ctx, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
+                    : nullptr;
   ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 }
@@ -533,7 +544,7 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
     }
   };
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d);
+  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
   ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
   for (int il = 0; il < exit; ++il) {
@@ -556,12 +567,12 @@ void ModelRunner::compute_logits(const StepPlan& plan, bool return_logits, StepO
   const int d = config_.hidden_size;
   const int64_t vocab = out.vocab_size;
   ops::gather_rows(ctx, s.h, s.rows, s.xs, t, m, d);
-  quant::quantize_activations(ctx, s.xs, m, d, s.xq);
+  s.xq.source = nullptr;  // s.xs holds this step's rows: quantised anew by the first head's matmul
   const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
   // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into
   // s.reduced from element `at`; both parts' reductions come back in one transfer
   auto head = [&](const quant::DeviceWeight& w, ocl::Buffer& logits, int64_t n, int64_t at) {
-    quant::matmul(ctx, w, s.xs, s.xq, m, logits);
+    quant::matmul_reusing(ctx, w, s.xs, s.xq, m, logits);
     if (config_.final_logit_softcap > 0) {
       ops::softcap(ctx, logits, m * n, static_cast<float>(config_.final_logit_softcap));
     }

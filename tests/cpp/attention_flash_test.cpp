@@ -372,7 +372,8 @@ TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
 // With quantized_output the kernels write the same output bits, and the int8 activations,
 // records and 16-bit copies are bitwise what quant::quantize_activations makes of that output: on
 // direct writes (one split) and merges (several), decodes, verify steps and prefill chunks, heads
-// 64 / 128 / 256, f16 and f32 caches, the scratch small enough for several launches.
+// 64 / 128 / 256, f16 and f32 caches, the scratch small enough for several launches; one scale per
+// 32 values, and per 256 where the head holds whole groups (head 256; others refused).
 TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
   std::mt19937 rng(123);
   auto& ctx = *context();
@@ -382,6 +383,7 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
   for (const Case& c : {Case{"q64", DType::kF16, 64, 8, 2, 16, &reqs},
                         Case{"q128", DType::kF32, 128, 4, 4, 32, &reqs},
                         Case{"q256", DType::kF16, 256, 4, 1, 16, &reqs}}) {
+   for (int sb : {32, 256}) {
     for (const char* scratch : {"", "40000"}) {
       if (*scratch != '\0') ::setenv("SPECDEC_FLASH_SCRATCH_BYTES", scratch, 1);
       const kv::KvCacheSpec spec = spec_of(c);
@@ -397,30 +399,37 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(ctx, common);
       backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, plain);
       quant::QuantizedActivations mine;
-      ASSERT_TRUE(quant::prepare_activations(ctx, t, width, mine));
-      const ops::QuantizedOut qo{&mine.q8, &mine.q16, &mine.rec};
+      ASSERT_TRUE(quant::prepare_activations(ctx, t, width, mine, sb));
+      const ops::QuantizedOut qo{&mine.q8, &mine.q16, &mine.rec, sb};
       p.quantized_output = &qo;
+      if (c.head % sb != 0) {  // a scale group would straddle two heads
+        EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
+        continue;
+      }
       backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused);
       quant::QuantizedActivations want;
-      quant::quantize_activations(ctx, plain, t, width, want);
+      quant::quantize_activations(ctx, plain, t, width, want, sb);
       auto bytes = [&](const ocl::Buffer& b, size_t size) {
         std::vector<uint8_t> v(size);
         b.read(ctx, v.data(), size);
         return v;
       };
-      const std::string what = c.name + (*scratch != '\0' ? " (several launches)" : "");
+      const std::string what = c.name + " scale block " + std::to_string(sb) +
+                               (*scratch != '\0' ? " (several launches)" : "");
       EXPECT_EQ(bytes(plain, n * 4), bytes(fused, n * 4)) << what << ": output";
       EXPECT_EQ(bytes(want.q8, n), bytes(mine.q8, n)) << what << ": int8";
       EXPECT_EQ(bytes(want.q16, n * 2), bytes(mine.q16, n * 2)) << what << ": int16";
       EXPECT_EQ(bytes(want.rec, n / 32 * 16), bytes(mine.rec, n / 32 * 16)) << what << ": records";
       quant::QuantizedActivations small;  // buffers for fewer tokens: refused, naming the field
-      ASSERT_TRUE(quant::prepare_activations(ctx, 1, width, small));
-      const ops::QuantizedOut too_small{&small.q8, &small.q16, &small.rec};
+      ASSERT_TRUE(quant::prepare_activations(ctx, 1, width, small, sb));
+      const ops::QuantizedOut too_small{&small.q8, &small.q16, &small.rec, sb};
       p.quantized_output = &too_small;
       EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
       ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
     }
+   }
   }
+  ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
 }
 
 // --- local memory -------------------------------------------------------------------------------

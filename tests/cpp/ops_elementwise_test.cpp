@@ -200,20 +200,22 @@ TEST(Elementwise, BadArgumentsNameTheField) {
 
 TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   // gated_activation that also quantises its output: the same f32 output, and the bytes
-  // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers.
+  // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers;
+  // one scale per 32 values and per 256 (K-quant down projections).
   ocl::Context& ctx = context();
   std::mt19937 rng(52);
   for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
-    for (int ff : {32, 1536}) {
+    for (auto [ff, sb] : {std::pair{32, 32}, std::pair{1536, 32}, std::pair{256, 256},
+                          std::pair{1536, 256}}) {
       const int64_t rows = 3, n = rows * ff;
       const auto fused = random_floats(static_cast<size_t>(2 * n), rng, 2.0f);
       const ocl::Buffer fb = upload(fused), want_out = upload(std::vector<float>(n)),
                         got_out = upload(std::vector<float>(n));
       gated_activation(ctx, fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
       quant::QuantizedActivations want, got;
-      quant::quantize_activations(ctx, want_out, rows, ff, want);
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, ff, got));
-      const QuantizedOut q{&got.q8, &got.q16, &got.rec};
+      quant::quantize_activations(ctx, want_out, rows, ff, want, sb);
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, ff, got, sb));
+      const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
       gated_activation(ctx, fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(got_out, n), download<float>(want_out, n))) << ff;
       EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << ff;
@@ -228,4 +230,6 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);
   EXPECT_THROW(gated_activation(ctx, a, a, Slice(a, 32), 1, 32, Activation::kSilu, 0, &qs), ConfigError);
   EXPECT_THROW(gated_activation(ctx, a, a, a, 2, 64, Activation::kSilu, 0, &qs), ConfigError);
+  const QuantizedOut q256{&small.q8, &small.q16, &small.rec, 256};
+  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 32, Activation::kSilu, 0, &q256), ConfigError);
 }

@@ -188,10 +188,12 @@ TEST(RmsNorm, BadArgumentsNameTheField) {
 
 TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
   // The norm that also quantises its output writes the same bytes as quantize_activations of y
-  // (int8, int16 and the per-block records), in place or not, with and without the residual.
+  // (int8, int16 and the per-block records), in place or not, with and without the residual; one
+  // scale per 32 values and per 256 (K-quant readers).
   ocl::Context& ctx = context();
   std::mt19937 rng(41);
-  for (int dim : {32, 576, 896}) {
+  for (auto [dim, sb] : {std::pair{32, 32}, std::pair{576, 32}, std::pair{896, 32},
+                         std::pair{256, 256}, std::pair{1536, 256}}) {
     for (int64_t rows : {int64_t{1}, int64_t{5}}) {
       const int64_t n = rows * dim;
       auto x = random_floats(static_cast<size_t>(n), rng, 3.0f);
@@ -202,11 +204,11 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w), y1 = upload(std::vector<float>(n));
       quant::QuantizedActivations want;
       add_rms_norm(ctx, x1, r1, w1, y1, rows, dim, 1e-5f);
-      quant::quantize_activations(ctx, y1, rows, dim, want);
+      quant::quantize_activations(ctx, y1, rows, dim, want, sb);
       const ocl::Buffer x2 = upload(x), r2 = upload(r), y2 = upload(std::vector<float>(n));
       quant::QuantizedActivations got;
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, got));
-      const QuantizedOut q{&got.q8, &got.q16, &got.rec};
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, got, sb));
+      const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
       add_rms_norm(ctx, x2, r2, w1, y2, rows, dim, 1e-5f, 0.0f, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << dim;
       EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << dim;
@@ -215,11 +217,11 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       // plain rms_norm in place (y = x) quantises the normed values, not the input
       const ocl::Buffer x3 = upload(x);
       quant::QuantizedActivations in_place;
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, in_place));
-      const QuantizedOut q3{&in_place.q8, &in_place.q16, &in_place.rec};
+      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, in_place, sb));
+      const QuantizedOut q3{&in_place.q8, &in_place.q16, &in_place.rec, sb};
       rms_norm(ctx, x3, w1, x3, rows, dim, 1e-5f, 0.0f, &q3);
       quant::QuantizedActivations want3;
-      quant::quantize_activations(ctx, x3, rows, dim, want3);
+      quant::quantize_activations(ctx, x3, rows, dim, want3, sb);
       EXPECT_EQ(download<int8_t>(in_place.q8, n), download<int8_t>(want3.q8, n)) << dim;
       EXPECT_EQ(download<int32_t>(in_place.rec, n / 32 * 4), download<int32_t>(want3.rec, n / 32 * 4)) << dim;
     }
@@ -232,4 +234,9 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
   EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 1, 48, 1e-5f, 0.0f, &qs), ConfigError);
   EXPECT_THROW(rms_norm(ctx, a, std::nullopt, Slice(a, 32), 1, 32, 1e-5f, 0.0f, &qs), ConfigError);
   EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 4, 64, 1e-5f, 0.0f, &qs), ConfigError);
+  // one scale per 256 values needs dim % 256 == 0; other scale blocks are refused
+  const QuantizedOut q256{&small.q8, &small.q16, &small.rec, 256};
+  EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 1, 32, 1e-5f, 0.0f, &q256), ConfigError);
+  const QuantizedOut q64{&small.q8, &small.q16, &small.rec, 64};
+  EXPECT_THROW(rms_norm(ctx, a, std::nullopt, a, 1, 64, 1e-5f, 0.0f, &q64), ConfigError);
 }

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
@@ -289,12 +290,15 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
 
 // Two matmuls of different weight types filling column ranges of one [n, a + b] buffer (q | k
 // and v of a Q4_K_M layer): each range bitwise the matmul alone, nothing else touched; every
-// family (K-quant, 32-block, float) and n = 1 (decode), 5 (verify), 70 (prefill chunks).
+// family (K-quant, 32-block, float), a pair whose activations take different scale blocks (256 and
+// 32: matmul_reusing quantises x again for the second) and n = 1 (decode), 5 (verify), 70
+// (prefill chunks).
 TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
   ocl::Context& ctx = *context();
   const int64_t cols = 512, ra = 40, rb = 27, width = ra + rb + 3;  // 3 spare columns
   for (auto [ta, tb] : {std::pair{GgmlType::kQ4_K, GgmlType::kQ6_K},
                         std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0},
+                        std::pair{GgmlType::kQ4_K, GgmlType::kQ8_0},
                         std::pair{GgmlType::kF16, GgmlType::kQ5_K}}) {
     const DeviceWeight wa = upload(ta, random_weights(ta, ra, cols, 41), ra, cols);
     const DeviceWeight wb = upload(tb, random_weights(tb, rb, cols, 42), rb, cols);
@@ -304,12 +308,11 @@ TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
       ocl::Buffer xb(ctx, x.size() * sizeof(float));
       xb.write(ctx, x.data(), x.size() * sizeof(float));
       QuantizedActivations xq;
-      quantize_activations(ctx, xb, n, cols, xq);
       std::vector<float> y(static_cast<size_t>(n * width), -7.0f);
       ocl::Buffer ybuf(ctx, y.size() * sizeof(float));
       ybuf.write(ctx, y.data(), y.size() * sizeof(float));
-      matmul(ctx, wa, xb, xq, n, ybuf, {0, width});
-      matmul(ctx, wb, xb, xq, n, ybuf, {ra, width});
+      matmul_reusing(ctx, wa, xb, xq, n, ybuf, {0, width});
+      matmul_reusing(ctx, wb, xb, xq, n, ybuf, {ra, width});
       ybuf.read(ctx, y.data(), y.size() * sizeof(float));
       int64_t diff = 0, touched = 0;
       for (int64_t i = 0; i < n; ++i) {
@@ -399,3 +402,107 @@ TEST(QuantMatmulChecks, DownloadGivesTheUploadedBlocks) {
 }
 
 }  // namespace
+
+// --- activation quantisation: both scale blocks ------------------------------------------------
+
+namespace {
+
+// ggml's quantize_row_q8_K as written (signed max, iscale = -127 / max, its float-add rounding,
+// min(127, q), d = 1 / iscale): an independent statement of the rule the 256-value path follows.
+void ggml_q8_k(const float* x, int8_t* q, float* d) {
+  float max = 0.0f, amax = 0.0f;
+  for (int j = 0; j < 256; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax == 0.0f) {
+    std::fill(q, q + 256, int8_t{0});
+    *d = 0.0f;
+    return;
+  }
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < 256; ++j) {
+    const float val = iscale * x[j] + 12582912.0f;
+    int32_t bits;
+    std::memcpy(&bits, &val, 4);
+    q[j] = static_cast<int8_t>(std::min(127, (bits & 0x007fffff) - 0x00400000));
+  }
+  *d = 1.0f / iscale;
+}
+
+}  // namespace
+
+// The device's quantize_activations (32) and quantize_activations_256 bitwise equal to
+// quantize_activations_reference: int8 values, records, and 16-bit copies; rows with ties
+// (x * id exactly k + 0.5: half away from zero for 32, half to even for 256), zeros, an all-zero
+// group, outliers; and the 256 rule equal to ggml's Q8_K (q and d negated where the group's
+// largest value is positive, the same products d * q).
+TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
+  ocl::Context& ctx = *context();
+  const int64_t n = 3, cols = 768;
+  std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 77);
+  for (int j = 0; j < 256; ++j) x[j] = static_cast<float>(j % 9) - 4.0f + 0.5f;  // ties
+  x[17] = 127.0f;                                                         // id = 1 exactly
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);                     // an all-zero group
+  x[cols + 5] = -300.0f;                                                  // a negative outlier
+  x[2 * cols + 700] = 90.0f;
+  ocl::Buffer xb(ctx, x.size() * sizeof(float));
+  xb.write(ctx, x.data(), x.size() * sizeof(float));
+  for (int sb : {32, 256}) {
+    QuantizedActivations xq;
+    quantize_activations(ctx, xb, n, cols, xq, sb);
+    EXPECT_EQ(xq.scale_block, sb);
+    const HostActivations want = quantize_activations_reference(x.data(), n, cols, sb);
+    std::vector<int8_t> q(static_cast<size_t>(n * cols));
+    std::vector<int16_t> q16(q.size());
+    std::vector<float> rec(q.size() / 32 * 4);
+    xq.q8.read(ctx, q.data(), q.size());
+    xq.q16.read(ctx, q16.data(), q16.size() * 2);
+    xq.rec.read(ctx, rec.data(), rec.size() * 4);
+    EXPECT_EQ(q, want.q) << sb;
+    int64_t bad = 0;
+    for (size_t b = 0; b < want.d.size(); ++b) {
+      int32_t s0, s1;
+      std::memcpy(&s0, &rec[4 * b + 2], 4);
+      std::memcpy(&s1, &rec[4 * b + 3], 4);
+      bad += std::memcmp(&rec[4 * b], &want.d[b], 4) != 0 || s0 != want.s0[b] || s1 != want.s1[b];
+      for (int j = 0; j < 32; ++j) bad += q16[b * 32 + j] != q[b * 32 + j];
+    }
+    EXPECT_EQ(bad, 0) << sb;
+    if (sb == 32) {  // 4.5 at id 1 rounds away from zero
+      EXPECT_EQ(q[8], 5);
+      EXPECT_EQ(q[0], -4);  // -3.5
+    } else {
+      EXPECT_EQ(q[8], 4);   // to even
+      EXPECT_EQ(q[0], -4);
+      for (int64_t g = 0; g < n * cols / 256; ++g) {
+        int8_t gq[256];
+        float gd;
+        ggml_q8_k(x.data() + g * 256, gq, &gd);
+        const float sign = gd < 0 ? -1.0f : 1.0f;
+        int64_t diff = 0;
+        for (int j = 0; j < 256; ++j) diff += gq[j] != static_cast<int8_t>(sign * q[g * 256 + j]);
+        EXPECT_EQ(diff, 0) << "group " << g;
+        EXPECT_EQ(sign * gd, want.d[g * 8]) << "group " << g;
+      }
+    }
+  }
+  // a scale block other than 32 / 256, or cols that are no multiple of it: refused
+  QuantizedActivations xq;
+  EXPECT_THROW(quantize_activations(ctx, xb, n, cols, xq, 64), ConfigError);
+  const std::vector<float> row(288, 1.0f);
+  EXPECT_THROW(quantize_activations_reference(row.data(), 1, 288, 256), ConfigError);
+  // a matmul given activations of the wrong scale block says which it needs
+  const DeviceWeight w = upload(GgmlType::kQ4_K, random_weights(GgmlType::kQ4_K, 16, 256, 5), 16, 256);
+  ocl::Buffer x1(ctx, 256 * 4), y1(ctx, 16 * 4);
+  x1.write(ctx, x.data(), 256 * 4);
+  quantize_activations(ctx, x1, 1, 256, xq, 32);
+  try {
+    matmul(ctx, w, x1, xq, 1, y1);
+    ADD_FAILURE() << "no error for 32-value scales in front of q4_K";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("one scale per 256 values for q4_K"), std::string::npos) << e.what();
+  }
+}

@@ -241,7 +241,10 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
   std::string options;     // the kernels' build options (one string per step, not per layer)
-  std::string options_quantized;  // the same with -DQUANT_OUT (the output quantised as well)
+  // the same with -DQUANT_OUT=32 / =256 (the output quantised as well, one scale per 32 / 256
+  // values) and correctly rounded divisions (the quantisation's, as quantize_activations)
+  std::string options_quantized32;
+  std::string options_quantized256;
 };
 
 // The plan of `md` (at least one token) for shape `s`.
@@ -253,7 +256,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
                              s.block_size, s.split_keys);
   fm->options = build_options(ctx.device(), s.dtype, fm->tile, s.num_q_heads / s.num_kv_heads,
                               s.head_size, s.block_size, s.split_keys);
-  fm->options_quantized = fm->options + " -DQUANT_OUT";
+  fm->options_quantized32 = fm->options + " -DQUANT_OUT=32 -cl-fp32-correctly-rounded-divide-sqrt";
+  fm->options_quantized256 = fm->options + " -DQUANT_OUT=256 -cl-fp32-correctly-rounded-divide-sqrt";
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
   fm->items = upload_int32s(ctx, fm->plan.items);
   fm->token_part = upload_int32s(ctx, fm->plan.token_part);
@@ -340,7 +344,7 @@ OclFlashBackend::OclFlashBackend() {
   caps_.sinks = false;
   caps_.separate_head_size_v = false;
   caps_.on_device = true;
-  caps_.quantized_output = true;  // -DQUANT_OUT (head sizes 64, 128, 256: multiples of 32)
+  caps_.quantized_output = true;  // -DQUANT_OUT=32 (head sizes 64, 128, 256), =256 (head size 256)
   caps_.kv_layout = kv::KvLayout::kBlockMajor;
 }
 
@@ -397,16 +401,15 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   const ops::QuantizedOut* qo = p.quantized_output;
   if (qo != nullptr) {
     const int64_t t = md.host.num_actual_tokens, width = int64_t{hq} * d;
-    SPECDEC_CHECK(d % 32 == 0, "quantized_output", str_cat("head_size ", d),
-                  "needs head_size % 32 == 0 (int8 blocks of 32 within a head)");
-    SPECDEC_CHECK(qo->q8 != nullptr && qo->q16 != nullptr && qo->rec != nullptr &&
-                      qo->q8->size_bytes() >= static_cast<size_t>(t * width) &&
-                      qo->q16->size_bytes() >= static_cast<size_t>(t * width) * 2 &&
-                      qo->rec->size_bytes() >= static_cast<size_t>(t * width / 32) * 16,
-                  "quantized_output", "buffers too small",
-                  str_cat("must hold ", t, " x ", width, " activations"));
+    SPECDEC_CHECK(d % qo->scale_block == 0, "quantized_output", str_cat("head_size ", d),
+                  str_cat("needs head_size % ", qo->scale_block,
+                          " == 0 (one activation scale per ", qo->scale_block,
+                          " values within a head)"));
+    ops::check_quantized_out(*qo, t, width, "quantized_output");
   }
-  const std::string& options = qo != nullptr ? fm->options_quantized : fm->options;
+  const std::string& options = qo == nullptr             ? fm->options
+                               : qo->scale_block == 256 ? fm->options_quantized256
+                                                        : fm->options_quantized32;
   // base-2 scores: q pre-scaled by scale * log2(e); with a softcap, s2 = softcap * log2(e) *
   // tanh(q.k * scale / softcap)
   const float softcap = p.logit_softcap;
