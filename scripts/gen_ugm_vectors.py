@@ -56,7 +56,8 @@ EXTRA_TEXTS: list[str | bytes] = [
     "สวัสดีชาวโลก", "Γειά σου Κόσμε", "שָׁלוֹם \u200fעולם\u200e", "👍🏽 👨‍👩‍👧 🇯🇵 ❤️ 🫠",
     "\ufffd replacement", "\ufeffBOM at start", "zero\u200bwidth\u200cjoin\u200dx", "soft\u00adhyphen",
     "nul\x00byte", "ctrl\x01\x07\x1b\x7f\u0085\u009f", "\ue000\uf8ff private", "\uffff\ufffe nonchar",
-    "\u2581 lower eighth ▁▁block", "[PAD250001] [PAD250046]x", "pneumonoultramicroscopicsilicovolcanoconiosis",
+    "\u2581 lower eighth ▁▁block", "[PAD250001] [PAD250046]x",
+    "pneumonoultramicroscopicsilicovolcanoconiosis",
     "The quick brown fox jumps over the lazy dog.", "<s>Hello</s>", "<s> Hello </s>", "<mask>",
     "Hello <mask> world", "Hello   <mask>", "\t<mask>\t", "a<mask>b", "<unk> <pad>", "</s></s>",
     "<s><s>", "<mask><mask> x", "< s > <ma sk>", "<MASK> <S>",
@@ -71,8 +72,9 @@ def read_inputs(path: Path) -> list[str]:
 
 
 def compile_helper(llama_src: Path, llama_libs: Path, out: Path) -> None:
+    source = ROOT / "scripts" / "llamacpp_tokenize_vectors.cpp"
     cmd = ["c++", "-std=c++17", "-O1", f"-I{llama_src / 'include'}",
-           f"-I{llama_src / 'ggml' / 'include'}", str(ROOT / "scripts" / "llamacpp_tokenize_vectors.cpp"),
+           f"-I{llama_src / 'ggml' / 'include'}", str(source),
            f"-L{llama_libs}", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{llama_libs}",
            "-o", str(out)]
     subprocess.run(cmd, check=True)
@@ -96,7 +98,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
 
-    texts: list[bytes] = [t.encode("utf-8") for t in read_inputs(models_dir() / "ggml-vocab-llama-spm.gguf.inp")]
+    standard = read_inputs(models_dir() / "ggml-vocab-llama-spm.gguf.inp")
+    texts: list[bytes] = [t.encode("utf-8") for t in standard]
     texts += [t if isinstance(t, bytes) else t.encode("utf-8") for t in EXTRA_TEXTS]
     with tempfile.TemporaryDirectory() as tmp:
         helper = Path(tmp) / "llamacpp_tokenize_vectors"
@@ -112,7 +115,8 @@ def main() -> None:
         case.update(ids=ids_of(plain), ids_parse_special=ids_of(special), ids_add_special=ids_of(added))
         case.update(text_entry("decoded", bytes.fromhex(decoded)))
         cases.append(case)
-    head = {"vocab": VOCAB, "source": "llama.cpp of llama-cpp-python 0.3.36 (scripts/gen_ugm_vectors.py)"}
+    head = {"vocab": VOCAB,
+            "source": "llama.cpp of llama-cpp-python 0.3.36 (scripts/gen_ugm_vectors.py)"}
     body = ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases)  # one case a line
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n' + body + "\n]}\n",

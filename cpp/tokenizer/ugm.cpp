@@ -171,7 +171,8 @@ void ugm_encode(const Vocab& v, std::string_view text, std::vector<int32_t>& out
   const int32_t unk = v.special.unk;
   std::vector<Best> best(n + 1, Best{unk, 0, -DBL_MAX});
   best[0].score = 0;
-  // Ties keep the first candidate: earlier starts, then shorter tokens, then the unknown token.
+  // Of equal totals ending at one place the first found stays: the one whose last token starts
+  // first.
   for (size_t i = 0; i < n;) {
     const size_t char_bytes = std::min(utf8_length_of_lead(norm[i]), n - i);
     const double score = best[i].score;
