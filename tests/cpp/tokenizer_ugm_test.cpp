@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -221,6 +222,42 @@ TEST(Charsmap, MalformedBlobsAreFormatErrors) {
   Meta m = tiny_ugm();
   m["tokenizer.ggml.precompiled_charsmap"] = strings({"x"});  // wrong element type
   EXPECT_THROW(Tokenizer::from_metadata(m), FormatError);
+}
+
+// Random bit flips in the nodes (mostly in the ones in use): each blob is refused or gives a map
+// whose lookups stay inside it (the sanitizer build checks the reads).
+TEST(Charsmap, CorruptedArraysAreRefusedOrSafeToWalk) {
+  const std::string good = sample_blob();
+  std::vector<size_t> used;  // byte offsets of non-zero nodes
+  for (size_t i = 4; i + 4 <= good.size(); i += 4) {
+    if (good.compare(i, 4, std::string(4, '\0')) != 0) used.push_back(i);
+  }
+  const std::string alphabet = "AB\xEF\xBC\xA1\t-x";
+  std::mt19937 rng(7);
+  int refused = 0, accepted = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string b = good;
+    for (int flips = 1 + rng() % 3; flips > 0; --flips) {
+      const size_t node =
+          rng() % 2 ? used[rng() % used.size()] : 4 + 4 * (rng() % (b.size() / 4 - 1));
+      b[std::min(node + rng() % 4, b.size() - 1)] ^= static_cast<char>(1u << (rng() % 8));
+    }
+    try {
+      const Charsmap map = Charsmap::parse(b);
+      ++accepted;
+      for (int i = 0; i < 50; ++i) {
+        std::string text;
+        for (int j = 0; j < 4; ++j) {
+          text += rng() % 4 ? alphabet[rng() % alphabet.size()] : static_cast<char>(rng() % 256);
+        }
+        match(map, text);
+      }
+    } catch (const FormatError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(accepted, 100);
 }
 
 TEST(TinyUgm, ViterbiPicksTheBestTotalScore) {
