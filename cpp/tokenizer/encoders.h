@@ -20,5 +20,8 @@ void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>&
 void bpe_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
 // WordPiece (`bert` vocabularies, wpm.cpp): normalise, split into words, longest tokens first.
 void wpm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
+// Unigram (`t5` vocabularies, ugm.cpp): normalise (charsmap, white space), then the segmentation
+// with the best total score (Viterbi).
+void ugm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out);
 
 }  // namespace specdec::tokenizer

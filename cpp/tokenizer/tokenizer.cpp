@@ -89,6 +89,8 @@ std::vector<int32_t> Tokenizer::encode_fragments(
       spm_encode(v, escape_spaces(run, v.add_space_prefix && after_special), out);
     } else if (v.kind == TokenizerKind::kWpm) {
       wpm_encode(v, run, out);
+    } else if (v.kind == TokenizerKind::kUgm) {
+      ugm_encode(v, run, out);
     } else {
       if (v.utf8_symbols) {
         bpe_encode(v, escape_spaces(run, false), out);
@@ -116,7 +118,11 @@ void Tokenizer::append_piece(int32_t id, bool special, bool& strip_space, std::s
   const uint32_t attr = v.tokens[id].attr;
   if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) {
     if (special || (attr & (kAttrControl | kAttrUnknown)) == 0) out += v.pieces[id];
-    strip_space = v.add_space_prefix;
+    // A text run (with its space prefix) starts after a special token. A Unigram unknown token
+    // stands for characters inside the text: it ends the run's start like a normal piece.
+    const bool in_text =
+        v.kind == TokenizerKind::kUgm && !(attr & (kAttrControl | kAttrUserDefined));
+    strip_space = v.add_space_prefix && !in_text;
     return;
   }
   const std::string& piece = v.pieces[id];

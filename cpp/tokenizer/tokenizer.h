@@ -1,6 +1,6 @@
-// Tokenizers read from GGUF metadata: SentencePiece-style BPE (`llama`: Llama, Gemma, Phi-3) and
-// byte-level BPE (`gpt2`: SmolLM2, Qwen2.5, GPT-2, StarCoder, DeepSeek-Coder), tokenizing exactly
-// as llama.cpp does. See docs/tokenizer.md.
+// Tokenizers read from GGUF metadata: SentencePiece-style BPE (`llama`: Llama, Gemma, Phi-3),
+// byte-level BPE (`gpt2`: SmolLM2, Qwen2.5, GPT-2, StarCoder, DeepSeek-Coder), WordPiece (`bert`)
+// and Unigram (`t5`), tokenizing exactly as llama.cpp does. See docs/tokenizer.md.
 //
 // A Tokenizer is immutable after loading and safe to use from several threads; copies share the
 // vocabulary.

@@ -20,6 +20,7 @@ constexpr const char* kKeyTokens = "tokenizer.ggml.tokens";
 constexpr const char* kKeyScores = "tokenizer.ggml.scores";
 constexpr const char* kKeyTypes = "tokenizer.ggml.token_type";
 constexpr const char* kKeyMerges = "tokenizer.ggml.merges";
+constexpr const char* kKeyCharsmap = "tokenizer.ggml.precompiled_charsmap";
 
 // Reads keys of one metadata map; every error names the key, the value and the file.
 class MetadataReader {
@@ -221,6 +222,7 @@ void read_special_ids(const MetadataReader& r, Vocab& v) {
   SpecialTokens& s = v.special;
   if (v.kind == TokenizerKind::kSpm) s.bos = 1, s.eos = 2, s.unk = 0;
   if (v.kind == TokenizerKind::kWpm) s.bos = 101, s.unk = 100, s.sep = 102, s.pad = 0, s.mask = 103;
+  if (v.kind == TokenizerKind::kUgm) s.eos = 1, s.unk = 2, s.pad = 0;  // T5's
   const std::pair<const char*, int32_t*> keys[] = {
       {"tokenizer.ggml.bos_token_id", &s.bos},
       {"tokenizer.ggml.eos_token_id", &s.eos},
@@ -284,7 +286,8 @@ void read_flags(const MetadataReader& r, Vocab& v) {
       r.boolean("tokenizer.ggml.normalizer.strip_accents").value_or(v.wpm_lowercase);
   // llama.cpp adds BOS for Gemma 4 whatever the file says (its template and training expect it)
   if (v.utf8_symbols) v.add_bos = true;
-  v.add_eos = r.boolean("tokenizer.ggml.add_eos_token").value_or(false);
+  // Unigram (T5) adds EOS unless the file says otherwise
+  v.add_eos = r.boolean("tokenizer.ggml.add_eos_token").value_or(v.kind == TokenizerKind::kUgm);
   // WordPiece puts "▁" before every word; decoding drops the first one like SPM's prefix
   v.add_space_prefix = wpm || r.boolean("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (v.add_bos && v.special.bos == kNoToken) {
@@ -292,6 +295,26 @@ void read_flags(const MetadataReader& r, Vocab& v) {
   }
   if (v.add_eos && v.special.eos == kNoToken) {
     r.fail("tokenizer.ggml.add_eos_token", "is true but there is no EOS token (eos_token_id)");
+  }
+}
+
+// Unigram: the precompiled charsmap (absent: no normalisation) and the white-space flags.
+void read_ugm(const MetadataReader& r, Vocab& v) {
+  v.ugm.remove_extra_whitespaces =
+      r.boolean("tokenizer.ggml.remove_extra_whitespaces").value_or(false);
+  const GgufArray* charsmap =
+      r.array(kKeyCharsmap, {GgufType::kUint8, GgufType::kInt8}, std::nullopt);
+  if (charsmap == nullptr) return;
+  std::string blob;
+  blob.reserve(charsmap->values.size());
+  for (const GgufValue& b : charsmap->values) {
+    const auto* u = b.get_if<uint8_t>();
+    blob += static_cast<char>(u != nullptr ? *u : static_cast<uint8_t>(*b.get_if<int8_t>()));
+  }
+  try {
+    v.ugm.charsmap = Charsmap::parse(blob);
+  } catch (const FormatError& e) {
+    r.fail(kKeyCharsmap, e.what());
   }
 }
 
@@ -317,6 +340,8 @@ const char* tokenizer_kind_name(TokenizerKind kind) {
       return "spm";
     case TokenizerKind::kWpm:
       return "wpm";
+    case TokenizerKind::kUgm:
+      return "ugm";
     case TokenizerKind::kBpe:
       break;
   }
@@ -337,10 +362,13 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
   } else if (*model == "gemma4") {
     v.kind = TokenizerKind::kBpe;
     v.utf8_symbols = true;
+  } else if (*model == "t5") {
+    v.kind = TokenizerKind::kUgm;
   } else {
-    throw UnsupportedError(str_cat(kKeyModel, " = '", *model,
-                                   "' is not supported; supported: 'llama' (SentencePiece BPE), "
-                                   "'gpt2' (byte-level BPE), 'gemma4' (BPE over UTF-8 characters), 'bert' (WordPiece)"));
+    throw UnsupportedError(str_cat(
+        kKeyModel, " = '", *model,
+        "' is not supported; supported: 'llama' (SentencePiece BPE), 'gpt2' (byte-level BPE), "
+        "'gemma4' (BPE over UTF-8 characters), 'bert' (WordPiece), 't5' (Unigram)"));
   }
   v.pre_name = r.string(kKeyPre).value_or(v.utf8_symbols ? "gemma4" : "default");
   if (v.kind == TokenizerKind::kBpe) v.pre = pre_tokenizer_from_name(v.pre_name);
@@ -348,13 +376,16 @@ Vocab load_vocab(const std::map<std::string, GgufValue>& metadata, const std::st
   read_tokens(r, v);
   for (const TokenData& t : v.tokens) v.max_token_bytes = std::max(v.max_token_bytes, t.text.size());
   if (v.kind == TokenizerKind::kBpe) read_merges(r, v);
+  if (v.kind == TokenizerKind::kUgm) read_ugm(r, v);
   read_special_ids(r, v);
   read_flags(r, v);
   v.chat_template = r.string("tokenizer.chat_template").value_or("");
   read_named_chat_templates(metadata, r, v);
-  derive_special_tokens(v, r.string("general.name").value_or(""));
+  derive_special_tokens(v, r.string("general.name").value_or(""),
+                        r.string("general.architecture").value_or(""));
   read_extra_eog(r, v);
   derive_pieces(v);
+  if (v.kind == TokenizerKind::kUgm) derive_ugm(v);
   return v;
 }
 

@@ -13,6 +13,7 @@
 
 #include "model/gguf.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/ugm.h"
 
 namespace specdec::tokenizer {
 
@@ -20,8 +21,9 @@ enum class TokenizerKind {
   kSpm,  // `tokenizer.ggml.model = llama`: SentencePiece-style BPE by score, byte fallback
   kBpe,  // `tokenizer.ggml.model = gpt2` (byte-level) or `gemma4` (UTF-8): ranked merges
   kWpm,  // `tokenizer.ggml.model = bert`: WordPiece, longest tokens first
+  kUgm,  // `tokenizer.ggml.model = t5`: Unigram, precompiled normaliser and Viterbi by score
 };
-// "spm", "bpe" or "wpm".
+// "spm", "bpe", "wpm" or "ugm".
 const char* tokenizer_kind_name(TokenizerKind kind);
 
 // `tokenizer.ggml.token_type` values (llama.cpp's llama_token_type).
@@ -97,6 +99,8 @@ struct Vocab {
   bool wpm_lowercase = true;
   bool wpm_strip_accents = true;
   size_t max_token_bytes = 0;
+  // Unigram: the charsmap, the token tries, the normaliser flags
+  UgmModel ugm;
   std::vector<TokenData> tokens;
   std::unordered_map<std::string_view, int32_t> token_ids;
 
@@ -130,9 +134,14 @@ Vocab load_vocab(const std::map<std::string, model::GgufValue>& metadata,
                  const std::string& source);
 
 // Derived tables (vocab_special.cpp): special ids detected from token text, the EOG set, the
-// special-token order and model-specific strip attributes. Called by load_vocab.
-void derive_special_tokens(Vocab& vocab, const std::string& model_name);
+// special-token order and model-specific strip attributes (by general.name, general.architecture
+// and tokenizer.ggml.pre, as llama.cpp). Called by load_vocab.
+void derive_special_tokens(Vocab& vocab, const std::string& model_name,
+                           const std::string& architecture);
 // Fills vocab.pieces and vocab.byte_tokens.
 void derive_pieces(Vocab& vocab);
+// Unigram (ugm.cpp): the token tries and the unknown-token score of vocab.ugm, from the tokens'
+// final attributes.
+void derive_ugm(Vocab& vocab);
 
 }  // namespace specdec::tokenizer

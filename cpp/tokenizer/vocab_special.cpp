@@ -125,10 +125,23 @@ void build_special_order(Vocab& v) {
       [&](int32_t a, int32_t b) { return v.tokens[a].text.size() > v.tokens[b].text.size(); });
 }
 
-// Phi-3 strips white space after its special tokens (llama.cpp keys this on general.name).
-void apply_model_attrs(Vocab& v, std::string model_name) {
+bool contains_any(const std::string& text, TextList parts) {
+  return std::any_of(parts.begin(), parts.end(),
+                     [&](std::string_view p) { return text.find(p) != std::string::npos; });
+}
+
+// Model-specific strip attributes, keyed as llama.cpp keys them: <mask> strips the white space
+// before it (nomic-bert-moe, jina-bert-v3 and the jina-v2 pre-tokenizers, by
+// general.architecture and tokenizer.ggml.pre); Phi-3 strips white space after its special
+// tokens (by general.name).
+void apply_model_attrs(Vocab& v, std::string model_name, const std::string& architecture) {
   std::transform(model_name.begin(), model_name.end(), model_name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (contains_any(v.pre_name, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+      contains_any(architecture, {"nomic-bert-moe", "jina-bert-v3"})) {
+    if (int32_t id = v.find("<mask>"); id != kNoToken) v.tokens[id].attr |= kAttrLstrip;
+    return;
+  }
   if (model_name.find("phi-3") == std::string::npos &&
       model_name.find("phi3") == std::string::npos) {
     return;
@@ -169,11 +182,12 @@ std::string bpe_piece(const TokenData& t, const std::array<int, 0x144>& byte_of_
 
 }  // namespace
 
-void derive_special_tokens(Vocab& v, const std::string& model_name) {
+void derive_special_tokens(Vocab& v, const std::string& model_name,
+                           const std::string& architecture) {
   detect_ids_by_text(v);
   build_eog(v);
   build_special_order(v);
-  apply_model_attrs(v, model_name);
+  apply_model_attrs(v, model_name, architecture);
 }
 
 void derive_pieces(Vocab& v) {

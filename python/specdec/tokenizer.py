@@ -235,7 +235,7 @@ class Tokenizer:
 
     @property
     def kind(self) -> str:
-        """"spm" (tokenizer.ggml.model = llama), "bpe" (gpt2, gemma4) or "wpm" (bert)."""
+        """"spm" (tokenizer.ggml.model = llama), "bpe" (gpt2, gemma4), "wpm" (bert) or "ugm" (t5)."""
         return self._core.kind
 
     @property

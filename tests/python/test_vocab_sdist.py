@@ -2,20 +2,24 @@
 `models/ggml-vocab-*.gguf` with `.inp` / `.out` token vectors): the ids specdec's tokenizer
 gives must be llama.cpp's, and a vocabulary without vectors must load and round-trip.
 
-Vocabularies whose tokenizer model or pre-tokenizer specdec does not implement yet are listed in
-UNSUPPORTED (issue 24): each must still be refused with an UnsupportedError naming what is
-supported, and one that starts to load must be moved out of the list (the test says so)."""
+The sdist ships nomic-bert-moe (Unigram, `tokenizer.ggml.model = t5`) without vectors: its ids
+from llama.cpp itself are committed in tests/data/vocab/ (scripts/gen_ugm_vectors.py) and checked
+with and without special tokens, together with llama.cpp's detokenized text. Every vocabulary of
+the sdist loads (specdec refuses none of them any more, issue 24)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 import specdec
 from llamacpp_sdist import models_dir, read_vectors
 
-# vocabularies specdec refuses with an UnsupportedError (their tokenizer model or pre-tokenizer is
-# not among specdec's: the rest of issue 24, item 1)
-UNSUPPORTED = {"nomic-bert-moe"}
+# llama.cpp's ids for the sdist vocabularies that come without vectors (scripts/gen_ugm_vectors.py)
+COMMITTED_VECTORS = Path(__file__).resolve().parent.parent / "data" / "vocab"
+KINDS = {"spm", "bpe", "wpm", "ugm"}
 SAMPLES = ["Hello world", " leading space", "12345 digits 3.14", "don't  stop\n\nnow", "naïve café 🦙",
            "def f(x):\n\treturn x * 2\n"]
 
@@ -37,10 +41,6 @@ def test_every_vocabulary_with_vectors_gives_llamacpps_ids(vocab_files):
         name = _name(path)
         if not path.with_name(path.name + ".inp").exists():
             continue
-        if name in UNSUPPORTED:
-            with pytest.raises(specdec.UnsupportedError, match="supported"):
-                specdec.Tokenizer.from_file(str(path))
-            continue
         tok = specdec.Tokenizer.from_file(str(path))
         vectors = read_vectors(path)
         for text, ids in vectors:
@@ -56,16 +56,58 @@ def test_every_vocabulary_with_vectors_gives_llamacpps_ids(vocab_files):
                 n for n, _ in checked}, checked
 
 
+def _committed(path) -> Path:
+    return COMMITTED_VECTORS / (path.name[:-len(".gguf")] + ".json")
+
+
+def _text(case: dict, key: str) -> bytes:
+    return case[key].encode("utf-8") if key in case else bytes.fromhex(case[key + "_hex"])
+
+
+def test_every_vocabulary_loads(vocab_files):
+    """No vocabulary of the sdist is refused: each has one of specdec's tokenizer kinds."""
+    kinds = {}
+    for path in vocab_files:
+        tok = specdec.Tokenizer.from_file(str(path))
+        assert tok.kind in KINDS and tok.vocab_size > 0, (path.name, tok.kind)
+        kinds[_name(path)] = tok.kind
+    assert kinds["nomic-bert-moe"] == "ugm" and kinds["bert-bge"] == "wpm", kinds
+
+
+def test_committed_vectors_give_llamacpps_ids(vocab_files):
+    """The sdist vocabularies without .inp/.out files whose ids from llama.cpp are committed
+    (nomic-bert-moe): ids with and without parse_special, with add_special (BOS/EOS as the file
+    says), and the text of llama.cpp's llama_detokenize(ids) (Unigram normalisation does not give
+    the input back: NFKC-style charsmap, extra white space removed, unknown characters)."""
+    checked, failures = {}, []
+    for path in vocab_files:
+        if not _committed(path).exists():
+            continue
+        doc = json.loads(_committed(path).read_text(encoding="utf-8"))
+        assert doc["vocab"] == path.name
+        tok = specdec.Tokenizer.from_file(str(path))
+        for case in doc["cases"]:
+            text = case["text"] if "text" in case else _text(case, "text")  # str, or bytes
+            got = {"ids": tok.encode(text, add_special=False, parse_special=False),
+                   "ids_parse_special": tok.encode(text, add_special=False, parse_special=True),
+                   "ids_add_special": tok.encode(text, add_special=True, parse_special=False)}
+            for key, ids in got.items():
+                if ids != case[key]:
+                    failures.append((path.name, text[:40], key, ids[:12], case[key][:12]))
+            decoded = tok.decode_bytes(case["ids"])
+            if decoded != _text(case, "decoded"):
+                failures.append((path.name, text[:40], "decoded", decoded[:40]))
+        checked[_name(path)] = len(doc["cases"])
+    assert not failures, (len(failures), failures[:5])
+    assert checked.get("nomic-bert-moe", 0) >= 100, checked
+
+
 def test_vocabularies_without_vectors_load_and_round_trip(vocab_files):
     seen = 0
     for path in vocab_files:
+        if path.with_name(path.name + ".inp").exists() or _committed(path).exists():
+            continue
         name = _name(path)
-        if path.with_name(path.name + ".inp").exists():
-            continue
-        if name in UNSUPPORTED:
-            with pytest.raises(specdec.UnsupportedError):
-                specdec.Tokenizer.from_file(str(path))
-            continue
         tok = specdec.Tokenizer.from_file(str(path))
         for text in SAMPLES:
             ids = tok.encode(text, add_special=False)
@@ -75,16 +117,3 @@ def test_vocabularies_without_vectors_load_and_round_trip(vocab_files):
             assert back == text or tok.kind == "spm", (name, text, back)
         seen += 1
     assert seen >= 3  # aquila, baichuan, gpt-neox
-
-
-def test_unsupported_list_is_current(vocab_files):
-    """A vocabulary listed as unsupported that now loads must leave the list."""
-    names = {_name(p) for p in vocab_files}
-    assert UNSUPPORTED <= names, UNSUPPORTED - names
-    for path in vocab_files:
-        if _name(path) in UNSUPPORTED:
-            try:
-                specdec.Tokenizer.from_file(str(path))
-            except specdec.UnsupportedError:
-                continue
-            pytest.fail(f"{_name(path)} now loads: take it out of UNSUPPORTED")
