@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <string>
 
 #include "common/errors.h"
 
@@ -85,6 +87,12 @@ int64_t row_bytes(GgmlType type, int64_t cols) {
 }
 
 int activation_scale_block(GgmlType type) {
+  // SPECDEC_Q8K_ACTIVATIONS=0: 32-value scales in front of every block format (the rule before
+  // the K-quants took Q8_K's), a diagnostic for bench/reference_vs_llamacpp.py
+  static const bool q8k = [] {
+    const char* env = std::getenv("SPECDEC_Q8K_ACTIVATIONS");
+    return env == nullptr || std::string(env) != "0";
+  }();
   switch (type) {
     case GgmlType::kF32:
     case GgmlType::kF16:
@@ -96,7 +104,7 @@ int activation_scale_block(GgmlType type) {
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
     case GgmlType::kIQ4_XS:
-      return 256;
+      return q8k ? 256 : 32;
     default:
       return 32;
   }
