@@ -173,8 +173,9 @@ void read_rope_scaling(const Fields& f, ModelConfig& c) {
   c.rope_llama3_high_freq_factor = rs.number("high_freq_factor", 4);
 }
 
-// Phi-3's rotated dims as llama.cpp's converter computes them: int(partial_rotary_factor x
-// hidden_size) / num_attention_heads (the factor at the top level or in rope_scaling; 1 if absent).
+// Phi-3's rotated dims as transformers computes them: int(partial_rotary_factor x head size) (the
+// factor at the top level or in rope_scaling; 1 if absent). llama.cpp's converter takes
+// int(factor x hidden_size) / num_attention_heads, the same for Phi-3's head size hidden / heads.
 int phi3_rope_dim(const Fields& f, const ModelConfig& c) {
   const char* key = "partial_rotary_factor";
   double p = f.number(key, 1);
@@ -184,8 +185,7 @@ int phi3_rope_dim(const Fields& f, const ModelConfig& c) {
     }
   }
   if (!(p > 0 && p <= 1)) f.fail(key, str_cat(p), "must be in (0, 1]");
-  if (c.num_q_heads <= 0) return c.head_size;  // validate() names num_attention_heads
-  return static_cast<int>(p * c.hidden_size) / c.num_q_heads;
+  return static_cast<int>(p * c.head_size);
 }
 
 void read_common(const Fields& f, ModelConfig& c, double default_eps, double default_theta,
