@@ -64,28 +64,30 @@ class Fields {
   }
 
   const Json& json() const { return j_; }
+  const std::string& source() const { return source_; }
 
  private:
   const Json& j_;
   std::string source_;
 };
 
-// Phi-3's LongRoPE factors: `key` of rope_scaling, rope_dim / 2 positive numbers.
-std::vector<float> longrope_factors(const Fields& rs, const std::string& where, const char* key,
-                                    int rope_dim) {
+// Phi-3's LongRoPE factors: `key` of rope_scaling, rope_dim / 2 positive numbers (errors name
+// the file of `f`).
+std::vector<float> longrope_factors(const Fields& f, const Fields& rs, const std::string& where,
+                                    const char* key, int rope_dim) {
   const std::string field = where + "." + key;
   const size_t half = static_cast<size_t>(rope_dim / 2);
   const std::string allowed =
       str_cat("a list of rope_dim / 2 = ", half, " positive numbers (LongRoPE's divisors)");
-  if (!rs.has(key)) rs.fail(field.c_str(), "missing", allowed);
+  if (!rs.has(key)) f.fail(field.c_str(), "missing", allowed);
   const Json& v = rs.json().at(key);
   if (!v.is_array() || v.size() != half) {
-    rs.fail(field.c_str(), v.is_array() ? str_cat(v.size(), " values") : json_summary(v), allowed);
+    f.fail(field.c_str(), v.is_array() ? str_cat(v.size(), " values") : json_summary(v), allowed);
   }
   std::vector<float> out;
   for (const Json& x : v) {
     const double d = x.is_number() ? x.get<double>() : 0;
-    if (!(d > 0) || !std::isfinite(d)) rs.fail(field.c_str(), json_summary(x), allowed);
+    if (!(d > 0) || !std::isfinite(d)) f.fail(field.c_str(), json_summary(x), allowed);
     out.push_back(static_cast<float>(d));
   }
   return out;
@@ -107,15 +109,15 @@ void read_longrope(const Fields& f, const Fields& rs, const std::string& where, 
            "long_factor past it and short_factor within it");
   }
   c.rope_original_context_length = orig;
-  c.rope_long_factors = longrope_factors(rs, where, "long_factor", c.rope_dim);
-  c.rope_short_factors = longrope_factors(rs, where, "short_factor", c.rope_dim);
+  c.rope_long_factors = longrope_factors(f, rs, where, "long_factor", c.rope_dim);
+  c.rope_short_factors = longrope_factors(f, rs, where, "short_factor", c.rope_dim);
   c.rope_long_short_factors = true;
   const double scale = static_cast<double>(c.context_length) / static_cast<double>(orig);
   const double computed =
       scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
   c.rope_attn_factor = rs.number("attention_factor", computed);
   if (!(c.rope_attn_factor > 0)) {
-    rs.fail((where + ".attention_factor").c_str(), str_cat(c.rope_attn_factor), "must be > 0");
+    f.fail((where + ".attention_factor").c_str(), str_cat(c.rope_attn_factor), "must be > 0");
   }
 }
 
@@ -140,7 +142,7 @@ void read_rope_scaling(const Fields& f, ModelConfig& c) {
     where += ".full_attention";
     if (!node->is_object()) f.fail(where.c_str(), json_summary(*node), "must be an object");
   }
-  const Fields rs(*node, where);
+  const Fields rs(*node, str_cat(f.source(), " ", where));
   if (!f.has("rope_theta") && node->contains("rope_theta")) c.rope_base = rs.number("rope_theta", c.rope_base);
   std::string type = rs.string("rope_type", rs.string("type", ""));
   if (type == "default") type.clear();
@@ -181,7 +183,7 @@ int phi3_rope_dim(const Fields& f, const ModelConfig& c) {
   double p = f.number(key, 1);
   for (const char* node : {"rope_scaling", "rope_parameters"}) {
     if (!f.has(key) && f.has(node) && f.json().at(node).is_object()) {
-      p = Fields(f.json().at(node), node).number(key, p);
+      p = Fields(f.json().at(node), str_cat(f.source(), " ", node)).number(key, p);
     }
   }
   if (!(p > 0 && p <= 1)) f.fail(key, str_cat(p), "must be in (0, 1]");

@@ -160,11 +160,12 @@ def _config(arch: str, md: Dict[str, object], tied: bool) -> dict:
                  layer_types=["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(n)])
     if arch == "llama":
         c["attention_bias"] = False
-    if arch == "phi3":  # Phi3Config: no head_dim; the original context at the top level
-        del c["head_dim"]
+    if arch == "phi3":  # Phi3Config: head_dim hidden / heads; the original context at the top level
+        if head_dim == hidden // heads:
+            del c["head_dim"]
         rope_dim = a("rope.dimension_count", head_dim)
-        if rope_dim != head_dim:
-            c["partial_rotary_factor"] = rope_dim * heads / hidden
+        if rope_dim != head_dim:  # rotated dims int(partial_rotary_factor * head_dim)
+            c["partial_rotary_factor"] = rope_dim / head_dim
         c["original_max_position_embeddings"] = a("rope.scaling.original_context_length")
         c["sliding_window"] = a("attention.sliding_window")  # llama.cpp and specdec ignore it
     return c
