@@ -103,9 +103,9 @@ std::vector<float> longrope_factors(const Fields& f, const Fields& rs, const std
 void read_longrope(const Fields& f, const Fields& rs, const std::string& where, ModelConfig& c) {
   const char* orig_key = "original_max_position_embeddings";
   const int64_t orig = f.has(orig_key) ? f.size(orig_key) : rs.size(orig_key, 0, false);
-  if (orig <= 0) {
-    f.fail(orig_key, rs.has(orig_key) ? str_cat(orig) : "missing",
-           "a positive integer is required: LongRoPE (rope_scaling.rope_type longrope) uses "
+  if (orig <= 1) {  // ln(original) divides: 1 would make the attention factor infinite
+    f.fail(orig_key, f.has(orig_key) || rs.has(orig_key) ? str_cat(orig) : "missing",
+           "an integer > 1 is required: LongRoPE (rope_scaling.rope_type longrope) uses "
            "long_factor past it and short_factor within it");
   }
   c.rope_original_context_length = orig;

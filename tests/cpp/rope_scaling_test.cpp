@@ -407,6 +407,8 @@ TEST(RopeScalingConfigTest, HfPhi3ErrorsNameTheField) {
   j = phi3_json();
   j.erase("original_max_position_embeddings");
   EXPECT_EQ(field_of(j), "original_max_position_embeddings = missing");
+  j["original_max_position_embeddings"] = 1;
+  EXPECT_EQ(field_of(j), "original_max_position_embeddings = 1");
   j = phi3_json();
   j["partial_rotary_factor"] = 1.5;
   EXPECT_EQ(field_of(j), "partial_rotary_factor = 1.5");
