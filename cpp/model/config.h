@@ -95,6 +95,10 @@ struct ModelConfig {
   // the frequencies, long when the runner's max_model_len exceeds rope_original_context_length
   // (llama.cpp: n_ctx_seq > n_ctx_orig_yarn); cos and sin times rope_attn_factor.
   bool rope_long_short_factors = false;
+  // A config.json's long_factor / short_factor [rope_dim / 2]; read_hf_tensors writes them as the
+  // rope_factors_long / _short tensors (from a GGUF file: empty, the file holds the tensors).
+  std::vector<float> rope_long_factors;
+  std::vector<float> rope_short_factors;
 
   bool fused_qkv = false;       // one attn_qkv tensor per layer [hidden, q + k + v] (Phi-3)
   bool fused_gate_up = false;   // ffn_up holds gate then up [hidden, 2 * intermediate] (Phi-3)

@@ -1,5 +1,6 @@
 // ModelConfig from a Hugging Face config.json: llama, mistral, qwen2, qwen3, gemma3 / gemma3_text,
-// deepseek_v2 (MLA). Defaults follow the transformers configuration classes of each model type.
+// deepseek_v2 (MLA), phi3 (LongRoPE). Defaults follow the transformers configuration classes of
+// each model type.
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -63,15 +64,67 @@ class Fields {
   }
 
   const Json& json() const { return j_; }
+  const std::string& source() const { return source_; }
 
  private:
   const Json& j_;
   std::string source_;
 };
 
+// Phi-3's LongRoPE factors: `key` of rope_scaling, rope_dim / 2 positive numbers (errors name
+// the file of `f`).
+std::vector<float> longrope_factors(const Fields& f, const Fields& rs, const std::string& where,
+                                    const char* key, int rope_dim) {
+  const std::string field = where + "." + key;
+  const size_t half = static_cast<size_t>(rope_dim / 2);
+  const std::string allowed =
+      str_cat("a list of rope_dim / 2 = ", half, " positive numbers (LongRoPE's divisors)");
+  if (!rs.has(key)) f.fail(field.c_str(), "missing", allowed);
+  const Json& v = rs.json().at(key);
+  if (!v.is_array() || v.size() != half) {
+    f.fail(field.c_str(), v.is_array() ? str_cat(v.size(), " values") : json_summary(v), allowed);
+  }
+  std::vector<float> out;
+  for (const Json& x : v) {
+    const double d = x.is_number() ? x.get<double>() : 0;
+    if (!(d > 0) || !std::isfinite(d)) f.fail(field.c_str(), json_summary(x), allowed);
+    out.push_back(static_cast<float>(d));
+  }
+  return out;
+}
+
+// LongRoPE ("longrope", transformers' older name "su"; Phi-3): long_factor / short_factor become
+// the rope_factors_long / _short tensors of llama.cpp's converter (read_hf_tensors); the original
+// context (top-level original_max_position_embeddings, as Phi-3's configs hold it, or in
+// rope_scaling) picks between them. The cos / sin scale is rope_scaling's attention_factor, else
+// sqrt(1 + ln s / ln original) for s = max_position_embeddings / original > 1 (else 1), as
+// transformers and llama.cpp's converter compute it. No type key and scaling factor 1 in the
+// GGUF form, as the converter writes it.
+void read_longrope(const Fields& f, const Fields& rs, const std::string& where, ModelConfig& c) {
+  const char* orig_key = "original_max_position_embeddings";
+  const int64_t orig = f.has(orig_key) ? f.size(orig_key) : rs.size(orig_key, 0, false);
+  if (orig <= 1) {  // ln(original) divides: 1 would make the attention factor infinite
+    f.fail(orig_key, f.has(orig_key) || rs.has(orig_key) ? str_cat(orig) : "missing",
+           "an integer > 1 is required: LongRoPE (rope_scaling.rope_type longrope) uses "
+           "long_factor past it and short_factor within it");
+  }
+  c.rope_original_context_length = orig;
+  c.rope_long_factors = longrope_factors(f, rs, where, "long_factor", c.rope_dim);
+  c.rope_short_factors = longrope_factors(f, rs, where, "short_factor", c.rope_dim);
+  c.rope_long_short_factors = true;
+  const double scale = static_cast<double>(c.context_length) / static_cast<double>(orig);
+  const double computed =
+      scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+  c.rope_attn_factor = rs.number("attention_factor", computed);
+  if (!(c.rope_attn_factor > 0)) {
+    f.fail((where + ".attention_factor").c_str(), str_cat(c.rope_attn_factor), "must be > 0");
+  }
+}
+
 // rope_scaling (or rope_parameters): linear, yarn (factor, original_max_position_embeddings,
 // beta_fast / beta_slow, extrapolation_factor) and llama3 (factor, low / high_freq_factor,
-// original_max_position_embeddings); anything else is an UnsupportedError naming these.
+// original_max_position_embeddings); for phi3 only longrope / su (read_longrope), as llama.cpp's
+// converter writes no other scaling for it. Anything else is an UnsupportedError naming these.
 // transformers v5 writes rope_parameters, with rope_theta inside, and per layer type for Gemma 3
 // ({"full_attention": {...}, "sliding_attention": {...}}): the full layers' entry is the scaling.
 void read_rope_scaling(const Fields& f, ModelConfig& c) {
@@ -89,13 +142,26 @@ void read_rope_scaling(const Fields& f, ModelConfig& c) {
     where += ".full_attention";
     if (!node->is_object()) f.fail(where.c_str(), json_summary(*node), "must be an object");
   }
-  const Fields rs(*node, where);
+  const Fields rs(*node, str_cat(f.source(), " ", where));
   if (!f.has("rope_theta") && node->contains("rope_theta")) c.rope_base = rs.number("rope_theta", c.rope_base);
   std::string type = rs.string("rope_type", rs.string("type", ""));
   if (type == "default") type.clear();
+  if (c.architecture == "phi3") {
+    if (type != "" && type != "longrope" && type != "su") {
+      throw UnsupportedError(str_cat(where, ".rope_type = '", type,
+                                     "' is not supported for model_type phi3; supported: default, "
+                                     "longrope (or su)"));
+    }
+    if (!type.empty()) {
+      c.rope_scaling_type = "longrope";
+      read_longrope(f, rs, where, c);
+    }
+    return;
+  }
   if (type != "" && type != "linear" && type != "yarn" && type != "llama3") {
-    throw UnsupportedError(str_cat(where, ".rope_type = '", type, "' is not supported; supported: "
-                                   "default, linear, yarn, llama3"));
+    throw UnsupportedError(str_cat(where, ".rope_type = '", type,
+                                   "' is not supported; supported: default, linear, yarn, llama3 "
+                                   "(longrope: model_type phi3)"));
   }
   c.rope_scaling_type = type;
   if (type.empty()) return;
@@ -107,6 +173,21 @@ void read_rope_scaling(const Fields& f, ModelConfig& c) {
   c.rope_yarn_beta_slow = rs.number("beta_slow", 1);
   c.rope_llama3_low_freq_factor = rs.number("low_freq_factor", 1);
   c.rope_llama3_high_freq_factor = rs.number("high_freq_factor", 4);
+}
+
+// Phi-3's rotated dims as transformers computes them: int(partial_rotary_factor x head size) (the
+// factor at the top level or in rope_scaling; 1 if absent). llama.cpp's converter takes
+// int(factor x hidden_size) / num_attention_heads, the same for Phi-3's head size hidden / heads.
+int phi3_rope_dim(const Fields& f, const ModelConfig& c) {
+  const char* key = "partial_rotary_factor";
+  double p = f.number(key, 1);
+  for (const char* node : {"rope_scaling", "rope_parameters"}) {
+    if (!f.has(key) && f.has(node) && f.json().at(node).is_object()) {
+      p = Fields(f.json().at(node), str_cat(f.source(), " ", node)).number(key, p);
+    }
+  }
+  if (!(p > 0 && p <= 1)) f.fail(key, str_cat(p), "must be in (0, 1]");
+  return static_cast<int>(p * c.head_size);
 }
 
 void read_common(const Fields& f, ModelConfig& c, double default_eps, double default_theta,
@@ -122,7 +203,7 @@ void read_common(const Fields& f, ModelConfig& c, double default_eps, double def
   c.context_length = f.size("max_position_embeddings");
   c.norm_eps = f.number("rms_norm_eps", default_eps);
   c.rope_base = f.number("rope_theta", default_theta);
-  c.rope_dim = c.head_size;
+  c.rope_dim = c.architecture == "phi3" ? phi3_rope_dim(f, c) : c.head_size;
   c.tied_embeddings = f.flag("tie_word_embeddings", default_tied);
   read_rope_scaling(f, c);
   const std::string act = f.string("hidden_act", f.string("hidden_activation", "silu"));
@@ -203,6 +284,16 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
     c.attn_logit_softcap = f.number("attn_logit_softcapping", 0);
     c.final_logit_softcap = f.number("final_logit_softcapping", 0);
     c.qkv_bias = c.output_bias = f.flag("attention_bias", false);
+  } else if (model_type == "phi3") {
+    // llama.cpp's phi3: q | k | v in one qkv_proj, gate | up in one gate_up_proj, NEOX RoPE, no
+    // biases; its sliding_window is not applied (llama.cpp disables Phi-3's SWA), as from GGUF.
+    c.architecture = "phi3";
+    read_common(f, c, 1e-5, 10000, false);
+    c.rope_type = RopeType::kNeox;
+    c.fused_qkv = c.fused_gate_up = true;
+    if (c.rope_original_context_length == 0) {  // the converter writes it with or without scaling
+      c.rope_original_context_length = f.size("original_max_position_embeddings", 0, false);
+    }
   } else if (model_type == "deepseek_v2") {
     c.architecture = "deepseek2";
     read_common(f, c, 1e-6, 10000, false);
@@ -220,7 +311,7 @@ ModelConfig from_fields(const Fields& f, const std::string& model_type) {
     c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
   } else {
     f.fail("model_type", "\"" + model_type + "\"",
-           "supported: llama, mistral, qwen2, qwen3, gemma3, gemma3_text, deepseek_v2");
+           "supported: llama, mistral, qwen2, qwen3, gemma3, gemma3_text, deepseek_v2, phi3");
   }
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{});
   for (auto& l : c.layers) {

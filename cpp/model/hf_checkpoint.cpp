@@ -31,8 +31,16 @@ void add_model_keys(const ModelConfig& c, GgufWriter& w) {
   w.set_u32(a + "rope.dimension_count", u32(c.rope_dim));
   w.set_u32(a + "vocab_size", u32(c.vocab_size));
   // Llama 3's scaling is a rope_freqs tensor and no type key (read_hf_tensors), as llama.cpp's
-  // converter writes it; the others as keys, YaRN's tuning included
-  if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
+  // converter writes it; Phi-3's LongRoPE two factor tensors, attn_factor and the original
+  // context (written with or without scaling), no type; the others as keys, YaRN's tuning included
+  if (c.architecture == "phi3") {
+    if (c.rope_original_context_length > 0) {
+      w.set_u32(a + "rope.scaling.original_context_length", u32(c.rope_original_context_length));
+    }
+    if (c.rope_scaling_type == "longrope") {
+      w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(c.rope_attn_factor));
+    }
+  } else if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
     w.set_string(a + "rope.scaling.type", c.rope_scaling_type);
     w.set_f32(a + "rope.scaling.factor", static_cast<float>(c.rope_scaling_factor));
     if (c.rope_original_context_length > 0) {
@@ -91,7 +99,10 @@ void check_round_trip(const ModelConfig& hf, const ModelConfig& g, const std::st
     differ("YaRN extrapolation_factor", hf.rope_yarn_ext_factor, g.rope_yarn_ext_factor);
     differ("YaRN beta_fast", hf.rope_yarn_beta_fast, g.rope_yarn_beta_fast);
     differ("YaRN beta_slow", hf.rope_yarn_beta_slow, g.rope_yarn_beta_slow);
+    differ("original_max_position_embeddings", static_cast<double>(hf.rope_original_context_length),
+           static_cast<double>(g.rope_original_context_length));
   }
+  differ("rotated dims (partial_rotary_factor)", hf.rope_dim, g.rope_dim);
   for (size_t i = 0; i < hf.layers.size(); ++i) {
     differ(str_cat("layer ", i, " RoPE base").c_str(), hf.layers[i].rope_base,
            g.layers[i].rope_base);
@@ -106,7 +117,7 @@ ModelConfig read_config(const fs::path& dir) {
         str_cat(file.string(),
                 ": model_type deepseek_v2 runs from GGUF only (convert it "
                 "with llama.cpp's convert_hf_to_gguf.py); Hugging Face directories run "
-                "for llama, qwen2, qwen3 and gemma3"));
+                "for llama, mistral, qwen2, qwen3, gemma3 and phi3"));
   }
   if (c.name.empty())
     c.name =

@@ -7,7 +7,8 @@
 // the interleaved order of NORM RoPE, and Gemma 3's (1 + w) norms are stored as w + 1. So a
 // directory and the GGUF file converted from it run the same forward pass.
 //
-// Supported model types: llama, mistral, qwen2, qwen3, gemma3_text (and gemma3's text_config).
+// Supported model types: llama, mistral, qwen2, qwen3, gemma3_text (and gemma3's text_config),
+// phi3 (fused qkv_proj / gate_up_proj, LongRoPE's factors as llama.cpp's two factor tensors).
 // DFlash drafter directories have their own reader (model/dflash.h).
 #pragma once
 

@@ -25,7 +25,8 @@ GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source);
 // A directory's weights as GGUF tensors (llama.cpp's names and layout) viewing the mapped
 // safetensors files that `owner` keeps alive; only the tensors whose bytes change are copied:
 // Llama's q/k rows (rotate-half order to llama.cpp's interleaved order) and Gemma 3's norms
-// (w + 1, stored F32, as llama.cpp's converter writes them).
+// (w + 1, stored F32, as llama.cpp's converter writes them). RoPE factors from config.json are
+// added as F32 tensors: Llama 3's rope_freqs, Phi-3's rope_factors_long / rope_factors_short.
 struct HfTensors {
   std::vector<GgufTensor> tensors;
   std::shared_ptr<const void> owner;

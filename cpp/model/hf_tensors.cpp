@@ -183,6 +183,20 @@ void permute_rows(GgufTensor& t, int64_t heads, Owner& owner) {
   owner.buffers.push_back(std::move(bytes));
 }
 
+// A 1-D F32 tensor holding `values`, its bytes kept by `owner`.
+GgufTensor f32_tensor(const std::string& name, const std::vector<float>& values, Owner& owner) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  GgufTensor t;
+  t.name = name;
+  t.dims = {static_cast<int64_t>(values.size())};
+  t.num_elements = static_cast<int64_t>(values.size());
+  t.size_bytes = bytes.size();
+  t.data = bytes.data();
+  owner.buffers.push_back(std::move(bytes));
+  return t;
+}
+
 // HF layer tensor suffix -> llama.cpp name (without "blk.N." and ".weight"/".bias").
 std::vector<std::pair<std::string, std::string>> layer_names(const std::string& arch) {
   std::vector<std::pair<std::string, std::string>> names = {
@@ -191,6 +205,10 @@ std::vector<std::pair<std::string, std::string>> layer_names(const std::string& 
       {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate_proj", "ffn_gate"},
       {"mlp.up_proj", "ffn_up"},           {"mlp.down_proj", "ffn_down"}};
+  if (arch == "phi3") {  // kept fused, as llama.cpp's converter keeps them: q | k | v, gate | up
+    names.push_back({"self_attn.qkv_proj", "attn_qkv"});
+    names.push_back({"mlp.gate_up_proj", "ffn_up"});
+  }
   if (arch == "gemma3") {  // four norms per layer
     names.push_back({"post_attention_layernorm", "post_attention_norm"});
     names.push_back({"pre_feedforward_layernorm", "ffn_norm"});
@@ -253,18 +271,14 @@ HfTensors read_hf_tensors(const fs::path& dir, const ModelConfig& c) {
       }
     }
   }
-  if (c.rope_scaling_type == "llama3") {  // llama.cpp's converter: a rope_freqs tensor, no type key
-    const std::vector<float> factors = llama3_rope_factors(c);
-    std::vector<uint8_t> bytes(factors.size() * sizeof(float));
-    std::memcpy(bytes.data(), factors.data(), bytes.size());
-    GgufTensor t;
-    t.name = "rope_freqs.weight";
-    t.dims = {static_cast<int64_t>(factors.size())};
-    t.num_elements = static_cast<int64_t>(factors.size());
-    t.size_bytes = bytes.size();
-    t.data = bytes.data();
-    owner.buffers.push_back(std::move(bytes));
-    out.tensors.push_back(std::move(t));
+  // llama.cpp's converter writes RoPE factors as F32 tensors: Llama 3's rope_freqs (and no type
+  // key), Phi-3's LongRoPE rope_factors_long / _short.
+  if (c.rope_scaling_type == "llama3") {
+    out.tensors.push_back(f32_tensor("rope_freqs.weight", llama3_rope_factors(c), owner));
+  }
+  if (c.rope_scaling_type == "longrope") {
+    out.tensors.push_back(f32_tensor("rope_factors_long.weight", c.rope_long_factors, owner));
+    out.tensors.push_back(f32_tensor("rope_factors_short.weight", c.rope_short_factors, owner));
   }
   out.owner = shards.owner();
   return out;

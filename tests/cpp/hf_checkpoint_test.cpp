@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,12 +75,15 @@ class HfDir : public ::testing::Test {
                              {"model.norm.weight", {4}, iota(4, 0.5f)}};
     const std::string l = "model.layers.0.";
     t.push_back({l + "input_layernorm.weight", {4}, iota(4)});
-    t.push_back({l + "self_attn.q_proj.weight", {8, 4}, iota(32)});  // row r holds 4r..4r+3
-    t.push_back({l + "self_attn.k_proj.weight", {4, 4}, iota(16, 100)});
-    t.push_back({l + "self_attn.v_proj.weight", {4, 4}, iota(16)});
+    if (model_type == "phi3") write_phi3(config, t);
+    if (model_type != "phi3") {
+      t.push_back({l + "self_attn.q_proj.weight", {8, 4}, iota(32)});  // row r holds 4r..4r+3
+      t.push_back({l + "self_attn.k_proj.weight", {4, 4}, iota(16, 100)});
+      t.push_back({l + "self_attn.v_proj.weight", {4, 4}, iota(16)});
+      t.push_back({l + "mlp.gate_proj.weight", {4, 4}, iota(16)});
+      t.push_back({l + "mlp.up_proj.weight", {4, 4}, iota(16)});
+    }
     t.push_back({l + "self_attn.o_proj.weight", {4, 8}, iota(32)});
-    t.push_back({l + "mlp.gate_proj.weight", {4, 4}, iota(16)});
-    t.push_back({l + "mlp.up_proj.weight", {4, 4}, iota(16)});
     t.push_back({l + "mlp.down_proj.weight", {4, 4}, iota(16)});
     if (model_type == "gemma3_text") {
       t.push_back({l + "self_attn.q_norm.weight", {4}, iota(4)});
@@ -108,6 +112,19 @@ class HfDir : public ::testing::Test {
           Json{{"bos_token", "<s>"}, {"eos_token", {{"content", "</s>"}}}, {"add_bos_token", true},
                {"chat_template", "{{ messages }}"}}.dump());
     write(dir_ / "generation_config.json", Json{{"eos_token_id", {2, 5}}}.dump());
+  }
+
+  // Phi-3: q | k | v in qkv_proj, gate | up in gate_up_proj, a separate head, LongRoPE over 16
+  // original tokens (2 pairs per head), max_position_embeddings 64.
+  void write_phi3(Json config, std::vector<Tensor>& t) {
+    config["tie_word_embeddings"] = false;
+    config["original_max_position_embeddings"] = 16;
+    config["rope_scaling"] = {
+        {"type", "longrope"}, {"long_factor", {2.0, 8.0}}, {"short_factor", {1.0, 1.5}}};
+    write(dir_ / "config.json", config.dump());
+    t.push_back({"model.layers.0.self_attn.qkv_proj.weight", {16, 4}, iota(64)});
+    t.push_back({"model.layers.0.mlp.gate_up_proj.weight", {8, 4}, iota(32, 1000)});
+    t.push_back({"lm_head.weight", {6, 4}, iota(24, 7)});
   }
 
   std::vector<float> floats(const GgufFile& f, const std::string& name) {
@@ -158,6 +175,30 @@ TEST_F(HfDir, Gemma3NormsGetPlusOne) {
   const ModelConfig c = config_from_gguf(f);
   EXPECT_EQ(c.norm_weight_offset, 0);
   EXPECT_TRUE(c.post_norms);
+}
+
+// As llama.cpp's converter writes Phi-3: the fused tensors as they are (no q/k permutation: NEOX
+// RoPE), LongRoPE's factors as two F32 tensors, attn_factor and the original context, no type key.
+TEST_F(HfDir, Phi3KeepsFusedTensorsAndWritesLongRopeFactors) {
+  write_model("phi3");
+  const GgufFile f = hf_to_gguf(dir_.string());
+  EXPECT_EQ(f.get_string("general.architecture"), "phi3");
+  EXPECT_EQ(floats(f, "blk.0.attn_qkv.weight"), iota(64));
+  EXPECT_EQ(f.tensor("blk.0.attn_qkv.weight").dims, (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(floats(f, "blk.0.ffn_up.weight"), iota(32, 1000));  // gate rows then up rows
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(floats(f, "output.weight"), iota(24, 7));
+  EXPECT_EQ(floats(f, "rope_factors_long.weight"), (std::vector<float>{2, 8}));
+  EXPECT_EQ(floats(f, "rope_factors_short.weight"), (std::vector<float>{1, 1.5f}));
+  EXPECT_EQ(f.find("phi3.rope.scaling.type"), nullptr);
+  const ModelConfig c = config_from_gguf(f);
+  EXPECT_TRUE(c.fused_qkv && c.fused_gate_up);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(c.rope_type, RopeType::kNeox);
+  EXPECT_EQ(c.rope_scaling_type, "longrope");
+  EXPECT_EQ(c.rope_original_context_length, 16);
+  EXPECT_FLOAT_EQ(static_cast<float>(c.rope_attn_factor), std::sqrt(1.5f));  // 1 + ln 4 / ln 16
+  EXPECT_DOUBLE_EQ(c.rope_scaling_factor, 1);
 }
 
 TEST_F(HfDir, TokenizerKeys) {

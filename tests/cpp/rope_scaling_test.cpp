@@ -1,7 +1,7 @@
 // RoPE scaling: the rope.scaling.* keys and rope_freqs of GGUF files, config.json's rope_scaling
-// (linear, yarn, llama3) and Mistral's window, and the per-layer frequencies (model/rope_scaling.h)
-// against llama.cpp's definitions. The runner against the NumPy reference on such models:
-// tests/python/test_runner_reference.py.
+// (linear, yarn, llama3, Phi-3's longrope) and Mistral's window, and the per-layer frequencies
+// (model/rope_scaling.h) against llama.cpp's definitions. The runner against the NumPy reference on
+// such models: tests/python/test_runner_reference.py.
 #include "model/rope_scaling.h"
 
 #include <gtest/gtest.h>
@@ -315,4 +315,113 @@ TEST(RopeScalingConfigTest, Phi3LongRope) {
   GgufWriter typed = qwen2_metadata();
   typed.set_string("qwen2.rope.scaling.type", "longrope");
   EXPECT_THROW(parse(typed), FormatError);  // the type without its factor tensors
+}
+
+// A Hugging Face Phi-3.5-mini style config.json reads as its GGUF twin: LongRoPE from rope_scaling
+// (longrope or su) with the original context at the top level, attn_factor as the converter
+// computes it; malformed LongRoPE configs name the field.
+namespace {
+
+json phi3_json() {
+  json j = {{"model_type", "phi3"},
+            {"num_hidden_layers", 2},
+            {"hidden_size", 128},
+            {"intermediate_size", 256},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 4},
+            {"vocab_size", 320},
+            {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0},
+            {"sliding_window", 262144},
+            {"tie_word_embeddings", false},
+            {"original_max_position_embeddings", 4096}};
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"long_factor", std::vector<double>(16, 4.0)},
+                       {"short_factor", std::vector<double>(16, 1.0)}};
+  return j;
+}
+
+}  // namespace
+
+TEST(RopeScalingConfigTest, HfPhi3LongRope) {
+  const ModelConfig c = config_from_hf_json(phi3_json(), "config.json");
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.rope_type, RopeType::kNeox);
+  EXPECT_TRUE(c.fused_qkv && c.fused_gate_up);
+  EXPECT_EQ(c.rope_dim, 32);
+  EXPECT_EQ(c.rope_scaling_type, "longrope");
+  EXPECT_TRUE(c.rope_long_short_factors);
+  EXPECT_EQ(c.rope_long_factors, std::vector<float>(16, 4.0f));
+  EXPECT_EQ(c.rope_short_factors, std::vector<float>(16, 1.0f));
+  EXPECT_EQ(c.rope_original_context_length, 4096);
+  EXPECT_DOUBLE_EQ(c.rope_scaling_factor, 1);
+  EXPECT_DOUBLE_EQ(c.rope_attn_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)));
+  EXPECT_EQ(c.num_sliding_layers(), 0);  // as from GGUF: llama.cpp does not apply Phi-3's window
+  json su = phi3_json();
+  su["rope_scaling"]["type"] = "su";
+  su["rope_scaling"]["attention_factor"] = 1.25;  // transformers' explicit factor wins
+  EXPECT_EQ(config_from_hf_json(su, "config.json").rope_scaling_type, "longrope");
+  EXPECT_DOUBLE_EQ(config_from_hf_json(su, "config.json").rope_attn_factor, 1.25);
+  json v5 = phi3_json();  // transformers v5: rope_parameters, the original context inside
+  v5.erase("original_max_position_embeddings");
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5.erase("rope_scaling");
+  v5["rope_parameters"]["rope_type"] = "longrope";
+  v5["rope_parameters"]["original_max_position_embeddings"] = 4096;
+  EXPECT_EQ(config_from_hf_json(v5, "config.json").rope_original_context_length, 4096);
+  json none = phi3_json();  // Phi-3-mini-4k: no scaling, the original context kept
+  none["rope_scaling"] = nullptr;
+  none["max_position_embeddings"] = 4096;
+  const ModelConfig n = config_from_hf_json(none, "config.json");
+  EXPECT_EQ(n.rope_scaling_type, "");
+  EXPECT_FALSE(n.rope_long_short_factors);
+  EXPECT_EQ(n.rope_original_context_length, 4096);
+  EXPECT_DOUBLE_EQ(rope_mscale(n), 1);
+  json partial = phi3_json();  // Phi-4-mini style: 3/4 of each head rotates
+  partial["partial_rotary_factor"] = 0.75;
+  partial["rope_scaling"]["long_factor"] = std::vector<double>(12, 4.0);
+  partial["rope_scaling"]["short_factor"] = std::vector<double>(12, 1.0);
+  EXPECT_EQ(config_from_hf_json(partial, "config.json").rope_dim, 24);
+}
+
+TEST(RopeScalingConfigTest, HfPhi3ErrorsNameTheField) {
+  auto field_of = [](const json& j) -> std::string {
+    try {
+      config_from_hf_json(j, "config.json");
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+      return e.field() + " = " + e.value();
+    }
+    return "no ConfigError";
+  };
+  json j = phi3_json();
+  j["rope_scaling"]["long_factor"] = std::vector<double>(15, 4.0);
+  EXPECT_EQ(field_of(j), "rope_scaling.long_factor = 15 values");
+  j = phi3_json();
+  j["rope_scaling"].erase("short_factor");
+  EXPECT_EQ(field_of(j), "rope_scaling.short_factor = missing");
+  j = phi3_json();
+  j["rope_scaling"]["short_factor"][3] = -1;
+  EXPECT_EQ(field_of(j), "rope_scaling.short_factor = -1");
+  j = phi3_json();
+  j.erase("original_max_position_embeddings");
+  EXPECT_EQ(field_of(j), "original_max_position_embeddings = missing");
+  j["original_max_position_embeddings"] = 1;
+  EXPECT_EQ(field_of(j), "original_max_position_embeddings = 1");
+  j = phi3_json();
+  j["partial_rotary_factor"] = 1.5;
+  EXPECT_EQ(field_of(j), "partial_rotary_factor = 1.5");
+  for (const char* type : {"dynamic", "yarn", "linear"}) {
+    j = phi3_json();
+    j["rope_scaling"]["type"] = type;
+    const std::string msg = unsupported_message([&] { config_from_hf_json(j, "config.json"); });
+    EXPECT_NE(msg.find(std::string("rope_scaling.rope_type = '") + type + "'"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("supported: default, longrope (or su)"), std::string::npos) << msg;
+  }
+  j = phi3_json();
+  j["model_type"] = "llama";
+  const std::string msg = unsupported_message([&] { config_from_hf_json(j, "config.json"); });
+  EXPECT_NE(msg.find("(longrope: model_type phi3)"), std::string::npos) << msg;
 }

@@ -1,6 +1,7 @@
 """Hugging Face model directories run: a random model written as GGUF and as its HF twin
 (specdec.testing.hf_twin: config.json, safetensors, tokenizer.json, tokenizer_config.json,
-generation_config.json) gives the same tokens, through LLM and the CLI; the tokenizer reads the
+generation_config.json) gives the same tokens, through LLM and the CLI (Phi-3's LongRoPE: the same
+logits, with its short and its long factors); the tokenizer reads the
 same ids, special tokens and template; bad directories are refused naming the file and field."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import gguf  # noqa: F401  (test dependency)
 import tokenizers
 
 import specdec
-from specdec import cli
+from specdec import _core, cli
+from specdec._core import StepRequest
 from specdec.testing import write_random_dflash, write_random_model
 from specdec.testing.hf_twin import tokenizer_json, write_hf_twin, write_safetensors
 
@@ -39,7 +41,8 @@ def _greedy(path: str, **kw):
 
 @pytest.mark.parametrize("arch,fmt,shards", [
     ("llama", "F32", 1), ("llama", "F16", 2), ("llama", "BF16", 3),
-    ("qwen2", "F32", 2), ("qwen2", "BF16", 1), ("qwen3", "F16", 1), ("gemma3", "F32", 2), ("gemma3", "BF16", 1)])
+    ("qwen2", "F32", 2), ("qwen2", "BF16", 1), ("qwen3", "F16", 1), ("gemma3", "F32", 2), ("gemma3", "BF16", 1),
+    ("phi3", "F16", 2)])
 def test_twin_gives_the_same_greedy_tokens(tmp_path, arch, fmt, shards):
     g, d = _pair(tmp_path, arch, fmt, shards)
     want = _greedy(g)
@@ -120,6 +123,89 @@ def test_rope_scaling_of_a_directory_runs_as_its_gguf(tmp_path, variant):
     assert md["qwen2.rope.scaling.yarn_beta_fast"] == 8.0
     assert md["qwen2.rope.scaling.yarn_ext_factor"] == 0.5
     assert md["qwen2.rope.scaling.type"] == "yarn" and md["qwen2.rope.scaling.factor"] == 4.0
+
+
+def _phi3_logits(context, path: str, max_model_len: int):
+    ids = [int(t) for t in np.random.default_rng(5).integers(3, 300, size=30)]
+    r = _core.ModelRunner(context, path, "", max_model_len, 64 << 20, kv_cache_dtype="f32",
+                          max_num_batched_tokens=64, max_num_logits=64)
+    out = r.step([StepRequest("t", ids, num_logits=len(ids))]).logits
+    r.free("t")
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["F32", "BF16"])
+def test_phi3_longrope_directory_runs_as_its_gguf(context, tmp_path, fmt):
+    """Phi-3 (fused qkv_proj and gate_up_proj, LongRoPE long_factor / short_factor in config.json,
+    the original context of 32 tokens at the top level) gives the logits and greedy tokens of its
+    GGUF twin, within the original context (short factors) and past it (long factors)."""
+    g, d = _pair(tmp_path, "phi3", fmt)
+    cfg = json.loads((Path(d) / "config.json").read_text())
+    assert cfg["model_type"] == "phi3" and cfg["rope_scaling"]["type"] == "longrope"
+    assert cfg["original_max_position_embeddings"] == 32 and "attention_factor" not in cfg["rope_scaling"]
+    names = {t["name"] for t in specdec.read_gguf(d)["tensors"]}
+    assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "rope_factors_long.weight",
+            "rope_factors_short.weight", "output.weight"} <= names and "blk.0.ffn_gate.weight" not in names
+    logits = {}
+    for n_ctx in (32, 48):  # <= 32: rope_factors_short; > 32: rope_factors_long
+        logits[n_ctx] = _phi3_logits(context, d, n_ctx)
+        assert np.array_equal(logits[n_ctx], _phi3_logits(context, g, n_ctx)), n_ctx
+    assert not np.allclose(logits[32], logits[48], rtol=0, atol=1e-3)  # the factors differ
+    short = ["hello world", "a b c"]
+    for max_model_len in (32, 96):
+        kw = dict(max_model_len=max_model_len, kv_cache_memory_bytes="8MiB", max_num_seqs=2, progress=False)
+        params = specdec.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+        want = [o.outputs[0].token_ids for o in specdec.LLM(g, **kw).generate(short, params)]
+        assert [o.outputs[0].token_ids for o in specdec.LLM(d, **kw).generate(short, params)] == want
+    a, b = json.loads(specdec.load_model_config(g).to_json()), json.loads(specdec.load_model_config(d).to_json())
+    assert b["source_format"] == "hf" and b["rope_scaling_type"] == "longrope"
+    for key in ("rope_attn_factor", "rope_mscale"):  # f32 in the GGUF, computed in double here
+        assert b.pop(key) == pytest.approx(a.pop(key), rel=1e-6)
+    for key in ("name", "source_format"):
+        a.pop(key), b.pop(key)
+    assert a == b
+
+
+def test_phi3_inspect_shows_longrope(tmp_path, capsys):
+    _, d = _pair(tmp_path, "phi3", "F32")
+    assert cli.main(["inspect", d]) == 0
+    out = capsys.readouterr().out
+    assert "format        hf" in out and "architecture  phi3" in out
+    rope = next(l for l in out.splitlines() if l.strip().startswith("rope"))
+    assert ("scaling longrope (rope_factors_long when max_model_len > 32, rope_factors_short "
+            "otherwise); cos/sin x1.483") in rope, rope
+
+
+def test_phi3_malformed_longrope_is_refused_naming_the_field(tmp_path):
+    _, d = _pair(tmp_path, "phi3", "F32")
+    base = json.loads((Path(d) / "config.json").read_text())
+
+    def variant(name, change):
+        v = tmp_path / name
+        shutil.copytree(d, v)
+        cfg = json.loads(json.dumps(base))
+        change(cfg)
+        (v / "config.json").write_text(json.dumps(cfg))
+        return v
+
+    v = variant("short-long", lambda c: c["rope_scaling"]["long_factor"].pop())
+    _expect(ValueError, r"rope_scaling.long_factor = 15 values: a list of rope_dim / 2 = 16 "
+                      r"positive numbers.*short-long/config.json", v)
+    v = variant("no-short", lambda c: c["rope_scaling"].pop("short_factor"))
+    _expect(ValueError, r"rope_scaling.short_factor = missing.*no-short/config.json", v)
+    v = variant("no-original", lambda c: c.pop("original_max_position_embeddings"))
+    _expect(ValueError, r"original_max_position_embeddings = missing: .*LongRoPE.*config.json", v)
+    v = variant("dynamic", lambda c: c["rope_scaling"].update(type="dynamic"))
+    _expect(specdec.UnsupportedError, r"rope_scaling.rope_type = 'dynamic' is not supported for model_type "
+                                      r"phi3; supported: default, longrope \(or su\)", v)
+
+    def partial(c):  # Phi-4-mini style: 3/4 of each head rotates, with an attention factor
+        c.update(partial_rotary_factor=0.75)
+        for k in ("long_factor", "short_factor"):
+            c["rope_scaling"][k] = c["rope_scaling"][k][:12]
+    _expect(specdec.UnsupportedError, "partial rotation", variant("partial", partial))
+    v = variant("su", lambda c: c["rope_scaling"].update(type="su"))  # transformers' older name
+    assert specdec.load_model_config(str(v)).rope_scaling_type == "longrope"
 
 
 def test_tokenizer_of_the_twin(tmp_path):

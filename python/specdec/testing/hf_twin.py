@@ -3,7 +3,10 @@ read to write that file (config.json, safetensors, tokenizer.json, tokenizer_con
 generation_config.json), so that the directory and the file must run the same forward pass.
 
 The converter's changes are undone: Llama q/k rows go back from interleaved (NORM RoPE) to
-rotate-half order, and Gemma 3 norms are stored as w - 1 (HF's RMSNorm multiplies by 1 + w).
+rotate-half order, Gemma 3 norms are stored as w - 1 (HF's RMSNorm multiplies by 1 + w), and
+Phi-3's rope_factors_long / _short tensors go back into config.json's LongRoPE rope_scaling
+(long_factor / short_factor, original_max_position_embeddings at the top level, as Phi-3's configs
+have it); its attn_qkv and gate | up ffn_up stay fused (qkv_proj, gate_up_proj).
 Matrices keep their bytes (F32, F16 or BF16); 1-D tensors are written F32.
 
     write_hf_twin(write_random_model(tmp_path / "m.gguf", "qwen2", "BF16"), tmp_path / "hf",
@@ -23,13 +26,14 @@ from specdec._files import write_file_atomic
 
 __all__ = ["write_hf_twin", "tokenizer_json", "write_safetensors"]
 
-_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 _ST_DTYPE = {0: "F32", 1: "F16", 30: "BF16"}  # GGML type id -> safetensors dtype
 _LAYER = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
           "attn_k_norm": "self_attn.k_norm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
           "ffn_down": "mlp.down_proj", "post_attention_norm": "post_attention_layernorm",
-          "post_ffw_norm": "post_feedforward_layernorm"}
+          "post_ffw_norm": "post_feedforward_layernorm", "attn_qkv": "self_attn.qkv_proj"}
+_ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
                r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 LLAMA3_SPLIT = QWEN2_SPLIT.replace(r"\p{N}|", r"\p{N}{1,3}|")
@@ -58,6 +62,8 @@ def _hf_name(name: str, arch: str) -> str:
     _, layer, part, kind = name.split(".")
     if part == "ffn_norm":
         hf = "pre_feedforward_layernorm" if arch == "gemma3" else "post_attention_layernorm"
+    elif part == "ffn_up" and arch == "phi3":  # gate rows then up rows
+        hf = "mlp.gate_up_proj"
     else:
         hf = _LAYER[part]
     return f"model.layers.{layer}.{hf}.{kind}"
@@ -73,7 +79,7 @@ def _tensors(reader, arch: str, md: Dict[str, object]) -> List[Tuple[str, str, T
     heads, kv_heads = md[f"{arch}.attention.head_count"], md[f"{arch}.attention.head_count_kv"]
     out = []
     for t in reader.tensors:
-        if t.name == "rope_freqs.weight":  # Llama 3's factors: config.json's rope_scaling instead
+        if t.name in _ROPE_FACTORS:  # Llama 3's and Phi-3's factors: config.json's rope_scaling
             continue
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         if int(t.tensor_type) not in _ST_DTYPE:
@@ -91,12 +97,31 @@ def _tensors(reader, arch: str, md: Dict[str, object]) -> List[Tuple[str, str, T
     return out
 
 
+def _longrope(reader, arch: str, md: Dict[str, object]) -> Optional[dict]:
+    """Phi-3's LongRoPE rope_scaling from the factor tensors, with attention_factor only where
+    the file's attn_factor is not the one transformers and llama.cpp's converter compute."""
+    factors = {t.name: [float(x) for x in np.asarray(t.data, dtype=np.float32)]
+               for t in reader.tensors if t.name in _ROPE_FACTORS[1:]}
+    if not factors:
+        return None
+    orig, ctx = md[f"{arch}.rope.scaling.original_context_length"], md[f"{arch}.context_length"]
+    out = {"type": "longrope", "long_factor": factors["rope_factors_long.weight"],
+           "short_factor": factors["rope_factors_short.weight"]}
+    computed = float(np.sqrt(1 + np.log(ctx / orig) / np.log(orig))) if ctx > orig else 1.0
+    attn = float(md.get(f"{arch}.rope.scaling.attn_factor", 1.0))
+    if abs(attn - computed) > 1e-6 * computed:
+        out["attention_factor"] = attn
+    return out
+
+
 def _rope_scaling(arch: str, md: Dict[str, object], has_freqs: bool,
-                  rope_scaling: Optional[dict]) -> Optional[dict]:
-    """config.json's rope_scaling: given (Llama 3: the parameters its rope_freqs came from), or
-    YaRN's from the GGUF keys."""
+                  rope_scaling: Optional[dict], reader=None) -> Optional[dict]:
+    """config.json's rope_scaling: given (Llama 3: the parameters its rope_freqs came from),
+    Phi-3's LongRoPE from its factor tensors, or YaRN's from the GGUF keys."""
     if rope_scaling is not None:
         return dict(rope_scaling)
+    if arch == "phi3":
+        return _longrope(reader, arch, md)
     if has_freqs:
         raise ValueError("the GGUF has a rope_freqs tensor: give rope_scaling (the llama3 "
                          "parameters it was computed from)")
@@ -117,7 +142,7 @@ def _config(arch: str, md: Dict[str, object], tied: bool) -> dict:
     hidden = a("embedding_length")
     head_dim = a("attention.key_length", hidden // heads)
     c = {"architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                            "gemma3": "Gemma3ForCausalLM"}[arch]],
+                            "gemma3": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}[arch]],
          "model_type": "gemma3_text" if arch == "gemma3" else arch,
          "hidden_size": hidden, "intermediate_size": a("feed_forward_length"),
          "num_hidden_layers": a("block_count"), "num_attention_heads": heads,
@@ -135,6 +160,14 @@ def _config(arch: str, md: Dict[str, object], tied: bool) -> dict:
                  layer_types=["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(n)])
     if arch == "llama":
         c["attention_bias"] = False
+    if arch == "phi3":  # Phi3Config: head_dim hidden / heads; the original context at the top level
+        if head_dim == hidden // heads:
+            del c["head_dim"]
+        rope_dim = a("rope.dimension_count", head_dim)
+        if rope_dim != head_dim:  # rotated dims int(partial_rotary_factor * head_dim)
+            c["partial_rotary_factor"] = rope_dim / head_dim
+        c["original_max_position_embeddings"] = a("rope.scaling.original_context_length")
+        c["sliding_window"] = a("attention.sliding_window")  # llama.cpp and specdec ignore it
     return c
 
 
@@ -208,7 +241,7 @@ def _metadata(reader) -> Dict[str, object]:
 def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], num_shards: int = 1,
                   eos_token_ids: Optional[List[int]] = None, chat_template: Optional[str] = None,
                   rope_scaling: Optional[dict] = None) -> str:
-    """Writes the twin directory of the float GGUF ``src`` (llama, qwen2, qwen3 or gemma3) to
+    """Writes the twin directory of the float GGUF ``src`` (llama, qwen2, qwen3, gemma3 or phi3) to
     ``dst``: ``num_shards`` > 1 writes model-0000i-of-0000n.safetensors files and
     model.safetensors.index.json. ``eos_token_ids`` goes to generation_config.json (a list) and
     ``chat_template`` to tokenizer_config.json. Returns dst."""
@@ -224,7 +257,7 @@ def write_hf_twin(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], nu
     tied = not any(name == "lm_head.weight" for name, *_ in tensors)
     config = _config(arch, md, tied)
     scaling = _rope_scaling(arch, md, any(t.name == "rope_freqs.weight" for t in reader.tensors),
-                            rope_scaling)
+                            rope_scaling, reader)
     if scaling is not None:
         config["rope_scaling"] = scaling
     write_file_atomic(os.path.join(dst, "config.json"), json.dumps(config, indent=1), "dst")
