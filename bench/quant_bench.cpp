@@ -171,7 +171,7 @@ double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, in
       yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
   xb.write(ctx, x.data(), x.size() * sizeof(float));
   QuantizedActivations xq;
-  if (weight_format(weights[0].type()).block_size > 1) quantize_activations(ctx, xb, n, cols, xq);
+  quantize_activations_for(ctx, xb, n, weights[0], xq);  // all of one type
   matmul(ctx, weights[0], xb, xq, n, yb);  // build the program outside the timing
   ctx.finish();
   double best = 1e30;
@@ -240,28 +240,32 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
     weights.push_back(upload_weight(ctx, runner::weight_bytes(t)));
     bytes += weights.back().source_bytes();
   }
-  // matmuls of different widths: per width one activation buffer of n rows, quantised once
+  // matmuls of different widths and scale blocks: per (width, scale block) one activation buffer
+  // of n rows, quantised once
   int64_t max_rows = 0;
   for (const DeviceWeight& w : weights) max_rows = std::max(max_rows, w.rows());
   auto pass = [&](int64_t n) {
-    std::map<int64_t, std::pair<ocl::Buffer, QuantizedActivations>> acts;
+    std::map<std::pair<int64_t, int>, std::pair<ocl::Buffer, QuantizedActivations>> acts;
+    auto key = [](const DeviceWeight& w) {
+      return std::pair{w.cols(), activation_scale_block(w.type())};
+    };
     for (const DeviceWeight& w : weights) {
-      if (acts.contains(w.cols())) continue;
+      if (acts.contains(key(w))) continue;
       std::vector<float> v(static_cast<size_t>(n * w.cols()));
       std::mt19937 rng(1);
       std::normal_distribution<float> dist;
       for (float& e : v) e = dist(rng);
-      auto& [xb, xq] = acts[w.cols()];
+      auto& [xb, xq] = acts[key(w)];
       xb = ocl::Buffer(ctx, v.size() * sizeof(float));
       xb.write(ctx, v.data(), v.size() * sizeof(float));
-      quantize_activations(ctx, xb, n, w.cols(), xq);
+      quantize_activations_for(ctx, xb, n, w, xq);
     }
     ocl::Buffer yb(ctx, static_cast<size_t>(n * max_rows) * sizeof(float));
     double best = 1e30;
     for (int rep = 0; rep < opt.reps + 1; ++rep) {  // the first pass builds the programs
       const auto t0 = Clock::now();
       for (const DeviceWeight& w : weights) {
-        auto& [xb, xq] = acts[w.cols()];
+        auto& [xb, xq] = acts[key(w)];
         matmul(ctx, w, xb, xq, n, yb);
       }
       ctx.finish();

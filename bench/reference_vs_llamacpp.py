@@ -153,7 +153,8 @@ def _compare_specdec(path: str, toks: Dict[str, Dict], peer_logits: Dict[str, np
 
 
 def _compare_file(path: str, prompts: Dict[str, str], tokens: Optional[Dict] = None,
-                  noise_floor: bool = False, reference: bool = True) -> Dict[str, object]:
+                  noise_floor: bool = False, reference: bool = True, runner: bool = True
+                  ) -> Dict[str, object]:
     """llama.cpp vs specdec's runner and (``reference``) the NumPy reference on one file;
     ``tokens`` reuses another file's token ids."""
     t0 = time.time()
@@ -162,8 +163,9 @@ def _compare_file(path: str, prompts: Dict[str, str], tokens: Optional[Dict] = N
     peer_logits = {k: peer.logits(t["ids"]) for k, t in toks.items()}
     del peer
     t1 = time.time()
-    result: Dict[str, object] = {"specdec": _compare_specdec(path, toks, peer_logits),
-                                 "tokens": toks}
+    result: Dict[str, object] = {"tokens": toks}
+    if runner:
+        result["specdec"] = _compare_specdec(path, toks, peer_logits)
     t1b = time.time()
     if not reference:
         result["seconds"] = {"llama_cpp": round(t1 - t0, 1), "specdec": round(t1b - t1, 1)}
@@ -215,8 +217,7 @@ def run_model(name: str, path: str, prompts: Dict[str, str], twin_dir: Optional[
         from dequantized_twin import write_twin
         twin = os.path.join(twin_dir, Path(path).stem + "-f32-twin.gguf")
         write_twin(path, twin)
-        entry["twin"] = _compare_file(twin, prompts, tokens=toks)
-        entry["twin"].pop("specdec")
+        entry["twin"] = _compare_file(twin, prompts, tokens=toks, runner=False)
         entry["twin"].pop("tokens")
         os.remove(twin)
         print(_line("  dequantized F32 twin", entry["twin"]["overall"]), flush=True)

@@ -76,10 +76,13 @@ __kernel void rms_norm(
       yr[i] = v;
     }
   }
-  if (quantize != 0) {
 #if LOCAL > 1
-    barrier(CLK_GLOBAL_MEM_FENCE);  // the blocks of a group may come from several work-items
+  // the values of a block or group may come from several work-items. Outside the `if`: PoCL
+  // miscompiled the barrier inside it once the 256 branch was there (work-items with no group
+  // wrote past the buffers; tests/cpp ops_norm_test_local8 runs the wide shape on the CPU).
+  barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
+  if (quantize != 0) {
     const int nq = dim / quantize;  // quantize: the values per scale, 32 or 256 (quant_rows.clh)
     for (int j = lid; j < nq; j += LOCAL) {
       const size_t at = (size_t)row * dim + (size_t)j * quantize;

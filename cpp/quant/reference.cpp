@@ -251,11 +251,13 @@ HostActivations quantize_activations_reference(const float* x, int64_t n, int64_
     float amax = 0.0f;
     for (int j = 0; j < scale_block; ++j) amax = std::fmax(amax, std::fabs(v[j]));
     float d = 0.0f, id = 0.0f;
+    // a block or group too small for a finite 1 / scale (amax < ~4e-37) quantises to zeros
     if (scale_block == 32) {  // ggml's quantize_row_q8_0 (reference rounding)
       d = amax / 127.0f;
-      id = d != 0.0f ? 1.0f / d : 0.0f;
+      id = d != 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+      if (id == 0.0f) d = 0.0f;
     } else {  // ggml's quantize_row_q8_K: -127 / max with max's sign is this with q and d negated
-      id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      id = amax != 0.0f && std::isfinite(127.0f / amax) ? 127.0f / amax : 0.0f;
       d = id != 0.0f ? 1.0f / id : 0.0f;
     }
     for (size_t c = 0; c < per_group; ++c) {

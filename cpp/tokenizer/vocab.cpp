@@ -298,13 +298,14 @@ void read_flags(const MetadataReader& r, Vocab& v) {
   }
 }
 
-// Unigram: the precompiled charsmap (absent: no normalisation) and the white-space flags.
+// Unigram: the precompiled charsmap (absent or an empty array: no normalisation, as llama.cpp)
+// and the white-space flags.
 void read_ugm(const MetadataReader& r, Vocab& v) {
   v.ugm.remove_extra_whitespaces =
       r.boolean("tokenizer.ggml.remove_extra_whitespaces").value_or(false);
   const GgufArray* charsmap =
       r.array(kKeyCharsmap, {GgufType::kUint8, GgufType::kInt8}, std::nullopt);
-  if (charsmap == nullptr) return;
+  if (charsmap == nullptr || charsmap->values.empty()) return;
   std::string blob;
   blob.reserve(charsmap->values.size());
   for (const GgufValue& b : charsmap->values) {

@@ -55,9 +55,11 @@ int64_t scratch_bytes() {
 // Software prefetch two blocks ahead: CPU devices only (-DPF_DIST=0 compiles it out).
 std::string build_options(const ocl::DeviceInfo& device, DType dtype, int tile, int group, int head,
                           int block, int split_keys) {
+  // correctly rounded divisions in every variant: the quantising one needs them (as
+  // quantize_activations), and the others must compute the same output
   return str_cat(kv::cache_dtype_define(dtype, "OCL_FLASH"), " -DHEAD=", head, " -DGROUP=", group, " -DBLOCK=", block,
                  " -DTILE=", tile, " -DSPLIT_KEYS=", split_keys,
-                 " -DPF_DIST=", device.type == "cpu" ? 2 : 0);
+                 " -DPF_DIST=", device.type == "cpu" ? 2 : 0, " -cl-fp32-correctly-rounded-divide-sqrt");
 }
 
 }  // namespace
@@ -242,7 +244,7 @@ struct FlashMetadata : BackendMetadata {
   ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
   std::string options;     // the kernels' build options (one string per step, not per layer)
   // the same with -DQUANT_OUT=32 / =256 (the output quantised as well, one scale per 32 / 256
-  // values) and correctly rounded divisions (the quantisation's, as quantize_activations)
+  // values)
   std::string options_quantized32;
   std::string options_quantized256;
 };
@@ -256,8 +258,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
                              s.block_size, s.split_keys);
   fm->options = build_options(ctx.device(), s.dtype, fm->tile, s.num_q_heads / s.num_kv_heads,
                               s.head_size, s.block_size, s.split_keys);
-  fm->options_quantized32 = fm->options + " -DQUANT_OUT=32 -cl-fp32-correctly-rounded-divide-sqrt";
-  fm->options_quantized256 = fm->options + " -DQUANT_OUT=256 -cl-fp32-correctly-rounded-divide-sqrt";
+  fm->options_quantized32 = fm->options + " -DQUANT_OUT=32";
+  fm->options_quantized256 = fm->options + " -DQUANT_OUT=256";
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
   fm->items = upload_int32s(ctx, fm->plan.items);
   fm->token_part = upload_int32s(ctx, fm->plan.token_part);
