@@ -87,11 +87,12 @@ int64_t row_bytes(GgmlType type, int64_t cols) {
 }
 
 int activation_scale_block(GgmlType type) {
-  // SPECDEC_Q8K_ACTIVATIONS=0: 32-value scales in front of every block format (the rule before
-  // the K-quants took Q8_K's), a diagnostic for bench/reference_vs_llamacpp.py
+  // SPECDEC_Q8K_ACTIVATIONS=1: one scale per 256 values in front of K-quants and IQ4_XS, as
+  // llama.cpp's Q8_K (for comparing logits with llama.cpp: bench/agreement_llamacpp.py); by
+  // default 32, the finer rule (docs/quant.md, "Activation quantisation")
   static const bool q8k = [] {
     const char* env = std::getenv("SPECDEC_Q8K_ACTIVATIONS");
-    return env == nullptr || std::string(env) != "0";
+    return env != nullptr && std::string(env) == "1";
   }();
   switch (type) {
     case GgmlType::kF32:

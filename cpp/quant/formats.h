@@ -26,10 +26,10 @@ const std::vector<GgmlType>& supported_weight_types();
 bool is_weight_type_supported(GgmlType type);
 // The format of `type`; UnsupportedError naming the type and listing the supported ones otherwise.
 const WeightFormat& weight_format(GgmlType type);
-// How many activation values share one int8 scale in front of weights of `type`, as llama.cpp's CPU
-// backend quantises them (its vec_dot_type): 256 for the K-quants and IQ4_XS (Q8_K), 32 for the
-// other block formats (Q8_0 / Q8_1), 0 for F32 / F16 / BF16 (x is read as it is). The rounding of
-// each rule is in kernels/quant_rows.clh and docs/quant.md, "Numerics".
+// How many activation values share one int8 scale in front of weights of `type`: 32 for every
+// block format, 0 for F32 / F16 / BF16 (x is read as it is); with SPECDEC_Q8K_ACTIVATIONS=1, 256
+// for the K-quants and IQ4_XS, as llama.cpp's CPU backend quantises them (its vec_dot_type Q8_K).
+// The rounding of each rule: kernels/quant_rows.clh and docs/quant.md, "Activation quantisation".
 int activation_scale_block(GgmlType type);
 
 // "q4_K"; "type 17 (iq2_xs)" style text for types outside the supported list.

@@ -150,13 +150,14 @@ def llamacpp_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.
 
 def int8_activation(x: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
     """x as specdec's quantized matmuls see it (docs/quant.md): float weights (F32 / F16 / BF16)
-    read x as it is; K-quants and IQ4_XS int8 with one scale per 256 values, id = 127 / amax,
-    q = round-half-even(x * id), d = 1 / id (llama.cpp's Q8_K); the other block formats int8 per 32
-    values with d = amax / 127 kept in f32, q = round-half-away(x * (1 / d))."""
+    read x as it is; block formats int8 per 32 values with d = amax / 127 kept in f32,
+    q = round-half-away(x * (1 / d)); with SPECDEC_Q8K_ACTIVATIONS=1 K-quants and IQ4_XS with one
+    scale per 256 values, id = 127 / amax, q = round-half-even(x * id), d = 1 / id (Q8_K)."""
     T = GGMLQuantizationType
     if weight_type in (T.F32, T.F16, T.BF16):
         return x
-    if weight_type.name.endswith("_K") or weight_type == T.IQ4_XS:
+    q8k = os.environ.get("SPECDEC_Q8K_ACTIVATIONS") == "1"
+    if q8k and (weight_type.name.endswith("_K") or weight_type == T.IQ4_XS):
         b = np.ascontiguousarray(x, np.float32).reshape(-1, 256)
         amax = np.abs(b).max(-1, keepdims=True)
         iscale = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
