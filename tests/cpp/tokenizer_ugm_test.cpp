@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "gguf_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/ugm.h"
 
@@ -20,6 +21,8 @@ using namespace specdec::tokenizer;
 using specdec::model::GgufArray;
 using specdec::model::GgufType;
 using specdec::model::GgufValue;
+using specdec::model::testing::numbers;
+using specdec::model::testing::strings;
 
 namespace {
 
@@ -82,21 +85,6 @@ std::pair<size_t, std::string> match(const Charsmap& map, std::string_view text)
 
 void set_u32(std::string& blob, size_t offset, uint32_t v) {
   for (int i = 0; i < 4; ++i) blob[offset + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-}
-
-GgufValue strings(const std::vector<std::string>& values) {
-  GgufArray a;
-  a.type = GgufType::kString;
-  for (const std::string& v : values) a.values.emplace_back(v);
-  return GgufValue(a);
-}
-
-template <typename T>
-GgufValue numbers(GgufType type, const std::vector<T>& values) {
-  GgufArray a;
-  a.type = type;
-  for (T v : values) a.values.emplace_back(v);
-  return GgufValue(a);
 }
 
 GgufValue bytes(const std::string& blob) {

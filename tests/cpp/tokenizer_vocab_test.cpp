@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "gguf_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -22,25 +23,12 @@ using namespace specdec::tokenizer;
 using specdec::model::GgufArray;
 using specdec::model::GgufType;
 using specdec::model::GgufValue;
+using specdec::model::testing::numbers;
+using specdec::model::testing::strings;
 
 namespace {
 
 using Meta = std::map<std::string, GgufValue>;
-
-GgufValue strings(const std::vector<std::string>& values) {
-  GgufArray a;
-  a.type = GgufType::kString;
-  for (const std::string& v : values) a.values.emplace_back(v);
-  return GgufValue(a);
-}
-
-template <typename T>
-GgufValue numbers(GgufType type, const std::vector<T>& values) {
-  GgufArray a;
-  a.type = type;
-  for (T v : values) a.values.emplace_back(v);
-  return GgufValue(a);
-}
 
 // Byte-level BPE: 'Ġ' is the space. Merges in rank order.
 Meta tiny_bpe() {
