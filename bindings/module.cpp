@@ -14,6 +14,7 @@ void register_quant(py::module_& m);
 void register_step(py::module_& m);
 void register_runner(py::module_& m);
 void register_spec_decode(py::module_& m);
+void register_verify(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "specdec C++ core (KV cache, attention, OpenCL runtime)";
@@ -28,4 +29,5 @@ PYBIND11_MODULE(_core, m) {
   register_step(m);  // before register_runner: ModelRunner.step's types
   register_runner(m);
   register_spec_decode(m);
+  register_verify(m);  // after register_spec_decode: its module and types
 }

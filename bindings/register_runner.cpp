@@ -158,16 +158,28 @@ void register_runner(py::module_& m) {
       "presence, shape and weight format, the tokenizer) without touching a device: FormatError "
       "or UnsupportedError naming what is wrong.");
 
-  py::class_<sampling::Generator>(m, "SamplingGenerator", "A request's seeded random stream.")
-      .def(py::init<uint64_t>(), py::arg("seed"))
-      .def("uniform", &sampling::Generator::uniform);
+  py::class_<sampling::Generator, std::shared_ptr<sampling::Generator>>(m, "SamplingGenerator",
+                                  "A request's random numbers: a function of its seed and of the position (and "
+                                  "stream) they decide. coupled=True (seeded requests): drafts are verified by "
+                                  "matching the target's own draw, so the output is plain decoding's for the seed.")
+      .def(py::init<uint64_t, bool>(), py::arg("seed"), py::arg("coupled") = true)
+      .def_property_readonly("seed", &sampling::Generator::seed)
+      .def_property_readonly("coupled", &sampling::Generator::coupled)
+      .def("uniform", [](const sampling::Generator& g, int64_t position, uint64_t stream, uint64_t index) {
+             SPECDEC_CHECK(stream >= 1 && stream <= 3, "stream", stream, "1 (token), 2 (accept) or 3 (residual)");
+             return g.uniform(position, static_cast<sampling::Stream>(stream), index);
+           },
+           py::arg("position"), py::arg("stream") = 1, py::arg("index") = 0);
   m.def("sample_token",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
-           double temperature, int top_k, double top_p, double min_p, sampling::Generator& gen) {
-          return sampling::sample(row(logits), logits.shape(0), sampling::SamplingParams::make(temperature, top_k, top_p, min_p), gen);
+           double temperature, int top_k, double top_p, double min_p, const sampling::Generator& gen,
+           int64_t position) {
+          return sampling::sample(row(logits), logits.shape(0), sampling::SamplingParams::make(temperature, top_k, top_p, min_p),
+                                  gen, position);
         },
         py::arg("logits"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
-        py::arg("min_p"), py::arg("generator"));
+        py::arg("min_p"), py::arg("generator"), py::arg("position"),
+        "The token drawn at `position` (its index in the sequence) from the logits row.");
   m.def("sampling_probs",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
            double temperature, int top_k, double top_p, double min_p) {

@@ -132,7 +132,7 @@ void register_spec_decode(py::module_& root) {
       .def_property_readonly_static("max_spec_len", [](py::object) { return SpeculativeConfig::kMaxSpecLen; })
       .def("__repr__", [](const SpeculativeConfig& c) { return "SpeculativeConfig(" + c.to_json().dump() + ")"; });
 
-  py::class_<AdaptiveK>(m, "AdaptiveK",
+  py::class_<AdaptiveK, std::shared_ptr<AdaptiveK>>(m, "AdaptiveK",
                         "Adaptive speculation: k per request from measured acceptance and costs.")
       .def(py::init<int>(), py::arg("max_k"))
       .def("choose", &AdaptiveK::choose, py::arg("request_id"), py::arg("limit"), py::arg("batch_rows") = 1)
@@ -303,7 +303,7 @@ void register_spec_decode(py::module_& root) {
       }, py::arg("draft"), py::arg("target_argmax"),
       "(tokens, num_accepted): accept while draft == argmax, then the target's token.");
   m.def("verify_sampled", [](const Draft& draft, const FloatArray& logits, double temperature, int top_k,
-                             double top_p, double min_p, sampling::Generator* gen) {
+                             double top_p, double min_p, sampling::Generator* gen, int64_t first_position) {
         SPECDEC_CHECK(logits.ndim() == 2 && logits.shape(0) == static_cast<py::ssize_t>(draft.tokens.size()) + 1,
                      "target_logits rows", logits.ndim() == 2 ? logits.shape(0) : -1,
                      str_cat(draft.tokens.size() + 1, " rows (draft + 1) of a 2-D array"));
@@ -313,12 +313,13 @@ void register_spec_decode(py::module_& root) {
         VerifyResult r;
         {
           py::gil_scoped_release release;
-          r = verify_sampled(draft, logits.data(), logits.shape(1), p, gen ? *gen : unused);
+          r = verify_sampled(draft, logits.data(), logits.shape(1), p, gen ? *gen : unused, first_position);
         }
         return py::make_tuple(r.tokens, r.num_accepted);
       }, py::arg("draft"), py::arg("target_logits"), py::arg("temperature"), py::arg("top_k") = 0,
       py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("generator") = nullptr,
-      "(tokens, num_accepted): speculative sampling (accept with min(1, p/q), recover from "
+      py::arg("first_position") = 0,
+      "(tokens, num_accepted): row i decides the token at first_position + i; speculative sampling (accept with min(1, p/q), recover from "
       "normalize(max(0, p - q)), a bonus token after k acceptances).");
 
   py::class_<SpecDecodingStats>(m, "SpecDecodingStats", "vLLM's speculative-decoding counters.")

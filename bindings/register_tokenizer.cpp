@@ -153,6 +153,14 @@ void register_tokenizer(py::module_& m) {
            py::arg("special") = false, py::arg("continuation") = false, py::keep_alive<1, 2>())
       .def(
           "push", [](StreamDecoder& d, int32_t id) { return to_str(d.push(id)); }, py::arg("id"))
+      .def(
+          "push_many",
+          [](StreamDecoder& d, const std::vector<int32_t>& ids) {
+            std::string text;
+            for (int32_t id : ids) text += d.push(id);
+            return to_str(text);
+          },
+          py::arg("ids"))
       .def("flush", [](StreamDecoder& d) { return to_str(d.flush()); })
       .def("reset", &StreamDecoder::reset);
 }

@@ -86,19 +86,64 @@ std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int6
   return w;
 }
 
-int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, Generator& gen) {
+namespace {
+
+// SplitMix64's finaliser: a bijection of 64-bit words with full avalanche.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// -log U for the race's number of token `id` at `position`.
+double exponential(const Generator& gen, int64_t position, int32_t id) {
+  return -std::log(gen.uniform(position, Stream::kToken, static_cast<uint64_t>(id)));
+}
+
+}  // namespace
+
+double Generator::uniform(int64_t position, Stream stream, uint64_t index) const {
+  uint64_t h = mix(seed_ ^ mix(static_cast<uint64_t>(position)));
+  h = mix(h ^ mix(static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ull + index));
+  return static_cast<double>((h >> 11) + 1) * 0x1.0p-53;
+}
+
+int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generator& gen, int64_t position) {
+  int32_t best = probs.empty() ? 0 : probs.front().first;
+  double best_key = INFINITY;
+  for (const auto& [id, p] : probs) {
+    if (!(p > 0)) continue;
+    const double key = exponential(gen, position, id) / p;
+    if (key < best_key) {
+      best_key = key;
+      best = id;
+    }
+  }
+  return best;
+}
+
+int32_t race_dense(const std::vector<double>& p, const Generator& gen, int64_t position) {
+  int32_t best = 0;
+  double best_key = INFINITY;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!(p[i] > 0)) continue;
+    const double key = exponential(gen, position, static_cast<int32_t>(i)) / p[i];
+    if (key < best_key) {
+      best_key = key;
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, const Generator& gen,
+               int64_t position) {
   if (params.greedy()) {
     params.validate();
     return argmax(logits, vocab);
   }
-  const auto probs = sampling_probs(logits, vocab, params);
-  const double u = gen.uniform();
-  double cdf = 0;
-  for (const auto& [id, p] : probs) {
-    cdf += p;
-    if (u < cdf) return id;
-  }
-  return probs.back().first;  // rounding left u above the last cdf
+  return race(sampling_probs(logits, vocab, params), gen, position);
 }
 
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids) {

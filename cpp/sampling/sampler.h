@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -30,16 +29,38 @@ struct SamplingParams {
   }
 };
 
-// A request's random stream: the same seed gives the same tokens.
+// What a random number decides; with the position, it names the number (counter-based).
+enum class Stream : uint64_t {
+  kToken = 1,     // the race that draws a token (indexed by token id)
+  kAccept = 2,    // rejection sampling's acceptance test of a draft token
+  kResidual = 3,  // the draw from normalize(max(0, p - q)) after a rejection
+};
+
+// A request's random numbers as a pure function of its seed and of what they decide (the token
+// position and the stream): counter-based, so a request gets the same numbers whatever else shares
+// its batch, however the scheduler cuts its steps, and after preemption or a prefix-cache hit.
+// `coupled` (seeded requests) verifies drafts by matching the target's own draw at each position,
+// so the output is the one plain decoding gives for this seed, whatever the drafts.
 class Generator {
  public:
-  explicit Generator(uint64_t seed) : engine_(seed) {}
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return std::generate_canonical<double, 53>(engine_); }
+  explicit Generator(uint64_t seed, bool coupled = true) : seed_(seed), coupled_(coupled) {}
+  uint64_t seed() const { return seed_; }
+  bool coupled() const { return coupled_; }
+  // Uniform in (0, 1] with 53 random bits, named by (position, stream, index).
+  double uniform(int64_t position, Stream stream, uint64_t index = 0) const;
 
  private:
-  std::mt19937_64 engine_;
+  uint64_t seed_;
+  bool coupled_;
 };
+
+// The token drawn at `position` from `probs` ((id, p) pairs, p > 0): the exponential race
+// argmin over ids of -log U(position, kToken, id) / p(id) (Gumbel-max): distributed exactly as
+// p, and coupled across distributions — a drafter and the target raced with the same numbers
+// pick the same token with high probability when their distributions are close.
+int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generator& gen, int64_t position);
+// The same over a dense [vocab] distribution (entries <= 0 never win).
+int32_t race_dense(const std::vector<double>& p, const Generator& gen, int64_t position);
 
 // Index of the largest logit; ties -> lowest index; NaN never wins (all NaN -> 0).
 int32_t argmax(const float* logits, int64_t vocab);
@@ -50,9 +71,10 @@ int32_t argmax(const float* logits, int64_t vocab);
 std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int64_t vocab,
                                                        const SamplingParams& params);
 
-// One token drawn from sampling_probs (inverse CDF with one uniform draw), or argmax when greedy
-// (no draw then).
-int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, Generator& gen);
+// The token drawn at `position` (its index in the request's sequence) from sampling_probs by the
+// race, or argmax when greedy (no draw then).
+int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, const Generator& gen,
+               int64_t position);
 
 // log_softmax(logits)[id] for every id in `ids`, and the top `n` (id, logprob) pairs (sorted
 // descending, ties: lower id), from the raw logits (vLLM's default logprobs mode).

@@ -106,17 +106,18 @@ bool take_draft_token(Draft& d, const runner::StepOutput& so, int64_t row, int64
       if (id >= 0 && id < vt) padded[static_cast<size_t>(id)] = src[j];
     }
   }
-  const std::vector<double> q = dense_probs(padded.data(), vt, r.params);
-  const double u = r.generator->uniform();
-  double acc = 0.0;
-  int32_t t = -1;
-  for (int64_t j = 0; j < vt; ++j) {
-    if (q[static_cast<size_t>(j)] <= 0.0) continue;
-    acc += q[static_cast<size_t>(j)];
-    t = static_cast<int32_t>(j);
-    if (u < acc) break;
+  // the position this token takes if accepted: its random numbers are those the target's own
+  // draw there uses (coupled with it)
+  const int64_t position = r.sequence->size() + static_cast<int64_t>(d.tokens.size());
+  if (r.generator->coupled()) {  // verified by matching the target's draw: q is not needed
+    const auto probs = sampling::sampling_probs(padded.data(), vt, r.params);
+    if (probs.empty()) return false;
+    d.tokens.push_back(sampling::race(probs, *r.generator, position));
+    return true;
   }
-  if (t < 0) return false;
+  const std::vector<double> q = dense_probs(padded.data(), vt, r.params);
+  const int32_t t = sampling::race_dense(q, *r.generator, position);
+  if (!(q[static_cast<size_t>(t)] > 0.0)) return false;
   d.vocab_size = vt;
   d.tokens.push_back(t);
   const size_t base = d.probs.size();

@@ -57,7 +57,9 @@ class DrafterRequests {
 
 // The draft token from logit row `row` of `so` for request `r`, appended to `d`: the argmax for a
 // greedy request, else a sample from the request's distribution over the target's `target_vocab`
-// ids, whose probabilities are appended to d.probs (for the rejection sampler). `column_token`
+// ids drawn by the race at the token's position (coupled with the target's draw there), whose
+// probabilities are appended to d.probs for the rejection sampler (not for a coupled generator,
+// whose verification does not need them). `column_token`
 // maps a logit column to its token id (a reduced vocabulary; nullptr: column = id); columns whose
 // id is not below target_vocab get probability 0. False when the draft ends here (a greedy token
 // outside the target's vocabulary).

@@ -25,9 +25,10 @@ std::vector<double> dense_probs(const float* logits, int64_t vocab, const sampli
 
 namespace {
 
-// Inverse CDF over unnormalised non-negative weights; the last positive weight if rounding runs out.
-int32_t draw(const std::vector<double>& w, double total, sampling::Generator& gen) {
-  const double u = gen.uniform() * total;
+// Inverse CDF over unnormalised non-negative weights with the uniform u in (0, 1]; the last
+// positive weight if rounding runs out.
+int32_t draw(const std::vector<double>& w, double total, double u) {
+  u *= total;
   double acc = 0.0;
   int32_t last = 0;
   for (size_t i = 0; i < w.size(); ++i) {
@@ -39,54 +40,89 @@ int32_t draw(const std::vector<double>& w, double total, sampling::Generator& ge
   return last;
 }
 
+// Coupled verification: the token at each position is the target's own race there; a draft token
+// is accepted when it is that token. The output is what plain decoding draws for this seed.
+VerifyResult verify_coupled(const Draft& draft, const float* target_logits, int64_t vocab,
+                            const sampling::SamplingParams& params, const sampling::Generator& gen,
+                            int64_t first_position) {
+  VerifyResult r;
+  const size_t k = draft.tokens.size();
+  for (size_t i = 0; i <= k; ++i) {
+    const float* row = target_logits + static_cast<int64_t>(i) * vocab;
+    const int32_t t = sampling::race(sampling::sampling_probs(row, vocab, params), gen,
+                                     first_position + static_cast<int64_t>(i));
+    r.tokens.push_back(t);
+    if (i == k || draft.tokens[i] != t) return r;
+    ++r.num_accepted;
+  }
+  return r;
+}
+
+// One rejection-sampling position: accept d with probability min(1, p(d) / q(d)), else draw from
+// normalize(max(0, p - q)). True when d is accepted; `out` is the token either way.
+bool accept_or_recover(std::vector<double>& p, const float* q, int32_t d, int64_t vocab, const float* row,
+                       const sampling::SamplingParams& params, const sampling::Generator& gen,
+                       int64_t position, int32_t& out) {
+  const double qd = q ? static_cast<double>(q[d]) : 1.0;
+  const double u = gen.uniform(position, sampling::Stream::kAccept);
+  if (qd > 0.0 && p[static_cast<size_t>(d)] >= u * qd) {  // u <= p/q
+    out = d;
+    return true;
+  }
+  double total = 0.0;
+  for (int64_t j = 0; j < vocab; ++j) {
+    const double qj = q ? static_cast<double>(q[j]) : (j == d ? 1.0 : 0.0);
+    p[static_cast<size_t>(j)] = std::max(0.0, p[static_cast<size_t>(j)] - qj);
+    total += p[static_cast<size_t>(j)];
+  }
+  if (total <= 0.0) {  // p <= q everywhere: rejection had probability 0; only rounding gets here
+    p = dense_probs(row, vocab, params);
+    total = 1.0;
+  }
+  out = draw(p, total, gen.uniform(position, sampling::Stream::kResidual));
+  return false;
+}
+
 }  // namespace
 
 VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int64_t vocab,
-                            const sampling::SamplingParams& params, sampling::Generator& gen) {
+                            const sampling::SamplingParams& params, const sampling::Generator& gen,
+                            int64_t first_position) {
   const size_t k = draft.tokens.size();
   if (draft.has_probs()) {
     SPECDEC_CHECK(draft.vocab_size == vocab && draft.probs.size() == k * static_cast<size_t>(vocab),
                  "draft.probs", draft.probs.size(),
                  str_cat("[", k, " x ", vocab, "] (one row per draft token over the target's vocabulary)"));
   }
+  for (size_t i = 0; i < k; ++i) {
+    SPECDEC_CHECK(draft.tokens[i] >= 0 && draft.tokens[i] < vocab, "draft token", draft.tokens[i],
+                 str_cat("a token id in [0, ", vocab, ")"));
+  }
   VerifyResult r;
-  for (size_t i = 0; i <= k; ++i) {
-    const float* row = target_logits + static_cast<int64_t>(i) * vocab;
-    if (params.greedy()) {  // a greedy request verified on logits (logprobs asked for)
-      const int32_t t = sampling::argmax(row, vocab);
+  if (params.greedy()) {  // a greedy request verified on logits (logprobs asked for)
+    for (size_t i = 0; i <= k; ++i) {
+      const int32_t t = sampling::argmax(target_logits + static_cast<int64_t>(i) * vocab, vocab);
       r.tokens.push_back(t);
       if (i == k || draft.tokens[i] != t) return r;
       ++r.num_accepted;
-      continue;
     }
-    std::vector<double> p = dense_probs(row, vocab, params);
+    return r;
+  }
+  if (gen.coupled()) return verify_coupled(draft, target_logits, vocab, params, gen, first_position);
+  for (size_t i = 0; i <= k; ++i) {
+    const float* row = target_logits + static_cast<int64_t>(i) * vocab;
+    const int64_t position = first_position + static_cast<int64_t>(i);
     if (i == k) {  // bonus token
-      r.tokens.push_back(draw(p, 1.0, gen));
+      r.tokens.push_back(sampling::race(sampling::sampling_probs(row, vocab, params), gen, position));
       return r;
     }
-    const int32_t d = draft.tokens[i];
-    SPECDEC_CHECK(d >= 0 && d < vocab, "draft token", d, str_cat("a token id in [0, ", vocab, ")"));
+    std::vector<double> p = dense_probs(row, vocab, params);
     const float* q = draft.has_probs() ? draft.probs.data() + i * static_cast<size_t>(vocab) : nullptr;
-    const double qd = q ? static_cast<double>(q[d]) : 1.0;
-    const double u = gen.uniform();
-    if (qd > 0.0 && p[static_cast<size_t>(d)] >= u * qd) {  // u <= p/q
-      r.tokens.push_back(d);
-      ++r.num_accepted;
-      continue;
-    }
-    // recovered token from normalize(max(0, p - q))
-    double total = 0.0;
-    for (int64_t j = 0; j < vocab; ++j) {
-      const double qj = q ? static_cast<double>(q[j]) : (j == d ? 1.0 : 0.0);
-      p[static_cast<size_t>(j)] = std::max(0.0, p[static_cast<size_t>(j)] - qj);
-      total += p[static_cast<size_t>(j)];
-    }
-    if (total <= 0.0) {  // p <= q everywhere: rejection had probability 0; only rounding gets here
-      p = dense_probs(row, vocab, params);
-      total = 1.0;
-    }
-    r.tokens.push_back(draw(p, total, gen));
-    return r;
+    int32_t t = 0;
+    const bool accepted = accept_or_recover(p, q, draft.tokens[i], vocab, row, params, gen, position, t);
+    r.tokens.push_back(t);
+    if (!accepted) return r;
+    ++r.num_accepted;
   }
   return r;
 }

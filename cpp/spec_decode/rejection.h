@@ -7,6 +7,8 @@
 //   without probabilities are point masses (q = 1 at d). p and q are the distributions the
 //   request's temperature / min-p / top-k / top-p give (sampling::sampling_probs).
 // The output distribution equals the target's own sampling distribution (Leviathan et al. 2023).
+// Seeded requests are verified coupled instead (see verify_sampled): the same distribution, and
+// the very tokens plain decoding draws for the seed, whatever the drafts and the batch.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +27,14 @@ struct VerifyResult {
 // target_argmax: [draft.size() + 1] the target's argmax per verification row.
 VerifyResult verify_greedy(const std::vector<int32_t>& draft, const int32_t* target_argmax);
 
-// target_logits: [draft.size() + 1, vocab] raw logits of the verification rows.
+// target_logits: [draft.size() + 1, vocab] raw logits of the verification rows; row i decides the
+// token at sequence index first_position + i (the random numbers used are named by it).
+// A coupled generator (seeded requests) accepts a draft token when it equals the target's own
+// draw at its position (sampling::race), so the tokens are those plain decoding gives; otherwise
+// rejection sampling as above (the most acceptance for drafts with probabilities).
 VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int64_t vocab,
-                            const sampling::SamplingParams& params, sampling::Generator& gen);
+                            const sampling::SamplingParams& params, const sampling::Generator& gen,
+                            int64_t first_position);
 
 // The dense distribution sampling::sampling_probs gives, as [vocab] floats.
 std::vector<double> dense_probs(const float* logits, int64_t vocab, const sampling::SamplingParams& params);

@@ -28,7 +28,7 @@ import specdec
 from specdec import _core, _json
 from specdec._files import check_output_file, on_abort, output_folder, write_file_atomic
 from specdec._process import ChildProcesses
-from specdec.engine import EngineCore, LLMEngine
+from specdec.engine import LLMEngine
 
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DRAFTER = "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -248,9 +248,16 @@ def _prompt_ids(tokenizer, categories: Sequence[str], room: int) -> Dict[str, Li
     return out
 
 
+def _drafter_runner(llm, path: str, logit_token_ids: List[int]):
+    """The benchmark's drafter: 128 MiB of KV cache, the target's context, its whole or reduced vocabulary."""
+    return _core.ModelRunner(llm.context, path, max_model_len=llm.runner.max_model_len,
+                             kv_cache_memory_bytes=128 << 20, block_size=16, kv_cache_dtype="f16",
+                             max_num_batched_tokens=512, max_num_logits=128, logit_token_ids=logit_token_ids)
+
+
 def _run_one(llm, proposer, k: int, adaptive: bool, ids: List[int], max_tokens: int) -> tuple:
-    core = EngineCore(llm.runner, llm.tokenizer, proposer, k, 0, 1, 512, max(128, 1 + k),
-                      adaptive=adaptive)
+    core = llm.new_engine_core(proposer, k, adaptive=adaptive, max_num_seqs=1, max_num_batched_tokens=512,
+                               max_num_logits=max(128, 1 + k), enable_prefix_caching=False)
     engine = LLMEngine(core)
     params = specdec.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     req = llm._make_request({"prompt_token_ids": ids}, params)
@@ -894,17 +901,14 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
     drafter = None
     drafters: Dict[int, object] = {}
     if drafter_path:
-        drafter = _core.ModelRunner(llm.context, drafter_path, "", llm.runner.max_model_len, 128 << 20,
-                                    16, "f16", 512, 128, None)
+        drafter = _drafter_runner(llm, drafter_path, [])
         drafters[0] = drafter
         if o.draft_vocab_size:
             from specdec.speculative import build_speculation
             sp = build_speculation({"method": "draft_model", "model": drafter_path, "num_speculative_tokens": 1,
                                     "draft_vocab_size": int(o.draft_vocab_size),
                                     "draft_vocab_file": o.draft_vocab_file})
-            drafters[o.draft_vocab_size] = _core.ModelRunner(
-                llm.context, drafter_path, "", llm.runner.max_model_len, 128 << 20, 16, "f16", 512, 128,
-                None, sp.draft_vocab_ids(drafter_path))
+            drafters[o.draft_vocab_size] = _drafter_runner(llm, drafter_path, sp.draft_vocab_ids(drafter_path))
     room = max_len - o.max_tokens - 1
     if room < 8:
         raise ValueError(f"--max-tokens = {o.max_tokens}: leaves {room} prompt tokens of the model's "

@@ -348,9 +348,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _compare_plain(llm, ids, params, spec_out) -> None:
     """The same request decoded plainly on the same target runner; a side-by-side table."""
-    from specdec.engine import EngineCore, LLMEngine
+    from specdec.engine import LLMEngine
     sys.stderr.write("[plain decoding of the same prompt, for comparison]\n")
-    engine = LLMEngine(EngineCore(llm.runner, llm.tokenizer))
+    engine = LLMEngine(llm.new_engine_core(max_num_seqs=16, max_num_batched_tokens=512, max_num_logits=128,
+                                           enable_prefix_caching=False))
     req = llm._make_request({"prompt_token_ids": ids}, params)
     plain_out = None
     for item in engine.iterate(engine.add_request(req), [req.request_id]):

@@ -17,9 +17,9 @@ the same step runs with empty drafts: plain decoding.
 Thread safety: one ``LLM`` may be shared by threads; ``generate``/``chat``/``stream`` calls from
 several threads join the same engine loop (their requests share each forward). Greedy outputs
 are what each request gets alone (batch-invariant kernels); sampled outputs follow the target's
-distribution, and a seed reproduces a run token for token without speculation, or with it when
-the drafts are the same (drafts that change with the batch — ``disable_by_batch_size``, a full
-step, the suffix tree's cache of earlier requests — change which random draws are made).
+distribution, and a seeded request gets exactly the tokens plain decoding draws for its seed,
+alone or batched, with or without speculation (its random numbers are a function of the seed and
+the position; drafts are verified against the target's own draw: docs/speculative.md).
 
 Prompt text is tokenized as text: control-token text such as ``<|im_start|>`` written in a prompt
 or in a chat message stays text unless the caller opts in with ``parse_special=True``.
@@ -186,10 +186,11 @@ class LLM:
                                                  block_size, kv_cache_dtype, max_num_batched_tokens,
                                                  disable_hybrid_kv_cache_manager)
         self.runner = _core.ModelRunner(
-            self.context, self.model_path, attention_backend or "", max_model_len,
-            self.kv_split["target_bytes"], block_size,
-            kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
-            _load_progress(stream) if stream else None,
+            self.context, self.model_path, attention_backend=attention_backend or "",
+            max_model_len=max_model_len, kv_cache_memory_bytes=self.kv_split["target_bytes"],
+            block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_logits=self.max_num_logits,
+            progress=_load_progress(stream) if stream else None,
             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
             enable_prefix_caching=self.enable_prefix_caching)
         self.config = self.runner.config
@@ -206,15 +207,31 @@ class LLM:
         self._id_lock = threading.Lock()
         self.last_metrics: Dict[str, float] = {}
         self._warm_up()
-        self.engine = LLMEngine(EngineCore(
-            self.runner, self.tokenizer, self.proposer, k,
-            speculation.config.disable_by_batch_size if speculation.config is not None else 0,
-            max_num_seqs, max_num_batched_tokens, self.max_num_logits,
-            adaptive=speculation.config is not None and speculation.config.adaptive,
-            enable_prefix_caching=self.enable_prefix_caching,
+        self._prefix_followers = [self.drafter] if speculation.context_follows_target() else []
+        self.engine = LLMEngine(self.new_engine_core(
+            self.proposer, k,
+            disable_by_batch_size=speculation.config.disable_by_batch_size if speculation.config is not None else 0,
+            adaptive=speculation.config is not None and speculation.config.adaptive))
+
+    def new_engine_core(self, proposer: Any = None, num_speculative_tokens: int = 0, *,
+                        disable_by_batch_size: int = 0, adaptive: bool = False,
+                        max_num_seqs: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
+                        max_num_logits: Optional[int] = None,
+                        enable_prefix_caching: Optional[bool] = None) -> EngineCore:
+        """An engine core over this LLM's target runner and tokenizer: the one place engines are
+        assembled (the LLM's own, the benchmark's and the CLI's plain comparison). Limits default
+        to the LLM's; a DFlash drafter's context follows the target's prefix cache."""
+        caching = self.enable_prefix_caching if enable_prefix_caching is None else enable_prefix_caching
+        return EngineCore(
+            self.runner, self.tokenizer, proposer, num_speculative_tokens,
+            disable_by_batch_size=disable_by_batch_size,
+            max_num_seqs=max_num_seqs or self.max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens or self.max_num_batched_tokens,
+            max_num_logits=max_num_logits or self.max_num_logits,
+            adaptive=adaptive, enable_prefix_caching=caching,
             # a DFlash drafter's context comes from the target's steps: its cache must hold any
             # prefix the target takes from its own
-            prefix_followers=[self.drafter] if speculation.context_follows_target() else []))
+            prefix_followers=self._prefix_followers if caching else [])
 
     def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
                        kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,
@@ -309,7 +326,9 @@ class LLM:
         if not params.greedy:
             seed = params.seed if params.seed is not None else int.from_bytes(
                 np.random.default_rng().bytes(8), "little")
-            gen = _core.SamplingGenerator(seed)
+            # a seeded request is verified coupled: its tokens are those plain decoding draws for
+            # the seed, alone or batched, whatever the drafts (docs/speculative.md)
+            gen = _core.SamplingGenerator(seed, coupled=params.seed is not None)
         req = Request(rid, text, params, _core.spec_decode.Sequence(rid, ids), gen)
         if params.logprobs is not None:
             req.logprobs = []

@@ -130,9 +130,11 @@ class Speculation:
         ids = self.draft_vocab_ids(path)
         # the drafter's own backend: None / auto selects independently, never the target's
         try:
-            return _core.ModelRunner(context, path, c.attention_backend or "", length, kv_bytes,
-                                     block_size, c.kv_cache_dtype or dtype, max_num_batched_tokens,
-                                     max_num_logits, progress, ids,
+            return _core.ModelRunner(context, path, attention_backend=c.attention_backend or "",
+                                     max_model_len=length, kv_cache_memory_bytes=kv_bytes,
+                                     block_size=block_size, kv_cache_dtype=c.kv_cache_dtype or dtype,
+                                     max_num_batched_tokens=max_num_batched_tokens,
+                                     max_num_logits=max_num_logits, progress=progress, logit_token_ids=ids,
                                      disable_hybrid_kv_cache_manager=c.disable_hybrid_kv_cache_manager,
                                      enable_prefix_caching=enable_prefix_caching)
         except ValueError as e:

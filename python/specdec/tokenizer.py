@@ -70,6 +70,10 @@ class StreamDecoder:
     def push(self, token_id: int) -> str:
         return self._core.push(token_id)
 
+    def push_many(self, token_ids: List[int]) -> str:
+        """push for each id, in one call: the text they complete."""
+        return self._core.push_many(token_ids)
+
     def flush(self) -> str:
         return self._core.flush()
 
@@ -135,6 +139,11 @@ class Tokenizer:
 
     def is_eog(self, token_id: int) -> bool:
         return self._core.is_eog(token_id)
+
+    @property
+    def eog_token_ids(self) -> List[int]:
+        """The ids that end generation (EOS, EOT, ...), sorted."""
+        return list(self._core.eog_token_ids)
 
     def stream_decoder(self, special: bool = False, continuation: bool = False) -> StreamDecoder:
         return StreamDecoder(self, special, continuation)

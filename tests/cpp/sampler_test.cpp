@@ -88,7 +88,7 @@ TEST(SamplerTest, DrawsFollowTheDistribution) {
     Generator gen(1234);
     std::map<int32_t, int> counts;
     const int n = 200000;
-    for (int i = 0; i < n; ++i) ++counts[sample(kLogits.data(), 8, sp, gen)];
+    for (int i = 0; i < n; ++i) ++counts[sample(kLogits.data(), 8, sp, gen, i)];  // a position each
     double chi2 = 0;
     for (const auto& [id, p] : probs) {
       const double expected = p * n;
@@ -101,19 +101,56 @@ TEST(SamplerTest, DrawsFollowTheDistribution) {
   }
 }
 
-TEST(SamplerTest, SeedReproducesGreedyDrawsNothing) {
+TEST(SamplerTest, DrawsAreAFunctionOfSeedAndPosition) {
   Generator a(7), b(7), c(8);
   std::vector<int32_t> ta, tb, tc;
   for (int i = 0; i < 50; ++i) {
-    ta.push_back(sample(kLogits.data(), 8, params(1), a));
-    tb.push_back(sample(kLogits.data(), 8, params(1), b));
-    tc.push_back(sample(kLogits.data(), 8, params(1), c));
+    ta.push_back(sample(kLogits.data(), 8, params(1), a, i));
+    tb.push_back(sample(kLogits.data(), 8, params(1), b, i));
+    tc.push_back(sample(kLogits.data(), 8, params(1), c, i));
   }
   EXPECT_EQ(ta, tb);
   EXPECT_NE(ta, tc);
-  Generator g(7);
-  EXPECT_EQ(sample(kLogits.data(), 8, params(0), g), 1);
-  EXPECT_EQ(sample(kLogits.data(), 8, params(1), g), ta[0]);  // greedy consumed no draw
+  // in any order, any number of times: the position names the draw (counter-based)
+  for (int i = 49; i >= 0; --i) EXPECT_EQ(sample(kLogits.data(), 8, params(1), a, i), ta[i]);
+  EXPECT_EQ(sample(kLogits.data(), 8, params(0), a, 0), 1);  // greedy: the argmax
+  // the streams of one position are distinct numbers
+  EXPECT_NE(a.uniform(3, Stream::kToken), a.uniform(3, Stream::kAccept));
+  EXPECT_NE(a.uniform(3, Stream::kAccept), a.uniform(3, Stream::kResidual));
+  EXPECT_NE(a.uniform(3, Stream::kToken, 0), a.uniform(3, Stream::kToken, 1));
+  EXPECT_NE(a.uniform(3, Stream::kToken), a.uniform(4, Stream::kToken));
+}
+
+TEST(SamplerTest, UniformsAreUniformAndInRange) {
+  Generator g(99);
+  const int n = 100000, bins = 20;
+  std::vector<int> counts(bins, 0);
+  for (int i = 0; i < n; ++i) {
+    const double u = g.uniform(i, Stream::kAccept);
+    ASSERT_GT(u, 0.0);
+    ASSERT_LE(u, 1.0);
+    ++counts[std::min(bins - 1, static_cast<int>(u * bins))];
+  }
+  double chi2 = 0;
+  for (int c : counts) chi2 += (c - n / bins) * (c - n / bins) / static_cast<double>(n / bins);
+  EXPECT_LT(chi2, 43.8);  // 99.9th percentile, 19 degrees of freedom
+}
+
+// The race couples distributions: raced with the same numbers, two close distributions pick the
+// same token far more often than independent draws would, and identical ones always do.
+TEST(SamplerTest, RaceCouplesCloseDistributions) {
+  const std::vector<std::pair<int32_t, double>> p = {{0, 0.5}, {1, 0.3}, {2, 0.2}};
+  const std::vector<std::pair<int32_t, double>> q = {{0, 0.45}, {1, 0.35}, {2, 0.2}};
+  Generator g(5);
+  int same_pq = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(race(p, g, i), race(p, g, i));
+    same_pq += race(p, g, i) == race(q, g, i) ? 1 : 0;
+  }
+  // independent draws agree with probability sum p*q = 0.37; the optimal coupling 1 - TV = 0.95;
+  // the race's lower bound (1 - TV) / (1 + TV) = 0.905
+  EXPECT_GT(same_pq, 0.9 * n);
 }
 
 TEST(SamplerTest, LogprobsOfRawLogits) {

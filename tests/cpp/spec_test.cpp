@@ -103,11 +103,11 @@ TEST(SpecRejection, Greedy) {
 }
 
 // The first output token of speculative sampling is distributed as p (row 0), whatever q is,
-// with draft probabilities and with point masses.
-class SpecRejectionDistribution : public ::testing::TestWithParam<bool> {};
+// with draft probabilities and with point masses, by rejection sampling and coupled.
+class SpecRejectionDistribution : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(SpecRejectionDistribution, OutputEqualsTarget) {
-  const bool with_probs = GetParam();
+  const auto [with_probs, coupled] = GetParam();
   const int64_t V = 5;
   const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f,   // row 0
                                      0.3f, 0.3f, 0.3f, 0.3f, 0.3f};  // row 1 (bonus)
@@ -117,11 +117,12 @@ TEST_P(SpecRejectionDistribution, OutputEqualsTarget) {
   for (int64_t i = 0; i < V; ++i) p[i] = std::exp(logits[i]) / z;
   const std::vector<float> q = {0.05f, 0.6f, 0.2f, 0.05f, 0.1f};  // far from p
   sampling::SamplingParams params;
-  sampling::Generator gen(7);
+  sampling::Generator gen(7, coupled);
   std::mt19937 draw(3);
   std::discrete_distribution<int> qd(q.begin(), q.end());
   const int n = 60000;
   std::vector<double> counts(V, 0);
+  int accepted = 0;
   for (int i = 0; i < n; ++i) {
     Draft d;
     d.tokens = {with_probs ? qd(draw) : static_cast<int32_t>(draw() % V)};
@@ -129,16 +130,22 @@ TEST_P(SpecRejectionDistribution, OutputEqualsTarget) {
       d.probs = q;
       d.vocab_size = V;
     }
-    const VerifyResult r = verify_sampled(d, logits.data(), V, params, gen);
+    const VerifyResult r = verify_sampled(d, logits.data(), V, params, gen, 2 * i);  // fresh positions
     ASSERT_EQ(r.tokens.size(), static_cast<size_t>(r.num_accepted) + 1);
     counts[r.tokens[0]] += 1;
+    accepted += r.num_accepted;
+    if (coupled) {  // the token plain decoding draws at that position, whatever the draft
+      EXPECT_EQ(r.tokens[0], sampling::sample(logits.data(), V, params, gen, 2 * i));
+    }
   }
   double tv = 0;
   for (int64_t i = 0; i < V; ++i) tv += std::abs(counts[i] / n - p[i]);
   EXPECT_LT(tv / 2, 0.01);
+  EXPECT_GT(accepted, n / 10);  // drafts are accepted at all
 }
 
-INSTANTIATE_TEST_SUITE_P(DraftKinds, SpecRejectionDistribution, ::testing::Values(true, false));
+INSTANTIATE_TEST_SUITE_P(DraftKinds, SpecRejectionDistribution,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(SpecMetrics, VllmDefinitions) {
   SpecDecodingStats s;

@@ -171,8 +171,9 @@ def _tv(counts: np.ndarray, p: np.ndarray) -> float:
     return 0.5 * float(np.abs(counts / counts.sum() - p).sum())
 
 
+@pytest.mark.parametrize("coupled", [False, True], ids=["rejection", "coupled"])
 @pytest.mark.parametrize("kind", ["point_mass", "draft_probs"])
-def test_stochastic_verification_reproduces_the_target_distribution(kind):
+def test_stochastic_verification_reproduces_the_target_distribution(kind, coupled):
     """Synthetic 6-token distributions: the first output token of speculative sampling is
     distributed as the target's p, whatever the draft; the second one (after an accepted first
     draft) as p of row 1."""
@@ -182,7 +183,7 @@ def test_stochastic_verification_reproduces_the_target_distribution(kind):
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     q = rng.dirichlet(np.ones(V), size=2).astype(np.float32)
-    gen = _core.SamplingGenerator(123)
+    gen = _core.SamplingGenerator(123, coupled=coupled)
     first = np.zeros(V)
     drafted = np.zeros(V)
     for i in range(n):
@@ -193,7 +194,7 @@ def test_stochastic_verification_reproduces_the_target_distribution(kind):
             d0 = int(rng.choice(V, p=q[0] / q[0].sum()))
             d1 = int(rng.choice(V, p=q[1] / q[1].sum()))
             draft = _draft_with_probs([d0, d1], q)
-        tokens, acc = spec.verify_sampled(draft, logits, 1.0, generator=gen)
+        tokens, acc = spec.verify_sampled(draft, logits, 1.0, generator=gen, first_position=3 * i)
         first[tokens[0]] += 1
         assert len(tokens) == acc + 1 and acc <= 2
         drafted[d0] += 1
@@ -211,8 +212,9 @@ def test_stochastic_verification_respects_top_k_and_temperature():
     logits = np.array([[3.0, 2.0, 1.0, 0.0, -1.0]] * 2, np.float32)
     gen = _core.SamplingGenerator(5)
     seen = set()
-    for _ in range(3000):
-        toks, _ = spec.verify_sampled(spec.Draft([4]), logits, 0.7, top_k=2, generator=gen)
+    for i in range(3000):
+        toks, _ = spec.verify_sampled(spec.Draft([4]), logits, 0.7, top_k=2, generator=gen,
+                                      first_position=i)
         seen.add(toks[0])
     assert seen == {0, 1}  # the draft (outside the top 2) is never accepted
 

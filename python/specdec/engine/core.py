@@ -102,13 +102,24 @@ class EngineCore:
         self.scheduler = Scheduler(runner, max_num_seqs, max_num_batched_tokens, max_num_logits,
                                    enable_prefix_caching, prefix_followers)
         self.requests: Dict[str, Request] = {}
-        self.stats = EngineStats()
         self._is_custom = proposer is not None and not isinstance(proposer, spec.Proposer)
         # adaptive speculation: k per request and step from measured acceptance and costs
         self.adaptive = spec.AdaptiveK(self.k) if adaptive and self.k else None
+        # the step's verification, counters, rollback and token-level stops: one C++ call
+        self.verifier = spec.StepVerifier(runner, list(tokenizer.eog_token_ids), self.max_model_len,
+                                          self.adaptive)
+        self.stats = EngineStats(spec=self.verifier.stats)
 
     # ---- requests ----
     def add_request(self, r: Request) -> None:
+        p = r.params
+        r.verify = spec.VerifyRequest(
+            r.sequence, p.temperature, p.top_k, p.top_p, p.min_p, r.generator,
+            on_argmax=p.greedy and p.logprobs is None, ignore_eos=p.ignore_eos,
+            stop_token_ids=list(p.stop_token_ids), max_tokens=p.max_tokens, append=not p.stop)
+        if p.stop:  # stop strings are looked for in the text of new tokens only
+            r.text_decoder = self.tokenizer.stream_decoder(special=not p.skip_special_tokens,
+                                                           continuation=True)
         self.requests[r.request_id] = r
         self.scheduler.add(r)
 
@@ -123,7 +134,8 @@ class EngineCore:
         return self.scheduler.has_unfinished()
 
     def reset_stats(self) -> None:
-        self.stats = EngineStats()
+        self.verifier.reset_stats()
+        self.stats = EngineStats(spec=self.verifier.stats)
         self.scheduler.num_preemptions = 0
 
     def _finish(self, r: Request, status: RequestStatus) -> None:
@@ -139,6 +151,8 @@ class EngineCore:
         if not r.params.stop:  # with stop strings the text is kept current per token
             r.text = self.tokenizer.decode(r.output_token_ids, special=not r.params.skip_special_tokens,
                                            continuation=True)
+        elif status != RequestStatus.FINISHED_STOPPED or not isinstance(r.stop_reason, str):
+            r.text += r.text_decoder.flush()  # an unfinished character at the end, as decode gives it
 
     # ---- proposing ----
     def _num_draft_tokens(self, r: Request, batch_rows: int = 1) -> int:
@@ -244,68 +258,68 @@ class EngineCore:
         return [u for u in updates if u.new_token_ids or u.request.finished]
 
     def _update(self, plan: SchedulerOutput, out: _core.StepOutput) -> List[StepUpdate]:
-        logits, starts = out.logits, out.logits_start
-        argmax, argmax_lp = out.argmax, out.argmax_logprob
-        updates: List[StepUpdate] = []
-        now = time.monotonic()
+        """Verification, counters, rollback and token-level stops in one C++ call; then what needs
+        Python: prefill bookkeeping, logprobs, stop strings, streamed text, finishing."""
+        starts = out.logits_start
+        items, reqs = [], []
         for i, s in enumerate(plan.scheduled):
             r = s.request
-            a, b = starts[i], starts[i + 1]
             if s.is_prefill:
                 if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                    self._prompt_logprobs(r, logits[a:b], s.num_computed)
+                    self._prompt_logprobs(r, out.logits[starts[i]:starts[i + 1]], s.num_computed)
                 r.num_computed_tokens = s.num_computed + len(s.tokens)
                 if r.num_computed_tokens < r.num_tokens:
-                    updates.append(StepUpdate(r, [], ""))
                     continue
                 r.prompt_logprobs_done = True
                 r.status = RequestStatus.RUNNING
                 self.scheduler.waiting.remove(r)
                 self.scheduler.running.append(r)
-                draft_tokens: List[int] = []
-            else:
-                draft_tokens = list(s.draft.tokens) if s.draft is not None else []
-            p = r.params
-            plain = p.greedy and p.logprobs is None
-            if plain:
-                tokens, accepted = spec.verify_greedy(draft_tokens, argmax[b - 1 - len(draft_tokens):b])
-            else:
-                rows = logits[b - 1 - len(draft_tokens):b]
-                draft = s.draft if s.draft is not None else spec.Draft([])
-                tokens, accepted = spec.verify_sampled(draft, rows, p.temperature, p.top_k, p.top_p,
-                                                       p.min_p, r.generator)
-            if draft_tokens:
-                if self.adaptive is not None:
-                    self.adaptive.observe_draft(r.request_id, len(draft_tokens), accepted)
-                r.stats.observe_draft(len(draft_tokens), accepted)
-                self.stats.spec.observe_draft(len(draft_tokens), accepted)
-            if not s.is_prefill:
-                # the cache holds the last token and every draft; keep the accepted ones
-                keep = s.num_computed + 1 + accepted
-                if accepted < len(draft_tokens):
-                    self.runner.truncate(r.request_id, keep)
-                r.num_computed_tokens = keep
+            items.append((r.verify, s.draft, starts[i + 1], -1 if s.is_prefill else s.num_computed))
+            reqs.append((i, r, s))
+        outcomes = self.verifier.verify(items, out)
+        now = time.monotonic()
+        updates = [StepUpdate(s.request, [], "") for s in plan.scheduled]  # in the plan's order
+        for (i, r, s), (tokens, accepted, argmax_lp, finish, num_computed) in zip(reqs, outcomes):
+            r.num_computed_tokens = num_computed
             if r.first_token_time is None:
                 r.first_token_time = now
-            row0 = b - 1 - len(draft_tokens)
-            new_ids, text = [], ""
-            for j, tid in enumerate(tokens):
-                if plain:
-                    r.cumulative_logprob += float(argmax_lp[row0 + j])
-                else:
-                    self._logprobs(r, logits[row0 + j], tid)
-                r.sequence.append([tid])
-                new_ids.append(tid)
-                if r.stream is not None and not p.stop:
-                    text += r.stream.push(tid)
-                status = self._stop_status(r, tid)
-                if status is not None:
-                    self._finish(r, status)
-                    break
+            if r.verify.on_argmax:
+                r.cumulative_logprob += argmax_lp
+            else:
+                row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
+                for j, tid in enumerate(tokens):
+                    self._logprobs(r, out.logits[row0 + j], tid)
+            status = _FINISH[finish]
+            if finish == 2:
+                r.stop_reason = tokens[-1]
+            text = ""
+            if r.params.stop:
+                tokens, status = self._stop_strings(r, tokens, status)
+            elif r.stream is not None:
+                text = r.stream.push_many(tokens)
+            if status is not None:
+                self._finish(r, status)
             if r.stream is not None:
                 text = self.stream_text(r, text)
-            updates.append(StepUpdate(r, new_ids, text))
+            updates[i] = StepUpdate(r, tokens, text)
         return updates
+
+    def _stop_strings(self, r: Request, tokens: List[int], status):
+        """Appends tokens one by one while no stop string appears in the text (only the new text
+        and the tail a stop string could straddle are searched); the tokens kept and the status."""
+        stops = r.params.stop
+        longest = max(len(x) for x in stops)
+        for n, tid in enumerate(tokens):
+            r.sequence.append([tid])
+            start = max(0, len(r.text) - longest + 1)
+            r.text += r.text_decoder.push(tid)
+            found = [(i, m, x) for m, x in enumerate(stops) for i in (r.text.find(x, start),) if i >= 0]
+            if found:  # the earliest stop string in the text ends it (ties: the first listed)
+                i, _, x = min(found)
+                r.text = r.text[:i]
+                r.stop_reason = x
+                return tokens[:n + 1], RequestStatus.FINISHED_STOPPED
+        return tokens, status
 
     def stream_text(self, r: Request, pushed: str = "") -> str:
         """The text a streaming request may send now; the pieces joined equal its final text.
@@ -344,29 +358,9 @@ class EngineCore:
             top, of_ids, ranks = _core.token_logprobs(rows[j], n, [actual])
             r.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0], self._piece))
 
-    def _stop_status(self, r: Request, tid: int) -> Optional[RequestStatus]:
-        p = r.params
-        status = None
-        if not p.ignore_eos and self.tokenizer.is_eog(tid):
-            status = RequestStatus.FINISHED_STOPPED
-        elif tid in p.stop_token_ids:
-            status, r.stop_reason = RequestStatus.FINISHED_STOPPED, tid
-        if status is None:
-            if p.max_tokens is not None and r.num_output_tokens >= p.max_tokens:
-                status = RequestStatus.FINISHED_LENGTH
-            elif r.num_tokens >= self.max_model_len:
-                status = RequestStatus.FINISHED_LENGTH
-        if not p.stop:
-            return status
-        text = self.tokenizer.decode(r.output_token_ids, special=not p.skip_special_tokens,
-                                     continuation=True)
-        found = [(i, n, s) for n, s in enumerate(p.stop) for i in (text.find(s),) if i >= 0]
-        if found:  # the earliest stop string in the text ends it (ties: the first listed)
-            i, _, s = min(found)
-            text = text[:i]
-            status, r.stop_reason = RequestStatus.FINISHED_STOPPED, s
-        r.text = text
-        return status
+
+_FINISH = {0: None, 1: RequestStatus.FINISHED_STOPPED, 2: RequestStatus.FINISHED_STOPPED,
+           3: RequestStatus.FINISHED_LENGTH}
 
 
 def stable_text_end(text: str, stops) -> int:

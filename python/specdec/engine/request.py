@@ -25,6 +25,11 @@ class RequestStatus(enum.Enum):
     FINISHED_ABORTED = "abort"
 
     @property
+    def stats(self) -> "_core.spec_decode.SpecDecodingStats":
+        """The request's speculative-decoding counters (kept by the C++ verifier)."""
+        return self.verify.stats if self.verify is not None else _core.spec_decode.SpecDecodingStats()
+
+    @property
     def finished(self) -> bool:
         return self.value in ("stop", "length", "abort")
 
@@ -44,9 +49,10 @@ class Request:
     prompt_logprobs: Optional[list] = None
     prompt_logprobs_done: bool = False
     cumulative_logprob: float = 0.0
-    stats: Any = field(default_factory=lambda: _core.spec_decode.SpecDecodingStats())
+    verify: Any = None                   # its _core VerifyRequest (set when the engine takes it)
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
     num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed
+    text_decoder: Any = None             # with stop strings: keeps ``text`` current per token
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: Optional[float] = None
     first_token_time: Optional[float] = None
@@ -69,6 +75,11 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return self.sequence.num_output_tokens
+
+    @property
+    def stats(self) -> "_core.spec_decode.SpecDecodingStats":
+        """The request's speculative-decoding counters (kept by the C++ verifier)."""
+        return self.verify.stats if self.verify is not None else _core.spec_decode.SpecDecodingStats()
 
     @property
     def finished(self) -> bool:

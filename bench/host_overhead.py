@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Host time per engine step: what a step costs beyond the target's forward and the proposer's
+call (Python orchestration + the Python <-> C++ crossings: scheduling, verification, rollback,
+counters, stops, streaming), on decode / verify steps of N concurrent requests.
+
+    .venv/bin/python bench/host_overhead.py [--model smollm2-135m-instruct-q4_1]
+        [--requests 1 16] [--method ngram draft_model] [--k 4] [--tokens 64]
+        [--out bench/out/host_overhead.json]
+
+The forward (runner.step) and the proposer's propose call are timed around the calls and
+subtracted from each step's wall time; the rest is host time. draft_model drafts with the target
+itself (every draft accepted when greedy): the step's shape with k + 1 rows per request. Steps
+with a prefill chunk are left out. Works on any checkout of the engine (it wraps the runner and
+the proposer the engine holds), so the same script measures before and after a change.
+Not a test: numbers for reading, like every benchmark here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import specdec
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+          "def mul(a, b):\n    return a * b\n\ndef div(a, b):\n    return a / b\n\n")
+
+
+class _Timed:
+    """Delegates to `inner`, adding the seconds spent in `name` calls to `box[0]`."""
+
+    def __init__(self, inner, name: str, box: list) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_box", box)
+
+    def __getattr__(self, attr):
+        value = getattr(self._inner, attr)
+        if attr != self._name:
+            return value
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return value(*a, **kw)
+            finally:
+                self._box[0] += time.perf_counter() - t0
+        return timed
+
+
+def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: float) -> dict:
+    spec = None
+    if method == "ngram":
+        spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    elif method == "draft_model":
+        spec = {"method": "draft_model", "model": model, "num_speculative_tokens": k}
+    llm = specdec.LLM(model, progress=False, speculative_config=spec, max_num_seqs=max(16, n),
+                      max_num_batched_tokens=max(512, n * (k + 1)), max_num_logits=max(128, n * (k + 1)))
+    core = llm.engine.core
+    fwd, prop = [0.0], [0.0]
+    core.runner = _Timed(core.runner, "step", fwd)
+    if core.proposer is not None:
+        core.proposer = _Timed(core.proposer, "propose", prop)
+    rows, step = [], core.step
+
+    def timed_step():
+        decode = not core.scheduler.waiting and bool(core.scheduler.running)
+        fwd[0] = prop[0] = 0.0
+        t0 = time.perf_counter()
+        out = step()
+        wall = time.perf_counter() - t0
+        if decode and fwd[0] > 0:
+            rows.append((wall, fwd[0], prop[0]))
+        return out
+
+    core.step = timed_step
+    params = specdec.SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True, seed=1)
+    llm.generate([PROMPT + f"# {i}\n" for i in range(n)], params)  # warm
+    rows.clear()
+    llm.generate([PROMPT + f"# {i}\n" for i in range(n)], params)
+    host = sorted((w - f - p) * 1e3 for w, f, p in rows)
+    return {"model": model, "method": method, "requests": n, "k": k if spec else 0,
+            "temperature": temperature, "steps": len(rows),
+            "host_ms_median": statistics.median(host), "host_ms_p10": host[len(host) // 10],
+            "host_ms_p90": host[9 * len(host) // 10],
+            "forward_ms_median": statistics.median(f * 1e3 for _, f, _ in rows),
+            "propose_ms_median": statistics.median(p * 1e3 for _, _, p in rows),
+            "step_ms_median": statistics.median(w * 1e3 for w, _, _ in rows)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct-q4_1")
+    ap.add_argument("--requests", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--method", nargs="+", default=["ngram", "draft_model"])
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--label", default="", help="a name for this checkout in the JSON (before / after)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "host_overhead.json"))
+    a = ap.parse_args()
+    results = []
+    for method in a.method:
+        for n in a.requests:
+            for t in a.temperature:
+                r = measure(a.model, method, n, a.k, a.tokens, t)
+                r["label"] = a.label
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    doc = {"machine": {"cpu": _cpu(), "python": platform.python_version()}, "results": results}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
