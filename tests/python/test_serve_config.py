@@ -101,3 +101,25 @@ def test_ignored_fields_are_held_to_openai_limits():
         with pytest.raises(ApiError) as e:
             check_fields({"model": "m", "prompt": "a", **bad}, COMPLETION_FIELDS, "/v1/completions")
         assert e.value.status == 400 and e.value.param == param, (bad, e.value.message)
+
+
+def test_large_bodies_are_walked_field_by_field():
+    import json
+    from specdec.server.limits import FIELD_CHARS, parse_object
+    from specdec.server.protocol import ApiError
+    body = {"model": "m", "prompt": ["x" * 200000, [1, 2, 3] * 30000], "stop": ["a", "b"],
+            "metadata": {"k": "v"}, "messages": [{"role": "user", "content": "\u00e9\"" * 50000}],
+            "n": 2, "seed": None, "stream": True}
+    for text in (json.dumps(body), json.dumps(body, indent=2), json.dumps(body, ensure_ascii=False)):
+        assert parse_object(text.encode()) == body
+        assert parse_object(text.encode("utf-16")) == body
+    assert parse_object(b" { } ") == {}
+    for raw, code, param in ((b'{"metadata": {"k": "' + b"v" * FIELD_CHARS + b'"}}', "invalid_value", "metadata"),
+                             (b'{"bogus": [' + b"1," * FIELD_CHARS + b"1]}", "invalid_value", "bogus"),
+                             (b"[1, 2]", "invalid_json", None), (b'{"a": 1,}', "invalid_json", None),
+                             (b'{"a": 1} x', "invalid_json", None), (b'{"a" 1}', "invalid_json", None),
+                             (b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", "invalid_json", None),
+                             (b'{"a": 1', "invalid_json", None), (b"\xff\xfe\x00", "invalid_json", None)):
+        with pytest.raises(ApiError) as e:
+            parse_object(raw)
+        assert e.value.status == 400 and (e.value.code, e.value.param) == (code, param), (raw[:40], e.value.message)

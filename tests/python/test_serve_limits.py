@@ -200,8 +200,8 @@ def test_many_big_bodies_get_413_past_the_budget_and_memory_stays_bounded(server
     sock.close()
 
 
-def test_health_answers_while_a_30_mib_body_is_parsed(server):
-    meta = ",".join(f'"k{i}":"v"' for i in range(30 * MIB // 12))
+def test_health_answers_while_a_30_mib_metadata_body_comes_in(server):
+    meta = ",".join(f'"{i:07d}":"v"' for i in range(30 * MIB // 14))  # 30 MiB of small pairs
     body = ('{"model":"%s","prompt":"a","max_tokens":1,"metadata":{%s}}' % (NAME, meta)).encode()
     sock = _connect(server)
     sock.sendall(_head(len(body)) + body)
@@ -220,9 +220,10 @@ def test_health_answers_while_a_30_mib_body_is_parsed(server):
     t.join()
     sock.close()
     resp = done[0]
-    # parsed, then refused: metadata is held to OpenAI's limits
+    assert 30 * MIB - 100 < len(body) <= 30 * MIB + 100
+    # refused after its first 64 KiB, not parsed whole
     assert _status(resp) == 400 and b'"param":"metadata"' in resp, resp[:300]
-    assert len(latencies) >= 3, latencies
+    assert latencies, "no /health answer came"
     assert max(latencies) < 0.5, f"/health took up to {max(latencies):.2f} s"
 
 

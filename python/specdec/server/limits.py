@@ -4,14 +4,17 @@ and request headers read under a deadline (a uvicorn protocol class).
 
 - A body over ``max_body_bytes`` is a 413 before it is read (``Content-Length``) or as soon as it
   passes the size (chunked).
-- Every body's bytes count against ``max_inflight_body_bytes`` from the moment they arrive until
-  the request's handler is done with them; a body that would go over is a 413 at once, so many
-  clients sending big bodies together cost the server at most that many bytes, not one body each.
+- Every body counts against ``max_inflight_body_bytes`` from its headers (its ``Content-Length``;
+  a chunked body as its bytes arrive) until the request's handler is done with it; a body that
+  would go over is a 413 at once, so many clients sending big bodies together cost the server at
+  most that many bytes, not one body each.
 - A body must be complete within ``body_timeout_s`` of its headers: a client that stalls or drips
   gets a 408 and its connection is closed.
-- A body over 64 KiB is parsed in a thread of its own, so its parse never stalls ``/health`` and
-  the other clients (with the garbage collector paused meanwhile: a body of millions of small
-  arrays otherwise triggers collections that hold the interpreter for seconds).
+- A body over 64 KiB is parsed in a thread of its own, field by field: a field other than the
+  prompt, the messages, ``stop_token_ids`` and ``chat_template_kwargs`` (whose valid size grows
+  with the model) is refused past 64 KiB of JSON before it is parsed, so a 30 MiB ``metadata``
+  never holds the interpreter (the garbage collector is paused meanwhile: a body of millions of
+  small arrays otherwise triggers collections that hold it for seconds).
 - Request headers must be complete within ``header_timeout_s`` of the connection opening or of
   the previous response (uvicorn itself waits for ever): half-sent headers are closed.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
@@ -119,9 +123,14 @@ class BodyReader:
     async def read(self, request: Any, held: _Held) -> bytearray:
         cap = self.limits.max_body_bytes
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > cap:
-            raise ApiError(413, f"the request body has {length} bytes: at most {cap} "
-                           "(--max-body-bytes)", None, "request_too_large")
+        if length is not None and length.isdigit():
+            if int(length) > cap:
+                raise ApiError(413, f"the request body has {length} bytes: at most {cap} "
+                               "(--max-body-bytes)", None, "request_too_large")
+            # the whole body's share at once: first come, first served; the others are refused
+            # before anything is read (taken chunk by chunk, many big bodies at once could all
+            # be refused half-way)
+            held.take(int(length))
         data = bytearray()
 
         async def collect() -> None:
@@ -129,19 +138,25 @@ class BodyReader:
                 if len(data) + len(chunk) > cap:
                     raise ApiError(413, f"the request body is over {cap} bytes (--max-body-bytes)",
                                    None, "request_too_large")
-                held.take(len(chunk))
+                if len(data) + len(chunk) > held.bytes:  # chunked: taken as it comes
+                    held.take(len(data) + len(chunk) - held.bytes)
                 data.extend(chunk)
 
         timeout = self.limits.body_timeout_s
+        done = False
         try:
             await asyncio.wait_for(collect(), timeout)
+            done = True
+            return data
         except ClientDisconnect:  # nobody reads the answer: no traceback in the log either
             raise ApiError(400, "the client disconnected before its request body was complete", None,
                            "client_disconnected") from None
         except asyncio.TimeoutError:
             raise ApiError(408, f"the request body did not arrive within {timeout:g} s "
                            f"({len(data)} bytes came; --body-timeout)", None, "request_timeout") from None
-        return data
+        finally:
+            if not done:  # freed now, not when the collector finds the exception's cycle with
+                data.clear()  # this frame (the server's RSS grew with every refused body)
 
     async def read_json(self, request: Any, held: _Held) -> Any:
         data = await self.read(request, held)
@@ -159,12 +174,82 @@ def parse_json(data: Any) -> Any:
         raise ApiError(400, f"the request body is not valid JSON: {what}", None, "invalid_json") from None
 
 
+# top-level fields whose valid size grows with the model (prompts, conversations, token ids); any
+# other field is at most this many characters of JSON, checked before it is parsed
+FIELD_CHARS = 1 << 16
+GROWING_FIELDS = frozenset({"prompt", "messages", "stop_token_ids", "chat_template_kwargs"})
+_WS = re.compile(r"[ \t\n\r]*")
+_SCAN = json.JSONDecoder().scan_once  # the C scanner, value by value
+
+
+def parse_object(data: Any) -> Any:
+    """A large body: its top-level object walked field by field, so that a field that changes
+    little (``metadata``, ``user``, an unknown one) and holds megabytes is refused after reading
+    ``FIELD_CHARS`` of it, not parsed whole (the parser holds the interpreter: a 30 MiB metadata
+    object stalled every client for seconds, even from another thread)."""
+    try:
+        text = bytes(data).decode(json.detect_encoding(data), "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}", None, "invalid_json") from None
+    i = _WS.match(text, 0).end()
+    if not text.startswith("{", i):
+        raise ApiError(400, "the request body must be a JSON object", None, "invalid_json")
+    try:
+        return _walk_object(text, _WS.match(text, i + 1).end())
+    except (json.JSONDecodeError, StopIteration, IndexError, RecursionError) as e:
+        what = "nested too deeply" if isinstance(e, RecursionError) else str(e) or "unexpected end"
+        raise ApiError(400, f"the request body is not valid JSON: {what}", None, "invalid_json") from None
+
+
+def _walk_object(text: str, i: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if text.startswith("}", i):
+        return _end(text, i + 1, out)
+    while True:
+        if not text.startswith('"', i):
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+        key, i = json.decoder.scanstring(text, i + 1)
+        i = _WS.match(text, i).end()
+        if not text.startswith(":", i):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+        i = _WS.match(text, i + 1).end()
+        if key in GROWING_FIELDS:
+            out[key], i = _SCAN(text, i)
+        else:
+            out[key], i = _bounded_value(text, i, key)
+        i = _WS.match(text, i).end()
+        if text.startswith("}", i):
+            return _end(text, i + 1, out)
+        if not text.startswith(",", i):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        i = _WS.match(text, i + 1).end()
+
+
+def _bounded_value(text: str, i: int, key: str) -> Any:
+    try:
+        value, end = _SCAN(text[i:i + FIELD_CHARS], 0)
+    except (json.JSONDecodeError, StopIteration):
+        if len(text) - i <= FIELD_CHARS:
+            raise
+        from specdec._checks import show
+        raise ApiError(400, f"{show(key)}: more than {FIELD_CHARS} characters of JSON; only prompt, "
+                       "messages, stop_token_ids and chat_template_kwargs may be larger", key,
+                       "invalid_value") from None
+    return value, i + end
+
+
+def _end(text: str, i: int, out: Dict[str, Any]) -> Dict[str, Any]:
+    if _WS.match(text, i).end() != len(text):
+        raise json.JSONDecodeError("Extra data", text, i)
+    return out
+
+
 def _parse_large(data: bytearray) -> Any:
     # one parse at a time (a pool of one thread): pausing the collector here cannot race another
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return parse_json(data)
+        return parse_object(data)
     finally:
         if was_enabled:
             gc.enable()

@@ -106,7 +106,9 @@ def _check_ignored(body: Mapping) -> None:
     if meta is None:
         return
     if not isinstance(meta, dict) or len(meta) > 16:
-        raise bad("metadata", meta, "null or an object of up to 16 pairs")
+        what = f"an object of {len(meta)} pairs" if isinstance(meta, dict) else show(meta)
+        raise ApiError(400, f"metadata = {what}: null or an object of up to 16 pairs", "metadata",
+                       "invalid_value")
     for key, value in meta.items():
         if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
             raise bad(f"metadata.{show(key)}", value, "keys of up to 64 characters, string values "
