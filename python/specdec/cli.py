@@ -291,6 +291,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.api_key is not None:
         check_text("--api-key", args.api_key, "a non-empty key", empty_ok=False)
     template = _chat_template_arg(args.chat_template)
+    _serve_limits(args)  # a bad limit fails before the model loads
     api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
@@ -332,7 +333,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     sys.stderr.write(plan_text(llm, name, args.host, args.port, api_key, max_pending) + "\n")
     sys.stderr.flush()
     import uvicorn
-    app = build_app(llm, name, api_key, max_pending, chat_template=template)
+    limits = _serve_limits(args)
+    app = build_app(llm, name, api_key, max_pending, chat_template=template, limits=limits)
 
     def after_shutdown(sig: int, _frame: object) -> None:
         # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again
@@ -342,8 +344,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, after_shutdown)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5, **limits.uvicorn_options())
     return 0
+
+
+def _serve_limits(args: argparse.Namespace):
+    """The server's limits on request bodies and headers from the serve flags."""
+    from specdec.server.limits import ServeLimits
+    return ServeLimits(max_body_bytes=parse_bytes(args.max_body_bytes, "--max-body-bytes"),
+                       max_inflight_body_bytes=parse_bytes(args.max_inflight_body_bytes,
+                                                           "--max-inflight-body-bytes"),
+                       body_timeout_s=args.body_timeout, header_timeout_s=args.header_timeout,
+                       limit_concurrency=args.limit_concurrency)
 
 
 def _compare_plain(llm, ids, params, spec_out) -> None:
@@ -772,6 +784,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None,
                    help="for /v1/chat/completions: a Jinja file, Jinja source, or the name of one "
                         "of the model's templates (default: the model's own)")
+    seconds = _float_in("a number of seconds > 0", lambda v: v > 0)
+    p.add_argument("--max-body-bytes", default="32MiB", help="largest request body (default 32MiB; more: 413)")
+    p.add_argument("--max-inflight-body-bytes", default="128MiB",
+                   help="request-body bytes held by all connections together (default 128MiB; more: 413)")
+    p.add_argument("--body-timeout", type=seconds, default=60.0,
+                   help="seconds a request body may take to arrive after its headers (default 60; then 408)")
+    p.add_argument("--header-timeout", type=seconds, default=10.0,
+                   help="seconds for request headers to arrive on a connection (default 10; then it is closed)")
+    p.add_argument("--limit-concurrency", type=_int_in(0, 1 << 20), default=1024,
+                   help="connections before new requests get 503 (default 1024; 0: no limit)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=_cmd_serve, main_thread=True)
 

@@ -66,14 +66,25 @@ def check_attention_backend(value: Any, field: str = "attention_backend") -> Opt
 
 
 def _load_progress(stream) -> Callable[[int, int], None]:
-    state = {"last": 0.0, "start": time.monotonic()}
+    """A weight-loading bar on `stream`: redrawn in place on a terminal; elsewhere (a log file, a
+    pipe) a plain line at 0, 25, 50, 75 and 100 %, with no carriage returns."""
+    state = {"last": 0.0, "start": time.monotonic(), "quarter": -1}
+    tty = bool(getattr(stream, "isatty", None)) and stream.isatty()
 
     def report(done: int, total: int) -> None:
         now = time.monotonic()
+        pct = 100 * done // max(total, 1)
+        mib = f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB ({now - state['start']:.1f} s)"
+        if not tty:
+            quarter = min(pct, 100) // 25
+            if quarter > state["quarter"]:
+                state["quarter"] = quarter
+                stream.write(f"loading weights: {min(pct, 100)}% {mib}\n")
+                stream.flush()
+            return
         if done < total and now - state["last"] < 0.2:
             return
         state["last"] = now
-        pct = 100 * done // max(total, 1)
         end = "\n" if done >= total else ""
         stream.write(f"\rloading weights [{'#' * (pct // 4):25s}] {pct:3d}% "
                      f"{done / 2**20:7.1f}/{total / 2**20:.1f} MiB "

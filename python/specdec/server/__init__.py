@@ -3,7 +3,7 @@
     specdec serve --model qwen2.5-coder-1.5b-instruct-q4_k_m \\
         --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
 
-Needs the optional dependencies ``pip install '.[serve]'`` (fastapi, uvicorn, prometheus_client).
+Its libraries (fastapi, uvicorn, prometheus_client) are dependencies of the package.
 """
 
 from __future__ import annotations

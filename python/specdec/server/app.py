@@ -31,12 +31,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specdec.chat_template import RESERVED_VARIABLES
 from specdec.server import protocol
+from specdec.server.limits import BodyReader, ServeLimits
 from specdec.server.metrics import ServerMetrics
-from specdec.server.protocol import ApiError
+from specdec.server.protocol import ApiError, PathRedactor
 
 log = logging.getLogger("specdec.server")
 
-MAX_BODY_BYTES = 32 << 20  # a request body larger than this is refused before it is parsed
 SMALL_PROMPT_CHARS = 1 << 16  # prompts up to this size are tokenized in the event loop (< 1 ms)
 
 
@@ -106,6 +106,8 @@ class Server:
         self.inflight: set = set()
         self.created = int(time.time())
         self.metrics = ServerMetrics(llm, model_name)
+        # the server's file paths never reach a client: the model's shows as the served name
+        self.redact = PathRedactor.for_llm(llm, model_name)
         self.loop = EngineLoop(llm)
         # text longer than this cannot fit max_model_len tokens, however it is tokenized: refused
         # before tokenizing (the longest token's bytes x the context, and a margin for markers)
@@ -405,7 +407,7 @@ class Server:
                 yield chunk([], self._usage(reqs, s.n))
             yield "data: [DONE]\n\n"
         except ApiError as e:
-            yield f"data: {json.dumps(e.body())}\n\n"
+            yield f"data: {json.dumps(self.redact.error(e).body())}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             await outputs.aclose()
@@ -443,18 +445,24 @@ class _AsciiJSON(JSONResponse):
 
 
 def _error(e: ApiError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if e.status == 503 else None
-    return _AsciiJSON(e.body(), status_code=e.status, headers=headers)
+    headers = {"Retry-After": "1"} if e.status == 503 else {}
+    if e.status in (408, 413):  # the rest of the body is not read: the connection cannot be reused
+        headers["Connection"] = "close"
+    return _AsciiJSON(e.body(), status_code=e.status, headers=headers or None)
 
 
 def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
-              max_pending: Optional[int] = None, chat_template: Optional[str] = None) -> Any:
+              max_pending: Optional[int] = None, chat_template: Optional[str] = None,
+              limits: Optional[ServeLimits] = None) -> Any:
     """The ASGI app serving ``llm`` as ``model_name`` (FastAPI, behind the API-key check when a key
     is given). Starts its engine loop at startup. ``chat_template``: the name of one of the model's
-    templates or Jinja source for the chat endpoint (None: the model's own)."""
+    templates or Jinja source for the chat endpoint (None: the model's own). ``limits``: on request
+    bodies (size, budget across connections, deadline; ``limits.uvicorn_options()`` has the header
+    deadline for ``uvicorn.run``)."""
     from contextlib import asynccontextmanager
 
     server = Server(llm, model_name, api_key, max_pending, chat_template)
+    bodies = BodyReader(limits or ServeLimits())
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -464,40 +472,25 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
         finally:
             server.loop.stop()
             server.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+            bodies.close()
 
     # no /docs, /redoc or /openapi.json: the API is OpenAI's (docs/serving.md)
     app = FastAPI(title="specdec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
 
-    async def read_json(request: HttpRequest) -> Dict[str, Any]:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            raise ApiError(400, f"the request body has {length} bytes: at most {MAX_BODY_BYTES}", None,
-                           "request_too_large")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise ApiError(400, f"the request body is over {MAX_BODY_BYTES} bytes", None,
-                               "request_too_large")
-            chunks.append(chunk)
-        try:
-            body = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            what = "nested too deeply" if isinstance(e, RecursionError) else str(e)
-            raise ApiError(400, f"the request body is not valid JSON: {what}", None, "invalid_json") from None
-        return body
-
     async def run(request: HttpRequest, chat: bool) -> Response:
         try:
-            body = await read_json(request)
-            return await server.completions(request, body, chat)
+            # the body's bytes count against the budget until the handler returns (a stream: its
+            # requests are queued; a whole response: it is ready)
+            with bodies.budget.hold() as held:
+                body = await bodies.read_json(request, held)
+                return await server.completions(request, body, chat)
         except ApiError as e:
-            return _error(e)
+            return _error(server.redact.error(e))
         except Exception as e:  # noqa: BLE001 - a bug: say so in OpenAI's shape, keep serving
             log.exception("internal error on %s", request.url.path)
-            return _error(ApiError(500, f"internal error: {type(e).__name__}: {e}", None,
-                                   "internal_error", "server_error"))
+            return _error(server.redact.error(ApiError(500, f"internal error: {type(e).__name__}: {e}",
+                                                       None, "internal_error", "server_error")))
 
     @app.post("/v1/completions")
     async def completions(request: HttpRequest) -> Response:
@@ -509,7 +502,7 @@ def build_app(llm: Any, model_name: str, api_key: Optional[str] = None,
 
     def model_card() -> Dict[str, Any]:
         return {"id": model_name, "object": "model", "created": server.created, "owned_by": "specdec",
-                "root": llm.model_path, "max_model_len": llm.runner.max_model_len}
+                "root": model_name, "max_model_len": llm.runner.max_model_len}
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -557,12 +550,15 @@ class _ApiKeyGuard:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith("/v1"):
-            header = dict(scope.get("headers") or []).get(b"authorization", b"")
+            found = [v for k, v in scope.get("headers") or [] if k.lower() == b"authorization"]
+            header = found[0] if len(found) == 1 else b""
             token = header[7:] if header[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(token, self.key):
-                response = _error(ApiError(401, "Incorrect or missing API key: send the header "
-                                           "'Authorization: Bearer <key>' with the key given to --api-key",
-                                           None, "invalid_api_key"))
+                # several Authorization headers are refused: no proxy's choice among them is trusted
+                what = (f"{len(found)} Authorization headers: send exactly one, " if len(found) > 1
+                        else "Incorrect or missing API key: send the header ")
+                response = _error(ApiError(401, what + "'Authorization: Bearer <key>' with the key "
+                                           "given to --api-key", None, "invalid_api_key"))
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -12,6 +12,7 @@ would change it and that specdec does not implement (penalties, ``logit_bias``, 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -43,6 +44,7 @@ _COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k",
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
+MAX_USER_CHARS = 1024  # `user`: an end-user id (OpenAI documents no limit)
 # OpenAI's roles: a template may build control tokens from the role ('<|' + role + '|>'), so a
 # client cannot pick other ones
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -94,14 +96,72 @@ def _bool(body: Mapping, name: str) -> Optional[bool]:
     return v
 
 
+def _check_ignored(body: Mapping) -> None:
+    """``user`` and ``metadata`` change nothing, so they may not cost anything either: held to
+    OpenAI's limits (metadata: 16 pairs, keys up to 64 characters, string values up to 512)."""
+    user = body.get("user")
+    if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_CHARS):
+        raise bad("user", user, f"null or a string of up to {MAX_USER_CHARS} characters")
+    meta = body.get("metadata")
+    if meta is None:
+        return
+    if not isinstance(meta, dict) or len(meta) > 16:
+        what = f"an object of {len(meta)} pairs" if isinstance(meta, dict) else show(meta)
+        raise ApiError(400, f"metadata = {what}: null or an object of up to 16 pairs", "metadata",
+                       "invalid_value")
+    for key, value in meta.items():
+        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
+            raise bad(f"metadata.{show(key)}", value, "keys of up to 64 characters, string values "
+                      "of up to 512")
+
+
+class PathRedactor:
+    """Removes the server's own file paths from messages sent to clients: a model's path shows as
+    the name it is served under, a directory above it as nothing."""
+
+    def __init__(self, names: Dict[str, str]) -> None:
+        pairs: Dict[str, str] = {}
+        for path, name in names.items():
+            for p in {path, os.path.abspath(path), os.path.realpath(path)}:
+                pairs.setdefault(p, name)
+                parent = os.path.dirname(p.rstrip(os.sep))
+                if parent not in ("", os.sep):
+                    pairs.setdefault(parent + os.sep, "")
+        # longest first: a file's path goes before its directory's
+        self.pairs = sorted(pairs.items(), key=lambda kv: -len(kv[0]))
+
+    @classmethod
+    def for_llm(cls, llm: Any, model_name: str) -> "PathRedactor":
+        names = {}
+        for path, name in ((getattr(llm.tokenizer, "path", None), model_name),
+                           (llm.model_path, model_name), (_drafter_model(llm), "the drafter")):
+            if isinstance(path, str) and path and (os.sep in path or os.path.exists(path)):
+                names.setdefault(path, name)
+        return cls(names)
+
+    def text(self, message: str) -> str:
+        for path, name in self.pairs:
+            message = message.replace(path, name)
+        return message
+
+    def error(self, e: ApiError) -> ApiError:
+        e.message = self.text(e.message)
+        return e
+
+
+def _drafter_model(llm: Any) -> Optional[str]:
+    sc = getattr(llm, "speculative_config", None)
+    try:
+        return sc.drafter_config().model if sc is not None and sc.uses_drafter() else None
+    except (AttributeError, ValueError):
+        return None
+
+
 def check_fields(body: Any, allowed: set, what: str) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object ({what}), not "
                        f"{type(body).__name__}", None, "invalid_json")
-    if body.get("user") is not None and not isinstance(body["user"], str):
-        raise bad("user", body["user"], "null or a string")
-    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
-        raise bad("metadata", body["metadata"], "null or an object")
+    _check_ignored(body)
     for name, value in body.items():
         if name in allowed:
             continue
