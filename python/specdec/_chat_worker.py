@@ -104,7 +104,10 @@ def serve(memory_limit: int) -> None:
         body = _read_exact(stdin, _HEADER.unpack(header)[0])
         if body is None:
             return
-        _write_frame(stdout, _dump(_answer(_load(body), chat_template, memory_limit)))
+        answer = _answer(_load(body), chat_template, memory_limit)
+        _write_frame(stdout, _dump(answer))
+        if answer.get("retire"):
+            return
 
 
 def _answer(request: Dict[str, Any], chat_template: Any, memory_limit: int) -> Dict[str, Any]:
@@ -124,9 +127,9 @@ def _answer(request: Dict[str, Any], chat_template: Any, memory_limit: int) -> D
     except _Overrun:
         return {"error": f"chat template {name!r} ran past its time limit ({seconds:g} s); "
                          "the render was stopped"}
-    except MemoryError:
+    except MemoryError:  # the heap may stay grown: this worker retires, the next starts clean
         return {"error": f"chat template {name!r} ran past its memory limit "
-                         f"({memory_limit >> 20} MiB); the render was stopped"}
+                         f"({memory_limit >> 20} MiB); the render was stopped", "retire": True}
     except chat_template.ChatTemplateError as e:
         return {"error": str(e)}
     except Exception as e:  # noqa: BLE001 - a template's failure, as one line
@@ -292,6 +295,8 @@ def render(source: str, messages: List[Dict[str, Any]], *, name: str,
         worker.kill()  # interrupted mid-render: its answer would be read by the next render
         _POOL.release(None)
         raise
+    if answer.get("retire"):
+        worker.kill()
     _POOL.release(worker)
     if "error" in answer:
         raise ChatTemplateError(answer["error"])
