@@ -87,10 +87,10 @@ def main() -> None:
     results = [bench(name, source, msgs, protect, args.renders)
                for name, source in TEMPLATES.items() for protect in (False, True)]
     for r in results:
-        print(f"{r['template']:7s} tokenize={r['tokenize']!s:5s} in-process {r['in_process_min_ms']:.3f} "
-              f"/ {r['in_process_median_ms']:.3f} ms, worker {r['worker_min_ms']:.3f} / "
-              f"{r['worker_median_ms']:.3f} ms (min / median); overhead {r['overhead_min_ms']:.3f} / "
-              f"{r['overhead_median_ms']:.3f} ms")
+        print(f"{r['template']:7s} tokenize={r['tokenize']!s:5s} in-process "
+              f"{r['in_process_min_ms']:.3f} / {r['in_process_median_ms']:.3f} ms, worker "
+              f"{r['worker_min_ms']:.3f} / {r['worker_median_ms']:.3f} ms (min / median); "
+              f"overhead {r['overhead_min_ms']:.3f} / {r['overhead_median_ms']:.3f} ms")
     print(f"first render (starting the worker): {start_ms:.1f} ms")
     out = write_file_atomic(args.out, json.dumps({
         "machine": platform.platform(), "processor": platform.processor(),

@@ -90,11 +90,16 @@ def serve(memory_limit: int) -> None:
     try:
         from specdec import chat_template
         chat_template.compile_template("{{ messages }}")  # jinja2 imported and warm
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     except Exception as e:  # noqa: BLE001 - reported to the parent as the start's answer
         _write_frame(stdout, _dump({"error": f"{type(e).__name__}: {e}"}))
         return
+    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_AS, memory_limit)):
+        try:  # (a system without the limit still has the timer and the parent's deadline)
+            hard = resource.getrlimit(limit)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):
+            pass
     signal.signal(signal.SIGALRM, _on_timer)
     _write_frame(stdout, _dump({"ready": os.getpid()}))
     while True:
@@ -167,7 +172,7 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             bufsize=0, close_fds=True, start_new_session=True)
         try:
-            first = _load(self._read(time.monotonic() + START_LIMIT_S, "start"))
+            first = _load(self._read(time.monotonic() + START_LIMIT_S))
         except _WorkerGone as e:
             raise RuntimeError(f"the chat-template worker process did not start: {e}") from None
         if "ready" not in first:
@@ -177,20 +182,24 @@ class _Worker:
 
     def call(self, request: Dict[str, Any], wall_seconds: float) -> Dict[str, Any]:
         payload = _dump(request)
-        try:
-            self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+        view = memoryview(_HEADER.pack(len(payload)) + payload)
+        try:  # an idle worker reads its stdin: this returns
+            while view:
+                view = view[os.write(self.proc.stdin.fileno(), view):]
         except OSError:
             self.kill()
             raise _WorkerGone(f"it had ended (exit status {self.proc.returncode})") from None
-        return _load(self._read(time.monotonic() + wall_seconds, "render"))
+        return _load(self._read(time.monotonic() + wall_seconds))
 
-    def _read(self, deadline: float, what: str) -> bytes:
+    def _read(self, deadline: float) -> bytes:
         fd = self.proc.stdout.fileno()
+        poller = select.poll()  # (not select(): a server's descriptors pass 1024)
+        poller.register(fd, select.POLLIN)
         data = bytearray()
         need = _HEADER.size
         while len(data) < need:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not poller.poll(left * 1000):
                 self.kill()
                 raise _WorkerGone("timeout")
             chunk = os.read(fd, need - len(data))

@@ -112,6 +112,9 @@ def test_a_worker_that_does_not_answer_is_killed_and_replaced(tok, monkeypatch):
 
 
 def test_renders_run_concurrently_and_a_bomb_holds_up_only_itself(tok):
+    warm = [_chat_worker._POOL.acquire() for _ in range(_chat_worker.MAX_WORKERS)]
+    for worker in warm:  # both workers started: the quick render pays no start-up
+        _chat_worker._POOL.release(worker)
     done = {}
 
     def bomb():
