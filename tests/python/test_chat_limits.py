@@ -6,6 +6,7 @@ start. And the template's BOS kept in the text, one BOS in the ids (item 8)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -207,8 +208,43 @@ def test_the_server_keeps_answering_while_a_template_runs_away(tmp_path):
             "model": "stories", "max_tokens": 2, "messages": [{"role": "user", "content": "Once"}]})
         want = specdec.Tokenizer.from_file(STORIES).encode("user: Once\n")
         assert status == 200 and body["usage"]["prompt_tokens"] == len(want), body
+        # SIGTERM while a template runs away: a graceful stop, and no worker left behind
+        thread = threading.Thread(target=boom)
+        thread.start()
+        time.sleep(0.5)
+        workers = _worker_pids(s.proc.pid)
+        assert workers
     finally:
-        assert s.stop() == 0, s.log()  # SIGTERM ends it gracefully
+        assert s.stop() == 0, s.log()
+    thread.join()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers):
+        assert time.monotonic() < deadline, workers
+        time.sleep(0.1)
+
+
+def _worker_pids(parent: int) -> list:
+    """The chat-template workers of process `parent` (Linux /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and "_chat_worker" in cmdline:
+            out.append(int(d))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_the_server_renders_a_chat_once(monkeypatch):
