@@ -16,18 +16,15 @@ import contextvars
 import datetime
 import functools
 import json
-import re
-import string
 from typing import Any, List, Optional, Tuple
 
 from jinja2.compiler import CodeGenerator, optimizeconst
-from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MAX_SEQUENCE = 1 << 20  # longest string or list a template may build with * or a width (items)
-MAX_TEXT = 1 << 24      # longest string a template may build by concatenation (characters)
+from specdec import _chat_limits as limits
+from specdec._chat_limits import MAX_SEQUENCE, MAX_TEXT
 
 Spans = Tuple[Tuple[int, int], ...]
 
@@ -82,7 +79,7 @@ def concat(values: Any) -> Any:
         spans.extend((b + at, e + at) for b, e in spans_of(s))
         at += len(s)
         if at > MAX_TEXT:
-            raise _security(f"a string longer than {MAX_TEXT} characters")
+            raise limits.refuse(f"a string longer than {MAX_TEXT} characters")
     return tracked("".join(pieces), tuple(spans))
 
 
@@ -176,34 +173,11 @@ def finalize(value: Any) -> Any:
     return "".join(pieces)
 
 
-def _security(message: str) -> Exception:
-    return SecurityError(message)
-
-
-_WIDTH = re.compile(r"%[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
-
-
-def _check_widths(numbers: List[str], what: str) -> None:
-    for n in numbers:
-        if n and n.isdigit() and int(n) > MAX_SEQUENCE:
-            raise _security(f"{what}: a width or precision of {n} (at most {MAX_SEQUENCE})")
-
-
-def _check_format_spec(fmt: str) -> None:
-    try:
-        fields = list(string.Formatter().parse(fmt))
-    except ValueError:
-        return  # str.format raises its own error
-    for _, _, spec, _ in fields:
-        if spec:
-            _check_widths(re.findall(r"\d+", spec), "a format field")
-
-
 def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
             separators: Optional[Tuple[str, str]] = None, sort_keys: bool = False) -> str:
     # Hugging Face's tojson: json.dumps, non-ASCII kept, no HTML escaping
     if isinstance(indent, int) and indent > 64:
-        raise _security(f"tojson: indent {indent} (at most 64)")
+        raise limits.refuse(f"tojson: indent {indent} (at most 64)")
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, allow_nan=False,
                       separators=tuple(separators) if separators else None, sort_keys=sort_keys)
 
@@ -226,22 +200,6 @@ def _track_filter(f: Any) -> Any:
                 is_tracked(args) or is_tracked(kwargs)):
             return tracked(out)
         return out
-    return wrapped
-
-
-def _limit_width(f: Any, position: int, what: str) -> Any:
-    """A filter whose width argument is at most MAX_SEQUENCE, and whose result (indent: the width
-    on every line) at most MAX_TEXT characters."""
-    @functools.wraps(f)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        width = args[position] if len(args) > position else kwargs.get("width")
-        if isinstance(width, int):
-            text = args[position - 1] if position >= 1 and len(args) >= position else ""
-            lines = str(text).count("\n") + 1 if what == "indent" else 1
-            if width > MAX_SEQUENCE or width * lines > MAX_TEXT:
-                raise _security(f"{what}({width}) on {lines} line(s): at most {MAX_SEQUENCE} "
-                                f"wide and {MAX_TEXT} characters in all")
-        return f(*args, **kwargs)
     return wrapped
 
 
@@ -278,32 +236,29 @@ class ChatEnvironment(ImmutableSandboxedEnvironment):
     def tracked_concat(values: Any) -> Any:
         return concat(values)
 
+    concat = staticmethod(limits.bounded_concat)
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "+":
             return _add(left, right)
         if operator == "**":
-            if isinstance(right, int) and abs(right) > 256 and not isinstance(left, float):
-                raise _security(f"{left!r} ** {right!r}: exponents above 256 are refused")
+            limits.check_power(left, right)
             return left ** right
         if operator == "%":
             if not isinstance(left, str):
                 return left % right
-            _check_widths([n for m in _WIDTH.findall(left) for n in m], "a % format")
+            limits.check_percent(left, right)
             out = left % right
             return tracked(out) if is_tracked(left) or is_tracked(right) else out
-        for seq, count in ((left, right), (right, left)):
-            if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
-                if len(seq) * max(count, 0) > MAX_SEQUENCE:
-                    raise _security(f"a sequence of {len(seq)} items * {count} exceeds "
-                                    f"{MAX_SEQUENCE} items")
+        limits.check_repeat(left, right)
         out = left * right
         return tracked(out) if isinstance(out, str) and is_tracked((left, right)) else out
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         target = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
         owner = getattr(target, "__self__", None)
-        if isinstance(owner, str) and getattr(target, "__name__", "") in ("format", "format_map"):
-            _check_format_spec(owner)
+        if isinstance(owner, str):
+            args = limits.check_str_call(owner, getattr(target, "__name__", ""), args, kwargs)
         out = super().call(__context, __obj, *args, **kwargs)
         # a callable given caller text (' '.join(items), '{}'.format(x), ...) gives caller text;
         # a macro's output already carries the markers of what it wrote
@@ -318,7 +273,7 @@ def _add(left: Any, right: Any) -> Any:
         return concat((left, right))
     out = left + right
     if isinstance(out, (list, tuple)) and len(out) > MAX_SEQUENCE:
-        raise _security(f"a sequence longer than {MAX_SEQUENCE} items")
+        raise limits.refuse(f"a sequence longer than {MAX_SEQUENCE} items")
     return out
 
 
@@ -331,10 +286,7 @@ def environment() -> ChatEnvironment:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.filters["tojson"] = _tojson
-    env.filters["center"] = _limit_width(env.filters["center"], 1, "center")
-    env.filters["indent"] = _limit_width(env.filters["indent"], 1, "indent")
-    env.filters["wordwrap"] = _limit_width(env.filters["wordwrap"], 2, "wordwrap")
-    env.filters["truncate"] = _limit_width(env.filters["truncate"], 2, "truncate")
+    limits.guard_filters(env.filters)
     for name in list(env.filters):
         env.filters[name] = _track_filter(env.filters[name])
     return env

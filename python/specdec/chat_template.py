@@ -71,7 +71,7 @@ def _render(source: str, name: str, context: Dict[str, Any]) -> str:
         raise ChatTemplateError(f"chat template {name!r}: {type(e).__name__}: "
                                 f"{_one_line(e)}") from None
     except (ArithmeticError, AttributeError, KeyError, IndexError, LookupError, TypeError,
-            ValueError, RecursionError, MemoryError) as e:
+            ValueError, RecursionError) as e:  # (MemoryError: the worker names its limit)
         raise ChatTemplateError(f"chat template {name!r} failed: {type(e).__name__}: "
                                 f"{_one_line(e)}") from None
     if len(out) > MAX_TEXT:
@@ -270,12 +270,13 @@ def _intersect(a: List[Tuple[int, int]], b: List[Tuple[int, int]]) -> List[Tuple
 def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "default",
                 add_generation_prompt: bool = True, continue_final_message: bool = False,
                 tools: Optional[List[Any]] = None, documents: Optional[List[Any]] = None,
-                special_tokens: Optional[Mapping[str, str]] = None, strip_bos: str = "",
+                special_tokens: Optional[Mapping[str, str]] = None,
                 control_spans: Optional[SpanFinder] = None,
                 extra: Optional[Mapping[str, Any]] = None) -> Tuple[str, List[Tuple[int, int]]]:
     """Renders a checked conversation. Returns the text and the byte ranges the template wrote
-    itself (all of the text when `control_spans` is None: nothing is protected). `strip_bos`: a
-    leading BOS text to drop when the template writes it (the tokenizer adds BOS itself).
+    itself (all of the text when `control_spans` is None: nothing is protected). The text is
+    as the template wrote it, a leading BOS included (Tokenizer drops it before encoding).
+    Run it through specdec._chat_worker, which bounds its time and memory.
 
     With `control_spans` (the tokenizer's control-token finder) three renders are made: plain
     (the text of tokenize=False), tracked and swapped (see _Render). The caller's bytes are those
@@ -285,8 +286,9 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
     tracked render alone. `continue_final_message` cuts the text where the tracked render's last
     message content ends."""
     kw = dict(name=name, add_generation_prompt=add_generation_prompt, tools=tools,
-              documents=documents, special_tokens=special_tokens, strip_bos=strip_bos,
-              extra=extra)
+              documents=documents, special_tokens=special_tokens, extra=extra)
+    if control_spans is None and not continue_final_message:  # the plain text is the answer
+        return _Render("plain").restore(_render_raw(source, messages, _Render("plain"), **kw))
     how = _Render("tracked")
     tracked_raw = _render_raw(source, messages, how, **kw)
     try:
@@ -319,7 +321,7 @@ def render_chat(source: str, messages: List[Dict[str, Any]], *, name: str = "def
 def _render_raw(source: str, messages: List[Dict[str, Any]], how: _Render, *, name: str,
                 add_generation_prompt: bool, tools: Optional[List[Any]],
                 documents: Optional[List[Any]], special_tokens: Optional[Mapping[str, str]],
-                strip_bos: str, extra: Optional[Mapping[str, Any]]) -> str:
+                extra: Optional[Mapping[str, Any]]) -> str:
     context: Dict[str, Any] = dict(how.value(dict(extra or {})))
     context.update(special_tokens or {})
     context.update(messages=how.value(messages), add_generation_prompt=add_generation_prompt)
@@ -329,13 +331,9 @@ def _render_raw(source: str, messages: List[Dict[str, Any]], how: _Render, *, na
         context["documents"] = how.value(documents)
     token = sandbox.MARKS.set(how.marks if how.mode == "tracked" else None)
     try:
-        rendered = _render(source, name, context)
+        return _render(source, name, context)
     finally:
         sandbox.MARKS.reset(token)
-    # a BOS the template writes first (its {{ bos_token }}), not one a message starts with
-    if strip_bos and "bos_token" in source and rendered.startswith(strip_bos):
-        rendered = rendered[len(strip_bos):]
-    return rendered
 
 
 def _final_message_end(tracked_raw: str, how: _Render, content: Any) -> int:

@@ -181,10 +181,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             raise ValueError(f"--chat: {path} has no chat template (tokenizer.chat_template); "
                              "give one with --chat-template, or write the prompt in the model's "
                              "format without --chat")
-        ids = (tokenizer.encode(tokenizer.apply_chat_template(messages, chat_template=template),
-                                True, True)
-               if args.parse_special else
-               tokenizer.apply_chat_template(messages, tokenize=True, chat_template=template))
+        if args.parse_special:
+            text = tokenizer.apply_chat_template(messages, chat_template=template)
+            bos = tokenizer.bos_token_id  # the text holds the template's BOS, if it writes one
+            written = bos is not None and text.startswith(tokenizer.token_text(bos))
+            ids = tokenizer.encode(text, add_special=not written, parse_special=True)
+        else:
+            ids = tokenizer.apply_chat_template(messages, tokenize=True, chat_template=template)
     else:
         ids = tokenizer.encode(prompt, add_special=True, parse_special=args.parse_special)
     if len(ids) >= max_model_len:

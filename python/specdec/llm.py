@@ -398,10 +398,8 @@ class LLM:
         for i, convo in enumerate(convos):
             field = "messages" if len(convos) == 1 else f"messages[{i}]"
             check_conversation(convo, field)
-            prompts.append({"prompt": tok.apply_chat_template(convo, add_generation_prompt,
-                                                              **options),
-                            "prompt_token_ids": tok.apply_chat_template(
-                                convo, add_generation_prompt, tokenize=True, **options)})
+            text, ids = tok.chat_prompt(convo, add_generation_prompt, **options)
+            prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self._run(prompts, sampling_params, on_token, False, "messages", len(convos) > 1)
 
     def _params_list(self, sampling_params: Any, n: int) -> List[SamplingParams]:

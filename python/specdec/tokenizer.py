@@ -10,7 +10,7 @@ llama.cpp does. See docs/tokenizer.md.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from specdec import _core
 from specdec._checks import check_bool, check_text, error
@@ -157,7 +157,8 @@ class Tokenizer:
                             chat_template_kwargs: Optional[Mapping[str, Any]] = None,
                             ) -> Union[str, List[int]]:
         """Renders a conversation with the model's chat template, run as written in jinja2's
-        sandbox (see ``specdec.chat_template``).
+        sandbox, in a worker process under a time and memory limit (see
+        ``specdec.chat_template``).
 
         ``messages``: ``[{"role": ..., "content": ...}, ...]``; other keys (``tool_calls``,
         ``tool_call_id``, ``reasoning_content``, ...) reach the template as given. ``tools`` and
@@ -167,33 +168,81 @@ class Tokenizer:
         text right after the last message's content (the reply continues it).
         ``chat_template_kwargs``: extra template variables (``enable_thinking``, ...).
 
-        A leading BOS the template writes is left out when the tokenizer adds BOS itself, so
-        ``encode(text)`` has one BOS. ``tokenize=True`` returns the ids: only the template's own
-        text can become control tokens; control-token text inside the caller's strings stays
-        text, so a message holding ``<|im_end|><|im_start|>system`` cannot open a turn. (The
-        string form loses that: encoding it with ``parse_special=True`` would not.)
+        The text is as the template wrote it, a leading BOS included (as in transformers):
+        encode it with ``add_special=False`` when it starts with one. ``tokenize=True`` returns
+        the ids, one BOS (the template's, or the one the tokenizer adds); only the template's
+        own text can become control tokens: control-token text inside the caller's strings
+        stays text, so a message holding ``<|im_end|><|im_start|>system`` cannot open a turn.
+        (The string form loses that: encoding it with ``parse_special=True`` would not.)
 
         ChatTemplateError (a ValueError) when the model has no template, the template does not
-        compile or raises, e.g. for roles it does not accept."""
-        from specdec.chat_template import check_conversation, render_chat
+        compile, raises (e.g. for roles it does not accept) or runs past a limit."""
+        text, markup = self._render_chat(messages, add_generation_prompt, tokenize, tools=tools,
+                                         documents=documents, chat_template=chat_template,
+                                         continue_final_message=continue_final_message,
+                                         chat_template_kwargs=chat_template_kwargs)
+        return self._chat_ids(text, markup) if tokenize else text
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]],
+                    add_generation_prompt: bool = True, **options: Any) -> Tuple[str, List[int]]:
+        """``(text, ids)``: ``apply_chat_template`` with ``tokenize=False`` and with
+        ``tokenize=True`` (same keyword options), from one render."""
+        text, markup = self._render_chat(messages, add_generation_prompt, True, **options)
+        return text, self._chat_ids(text, markup)
+
+    def _render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
+                     protect: bool, *, tools: Optional[Sequence[Mapping[str, Any]]] = None,
+                     documents: Optional[Sequence[Mapping[str, Any]]] = None,
+                     chat_template: Optional[str] = None, continue_final_message: bool = False,
+                     chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+                     ) -> Tuple[str, List[Tuple[int, int]]]:
+        from specdec import _chat_worker
+        from specdec.chat_template import check_conversation
 
         check_bool("add_generation_prompt", add_generation_prompt)
-        check_bool("tokenize", tokenize)
+        check_bool("tokenize", protect)
         check_bool("continue_final_message", continue_final_message)
         if continue_final_message and add_generation_prompt:
             raise ValueError("continue_final_message = True needs add_generation_prompt = False")
         msgs = check_conversation(messages)
         name, source = self._template_source(chat_template, tools is not None)
         extra = _plain_mapping("chat_template_kwargs", chat_template_kwargs)
-        text, markup = render_chat(
+        tools_, docs = _plain_list("tools", tools), _plain_list("documents", documents)
+        control = self._control_texts((msgs, tools_, docs, extra)) if protect else None
+        return _chat_worker.render(
             source, msgs, name=name, add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message,
-            tools=_plain_list("tools", tools), documents=_plain_list("documents", documents),
-            special_tokens=self._template_tokens(),
-            control_spans=self._core.control_text_spans if tokenize else None,
-            strip_bos=self._bos_text() if self.add_bos else "", extra=extra)
-        if not tokenize:
-            return text
+            continue_final_message=continue_final_message, tools=tools_, documents=docs,
+            special_tokens=self._template_tokens(), control=control, extra=extra)
+
+    def _control_texts(self, data: Any) -> List[Tuple[str, List[Tuple[int, int]]]]:
+        """(string, its control-token spans) for each string in `data` (keys too) that holds
+        control-token text: what the worker's render swaps out (chat_template._Render)."""
+        seen: Dict[str, None] = {}
+        stack = [data]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str):
+                seen[value] = None
+            elif isinstance(value, dict):
+                stack.extend(value.keys())
+                stack.extend(value.values())
+            elif isinstance(value, (list, tuple)):
+                stack.extend(value)
+        out = []
+        for text in seen:
+            spans = self._core.control_text_spans(text)
+            if spans:
+                out.append((text, [tuple(s) for s in spans]))
+        return out
+
+    def _chat_ids(self, text: str, markup: List[Tuple[int, int]]) -> List[int]:
+        """The ids of a rendered chat: a BOS the template wrote first is the one BOS (not a
+        second one before the tokenizer's)."""
+        bos = self._bos_text() if self.add_bos else ""
+        n = len(bos.encode())
+        if bos and text.startswith(bos) and markup and markup[0][0] == 0 and markup[0][1] >= n:
+            text = text[len(bos):]
+            markup = [(max(b - n, 0), e - n) for b, e in markup if e > n]
         return list(self._core.encode_with_markup(text, markup, True))
 
     @property

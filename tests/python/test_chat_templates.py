@@ -236,9 +236,9 @@ def test_llama3_template_through_the_tokenizer(llama3_tokenizer):
     tok = llama3_tokenizer
     assert tok.chat_template_names == ["default", "tool_use"]
     text = tok.apply_chat_template(CONVO)
-    assert text == _llama3("26 Jul 2024")[len("<|begin_of_text|>"):]  # BOS is added by encode
+    assert text == _llama3("26 Jul 2024")  # the template's BOS kept, as transformers does
     ids = tok.apply_chat_template(CONVO, tokenize=True)
-    assert ids == tok.encode(text, add_special=True, parse_special=True)
+    assert ids == tok.encode(text, add_special=False, parse_special=True)
     assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
     header = tok.token_id("<|start_header_id|>")
     assert ids.count(header) == 5
@@ -252,7 +252,7 @@ def test_message_text_never_becomes_a_control_token(llama3_tokenizer):
     ids = tok.apply_chat_template(forged, tokenize=True)
     assert ids.count(header) == tok.apply_chat_template(clean, tokenize=True).count(header)
     assert ids.count(eot) == 2  # system turn + the user's turn
-    assert tok.decode(ids, special=True) == "<|begin_of_text|>" + tok.apply_chat_template(forged)
+    assert tok.decode(ids, special=True) == tok.apply_chat_template(forged)
     # the same text parsed whole would have been forged
     assert tok.encode(tok.apply_chat_template(forged), parse_special=True).count(header) > \
         ids.count(header)
@@ -315,6 +315,12 @@ def qwen_tokenizer(tmp_path_factory):
     return specdec.Tokenizer.from_file(path)
 
 
+def _encode_rendered(tok, text):
+    """A rendered chat parsed whole: with the BOS it starts with, else the tokenizer's."""
+    bos = tok.token_text(tok.bos_token_id) if tok.bos_token_id is not None else None
+    return tok.encode(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+
 def test_every_template_tokenizes_clean_text_as_its_rendered_string(templates, qwen_tokenizer,
                                                                     llama3_tokenizer):
     """Clean messages: the protected ids are exactly the rendered text's, so no template loses
@@ -327,7 +333,7 @@ def test_every_template_tokenizes_clean_text_as_its_rendered_string(templates, q
             kw = {"chat_template": source}
             text = tok.apply_chat_template(CONVO, **kw)
             ids = tok.apply_chat_template(CONVO, tokenize=True, **kw)
-            assert ids == tok.encode(text, add_special=True, parse_special=True), name
+            assert ids == _encode_rendered(tok, text), name
             if "tool" not in source:
                 continue
             try:  # tool definitions and calls (a template may not take a null content)
@@ -335,7 +341,7 @@ def test_every_template_tokenizes_clean_text_as_its_rendered_string(templates, q
             except ChatTemplateError:
                 continue
             ids = tok.apply_chat_template(TOOL_TURN, tokenize=True, tools=[WEATHER], **kw)
-            assert ids == tok.encode(text, add_special=True, parse_special=True), name
+            assert ids == _encode_rendered(tok, text), name
             tool_runs += 1
     assert tool_runs >= 40
 
@@ -408,13 +414,18 @@ def test_continue_final_message_ends_after_the_message(templates, llama3_tokeniz
     assert tok.decode(ids[-1:]) == "d"
 
 
-def test_bos_is_dropped_only_when_the_template_writes_it(llama3_tokenizer):
+def test_the_text_keeps_every_bos_and_the_ids_only_the_templates(llama3_tokenizer):
     tok = llama3_tokenizer
+    bos = tok.bos_token_id
     convo = [{"role": "user", "content": "<|begin_of_text|>hi"}]
     assert tok.apply_chat_template(convo, chat_template="{{ messages[0].content }}") == \
         "<|begin_of_text|>hi"
-    assert tok.apply_chat_template(convo, chat_template="{{ bos_token }}{{ messages[0].content }}"
-                                   ) == "<|begin_of_text|>hi"  # the template's BOS only
+    source = "{{ bos_token }}{{ messages[0].content }}"
+    assert tok.apply_chat_template(convo, chat_template=source) == \
+        "<|begin_of_text|><|begin_of_text|>hi"  # as written: the template's and the message's
+    ids = tok.apply_chat_template(convo, tokenize=True, chat_template=source)
+    assert ids.count(bos) == 1 and ids[0] == bos  # the message's stays text
+    assert tok.decode(ids, special=True) == "<|begin_of_text|><|begin_of_text|>hi"
 
 
 def test_argument_errors_name_the_field(llama3_tokenizer):

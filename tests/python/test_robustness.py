@@ -626,8 +626,10 @@ def test_gemma_chat_content_never_becomes_control_tokens(real_model, tmp_path):
     ids = tok.apply_chat_template(forged, tokenize=True)
     assert ids.count(sot) == 2  # the user turn and the generation prompt
     clean = [{"role": "user", "content": "hi"}]
+    text = tok.apply_chat_template(clean)
+    assert text.startswith("<bos>")  # the template's BOS, kept in the text: not a second one
     assert tok.apply_chat_template(clean, tokenize=True) == tok.encode(
-        tok.apply_chat_template(clean), add_special=True, parse_special=True)
+        text, add_special=False, parse_special=True)
 
 
 def test_prompt_text_is_text_unless_the_caller_opts_in(llm):

@@ -284,14 +284,10 @@ class Server:
                                "messages", "context_length_exceeded")
             options = dict(continue_final_message=cont, chat_template_kwargs=kwargs,
                            chat_template=self.chat_template)
-            def render():
-                return (llm.tokenizer.apply_chat_template(msgs, add_gen, tokenize=True, **options),
-                        llm.tokenizer.apply_chat_template(msgs, add_gen, **options))
-            try:
-                if size <= SMALL_PROMPT_CHARS:
-                    ids, text = render()
-                else:
-                    ids, text = await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, render)
+            def render():  # one render, in a worker process bounded in time and memory
+                return llm.tokenizer.chat_prompt(msgs, add_gen, **options)
+            try:  # off the event loop: a slow template never holds up other clients
+                text, ids = await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, render)
             except Exception as e:  # noqa: BLE001 - no template, or one specdec cannot render
                 raise ApiError(400, f"messages: {e}", "messages", "chat_template_error") from None
             prompts = [{"prompt": text, "prompt_token_ids": ids}]
