@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Host time per engine step: what a step costs beyond the target's forward and the proposer's
 call (Python orchestration + the Python <-> C++ crossings: scheduling, verification, rollback,
-counters, stops, streaming), on decode / verify steps of N concurrent requests.
+counters, stops, the outputs delivered to callers), on decode / verify steps of N concurrent
+requests.
 
     .venv/bin/python bench/host_overhead.py [--model smollm2-135m-instruct-q4_1]
         [--requests 1 16] [--method ngram draft_model] [--k 4] [--tokens 64]
@@ -67,7 +68,8 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
     core.runner = _Timed(core.runner, "step", fwd)
     if core.proposer is not None:
         core.proposer = _Timed(core.proposer, "propose", prop)
-    rows, step = [], core.step
+    engine = llm.engine
+    rows, step = [], engine._step_locked  # the engine's step: core.step and the outputs it delivers
 
     def timed_step():
         decode = not core.scheduler.waiting and bool(core.scheduler.running)
@@ -79,7 +81,7 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
             rows.append((wall, fwd[0], prop[0]))
         return out
 
-    core.step = timed_step
+    engine._step_locked = timed_step
     params = specdec.SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True, seed=1)
     llm.generate([PROMPT + f"# {i}\n" for i in range(n)], params)  # warm
     rows.clear()

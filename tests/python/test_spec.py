@@ -387,12 +387,29 @@ def test_lossless_greedy_random_models(random_dir, target, drafter, drafter_back
 ], ids=["plain", "draft_model", "draft_model_reduced_vocab", "ngram", "layer_skip", "hybrid", "bad_custom"])
 def test_speculative_sampling_distribution_equals_target(cfg, request):
     """Tokens 2..4 of a sampled continuation come from one verify step; their marginals under
-    speculation match plain sampling (total variation against a large plain sample)."""
+    speculation match plain sampling (total variation against a large plain sample). Seeded
+    requests: coupled verification."""
+    _check_sampling_distribution(cfg, seeded=True)
+
+
+@pytest.mark.parametrize("cfg", [
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2},
+    {"method": "hybrid", "num_speculative_tokens": 3, "proposers": [
+        {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 2},
+        {"method": "draft_model", "model": STORIES, "draft_vocab_size": 24}]},
+], ids=["draft_model", "ngram", "hybrid"])
+def test_unseeded_speculative_sampling_distribution_equals_target(cfg):
+    """The same without seeds: rejection sampling (accept with min(1, p/q), residual draws)."""
+    _check_sampling_distribution(cfg, seeded=False)
+
+
+def _check_sampling_distribution(cfg, seeded: bool) -> None:
     if cfg == "bad":
         cfg = {"method": "custom", "num_speculative_tokens": 3, "proposer": BadProposer()}
     n = 800
-    params = [specdec.SamplingParams(temperature=1.0, top_k=6, max_tokens=4, ignore_eos=True, seed=s)
-              for s in range(n)]
+    params = [specdec.SamplingParams(temperature=1.0, top_k=6, max_tokens=4, ignore_eos=True,
+                                     seed=s if seeded else None) for s in range(n)]
     prompt = "Tom had a toy. Tom had a"
     ref = _reference_sample(prompt)
     llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64, speculative_config=cfg)
