@@ -130,8 +130,8 @@ std::string read_text_file(const std::filesystem::path& file, uint64_t max_bytes
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(file, ec);
   const auto too_big = [&](const std::string& size_text) {
-    return FormatError(str_cat(file.string(), ": ", size_text, " bytes, more than the ",
-                               max_bytes, " bytes (", max_bytes >> 20,
+    return FormatError(str_cat(file.string(), ": ", size_text, " bytes, more than the ", max_bytes,
+                               " bytes (", max_bytes >> 20,
                                " MiB) specdec reads from such a file; is it the right file?"));
   };
   if (!ec && size > max_bytes) throw too_big(str_cat(size));

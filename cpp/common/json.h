@@ -81,10 +81,10 @@ class JsonBuilder {
   JsonLimits limits_;
   OnMember on_member_;
   Json root_;
-  Json member_;                  // the member being built when streaming
+  Json member_;  // the member being built when streaming
   std::string member_key_;
-  std::vector<Json*> stack_;     // the open arrays and objects, outermost first
-  Json* slot_ = nullptr;         // where the next value of the innermost object goes
+  std::vector<Json*> stack_;  // the open arrays and objects, outermost first
+  Json* slot_ = nullptr;      // where the next value of the innermost object goes
   uint64_t num_values_ = 0;
   bool streaming_ = false;
 };

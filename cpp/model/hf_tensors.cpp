@@ -96,7 +96,6 @@ class Shards {
   std::map<std::string, const SafetensorsTensor*> by_name_;
 };
 
-
 GgufTensor view(const SafetensorsTensor& t, const std::string& name, const std::string& source) {
   GgufTensor g;
   g.name = name;

@@ -167,19 +167,27 @@ bool is_text(const Json& x, const char* key, const std::string& want) {
 // byte-level BPE: no normalizer but NFC (Qwen2's; the text is taken as given, as llama.cpp does).
 void check_normalizer_and_pre(const Parsed& p, bool spm) {
   if (spm) {
-    check_steps(p, "normalizer", [](const Json& x) {
-      const std::string type = x.value("type", "");
-      if (type == "Prepend") return is_text(x, "prepend", "\xe2\x96\x81");
-      return type == "Replace" && x.contains("pattern") && x["pattern"].is_object() &&
-             is_text(x["pattern"], "String", " ") && is_text(x, "content", "\xe2\x96\x81");
-    }, "Prepend(\"\xe2\x96\x81\") and Replace(\" \" -> \"\xe2\x96\x81\") (SentencePiece's spaces)");
-    check_steps(p, "pre_tokenizer", [](const Json& x) {
-      return x.value("type", "") == "Metaspace" &&
-             (!x.contains("replacement") || is_text(x, "replacement", "\xe2\x96\x81"));
-    }, "Metaspace with replacement \"\xe2\x96\x81\" (a SentencePiece-style BPE splits nothing)");
+    check_steps(
+        p, "normalizer",
+        [](const Json& x) {
+          const std::string type = x.value("type", "");
+          if (type == "Prepend") return is_text(x, "prepend", "\xe2\x96\x81");
+          return type == "Replace" && x.contains("pattern") && x["pattern"].is_object() &&
+                 is_text(x["pattern"], "String", " ") && is_text(x, "content", "\xe2\x96\x81");
+        },
+        "Prepend(\"\xe2\x96\x81\") and Replace(\" \" -> \"\xe2\x96\x81\") (SentencePiece's "
+        "spaces)");
+    check_steps(
+        p, "pre_tokenizer",
+        [](const Json& x) {
+          return x.value("type", "") == "Metaspace" &&
+                 (!x.contains("replacement") || is_text(x, "replacement", "\xe2\x96\x81"));
+        },
+        "Metaspace with replacement \"\xe2\x96\x81\" (a SentencePiece-style BPE splits nothing)");
   } else {
-    check_steps(p, "normalizer", [](const Json& x) { return x.value("type", "") == "NFC"; },
-                "none, or NFC (byte-level BPE)");
+    check_steps(
+        p, "normalizer", [](const Json& x) { return x.value("type", "") == "NFC"; },
+        "none, or NFC (byte-level BPE)");
   }
 }
 

@@ -222,7 +222,8 @@ void read_header(const MappedFile& file, uint64_t header_size_bytes, const Repor
   const auto on_member = [&](std::string& name, Json& entry) {
     in_member = true;
     if (name == kMetadataKey) {
-      if (has_metadata) reporter.fail(str_cat("duplicate key ", cut_quoted(name), " in header JSON"));
+      if (has_metadata)
+        reporter.fail(str_cat("duplicate key ", cut_quoted(name), " in header JSON"));
       has_metadata = true;
       metadata = parse_metadata(entry, reporter);
     } else {
@@ -288,9 +289,9 @@ SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes) {
 SafetensorsFile::SafetensorsFile(MappedFile file) : file_(std::move(file)) { parse(); }
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
-  const auto it = std::lower_bound(
-      tensors_.begin(), tensors_.end(), name,
-      [](const SafetensorsTensor& t, const std::string& n) { return t.name < n; });
+  const auto it =
+      std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                       [](const SafetensorsTensor& t, const std::string& n) { return t.name < n; });
   return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
