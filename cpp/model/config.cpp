@@ -3,8 +3,6 @@
 #include "model/dflash.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -77,10 +75,40 @@ int ModelConfig::num_sliding_layers() const {
   return n;
 }
 
+int64_t max_model_size(std::string_view key) {
+  struct Limit {
+    std::string_view key;
+    int64_t max;
+  };
+  static constexpr Limit kLimits[] = {
+      {"num_hidden_layers", 1024},           {"block_count", 1024},
+      {"vocab_size", int64_t{1} << 21},      {"hidden_size", int64_t{1} << 17},
+      {"embedding_length", int64_t{1} << 17}, {"intermediate_size", int64_t{1} << 20},
+      {"feed_forward_length", int64_t{1} << 20}, {"expert_feed_forward_length", int64_t{1} << 20},
+      {"num_attention_heads", 4096},         {"num_key_value_heads", 4096},
+      {"attention.head_count", 4096},        {"attention.head_count_kv", 4096},
+      {"head_dim", 16384},                   {"attention.key_length", 16384},
+      {"attention.value_length", 16384},     {"rope.dimension_count", 16384},
+      {"max_position_embeddings", int64_t{1} << 27}, {"context_length", int64_t{1} << 27},
+      {"n_routed_experts", 65536},           {"expert_count", 65536},
+  };
+  for (const Limit& l : kLimits) {
+    if (l.key == key) return l.max;
+  }
+  return int64_t{1} << 30;
+}
+
 namespace {
 
 void check_positive(int64_t value, const char* field) {
   SPECDEC_CHECK(value > 0, field, value, "must be > 0");
+}
+
+// `a` x `b` at most `max` (a weight matrix's elements, a projection's width): each size passed its
+// own bound, but their product is what is allocated.
+void check_product(int64_t a, int64_t b, int64_t max, const char* what, const char* fields) {
+  SPECDEC_CHECK(a * b <= max, what, str_cat(a, " x ", b, " = ", a * b),
+                str_cat("at most ", max, " (", fields, "); no model is that large"));
 }
 
 }  // namespace
@@ -95,6 +123,12 @@ void ModelConfig::validate() const {
   check_positive(head_size_v, "head_size_v");
   check_positive(vocab_size, "vocab_size");
   check_positive(context_length, "context_length");
+  check_product(vocab_size, hidden_size, int64_t{1} << 36, "embedding elements",
+                "vocab_size x hidden_size");
+  check_product(hidden_size, intermediate_size, int64_t{1} << 36, "feed-forward elements",
+                "hidden_size x intermediate_size");
+  check_product(num_q_heads, head_size, int64_t{1} << 18, "query width",
+                "num_q_heads x head_size");
   SPECDEC_CHECK(num_q_heads % num_kv_heads == 0, "num_kv_heads", num_kv_heads,
                str_cat("must divide num_q_heads = ", num_q_heads));
   SPECDEC_CHECK(static_cast<int>(layers.size()) == num_layers, "layers", layers.size(),
@@ -216,16 +250,7 @@ ModelConfig load_model_config(const std::string& path) {
                                     "config.json");
   }
   if (p.filename() == "config.json" || p.extension() == ".json") {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) throw FormatError(str_cat(p.string(), ": cannot be read"));
-    nlohmann::json j;
-    try {
-      j = parse_json(text.str());
-    } catch (const FormatError& e) {
-      throw FormatError(str_cat(p.string(), ": not valid JSON: ", e.what()));
-    }
+    const nlohmann::json j = read_json_file(p);  // at most kMaxSmallJsonFileBytes
     ModelConfig config = config_from_hf_json(j, p.string());
     if (config.name.empty()) config.name = p.parent_path().filename().string();
     return config;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -130,7 +131,8 @@ struct ModelConfig {
   std::vector<kv::LayerKvSpec> layer_kv_specs(int block_size = 16, DType dtype = DType::kF16,
                                               int64_t max_model_len = 0) const;
   int num_sliding_layers() const;
-  // Throws ConfigError naming the first inconsistent field.
+  // Throws ConfigError naming the first inconsistent field, or a product of sizes (a weight
+  // matrix's elements, an attention projection's width) past what any model needs.
   void validate() const;
   nlohmann::json to_json() const;
 };
@@ -143,6 +145,13 @@ ModelConfig config_from_hf_json(const nlohmann::json& config, const std::string&
 ModelConfig load_model_config(const std::string& path);
 
 const std::vector<std::string>& supported_architectures();
+
+// The largest value a model file may give a size: config.json's key or a GGUF key without its
+// "<arch>." prefix ("num_hidden_layers", "block_count", "vocab_size", ...). Far above any released
+// model, and small enough that what is sized from a value before the tensors are checked against
+// it (the per-layer table, the vocabulary padded to vocab_size) cannot exhaust memory; 2^30 for
+// keys not listed.
+int64_t max_model_size(std::string_view key);
 // RoPE scaling types a GGUF file may name in <arch>.rope.scaling.type ("none" is stored as "").
 const std::vector<std::string>& supported_rope_scaling_types();
 

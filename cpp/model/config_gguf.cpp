@@ -50,8 +50,9 @@ class Reader {
     }
     if (v->type() == GgufType::kArray) return uniform_array(suffix, *v);
     const double x = number(suffix, 0, true);
-    if (x != std::floor(x) || x < 0 || x > (1u << 30)) {
-      fail(suffix, str_cat("= ", x, ": expected an integer in [0, 2^30]"));
+    const int64_t max = max_model_size(suffix);  // before anything is sized from it
+    if (x != std::floor(x) || x < 0 || x > static_cast<double>(max)) {
+      fail(suffix, str_cat("= ", x, ": expected an integer in [0, ", max, "]"));
     }
     return static_cast<int>(x);
   }
@@ -67,7 +68,9 @@ class Reader {
         using T = std::decay_t<decltype(y)>;
         if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) x = static_cast<int64_t>(y);
       }, e.variant());
-      if (x < 0 || x > (1 << 30)) fail(suffix, "holds a value that is not an integer in [0, 2^30]");
+      if (x < 0 || x > max_model_size(suffix)) {
+        fail(suffix, str_cat("holds a value that is not an integer in [0, ", max_model_size(suffix), "]"));
+      }
       if (first >= 0 && x != first) {
         throw UnsupportedError(str_cat("GGUF metadata key '", key(suffix), "': per-layer values "
                                        "differ; only one value for every layer is supported (file ",
@@ -179,6 +182,10 @@ void read_common(const Reader& r, ModelConfig& c) {
   if (vocab == 0 && embd != nullptr && embd->dims.size() == 2) vocab = static_cast<int>(embd->dims[1]);
   if (vocab == 0 && r.file().find("tokenizer.ggml.tokens") != nullptr) {
     vocab = static_cast<int>(r.file().get_array("tokenizer.ggml.tokens").values.size());
+  }
+  if (embd != nullptr && embd->dims.size() == 2 && embd->dims[1] != vocab) {
+    r.fail("vocab_size", str_cat("= ", vocab, ": expected the rows of token_embd.weight (",
+                                 embd->dims[1], ")"));
   }
   c.vocab_size = vocab;
   c.tied_embeddings = !r.has_tensor("output.weight");

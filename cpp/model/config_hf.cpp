@@ -43,8 +43,9 @@ class Fields {
       return fallback;
     }
     const Json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
-      fail(key, json_summary(v), "must be an integer in [0, 2^30]");
+    const int64_t max = max_model_size(key);  // before anything is sized from it
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max) {
+      fail(key, json_summary(v), str_cat("must be an integer in [0, ", max, "]"));
     }
     return static_cast<int>(v.get<int64_t>());
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "common/errors.h"
 #include "model/config.h"
@@ -137,15 +138,22 @@ bool is_hf_checkpoint(const std::string& path) {
 GgufFile hf_to_gguf(const std::string& dir, bool with_tensors) {
   const fs::path root(dir);
   const ModelConfig hf = read_config(root);
+  // The embedding's shape is checked against vocab_size (read_hf_tensors does) before the
+  // tokenizer pads its vocabulary to vocab_size.
+  std::optional<HfTensors> t;
+  if (with_tensors) {
+    t = read_hf_tensors(root, hf);
+  } else {
+    check_hf_embedding(root, hf);
+  }
   GgufWriter w;
   add_model_keys(hf, w);
   w.set_string("general.name", hf.name);
   add_hf_tokenizer(root, hf.vocab_size, w);
   GgufFile meta = GgufFile::from_bytes(w.to_bytes());
   if (!with_tensors) return meta;
-  HfTensors t = read_hf_tensors(root, hf);
   GgufFile file =
-      GgufFile::from_views(std::move(meta), std::move(t.tensors), std::move(t.owner), dir);
+      GgufFile::from_views(std::move(meta), std::move(t->tensors), std::move(t->owner), dir);
   check_round_trip(hf, config_from_gguf(file), dir);
   return file;
 }

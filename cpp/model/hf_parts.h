@@ -8,15 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "common/json.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"
 
 namespace specdec::model {
-
-// The JSON in `file`; FormatError naming the file when it cannot be read or parsed.
-nlohmann::json read_json_file(const std::filesystem::path& file);
 
 // The GGUF type of a safetensors tensor: F32, F16 or BF16; UnsupportedError naming `source`,
 // the tensor and its dtype otherwise.
@@ -36,6 +34,10 @@ struct HfTensors {
 // the directory has neither; FormatError for a malformed file or index; UnsupportedError for a
 // tensor stored other than as F32, F16 or BF16.
 HfTensors read_hf_tensors(const std::filesystem::path& dir, const ModelConfig& config);
+
+// FormatError naming config.json's vocab_size (or hidden_size) unless the directory's embedding
+// tensor is [vocab_size, hidden_size]; nothing when the directory has no weights.
+void check_hf_embedding(const std::filesystem::path& dir, const ModelConfig& config);
 
 // tokenizer.json (byte-level BPE or SentencePiece-style BPE), tokenizer_config.json (special
 // tokens, add_bos_token / add_eos_token, chat template) and generation_config.json

@@ -1,10 +1,8 @@
 // A Hugging Face directory's safetensors weights under llama.cpp's tensor names (what the
 // runner's GGUF path loads), as views into the mapped files.
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "common/dtype.h"
 #include "common/errors.h"
@@ -15,18 +13,6 @@
 
 namespace specdec::model {
 namespace fs = std::filesystem;
-
-nlohmann::json read_json_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw FormatError(str_cat(file.string(), ": cannot be read"));
-  try {
-    return parse_json(text.str());
-  } catch (const FormatError& e) {
-    throw FormatError(str_cat(file.string(), ": not valid JSON: ", e.what()));
-  }
-}
 
 GgmlType ggml_type_of(const SafetensorsTensor& t, const std::string& source) {
   switch (t.dtype) {
@@ -82,7 +68,7 @@ class Shards {
   }
 
   void open_index(const fs::path& dir, const fs::path& index) {
-    const nlohmann::json j = read_json_file(index);
+    const nlohmann::json j = read_json_file(index, kMaxLargeJsonFileBytes);
     const std::string where = index.string() + " weight_map";
     const auto map = j.is_object() ? j.find("weight_map") : j.end();
     SPECDEC_CHECK(map != j.end() && map->is_object() && !map->empty(), where,
@@ -109,7 +95,6 @@ class Shards {
   std::shared_ptr<Owner> owner_;
   std::map<std::string, const SafetensorsTensor*> by_name_;
 };
-
 
 GgufTensor view(const SafetensorsTensor& t, const std::string& name, const std::string& source) {
   GgufTensor g;
@@ -229,13 +214,43 @@ std::string model_prefix(const Shards& s, const fs::path& dir) {
                             "safetensors files"));
 }
 
+// The embedding must be [vocab_size, hidden_size] of config.json: checked before anything is
+// sized from vocab_size (the tokenizer's padding, the runner's logits).
+void check_embedding(const Shards& s, const std::string& prefix, const ModelConfig& c,
+                     const fs::path& dir) {
+  const std::string name = prefix + "embed_tokens.weight";
+  const SafetensorsTensor& t = *s.find(name);
+  ggml_type_of(t, dir.string());  // a dtype the engine cannot read is said first
+  const std::vector<uint64_t> want = {static_cast<uint64_t>(c.vocab_size),
+                                      static_cast<uint64_t>(c.hidden_size)};
+  if (t.shape == want) return;
+  const bool rows = t.shape.size() != 2 || t.shape[0] != want[0];
+  throw FormatError(str_cat((dir / "config.json").string(), ": ",
+                            rows ? "vocab_size = " : "hidden_size = ", want[rows ? 0 : 1],
+                            ": expected the ", rows ? "rows" : "columns", " of ", name,
+                            ", whose shape is ", json_summary(nlohmann::json(t.shape))));
+}
+
+bool has_weights(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "model.safetensors.index.json", ec) ||
+         fs::is_regular_file(dir / "model.safetensors", ec);
+}
+
 }  // namespace
+
+void check_hf_embedding(const fs::path& dir, const ModelConfig& c) {
+  if (!has_weights(dir)) return;
+  const Shards shards(dir);
+  check_embedding(shards, model_prefix(shards, dir), c, dir);
+}
 
 HfTensors read_hf_tensors(const fs::path& dir, const ModelConfig& c) {
   const Shards shards(dir);
   Owner& owner = *shards.owner();
   const std::string source = dir.string();
   const std::string prefix = model_prefix(shards, dir);
+  check_embedding(shards, prefix, c, dir);
   HfTensors out;
   auto add = [&](const std::string& from, const std::string& to) -> GgufTensor* {
     const SafetensorsTensor* t = shards.find(from);

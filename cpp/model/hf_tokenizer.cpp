@@ -4,10 +4,8 @@
 // pre-tokenizer named from tokenizer.json's pre_tokenizer) and SentencePiece-style BPE with byte
 // fallback (llama; a merge's rank becomes its result's score: the lowest rank, the highest score).
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -82,6 +80,11 @@ void read_vocab(Parsed& p, int64_t vocab_size) {
   p.types.assign(static_cast<size_t>(n), kNormal);
   std::vector<bool> set(static_cast<size_t>(n), false);
   for (const auto& [text, id] : entries) {
+    if (set[id] && p.tokens[id] != text) {  // an added token repeats its vocab entry: fine
+      throw FormatError(str_cat(p.where, ": tokens ", json_summary(p.tokens[id]), " and ",
+                                json_summary(text), " both have id ", id,
+                                " (model.vocab / added_tokens): each id must name one token"));
+    }
     p.tokens[id] = text;
     set[id] = true;
   }
@@ -129,7 +132,11 @@ std::string byte_level_pre(const Parsed& p) {
       s[0].value("individual_digits", false) && byte_level(s[1], true)) {
     return "smollm";
   }
-  if (s.size() == 2 && s[0].value("type", "") == "Split" && byte_level(s[1], false)) {
+  const auto isolated = [](const Json& x) {  // the matches are the pieces, as llama.cpp splits
+    return x.value("behavior", "") == "Isolated" && !x.value("invert", false);
+  };
+  if (s.size() == 2 && s[0].value("type", "") == "Split" && isolated(s[0]) &&
+      byte_level(s[1], false)) {
     const std::string regex = s[0].contains("pattern") ? s[0]["pattern"].value("Regex", "") : "";
     if (regex == kQwen2Split) return "qwen2";
     if (regex == kLlama3Split) return "llama-bpe";
@@ -138,6 +145,50 @@ std::string byte_level_pre(const Parsed& p) {
       str_cat(p.where, ": pre_tokenizer ", json_summary(p.j.value("pre_tokenizer", Json()), 200),
               " is not supported; supported byte-level forms: GPT-2's ByteLevel, SmolLM's "
               "Digits + ByteLevel, Qwen2's and Llama 3's Split + ByteLevel"));
+}
+
+// Every step of tokenizer.json's `key` (normalizer or pre_tokenizer) must be one `allowed` accepts:
+// a step the tokenizer here would skip changes the tokens, so it is refused, not ignored.
+template <typename Allowed>
+void check_steps(const Parsed& p, const char* key, Allowed allowed, const char* supported) {
+  for (const Json& x : steps(p.j, key)) {
+    if (!allowed(x)) {
+      throw UnsupportedError(str_cat(p.where, ": ", key, " step ", json_summary(x, 160),
+                                     " is not supported; supported: ", supported));
+    }
+  }
+}
+
+bool is_text(const Json& x, const char* key, const std::string& want) {
+  return x.contains(key) && x[key].is_string() && x[key].get<std::string>() == want;
+}
+
+// SentencePiece-style BPE: "▁" for spaces (Prepend("▁") and Replace(" " -> "▁"), or Metaspace);
+// byte-level BPE: no normalizer but NFC (Qwen2's; the text is taken as given, as llama.cpp does).
+void check_normalizer_and_pre(const Parsed& p, bool spm) {
+  if (spm) {
+    check_steps(
+        p, "normalizer",
+        [](const Json& x) {
+          const std::string type = x.value("type", "");
+          if (type == "Prepend") return is_text(x, "prepend", "\xe2\x96\x81");
+          return type == "Replace" && x.contains("pattern") && x["pattern"].is_object() &&
+                 is_text(x["pattern"], "String", " ") && is_text(x, "content", "\xe2\x96\x81");
+        },
+        "Prepend(\"\xe2\x96\x81\") and Replace(\" \" -> \"\xe2\x96\x81\") (SentencePiece's "
+        "spaces)");
+    check_steps(
+        p, "pre_tokenizer",
+        [](const Json& x) {
+          return x.value("type", "") == "Metaspace" &&
+                 (!x.contains("replacement") || is_text(x, "replacement", "\xe2\x96\x81"));
+        },
+        "Metaspace with replacement \"\xe2\x96\x81\" (a SentencePiece-style BPE splits nothing)");
+  } else {
+    check_steps(
+        p, "normalizer", [](const Json& x) { return x.value("type", "") == "NFC"; },
+        "none, or NFC (byte-level BPE)");
+  }
 }
 
 // SentencePiece style: whether a space prefix is added (Prepend("▁") or Metaspace with a prepend).
@@ -195,6 +246,7 @@ void add_vocab(Parsed& p, GgufWriter& w) {
                 ": a BPE tokenizer that is neither byte-level (ByteLevel "
                 "pre-tokenizer) nor SentencePiece-style (byte_fallback, ▁ for spaces)"));
   }
+  check_normalizer_and_pre(p, spm);
   if (spm) {
     for (size_t i = 0; i < p.tokens.size(); ++i) {
       const std::string& t = p.tokens[i];
@@ -310,11 +362,7 @@ void add_chat_template(const fs::path& dir, GgufWriter& w) {
   const fs::path file = dir / "tokenizer_config.json";
   std::error_code ec;
   if (fs::is_regular_file(jinja, ec)) {
-    std::ifstream in(jinja, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) throw FormatError(str_cat(jinja.string(), ": cannot be read"));
-    w.set_string("tokenizer.chat_template", text.str());
+    w.set_string("tokenizer.chat_template", read_text_file(jinja, kMaxSmallJsonFileBytes));
     return;
   }
   if (!fs::is_regular_file(file, ec)) return;
@@ -356,7 +404,9 @@ void add_hf_tokenizer(const fs::path& dir, int64_t vocab_size, GgufWriter& w) {
                       "alone is not read)");
   }
   p.where = file.string();
-  p.j = read_json_file(file);
+  JsonLimits limits;
+  limits.unique_keys = true;  // a token twice in model.vocab: a DOM would keep one silently
+  p.j = read_json_file(file, kMaxLargeJsonFileBytes, limits);
   SPECDEC_CHECK(p.j.is_object() && p.j.contains("model") && p.j["model"].is_object(),
                 p.where + " model",
                 p.j.is_object() && p.j.contains("model") ? json_summary(p.j["model"]) : "missing",

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/utf8.h"
 
 namespace specdec::model {
@@ -82,64 +83,6 @@ uint64_t read_le_u64(const uint8_t* bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
   return value;
-}
-
-// Rejects duplicate keys (the DOM keeps only the last), deep nesting and more than
-// kMaxJsonValues values (memory bombs: a tree node costs ~20x its bytes of JSON) while nlohmann
-// parses, before the tree grows past that.
-class HeaderGuard {
- public:
-  explicit HeaderGuard(const Reporter& reporter) : reporter_(reporter) {}
-  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (++num_events_ > SafetensorsFile::kMaxJsonValues) {
-      reporter_.fail(str_cat("header JSON holds more than ", SafetensorsFile::kMaxJsonValues,
-                             " values (about ", SafetensorsFile::kMaxJsonValues / 16,
-                             " tensors); split the checkpoint into several files"));
-    }
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        if (keys_.size() >= SafetensorsFile::kMaxJsonDepth) {
-          reporter_.fail(
-              str_cat("header JSON nests deeper than ", SafetensorsFile::kMaxJsonDepth, " levels"));
-        }
-        keys_.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-      case Json::parse_event_t::array_end:
-        keys_.pop_back();
-        break;
-      case Json::parse_event_t::key:
-        if (!keys_.back().insert(parsed.get<std::string>()).second) {
-          reporter_.fail(
-              str_cat("duplicate key ", cut_quoted(parsed.get<std::string>()), " in header JSON"));
-        }
-        break;
-      case Json::parse_event_t::value:
-        break;
-    }
-    return true;
-  }
-
- private:
-  const Reporter& reporter_;
-  std::vector<std::set<std::string>> keys_;  // keys seen per open object (empty for arrays)
-  uint64_t num_events_ = 0;
-};
-
-Json parse_header_json(const uint8_t* begin, uint64_t size, const Reporter& reporter) {
-  HeaderGuard guard(reporter);
-  Json header;
-  try {
-    header = Json::parse(begin, begin + size, std::ref(guard));
-  } catch (const Json::parse_error& e) {
-    reporter.fail(str_cat("header is not valid JSON (file byte ", kLengthPrefixBytes + e.byte,
-                          "): ", e.what()));
-  } catch (const Json::exception& e) {
-    reporter.fail(str_cat("header is not valid JSON: ", e.what()));
-  }
-  if (!header.is_object()) reporter.fail_field("header", header, "a JSON object");
-  return header;
 }
 
 SafetensorsDType parse_dtype(const Json& value, const Reporter& reporter) {
@@ -265,6 +208,53 @@ void check_no_overlap(const std::vector<SafetensorsTensor>& tensors, const Repor
   }
 }
 
+// The header's members are streamed (JsonBuilder): each tensor entry is checked as soon as it
+// ends and only the tensors are kept, in time linear in the header and memory linear in its
+// tensors, never a tree of the whole header.
+void read_header(const MappedFile& file, uint64_t header_size_bytes, const Reporter& reporter,
+                 std::vector<SafetensorsTensor>& tensors,
+                 std::map<std::string, std::string>& metadata) {
+  const uint8_t* header_begin = file.data() + kLengthPrefixBytes;
+  const uint8_t* data = header_begin + header_size_bytes;
+  const uint64_t data_size_bytes = file.size() - kLengthPrefixBytes - header_size_bytes;
+  bool in_member = false;  // a FormatError thrown while true is already a full message
+  bool has_metadata = false;
+  const auto on_member = [&](std::string& name, Json& entry) {
+    in_member = true;
+    if (name == kMetadataKey) {
+      if (has_metadata)
+        reporter.fail(str_cat("duplicate key ", cut_quoted(name), " in header JSON"));
+      has_metadata = true;
+      metadata = parse_metadata(entry, reporter);
+    } else {
+      if (tensors.size() >= SafetensorsFile::kMaxTensors) {
+        reporter.fail(str_cat("header holds more than ", SafetensorsFile::kMaxTensors,
+                              " tensors; split the checkpoint into several files"));
+      }
+      tensors.push_back(parse_tensor(name, entry, data, data_size_bytes, reporter));
+    }
+    in_member = false;
+  };
+  JsonLimits limits;
+  limits.max_depth = static_cast<int>(SafetensorsFile::kMaxJsonDepth);
+  limits.max_values = SafetensorsFile::kMaxJsonValues;
+  limits.unique_keys = true;
+  JsonBuilder builder(limits, on_member);
+  try {
+    Json::sax_parse(header_begin, data, &builder);
+  } catch (const Json::parse_error& e) {
+    reporter.fail(str_cat("header is not valid JSON (file byte ", kLengthPrefixBytes + e.byte,
+                          "): ", e.what()));
+  } catch (const Json::exception& e) {
+    reporter.fail(str_cat("header is not valid JSON: ", e.what()));
+  } catch (const FormatError& e) {
+    if (in_member) throw;
+    reporter.fail(str_cat("header JSON ", e.what()));
+  }
+  const Json& header = builder.result();
+  if (!header.is_object()) reporter.fail_field("header", header, "a JSON object");
+}
+
 }  // namespace
 
 size_t safetensors_dtype_size(SafetensorsDType dtype) { return dtype_info(dtype).size; }
@@ -298,13 +288,20 @@ SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes) {
 
 SafetensorsFile::SafetensorsFile(MappedFile file) : file_(std::move(file)) { parse(); }
 
+const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
+  const auto it =
+      std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                       [](const SafetensorsTensor& t, const std::string& n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+}
+
 const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const {
-  const auto it = index_.find(name);
-  if (it == index_.end()) {
+  const SafetensorsTensor* t = find(name);
+  if (t == nullptr) {
     throw FormatError(str_cat("safetensors file ", source(), " has no tensor ", cut_quoted(name),
                               " (", tensors_.size(), " tensors)"));
   }
-  return tensors_[it->second];
+  return *t;
 }
 
 void SafetensorsFile::parse() {
@@ -321,17 +318,14 @@ void SafetensorsFile::parse() {
                 header_size_bytes_ > kMaxHeaderBytes ? kMaxHeaderBytes : size - kLengthPrefixBytes,
                 " (file truncated or not safetensors?)"));
   }
-  const uint8_t* header_begin = file_.data() + kLengthPrefixBytes;
-  const Json header = parse_header_json(header_begin, header_size_bytes_, reporter);
-  const uint8_t* data = header_begin + header_size_bytes_;
-  const uint64_t data_size_bytes = size - kLengthPrefixBytes - header_size_bytes_;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
-      metadata_ = parse_metadata(entry, reporter);
-      continue;
+  read_header(file_, header_size_bytes_, reporter, tensors_, metadata_);
+  // Name order, as the DOM's std::map gave it; a name twice is refused (a DOM keeps the last).
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
+  for (size_t i = 1; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == tensors_[i - 1].name) {
+      reporter.fail(str_cat("duplicate key ", cut_quoted(tensors_[i].name), " in header JSON"));
     }
-    tensors_.push_back(parse_tensor(name, entry, data, data_size_bytes, reporter));
-    index_.emplace(name, tensors_.size() - 1);
   }
   check_no_overlap(tensors_, reporter);
 }

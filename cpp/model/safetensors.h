@@ -8,7 +8,8 @@
 // every failure is a FormatError naming the file, the tensor and the offending value.
 //   - file >= 8 bytes; N <= kMaxHeaderBytes and N <= file size - 8 (checked before parsing)
 //   - header is valid UTF-8 JSON, an object, nested at most kMaxJsonDepth levels, and has no
-//     duplicate keys at any level
+//     duplicate keys at any level; it is read entry by entry (each entry's tree at most
+//     kMaxJsonValues parse events, at most kMaxTensors tensors), in time linear in its size
 //   - each entry is an object with exactly dtype (a known string), shape (at most
 //     kMaxRank non-negative integers) and data_offsets (two non-negative integers)
 //   - begin <= end <= data section size; element count x dtype size (overflow-checked)
@@ -74,9 +75,12 @@ class SafetensorsFile {
   static constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // 100 MiB, as upstream
   static constexpr size_t kMaxRank = 8;
   static constexpr size_t kMaxJsonDepth = 8;
-  // Parse events (values, keys, object/array starts and ends) in the header: a tensor entry
-  // takes ~16, so this allows ~250k tensors per file while bounding the tree to a few hundred MB.
-  static constexpr uint64_t kMaxJsonValues = 4u << 20;
+  // Parse events (values, keys, object/array starts and ends) of one header entry (a tensor
+  // takes ~16, __metadata__ two per string): the header is streamed entry by entry, and this
+  // bounds the tree of the one entry held at a time.
+  static constexpr uint64_t kMaxJsonValues = 1u << 20;
+  // Tensors in one file (each kept costs ~200 bytes): real checkpoints hold a few thousand.
+  static constexpr size_t kMaxTensors = size_t{1} << 20;
 
   // Maps and validates `path`. Throws ConfigError if it cannot be opened, FormatError if
   // it is malformed.
@@ -84,11 +88,13 @@ class SafetensorsFile {
   // Validates an in-memory file (tests). Throws FormatError if it is malformed.
   static SafetensorsFile from_bytes(std::vector<uint8_t> bytes);
 
-  // Tensors in header (name) order.
+  // Tensors sorted by name (as a JSON object orders its keys).
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   // Throws FormatError naming `name` if there is no such tensor.
   const SafetensorsTensor& tensor(const std::string& name) const;
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  bool contains(const std::string& name) const { return find(name) != nullptr; }
+  // The tensor called `name`, or nullptr (a binary search of tensors()).
+  const SafetensorsTensor* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_size() const { return file_.size(); }
   uint64_t header_size_bytes() const { return header_size_bytes_; }
@@ -101,7 +107,6 @@ class SafetensorsFile {
   MappedFile file_;
   uint64_t header_size_bytes_ = 0;
   std::vector<SafetensorsTensor> tensors_;
-  std::map<std::string, size_t> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 

@@ -133,6 +133,9 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
         throw ConfigError(f, show(v), "a list of at least two configs (objects), e.g. [{\"method\": \"suffix\"}, "
                           "{\"method\": \"draft_model\", \"model\": ...}]");
       }
+      // before any part is parsed: each proposes on every step
+      SPECDEC_CHECK(v.size() <= kMaxHybridParts, f, str_cat(v.size(), " configs"),
+                    str_cat("at most ", kMaxHybridParts, " configs for method hybrid"));
       // parsed after the loop: a part without num_speculative_tokens takes the hybrid's
     } else if (key == "exit_layer") {
       const std::string allowed = "'auto' or an integer >= 1 (layers of the target that draft)";
@@ -212,6 +215,8 @@ void SpeculativeConfig::validate() {
   if (hybrid) {
     SPECDEC_CHECK(proposers.size() >= 2, p + "proposers", proposers.size(),
                  "at least two configs for method hybrid (it picks the best draft among its parts)");
+    SPECDEC_CHECK(proposers.size() <= kMaxHybridParts, p + "proposers", str_cat(proposers.size(), " configs"),
+                 str_cat("at most ", kMaxHybridParts, " configs for method hybrid"));
     SPECDEC_CHECK(model.empty(), p + "model", model, "None for method hybrid (a drafter belongs to its draft_model part)");
     int drafters = 0, skips = 0;
     for (size_t i = 0; i < proposers.size(); ++i) {

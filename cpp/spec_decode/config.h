@@ -49,11 +49,14 @@ struct SpeculativeConfig {
   // acceptance and step times; checked against the target's depth when the proposer is built).
   int exit_layer = 0;
   // hybrid: its parts, each a config of method draft_model, ngram, suffix or layer_skip (at most
-  // one with a model, at most one layer_skip); a part without num_speculative_tokens takes the
-  // hybrid's. The drafter's fields (attention_backend, KV, vocabulary) belong to its part.
+  // one with a model, at most one layer_skip, at most kMaxHybridParts in all); a part without
+  // num_speculative_tokens takes the hybrid's. The drafter's fields (attention_backend, KV,
+  // vocabulary) belong to its part.
   std::vector<SpeculativeConfig> proposers;
 
   static constexpr int kMaxSpecLen = 32;
+  // Every part proposes on every step: more than a few costs time and gains nothing.
+  static constexpr size_t kMaxHybridParts = 8;
 
   // From a JSON object (keyword names as keys). Unknown keys, wrong types and bad values are
   // ConfigErrors naming the field; the result is validated.

@@ -100,6 +100,7 @@ class HfDir : public ::testing::Test {
       t.push_back({l + "self_attn.v_proj.bias", {4}, iota(4)});
       t.push_back({l + "self_attn.o_proj.bias", {4}, iota(4)});
     }
+    for (size_t i = 0; i < extra_tensors_; ++i) t.push_back({str_cat("extra.", i, ".weight"), {1}, {0.5f}});
     write_safetensors(dir_ / "model.safetensors", t);
     const Json tok = {{"model", {{"type", "BPE"}, {"byte_fallback", true}, {"unk_token", "<unk>"},
                                  {"vocab", {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"a", 3}, {"b", 4}, {"ab", 5}}},
@@ -126,6 +127,8 @@ class HfDir : public ::testing::Test {
     t.push_back({"model.layers.0.mlp.gate_up_proj.weight", {8, 4}, iota(32, 1000)});
     t.push_back({"lm_head.weight", {6, 4}, iota(24, 7)});
   }
+
+  size_t extra_tensors_ = 0;  // tensors no architecture uses, added to model.safetensors
 
   std::vector<float> floats(const GgufFile& f, const std::string& name) {
     const GgufTensor& t = f.tensor(name);
@@ -218,6 +221,58 @@ TEST_F(HfDir, TokenizerKeys) {
   EXPECT_EQ(*scores.values[5].get_if<float>(), 0.0f);  // "ab": merge 0, the highest score
   EXPECT_EQ(f.get_array("tokenizer.hf.eos_token_ids").values.size(), 2u);
   EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_space_prefix"));
+}
+
+// Issue 34, item 4: a valid header of 300,000 entries never finished loading (the header was
+// parsed in quadratic time). The tensors no architecture uses are read and left alone.
+TEST_F(HfDir, ThreeHundredThousandUnusedTensorsLoad) {
+  write_model("qwen3");
+  const size_t used = hf_to_gguf(dir_.string()).tensors().size();
+  extra_tensors_ = 300000;
+  write_model("qwen3");
+  ASSERT_GT(fs::file_size(dir_ / "model.safetensors"), 15u << 20);
+  const GgufFile f = hf_to_gguf(dir_.string());
+  EXPECT_EQ(f.tensors().size(), used);
+  EXPECT_EQ(f.tensor("token_embd.weight").num_elements, 24);
+}
+
+// Issue 34, item 5: vocab_size = 2^30 padded the vocabulary to 2^30 tokens (std::bad_alloc).
+TEST_F(HfDir, SizesAreCheckedBeforeTheyAreUsed) {
+  write_model("qwen3");
+  Json config = Json::parse(std::ifstream(dir_ / "config.json"));
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, int64_t>>{{"vocab_size", int64_t{1} << 30},
+                                                    {"num_hidden_layers", int64_t{1} << 30},
+                                                    {"hidden_size", int64_t{1} << 30}}) {
+    Json bad = config;
+    bad[field] = value;
+    write(dir_ / "config.json", bad.dump());
+    try {
+      hf_to_gguf(dir_.string(), false);
+      ADD_FAILURE() << field;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.field(), field);
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    }
+  }
+  for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
+           {"vocab_size", 1 << 21}, {"vocab_size", 5}, {"hidden_size", 8}}) {
+    Json bad = config;
+    bad[field] = value;
+    if (field == "hidden_size") bad["head_dim"] = 4;
+    write(dir_ / "config.json", bad.dump());
+    for (bool with_tensors : {false, true}) {
+      try {
+        hf_to_gguf(dir_.string(), with_tensors);
+        ADD_FAILURE() << field << " = " << value;
+      } catch (const FormatError& e) {
+        const std::string want = str_cat(field, " = ", value, ": expected the ");
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight, whose shape is [6,4]"),
+                  std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 TEST_F(HfDir, Refusals) {

@@ -129,3 +129,68 @@ TEST(Json, DeepSpeculativeConfigTextIsAnErrorNotACrash) {
   EXPECT_TRUE(has(err, "speculative_config.method = [[[")) << err;
   EXPECT_LT(err.size(), 300u) << err;
 }
+
+// Issue 34, item 4: nlohmann's parse with a callback scans the parent of every object that ends,
+// so 300,000 objects in one array or object (a tokenizer's added_tokens, a safetensors header)
+// took hours. The tree is now built by JsonBuilder in linear time.
+TEST(Json, ManyObjectsParseInLinearTime) {
+  constexpr int n = 300000;
+  std::string text = "[";
+  std::string members = "{";
+  for (int i = 0; i < n; ++i) {
+    text += (i ? ",{\"id\":" : "{\"id\":") + std::to_string(i) + "}";
+    members += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":{\"v\":[" + std::to_string(i) + "]}";
+  }
+  text += "]";
+  members += "}";
+  const json a = parse_json(text);
+  ASSERT_EQ(a.size(), static_cast<size_t>(n));
+  EXPECT_EQ(a[n - 1]["id"], n - 1);
+  const json o = parse_json(members);
+  ASSERT_EQ(o.size(), static_cast<size_t>(n));
+  EXPECT_EQ(o["k123"]["v"][0], 123);
+}
+
+TEST(Json, LimitsOfTheBuilder) {
+  JsonLimits unique;
+  unique.unique_keys = true;
+  EXPECT_EQ(parse_json(R"({"a": 1, "a": 2})")["a"], 2);  // default: the last wins, as nlohmann
+  const std::string dup = error_of<FormatError>([&] { parse_json(R"({"x": {"a": 1, "a": 2}})", unique); });
+  EXPECT_TRUE(has(dup, "duplicate key \"a\"")) << dup;
+  JsonLimits few;
+  few.max_values = 10;
+  EXPECT_NO_THROW(parse_json("[1,2,3,4,5,6,7,8]", few));  // 8 values, an open and a close
+  const std::string many = error_of<FormatError>([&] { parse_json("[1,2,3,4,5,6,7,8,9]", few); });
+  EXPECT_TRUE(has(many, "more than 10 values")) << many;
+  EXPECT_THROW(parse_json("[1, 2", few), FormatError);
+}
+
+TEST(Json, MembersAreStreamedOneByOne) {
+  JsonLimits limits;
+  limits.max_values = 6;  // per member: each is handed over and dropped
+  std::vector<std::string> keys;
+  JsonBuilder builder(limits, [&](std::string& key, json& value) {
+    keys.push_back(key + "=" + value.dump());
+  });
+  const std::string text = R"({"a": [1, 2], "b": {"c": null}, "d": "x", "a": 3})";
+  json::sax_parse(text.begin(), text.end(), &builder);
+  EXPECT_EQ(keys, (std::vector<std::string>{"a=[1,2]", "b={\"c\":null}", "d=\"x\"", "a=3"}));
+  EXPECT_TRUE(builder.result().is_object() && builder.result().empty());
+  JsonBuilder scalar(limits, [](std::string&, json&) { ADD_FAILURE() << "not an object"; });
+  const std::string two = "[1, 2]";
+  json::sax_parse(two.begin(), two.end(), &scalar);
+  EXPECT_EQ(scalar.result().dump(), "[1,2]");
+  JsonBuilder bounded(limits, [](std::string&, json&) {});
+  const std::string big = R"({"a": [1, 2, 3, 4, 5, 6]})";
+  EXPECT_THROW(json::sax_parse(big.begin(), big.end(), &bounded), FormatError);
+}
+
+TEST(Json, FilesAreCappedBeforeTheyAreRead) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("specdec_json_cap_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"pad": ")" << std::string(4096, 'x') << R"("})";
+  EXPECT_EQ(read_json_file(path)["pad"].get<std::string>().size(), 4096u);
+  const std::string err = error_of<FormatError>([&] { read_json_file(path, 1024); });
+  EXPECT_TRUE(has(err, path.string()) && has(err, "4107 bytes, more than the 1024 bytes")) << err;
+  std::filesystem::remove(path);
+}

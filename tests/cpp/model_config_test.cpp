@@ -235,6 +235,29 @@ TEST(ModelConfigTest, GgufErrorsNameTheKey) {
   EXPECT_THROW(config_from_gguf(parse(per_layer)), UnsupportedError);
 }
 
+// Issue 34, item 5: a size is bounded before anything is sized from it (block_count = 2^30 made
+// a table of 2^30 layers); a vocab_size key must be the embedding's rows.
+TEST(ModelConfigTest, GgufSizesAreBoundedBeforeUse) {
+  auto expect_format = [](GgufWriter w, const std::string& needle) {
+    try {
+      config_from_gguf(parse(w));
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_format(gemma3_metadata().set_u32("gemma3.block_count", 1u << 30),
+                "'gemma3.block_count' = 1.07374e+09: expected an integer in [0, 1024]");
+  expect_format(gemma3_metadata().set_u32("gemma3.vocab_size", 1u << 22), "[0, 2097152]");
+  expect_format(gemma3_metadata().set_u32("gemma3.context_length", 1u << 30), "[0, 134217728]");
+  expect_format(gemma3_metadata().set_u32("gemma3.vocab_size", 100),
+                "'gemma3.vocab_size' = 100: expected the rows of token_embd.weight (64)");
+  EXPECT_EQ(config_from_gguf(parse(gemma3_metadata().set_u32("gemma3.vocab_size", 64))).vocab_size,
+            64);
+  EXPECT_EQ(max_model_size("num_hidden_layers"), 1024);
+  EXPECT_EQ(max_model_size("rope.scaling.factor_not_a_size"), int64_t{1} << 30);
+}
+
 // ---- Hugging Face config.json ----
 
 json llama_json() {
@@ -323,6 +346,21 @@ TEST(ModelConfigHfTest, DeepSeekV2) {
   EXPECT_DOUBLE_EQ(c.rope_scaling_factor, 40);
   EXPECT_EQ(c.rope_original_context_length, 4096);
   EXPECT_EQ(c.layer_kv_specs()[0].spec, kv::KvCacheSpec::mla(16, 512, 64, DType::kF16));
+}
+
+TEST(ModelConfigHfTest, ProductsOfSizesAreBounded) {
+  json j = llama_json();
+  j["vocab_size"] = 1 << 21;
+  j["hidden_size"] = 1 << 17;
+  j["num_attention_heads"] = 1 << 12;
+  j["num_key_value_heads"] = 1 << 12;
+  try {
+    config_from_hf_json(j, "config.json");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "embedding elements") << e.what();
+    EXPECT_NE(std::string(e.what()).find("2097152 x 131072"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelConfigHfTest, ErrorsNameTheField) {

@@ -222,17 +222,60 @@ TEST(SafetensorsTest, BadJsonIsFormatError) {
   expect_format_error(make_file("[1, 2]"), {"header = [1,2]", "object"});
   expect_format_error(make_file("{} {}"), {"not valid JSON"});
   expect_format_error(make_file(std::string(10000, '[') + std::string(10000, ']')),
-                      {"nests deeper"});
+                      {"nested deeper than 8 levels"});
+  expect_format_error(make_file("{\"t\":" + std::string(10, '[') + std::string(10, ']') + "}"),
+                      {"nested deeper than 8 levels"});
 }
 
 TEST(SafetensorsTest, TooManyJsonValuesIsFormatError) {
-  // ~4.2M tiny values (25 MB of JSON) would build a tree of ~500 MB: rejected while parsing.
+  // An entry of ~1M tiny values would build a tree of ~100 MB: rejected while parsing.
   std::string header = "{\"__metadata__\":{},\"a\":[";
   const uint64_t n = SafetensorsFile::kMaxJsonValues + 8;
   header.reserve(header.size() + 2 * n + 2);
   for (uint64_t i = 0; i < n; ++i) header += i == 0 ? "0" : ",0";
   header += "]}";
   expect_format_error(make_file(header), {"more than", "values"});
+}
+
+// A header of `n` one-byte tensors named "t<i>" (in file order i = n-1 .. 0) and its data.
+Bytes many_tensors(size_t n) {
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  header.reserve(n * 64);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = n - 1 - k;
+    header += str_cat(",\"t", i, "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[", i, ",",
+                      i + 1, "]}");
+  }
+  header += "}";
+  Bytes data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<uint8_t>(i * 7);
+  return make_file(header, data);
+}
+
+// Issue 34, item 4: a valid 20 MB header of 300,000 entries never finished (nlohmann's parse with
+// a callback scans the whole header object each time an entry's object ends: quadratic). Now the
+// header is streamed entry by entry; this runs in about a second.
+TEST(SafetensorsTest, ThreeHundredThousandEntriesAreReadInLinearTime) {
+  constexpr size_t n = 300000;
+  const Bytes bytes = many_tensors(n);
+  ASSERT_GT(bytes.size(), 15u << 20);
+  const SafetensorsFile file = SafetensorsFile::from_bytes(bytes);
+  ASSERT_EQ(file.tensors().size(), n);
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_TRUE(std::is_sorted(file.tensors().begin(), file.tensors().end(),
+                             [](const auto& a, const auto& b) { return a.name < b.name; }));
+  for (size_t i : {size_t{0}, size_t{12345}, n - 1}) {
+    const SafetensorsTensor& t = file.tensor(str_cat("t", i));
+    EXPECT_EQ(t.data_offsets[0], i);
+    EXPECT_EQ(*t.data, static_cast<uint8_t>(i * 7));
+  }
+  EXPECT_FALSE(file.contains("t300000"));
+  EXPECT_EQ(file.find("t-1"), nullptr);
+}
+
+TEST(SafetensorsTest, TensorCountIsBounded) {
+  expect_format_error(many_tensors(SafetensorsFile::kMaxTensors + 1),
+                      {"more than 1048576 tensors", "split the checkpoint"});
 }
 
 TEST(SafetensorsTest, DuplicateKeysAreFormatError) {
@@ -243,6 +286,14 @@ TEST(SafetensorsTest, DuplicateKeysAreFormatError) {
   expect_format_error(
       with_entry("{\"dtype\":\"U8\",\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]}"),
       {"duplicate key \"dtype\""});
+  expect_format_error(make_file("{\"__metadata__\":{},\"__metadata__\":{}}"),
+                      {"duplicate key \"__metadata__\""});
+  // far apart in a big header (found after sorting, not by a scan per entry)
+  Bytes big = many_tensors(1000);
+  const std::string dup = ",\"t5\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}";
+  std::string header(big.begin() + 8, big.end() - 1000);
+  header.pop_back();
+  expect_format_error(make_file(header + dup, Bytes(1000)), {"duplicate key \"t5\""});
 }
 
 TEST(SafetensorsTest, WrongFieldsAndTypesNameTheTensor) {
