@@ -62,7 +62,7 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
     elif method == "draft_model":
         spec = {"method": "draft_model", "model": model, "num_speculative_tokens": k}
     llm = specdec.LLM(model, progress=False, speculative_config=spec, max_num_seqs=max(16, n),
-                      max_num_batched_tokens=max(512, n * (k + 1)), max_num_logits=max(128, n * (k + 1)))
+                      max_num_batched_tokens=max(512, n * (k + 1)))
     core = llm.engine.core
     fwd, prop = [0.0], [0.0]
     core.runner = _Timed(core.runner, "step", fwd)

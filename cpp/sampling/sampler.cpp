@@ -31,44 +31,57 @@ int32_t argmax(const float* logits, int64_t vocab) {
 
 namespace {
 
-// exp((x - max) / T) for every finite logit, as (id, weight), sorted by weight descending.
-std::vector<std::pair<int32_t, double>> weights(const float* logits, int64_t vocab, double temp) {
+using Weighted = std::pair<int32_t, double>;
+
+// Heavier first; equal weights: the lower id first (what a stable sort of ids in order gives).
+bool heavier(const Weighted& a, const Weighted& b) {
+  return a.second > b.second || (a.second == b.second && a.first < b.first);
+}
+
+// exp((x - max) / T) for every finite logit, as (id, weight), in id order (the largest is 1).
+std::vector<Weighted> weights(const float* logits, int64_t vocab, double temp) {
   double max = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) {
     if (!std::isnan(logits[i])) max = std::max(max, static_cast<double>(logits[i]));
   }
-  std::vector<std::pair<int32_t, double>> w;
+  std::vector<Weighted> w;
   w.reserve(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) {
     const double x = logits[i];
     if (std::isnan(x) || x == -INFINITY) continue;
     w.emplace_back(static_cast<int32_t>(i), std::exp((x - max) / temp));
   }
-  std::stable_sort(w.begin(), w.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return w;
+}
+
+double total_of(const std::vector<Weighted>& w) {
+  double total = 0;
+  for (const auto& [id, x] : w) total += x;
+  return total;
 }
 
 }  // namespace
 
-std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int64_t vocab,
-                                                       const SamplingParams& params) {
+std::vector<std::pair<int32_t, double>> candidate_probs(const float* logits, int64_t vocab,
+                                                        const SamplingParams& params, bool sorted) {
   params.validate();
   SPECDEC_CHECK(vocab > 0, "vocab", vocab, "at least one logit");
   if (params.greedy()) return {{argmax(logits, vocab), 1.0}};
   auto w = weights(logits, vocab, params.temperature);
   if (w.empty()) return {{argmax(logits, vocab), 1.0}};
-  double total = 0;
-  for (const auto& [id, x] : w) total += x;
-  // min-p: keep p >= min_p * p_max (w is sorted, so a prefix survives).
+  // min-p: keep p >= min_p * p_max (the largest weight is 1, and it survives).
   if (params.min_p > 0) {
-    const double cut = params.min_p * w.front().second;
-    size_t keep = 0;
-    while (keep < w.size() && w[keep].second >= cut) ++keep;
-    w.resize(std::max<size_t>(keep, 1));
+    double top = 0;
+    for (const auto& [id, x] : w) top = std::max(top, x);
+    const double cut = params.min_p * top;
+    std::erase_if(w, [cut](const Weighted& e) { return e.second < cut; });
   }
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < w.size()) w.resize(params.top_k);
-  total = 0;
-  for (const auto& [id, x] : w) total += x;
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < w.size()) {
+    std::nth_element(w.begin(), w.begin() + params.top_k, w.end(), heavier);
+    w.resize(static_cast<size_t>(params.top_k));
+  }
+  if (sorted || params.top_p < 1) std::sort(w.begin(), w.end(), heavier);
+  double total = total_of(w);
   // top-p: the smallest prefix whose mass reaches top_p (at least one token).
   if (params.top_p < 1) {
     double mass = 0;
@@ -79,11 +92,15 @@ std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int6
       if (mass >= params.top_p) break;
     }
     w.resize(keep);
-    total = 0;
-    for (const auto& [id, x] : w) total += x;
+    total = total_of(w);
   }
   for (auto& [id, x] : w) x /= total;
   return w;
+}
+
+std::vector<std::pair<int32_t, double>> sampling_probs(const float* logits, int64_t vocab,
+                                                       const SamplingParams& params) {
+  return candidate_probs(logits, vocab, params, true);
 }
 
 namespace {
@@ -109,13 +126,27 @@ double Generator::uniform(int64_t position, Stream stream, uint64_t index) const
   return static_cast<double>((h >> 11) + 1) * 0x1.0p-53;
 }
 
-int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generator& gen, int64_t position) {
-  int32_t best = probs.empty() ? 0 : probs.front().first;
-  double best_key = INFINITY;
-  for (const auto& [id, p] : probs) {
-    if (!(p > 0)) continue;
-    const double key = exponential(gen, position, id) / p;
-    if (key < best_key) {
+namespace {
+
+// The race over (id, p) entries given by `at(i)`, i < n: the most probable entry's key first, so
+// that the bound lets most others go without a logarithm: key = -log u / p < best needs
+// u > exp(-best * p) >= 1 - best * p.
+template <typename At>
+int32_t race_over(size_t n, At at, const Generator& gen, int64_t position) {
+  size_t first = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (at(i).second > 0 && (first == n || at(i).second > at(first).second)) first = i;
+  }
+  if (first == n) return n ? at(0).first : 0;
+  int32_t best = at(first).first;
+  double best_key = exponential(gen, position, best) / at(first).second;
+  for (size_t i = 0; i < n; ++i) {
+    const auto [id, p] = at(i);
+    if (!(p > 0) || i == first) continue;
+    const double u = gen.uniform(position, Stream::kToken, static_cast<uint64_t>(id));
+    if (u <= 1.0 - best_key * p) continue;  // its key is at least best_key
+    const double key = -std::log(u) / p;
+    if (key < best_key || (key == best_key && id < best)) {
       best_key = key;
       best = id;
     }
@@ -123,18 +154,14 @@ int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generat
   return best;
 }
 
+}  // namespace
+
+int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generator& gen, int64_t position) {
+  return race_over(probs.size(), [&](size_t i) { return probs[i]; }, gen, position);
+}
+
 int32_t race_dense(const std::vector<double>& p, const Generator& gen, int64_t position) {
-  int32_t best = 0;
-  double best_key = INFINITY;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (!(p[i] > 0)) continue;
-    const double key = exponential(gen, position, static_cast<int32_t>(i)) / p[i];
-    if (key < best_key) {
-      best_key = key;
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
+  return race_over(p.size(), [&](size_t i) { return Weighted{static_cast<int32_t>(i), p[i]}; }, gen, position);
 }
 
 int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, const Generator& gen,
@@ -143,7 +170,7 @@ int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params,
     params.validate();
     return argmax(logits, vocab);
   }
-  return race(sampling_probs(logits, vocab, params), gen, position);
+  return race(candidate_probs(logits, vocab, params), gen, position);
 }
 
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids) {

@@ -54,6 +54,11 @@ class Generator {
   bool coupled_;
 };
 
+// sampling_probs in no particular order unless `sorted` (no sort of the vocabulary when neither
+// asked for nor needed by top-p): what a draw needs.
+std::vector<std::pair<int32_t, double>> candidate_probs(const float* logits, int64_t vocab,
+                                                        const SamplingParams& params, bool sorted = false);
+
 // The token drawn at `position` from `probs` ((id, p) pairs, p > 0): the exponential race
 // argmin over ids of -log U(position, kToken, id) / p(id) (Gumbel-max): distributed exactly as
 // p, and coupled across distributions — a drafter and the target raced with the same numbers

@@ -110,7 +110,7 @@ bool take_draft_token(Draft& d, const runner::StepOutput& so, int64_t row, int64
   // draw there uses (coupled with it)
   const int64_t position = r.sequence->size() + static_cast<int64_t>(d.tokens.size());
   if (r.generator->coupled()) {  // verified by matching the target's draw: q is not needed
-    const auto probs = sampling::sampling_probs(padded.data(), vt, r.params);
+    const auto probs = sampling::candidate_probs(padded.data(), vt, r.params);
     if (probs.empty()) return false;
     d.tokens.push_back(sampling::race(probs, *r.generator, position));
     return true;

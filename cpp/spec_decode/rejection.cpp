@@ -19,7 +19,7 @@ VerifyResult verify_greedy(const std::vector<int32_t>& draft, const int32_t* tar
 
 std::vector<double> dense_probs(const float* logits, int64_t vocab, const sampling::SamplingParams& params) {
   std::vector<double> p(static_cast<size_t>(vocab), 0.0);
-  for (const auto& [id, prob] : sampling::sampling_probs(logits, vocab, params)) p[static_cast<size_t>(id)] = prob;
+  for (const auto& [id, prob] : sampling::candidate_probs(logits, vocab, params)) p[static_cast<size_t>(id)] = prob;
   return p;
 }
 
@@ -49,7 +49,7 @@ VerifyResult verify_coupled(const Draft& draft, const float* target_logits, int6
   const size_t k = draft.tokens.size();
   for (size_t i = 0; i <= k; ++i) {
     const float* row = target_logits + static_cast<int64_t>(i) * vocab;
-    const int32_t t = sampling::race(sampling::sampling_probs(row, vocab, params), gen,
+    const int32_t t = sampling::race(sampling::candidate_probs(row, vocab, params), gen,
                                      first_position + static_cast<int64_t>(i));
     r.tokens.push_back(t);
     if (i == k || draft.tokens[i] != t) return r;
@@ -113,7 +113,7 @@ VerifyResult verify_sampled(const Draft& draft, const float* target_logits, int6
     const float* row = target_logits + static_cast<int64_t>(i) * vocab;
     const int64_t position = first_position + static_cast<int64_t>(i);
     if (i == k) {  // bonus token
-      r.tokens.push_back(sampling::race(sampling::sampling_probs(row, vocab, params), gen, position));
+      r.tokens.push_back(sampling::race(sampling::candidate_probs(row, vocab, params), gen, position));
       return r;
     }
     std::vector<double> p = dense_probs(row, vocab, params);

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "common/errors.h"
 #include "sampling/sampler.h"
@@ -151,6 +154,60 @@ TEST(SamplerTest, RaceCouplesCloseDistributions) {
   // independent draws agree with probability sum p*q = 0.37; the optimal coupling 1 - TV = 0.95;
   // the race's lower bound (1 - TV) / (1 + TV) = 0.905
   EXPECT_GT(same_pq, 0.9 * n);
+}
+
+// The race's bound skips logarithms, never a winner: it equals the plain argmin of every key.
+TEST(SamplerTest, RaceEqualsArgminOfEveryKey) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 3000);
+    const double spread = (trial % 4) * 3.0;  // flat to peaked
+    std::normal_distribution<double> normal(0.0, spread);
+    std::vector<std::pair<int32_t, double>> probs;
+    std::vector<double> dense(static_cast<size_t>(n), 0.0);
+    double total = 0;
+    for (int i = 0; i < n; ++i) {
+      const double w = (trial % 5 == 0 && i % 3 == 0) ? 0.0 : std::exp(normal(rng));
+      probs.emplace_back(i, w);
+      total += w;
+    }
+    if (total == 0) continue;
+    for (auto& [id, w] : probs) dense[static_cast<size_t>(id)] = (w /= total);
+    std::shuffle(probs.begin(), probs.end(), rng);
+    const Generator g(1000 + trial);
+    for (int64_t pos = 0; pos < 25; ++pos) {
+      int32_t want = -1;
+      double best = INFINITY;
+      for (int i = 0; i < n; ++i) {
+        if (dense[i] <= 0) continue;
+        const double key = -std::log(g.uniform(pos, Stream::kToken, static_cast<uint64_t>(i))) / dense[i];
+        if (key < best) best = key, want = i;
+      }
+      ASSERT_EQ(race(probs, g, pos), want) << "trial " << trial << " position " << pos;
+      ASSERT_EQ(race_dense(dense, g, pos), want) << "trial " << trial << " position " << pos;
+    }
+  }
+}
+
+// candidate_probs is sampling_probs without the sort: the same ids with the same probabilities.
+TEST(SamplerTest, CandidateProbsAreSamplingProbsUnsorted) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  std::vector<float> logits(5000);
+  for (float& x : logits) x = normal(rng);
+  logits[7] = logits[8];  // a tie at the top-k cut is settled alike
+  for (const SamplingParams& sp : {params(1), params(0.7, 40), params(1.2, 0, 0.9), params(0.9, 100, 0.95, 0.05),
+                                   params(1, 0, 1, 0.2)}) {
+    auto a = sampling_probs(logits.data(), 5000, sp);
+    auto b = candidate_probs(logits.data(), 5000, sp);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].first, b[i].first);
+      EXPECT_NEAR(a[i].second, b[i].second, 1e-12);
+    }
+  }
 }
 
 TEST(SamplerTest, LogprobsOfRawLogits) {
