@@ -52,7 +52,7 @@ from specdec._files import check_output_file, write_file_atomic  # noqa: E402
 from prompts import LONG, PROMPTS  # noqa: E402
 from reference.numpy_model import NumpyModel  # noqa: E402
 
-STORIES = ROOT.parent / "shared" / "models" / "stories260K.gguf"
+STORIES = ROOT / "tests" / "data" / "models" / "stories260K.gguf"
 REAL_MODELS = ["smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m",
                "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m"]
 STORIES_PROMPTS = {"story": "Once upon a time, there was a little girl named Lily. She loved to "

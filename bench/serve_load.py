@@ -46,7 +46,7 @@ def pct(xs, q):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "stories260K.gguf"))
+    ap.add_argument("--model", default=str(ROOT / "tests" / "data" / "models" / "stories260K.gguf"))
     ap.add_argument("--speculative-config", default=None)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=2, help="per client")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Callable, List
@@ -78,13 +79,16 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "tokenizer_bench.json"))
-    ap.add_argument("--quick", action="store_true", help="10 KB, 1 repeat, vocab test file only")
+    ap.add_argument("--quick", action="store_true", help="10 KB, 1 repeat, llama.cpp's gpt-2 test vocabulary unless --models")
     args = ap.parse_args()
     default_folder = Path(args.out).resolve().parent == ROOT / "bench" / "out"  # created if missing
     check_output_file(args.out, "--out", create_folder=default_folder)  # before the run
     if args.quick:
         args.bytes, args.repeat = 10_000, 1
-        args.models = [str(ROOT.parent / "shared" / "testdata" / "vocab" / "ggml-vocab-gpt-2.gguf")]
+        if args.models == DEFAULT_MODELS:  # llama.cpp's gpt-2 test vocabulary (sdist, cached)
+            sys.path.insert(0, str(ROOT / "tests" / "python"))
+            from llamacpp_sdist import models_dir
+            args.models = [str(models_dir() / "ggml-vocab-gpt-2.gguf")]
     text = corpus(args.bytes)
     results = [bench_model(m, text, args.repeat) for m in args.models]
     for r in results:

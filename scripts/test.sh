@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 JOBS="$(nproc)"
 
+# llama.cpp's vocabulary files and token vectors, for the C++ and Python tokenizer tests: from the
+# pinned llama-cpp-python sdist (pip download, sha256 checked), fetched once into the specdec cache.
+echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"
+.venv/bin/python tests/python/llamacpp_sdist.py
+
 echo "== C++ tests (CTest)"
 cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null

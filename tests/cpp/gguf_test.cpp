@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "test_data.h"
 
 using namespace specdec;
 using namespace specdec::model;
 
 namespace {
 
-const std::string kSharedDir = SPECDEC_SHARED_DIR;
-const std::string kStories = kSharedDir + "/models/stories260K.gguf";
+const std::string kStories = test_data::stories260k();
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -222,8 +222,9 @@ TEST(GgufTest, TypedGettersNameTheKey) {
 }
 
 TEST(GgufTest, ParsesVocabFiles) {
+  SPECDEC_VOCAB_DIR_OR_SKIP(vocab);
   int num_files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kSharedDir + "/testdata/vocab")) {
+  for (const auto& entry : std::filesystem::directory_iterator(vocab)) {
     if (entry.path().extension() != ".gguf") continue;
     ++num_files;
     const GgufFile file = GgufFile::open(entry.path().string());
@@ -235,7 +236,7 @@ TEST(GgufTest, ParsesVocabFiles) {
 }
 
 TEST(GgufTest, OpenMissingFileIsConfigError) {
-  EXPECT_THROW(GgufFile::open(kSharedDir + "/models/no-such-file.gguf"), ConfigError);
+  EXPECT_THROW(GgufFile::open(std::string(SPECDEC_TEST_DATA_DIR) + "/models/no-such-file.gguf"), ConfigError);
 }
 
 TEST(GgufTest, RoundTripsEveryValueType) {

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "test_data.h"
 
 using namespace specdec;
 using namespace specdec::model;
@@ -17,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kStories = std::string(SPECDEC_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kStories = test_data::stories260k();
 
 GgufFile parse(const GgufWriter& w) { return GgufFile::from_bytes(w.to_bytes()); }
 

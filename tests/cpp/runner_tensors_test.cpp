@@ -6,6 +6,7 @@
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "runner/tensor_names.h"
+#include "test_data.h"
 
 using namespace specdec;
 using namespace specdec::model;
@@ -51,7 +52,7 @@ GgufWriter tiny_qwen2(bool with_bias = true) {
 }  // namespace
 
 TEST(RunnerTensorsTest, RealSmallModels) {
-  const auto f = GgufFile::open(std::string(SPECDEC_SHARED_DIR) + "/models/stories260K.gguf");
+  const auto f = GgufFile::open(test_data::stories260k());
   EXPECT_NO_THROW(runner::check_model_tensors(f, config_from_gguf(f)));
   const auto q = GgufFile::from_bytes(tiny_qwen2().to_bytes());
   const ModelConfig c = config_from_gguf(q);

@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "test_data.h"
 
 using namespace specdec;
 using namespace specdec::tokenizer;
 
 namespace {
 
-const std::string kVocabDir = std::string(SPECDEC_SHARED_DIR) + "/testdata/vocab/";
+// llama.cpp's vocabulary files and vectors (test_data.h); "" when unavailable (the tests skip).
+const std::string kVocabDir = test_data::vocab_dir();
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -146,7 +148,12 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-class VocabVectors : public ::testing::TestWithParam<std::string> {};
+class VocabVectors : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (kVocabDir.empty()) GTEST_SKIP() << test_data::kNoVocab;
+  }
+};
 
 TEST_P(VocabVectors, EveryVectorMatchesLlamaCpp) {
   const Tokenizer tok = load(GetParam());
@@ -242,6 +249,7 @@ TEST_P(VocabVectors, RejectsOutOfRangeIds) {
 INSTANTIATE_TEST_SUITE_P(Files, VocabVectors, ::testing::ValuesIn(kVocabFiles), param_name);
 
 TEST(Tokenizer, SpmFlagsSpecialTokensAndSpacePrefix) {
+  if (kVocabDir.empty()) GTEST_SKIP() << test_data::kNoVocab;
   const Tokenizer spm = load("ggml-vocab-llama-spm.gguf");
   EXPECT_EQ(spm.kind(), TokenizerKind::kSpm);
   EXPECT_EQ(spm.vocab_size(), 32000);
@@ -264,6 +272,7 @@ TEST(Tokenizer, SpmFlagsSpecialTokensAndSpacePrefix) {
 }
 
 TEST(Tokenizer, BpeFlagsAndSpecialTokens) {
+  if (kVocabDir.empty()) GTEST_SKIP() << test_data::kNoVocab;
   const Tokenizer gpt2 = load("ggml-vocab-gpt-2.gguf");
   EXPECT_EQ(gpt2.kind(), TokenizerKind::kBpe);
   EXPECT_EQ(gpt2.pre_name(), "gpt-2");

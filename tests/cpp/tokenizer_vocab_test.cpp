@@ -17,6 +17,7 @@
 #include "gguf_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
+#include "test_data.h"
 
 using namespace specdec;
 using namespace specdec::tokenizer;
@@ -280,8 +281,8 @@ TEST(TokenizerMetadata, UnsupportedModelsAndPreTokenizersNameTheValue) {
 
 TEST(TokenizerMetadata, MissingOrTruncatedFiles) {
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/vocab.gguf"), ConfigError);
-  const std::string path =
-      std::string(SPECDEC_SHARED_DIR) + "/testdata/vocab/ggml-vocab-gpt-2.gguf";
+  SPECDEC_VOCAB_DIR_OR_SKIP(vocab);
+  const std::string path = vocab + "ggml-vocab-gpt-2.gguf";
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   ASSERT_GT(bytes.size(), 1000u);
@@ -444,7 +445,7 @@ TEST(Unicode, ClassesAndDecoding) {
 
 // stories260K (a llama2.c conversion) stores "no token" as 0xFFFFFFFF for padding and separator.
 TEST(TokenizerMetadata, Stories260KSentinelIdsMeanNoToken) {
-  const auto tok = Tokenizer::from_file(std::string(SPECDEC_SHARED_DIR) + "/models/stories260K.gguf");
+  const auto tok = Tokenizer::from_file(specdec::test_data::stories260k());
   EXPECT_EQ(tok.vocab_size(), 512);
   EXPECT_EQ(tok.bos_id(), 1);
   const std::vector<int32_t> ids = tok.encode("Once upon a time", true, false);

@@ -1,11 +1,14 @@
 import hashlib
 import os
+import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
 import specdec
+import llamacpp_sdist
+from llamacpp_sdist import isolated_pip_env
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +16,17 @@ def context():
     if not specdec.devices():
         pytest.fail("no OpenCL device: install pocl-opencl-icd (scripts/setup.sh does)")
     return specdec.Context()
+
+
+@pytest.fixture(scope="session")
+def vocab_dir() -> Path:
+    """llama.cpp's vocabulary files and token vectors (the pinned llama-cpp-python sdist's
+    models/ folder, fetched once into the specdec cache); the test skips, saying why, when they
+    cannot be had (no network and no cache; scripts/test.sh fetches them first, so CI fails)."""
+    try:
+        return llamacpp_sdist.models_dir()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+        pytest.skip(f"llama.cpp's vocabulary vectors are not available: {err}")
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +51,35 @@ def _wheel(dirpath: Path, dist: str, version: str, member: str, payload: bytes) 
 
 
 @pytest.fixture
-def local_index(tmp_path, monkeypatch):
+def isolated_pip(monkeypatch):
+    """The test's pip children see no PIP_* variable, no pip.conf and no proxy for 127.0.0.1:
+    what a test gives pip (--find-links, a local server) is all pip uses, whatever the user's
+    pip configuration (a PIP_PROXY or config-file proxy made pip answer "no versions")."""
+    env = isolated_pip_env()
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def junk_pip_config(tmp_path, monkeypatch):
+    """A user pip configuration that points everywhere but at the test's wheels."""
+    conf = tmp_path / "junk-pip.conf"
+    conf.write_text("[global]\nproxy = http://127.0.0.1:9\nindex-url = http://127.0.0.1:9/simple\n")
+    for key, value in {"PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "http://127.0.0.1:9/links",
+                       "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_PROXY": "http://127.0.0.1:9",
+                       "PIP_NO_INDEX": "1", "PIP_REQUIRE_HASHES": "1", "PIP_PYTHON_VERSION": "2.7",
+                       "http_proxy": "http://127.0.0.1:9",
+                       "HTTP_PROXY": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch, isolated_pip):
     """A catalog of one two-part model whose wheels live in a --find-links directory."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()

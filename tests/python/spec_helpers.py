@@ -3,11 +3,8 @@ plain decoding's tokens (the output every method must reproduce token for token)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import specdec
-
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: F401  (re-exported: the method tests import it from here)
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She"]
 GREEDY = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 

@@ -10,7 +10,7 @@ import pytest
 
 from specdec import bench, cli
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 def test_bench_writes_json_and_plots(tmp_path, capsys):

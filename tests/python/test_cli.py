@@ -1,7 +1,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import specdec
 from specdec.cli import main
@@ -56,7 +55,7 @@ def test_devices_command():
     assert "OpenCL device(s)" in out.stdout and "default device" in out.stdout
 
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 def test_errors_name_the_flag_given(capsys):

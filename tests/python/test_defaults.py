@@ -17,7 +17,7 @@ import specdec
 from specdec.memory import size_kv_cache
 
 ROOT = Path(__file__).resolve().parents[2]
-STORIES = str(ROOT.parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 GiB = 1 << 30
 

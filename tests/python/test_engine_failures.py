@@ -5,13 +5,12 @@ finding 1)."""
 import resource
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import specdec
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 PARAMS = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
 

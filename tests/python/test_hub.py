@@ -25,6 +25,14 @@ def test_fetch_assembles_and_caches(local_index):
                      pip_args=local_index["pip_args"], progress=False) == path
 
 
+def test_the_users_pip_configuration_does_not_reach_the_tests_pip(junk_pip_config, local_index):
+    """A pip.conf or PIP_* variables that would send pip elsewhere (proxy, index, find-links,
+    required hashes, another Python) do not change what the test's pip child sees."""
+    path = hub.fetch("tiny-test", catalog=local_index["catalog"], pip_args=local_index["pip_args"],
+                     progress=False)
+    assert path.read_bytes() == local_index["whole"]
+
+
 def test_corrupted_cache_is_detected_and_fetched_again(local_index):
     kw = dict(catalog=local_index["catalog"], pip_args=local_index["pip_args"], progress=False)
     path = hub.fetch("tiny-test", **kw)

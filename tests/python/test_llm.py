@@ -2,7 +2,6 @@
 
 import re
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import specdec
 from specdec import cli
 from specdec._core import StepRequest
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

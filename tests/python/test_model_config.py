@@ -10,7 +10,7 @@ import pytest
 import specdec
 from specdec import cli
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 def test_gemma3_270m(real_model):

@@ -8,8 +8,7 @@ import pytest
 
 import specdec
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
-STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
+from paths import STORIES
 
 
 def test_reads_the_real_gguf():

@@ -15,7 +15,7 @@ import pytest
 import specdec
 from specdec import draft_vocab
 
-STORIES = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf"
+from paths import STORIES_PATH as STORIES  # noqa: E402
 LIMIT = "64 levels"  # what every message names
 
 

@@ -24,7 +24,7 @@ from specdec.testing.quantize import block_size, quantize  # noqa: E402
 from reference.numpy_model import (NumpyModel, attention_mask, rope, rope_yarn,  # noqa: E402
                                    yarn_attn_factor, yarn_corr_dims)
 
-STORIES = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf"
+from paths import STORIES_PATH as STORIES  # noqa: E402
 TEXT = "hello world, the quick brown fox jumps over the lazy dog and the cat sat on a mat"
 MAX_FILE_BYTES = 5 << 20
 
@@ -299,7 +299,6 @@ def test_llama3_rope_factors_as_transformers():
     assert (np.diff(ours) >= 0).all()
 
 
-@pytest.mark.skipif(not STORIES.exists(), reason="shared/models/stories260K.gguf not present")
 def test_stories260k_greedy_is_fluent():
     model = NumpyModel(STORIES)
     tokens = specdec.read_gguf(str(STORIES))["metadata"]["tokenizer.ggml.tokens"]

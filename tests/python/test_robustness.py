@@ -21,7 +21,7 @@ from specdec._core import StepRequest
 
 from chat_helpers import with_chat_template
 
-STORIES = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf"
+from paths import STORIES_PATH as STORIES  # noqa: E402
 SPECDEC = [sys.executable, "-m", "specdec"]
 
 

@@ -2,7 +2,6 @@
 of its request, and inside a ragged batch of others), rollback, and backends agreeing."""
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import specdec
 from specdec import _core
 from specdec._core import StepRequest
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 def _runner(context, path, backend="", max_model_len=128, **kw):

@@ -11,7 +11,6 @@ causes, and argmax may flip only at near-ties."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from specdec.testing import WEIGHT_FORMATS, write_random_model, write_twin
 
 from reference.numpy_model import NumpyModel
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 FLOAT_FORMATS = ("F32", "F16", "BF16")
 RUNNER_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "llama-chunked", "llama-kvshare", "deepseek2",
                 "deepseek2-kvb", "llama3", "mistral", "qwen2-yarn", "qwen3-yarn", "phi3")

@@ -23,7 +23,7 @@ import pytest
 from specdec import bench, cli, draft_vocab, hub
 
 ROOT = Path(__file__).resolve().parents[2]
-STORIES = str(ROOT.parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 SPECDEC = [sys.executable, "-m", "specdec"]
 FAST_BENCH = ["--model", STORIES, "--drafter", STORIES, "--max-tokens", "4", "--ks", "1",
               "--methods", "ngram", "--categories", "chat", "--no-adaptive", "--no-plots"]
@@ -229,7 +229,8 @@ def _leftovers(cache: Path) -> list:
 
 @pytest.mark.parametrize("sig,status,message", [(signal.SIGTERM, 143, "specdec: terminated"),
                                                 (signal.SIGINT, 130, "specdec: interrupted")])
-def test_a_signalled_fetch_ends_its_pip_child_and_leaves_nothing(tmp_path, sig, status, message):
+def test_a_signalled_fetch_ends_its_pip_child_and_leaves_nothing(any_pip_config, isolated_pip,
+                                                                 tmp_path, sig, status, message):
     """SIGTERM / SIGINT sent to the specdec process alone (a supervisor, not a terminal): it
     exits at once, its `pip download` is ended and the download's temporary files are gone."""
     server = StallingServer()
@@ -262,7 +263,15 @@ def test_a_signalled_fetch_ends_its_pip_child_and_leaves_nothing(tmp_path, sig, 
         server.close()
 
 
-def test_an_interrupted_library_fetch_ends_its_pip_child(local_index):
+@pytest.fixture(params=["plain", "junk pip config"])
+def any_pip_config(request):
+    """Each test that uses it runs twice: as the machine is, and under a pip configuration that
+    points everywhere else (a PIP_PROXY made pip answer "no versions" instead of stalling)."""
+    if request.param != "plain":
+        request.getfixturevalue("junk_pip_config")
+
+
+def test_an_interrupted_library_fetch_ends_its_pip_child(any_pip_config, local_index):
     """Ctrl-C in a program calling specdec.fetch: pip runs in its own process group (a terminal's
     Ctrl-C no longer reaches it), so the fetch must end it on the way out."""
     server = StallingServer()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import specdec
-from spec_helpers import STORIES
+from paths import STORIES
 
 DFLASH = str(Path(__file__).resolve().parents[2] / "data" / "dflash-stories260k")
 METHODS = {

@@ -24,7 +24,7 @@ from specdec.testing import write_random_model
 
 spec = _core.spec_decode
 ROOT = Path(__file__).resolve().parents[2]
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 GREEDY = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
            "Tom had a toy. Tom had a toy. Tom had a"]

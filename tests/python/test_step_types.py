@@ -4,7 +4,6 @@ C++ step computed: argmax of the logits, logits_start, rows(i), hidden states)."
 
 import gc
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from specdec import _core
 from specdec._core import StepOutput, StepRequest
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

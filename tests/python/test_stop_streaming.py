@@ -1,14 +1,13 @@
 """Stop strings are never streamed: what ``stream()`` and ``generate(on_token=...)`` send, joined,
 equals the final text, for plain decoding and every speculative method (issue 20, finding 2)."""
 
-from pathlib import Path
 
 import pytest
 
 import specdec
 from specdec.engine.core import stable_text_end
 
-STORIES = str(Path(__file__).resolve().parents[2].parent / "shared" / "models" / "stories260K.gguf")
+from paths import STORIES  # noqa: E402
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park"]
 
 

@@ -14,7 +14,6 @@ import specdec
 from llamacpp_sdist import read_vectors as read_vector_file
 from tokenizer_reference import Reference
 
-VOCAB_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "vocab"
 VOCAB_FILES = ["llama-spm", "phi-3", "gpt-2", "starcoder", "deepseek-coder"]
 
 SMOLLM2 = "smollm2-135m-instruct-q4_1"
@@ -47,16 +46,16 @@ CORPUS = [
 ]
 
 
-def read_vectors(name):
-    vectors = read_vector_file(VOCAB_DIR / f"ggml-vocab-{name}.gguf")
+def read_vectors(vocab_dir, name):
+    vectors = read_vector_file(vocab_dir / f"ggml-vocab-{name}.gguf")
     assert len(vectors) >= 40
     return vectors
 
 
 @pytest.mark.parametrize("name", VOCAB_FILES)
-def test_vocab_vectors(name):
-    tok = specdec.Tokenizer.from_file(str(VOCAB_DIR / f"ggml-vocab-{name}.gguf"))
-    for text, ids in read_vectors(name):
+def test_vocab_vectors(vocab_dir, name):
+    tok = specdec.Tokenizer.from_file(str(vocab_dir / f"ggml-vocab-{name}.gguf"))
+    for text, ids in read_vectors(vocab_dir, name):
         assert tok.encode(text, add_special=False, parse_special=False) == ids, repr(text)
         assert tok.decode(ids) == text
 
@@ -202,15 +201,15 @@ def test_token_pieces_and_streaming_hold_back_partial_characters(models):
     assert all(o in ("", "\U0001F999") for o in outs)
 
 
-def test_errors(tmp_path):
+def test_errors(tmp_path, vocab_dir):
     with pytest.raises(ValueError):
         specdec.Tokenizer.from_file(str(tmp_path / "no-such-model.gguf"))
-    data = (VOCAB_DIR / "ggml-vocab-gpt-2.gguf").read_bytes()
+    data = (vocab_dir / "ggml-vocab-gpt-2.gguf").read_bytes()
     bad = tmp_path / "truncated.gguf"
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(specdec.FormatError):
         specdec.Tokenizer.from_file(str(bad))
-    tok = specdec.Tokenizer.from_file(str(VOCAB_DIR / "ggml-vocab-gpt-2.gguf"))
+    tok = specdec.Tokenizer.from_file(str(vocab_dir / "ggml-vocab-gpt-2.gguf"))
     with pytest.raises(ValueError, match="token id"):
         tok.decode([50257])
     with pytest.raises(ValueError, match="text = 123: a str or bytes"):
@@ -219,14 +218,15 @@ def test_errors(tmp_path):
         tok.encode("a\ud800")
 
 
-def test_benchmark_smoke(tmp_path):
+def test_benchmark_smoke(tmp_path, vocab_dir):
     """bench/tokenizer_bench.py keeps running (no timing is checked)."""
     import json
     import subprocess
     import sys
     out = tmp_path / "bench.json"
     bench = Path(__file__).resolve().parents[2] / "bench" / "tokenizer_bench.py"
-    subprocess.run([sys.executable, str(bench), "--quick", "--out", str(out)], check=True,
+    subprocess.run([sys.executable, str(bench), "--quick", "--out", str(out),
+                    "--models", str(vocab_dir / "ggml-vocab-gpt-2.gguf")], check=True,
                    capture_output=True)
     result = json.loads(out.read_text())["results"][0]
     assert result["round_trip_exact"] and result["tokens"] > 1000

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import specdec
-from llamacpp_sdist import models_dir, read_vectors
+from llamacpp_sdist import read_vectors
 
 # llama.cpp's ids for the sdist vocabularies that come without vectors (scripts/gen_ugm_vectors.py)
 COMMITTED_VECTORS = Path(__file__).resolve().parent.parent / "data" / "vocab"
@@ -25,8 +25,8 @@ SAMPLES = ["Hello world", " leading space", "12345 digits 3.14", "don't  stop\n\
 
 
 @pytest.fixture(scope="module")
-def vocab_files():
-    files = sorted(models_dir().glob("ggml-vocab-*.gguf"))
+def vocab_files(vocab_dir):
+    files = sorted(vocab_dir.glob("ggml-vocab-*.gguf"))
     assert len(files) >= 19, files  # the sdist has 19
     return files
 

@@ -23,7 +23,7 @@ import specdec
 from specdec.testing import write_random_model
 
 ROOT = Path(__file__).resolve().parents[2]
-STORIES = ROOT.parent / "shared" / "models" / "stories260K.gguf"
+from paths import STORIES_PATH as STORIES  # noqa: E402
 
 CHILD = r"""
 import glob, json, sys, time
