@@ -144,7 +144,9 @@ int32_t race_over(size_t n, At at, const Generator& gen, int64_t position) {
     const auto [id, p] = at(i);
     if (!(p > 0) || i == first) continue;
     const double u = gen.uniform(position, Stream::kToken, static_cast<uint64_t>(id));
-    if (u <= 1.0 - best_key * p) continue;  // its key is at least best_key
+    // its key is at least best_key (1 - u is exact for u >= 1/2; the margin covers the rounding of
+    // best_key * p)
+    if (1.0 - u >= best_key * p * (1.0 + 0x1p-50)) continue;
     const double key = -std::log(u) / p;
     if (key < best_key || (key == best_key && id < best)) {
       best_key = key;

@@ -115,3 +115,21 @@ def test_the_earliest_stop_string_ends_the_text_whatever_the_order():
     out = llm.generate("Once upon a time", specdec.SamplingParams(
         temperature=0, max_tokens=30, stop=[late, early]))[0].outputs[0]
     assert out.stop_reason == early and out.text == text[:text.find(early)]
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "custom"])
+@pytest.mark.parametrize("logprobs", [None, 1])
+def test_logprobs_stop_where_a_stop_string_cuts_a_verified_draft(method, logprobs, stops):
+    """A stop string inside a step's accepted drafts keeps neither the tokens after it nor their
+    log-probabilities: the cumulative logprob and the logprobs list are plain decoding's."""
+    plain = specdec.LLM(STORIES, max_model_len=128, progress=False)
+    spec = specdec.LLM(STORIES, max_model_len=128, progress=False, speculative_config=METHODS[method])
+    for prompt, stop in zip(PROMPTS, stops):
+        params = specdec.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, stop=[stop[0]],
+                                        logprobs=logprobs)
+        want = plain.generate(prompt, params)[0].outputs[0]
+        got = spec.generate(prompt, params)[0].outputs[0]
+        assert got.token_ids == want.token_ids and got.text == want.text
+        assert got.cumulative_logprob == pytest.approx(want.cumulative_logprob, abs=1e-4)
+        if logprobs is not None:
+            assert len(got.logprobs) == len(got.token_ids) == len(want.logprobs)

@@ -283,20 +283,22 @@ class EngineCore:
             r.num_computed_tokens = num_computed
             if r.first_token_time is None:
                 r.first_token_time = now
-            if r.verify.on_argmax:
-                r.cumulative_logprob += argmax_lp
-            else:
-                row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
-                for j, tid in enumerate(tokens):
-                    self._logprobs(r, out.logits[row0 + j], tid)
             status = _FINISH[finish]
             if finish == 2:
                 r.stop_reason = tokens[-1]
             text = ""
+            kept = len(tokens)
             if r.params.stop:
                 tokens, status = self._stop_strings(r, tokens, status)
             elif r.stream is not None:
                 text = r.stream.push_many(tokens)
+            row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
+            if r.verify.on_argmax:  # the C++ sum, unless a stop string cut the tokens it covers
+                r.cumulative_logprob += (argmax_lp if len(tokens) == kept else
+                                         float(out.argmax_logprob[row0:row0 + len(tokens)].astype(float).sum()))
+            else:
+                for j, tid in enumerate(tokens):
+                    self._logprobs(r, out.logits[row0 + j], tid)
             if status is not None:
                 self._finish(r, status)
             if r.stream is not None:

@@ -25,11 +25,6 @@ class RequestStatus(enum.Enum):
     FINISHED_ABORTED = "abort"
 
     @property
-    def stats(self) -> "_core.spec_decode.SpecDecodingStats":
-        """The request's speculative-decoding counters (kept by the C++ verifier)."""
-        return self.verify.stats if self.verify is not None else _core.spec_decode.SpecDecodingStats()
-
-    @property
     def finished(self) -> bool:
         return self.value in ("stop", "length", "abort")
 
