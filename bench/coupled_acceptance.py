@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import specdec
+from specdec._files import check_output_file, write_file_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["Once upon a time", "The dog", "Lily went to the park and saw a big red ball. She",
@@ -47,6 +48,7 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "coupled_acceptance.json"))
     a = ap.parse_args()
+    check_output_file(a.out, "--out", create_folder=Path(a.out).resolve().parent == ROOT / "bench" / "out")
     specs = [{"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 3}]
     if a.drafter:
         specs.append({"method": "draft_model", "model": a.drafter, "num_speculative_tokens": 4})
@@ -59,10 +61,8 @@ def main() -> int:
             r = run(a.model, spec, seeded, a.requests, a.tokens, a.temperature)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": a.model, "temperature": a.temperature, "requests": a.requests,
-                               "tokens": a.tokens, "results": rows}, indent=1) + "\n")
+    write_file_atomic(a.out, json.dumps({"model": a.model, "temperature": a.temperature, "requests": a.requests,
+                                         "tokens": a.tokens, "results": rows}, indent=1) + "\n", "--out")
     return 0
 
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import specdec
+from specdec._files import check_output_file, write_file_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
@@ -114,6 +115,7 @@ def main() -> int:
     ap.add_argument("--label", default="", help="a name for this checkout in the JSON (before / after)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "host_overhead.json"))
     a = ap.parse_args()
+    check_output_file(a.out, "--out", create_folder=Path(a.out).resolve().parent == ROOT / "bench" / "out")
     results = []
     for method in a.method:
         for n in a.requests:
@@ -123,9 +125,7 @@ def main() -> int:
                 results.append(r)
                 print(json.dumps(r), flush=True)
     doc = {"machine": {"cpu": _cpu(), "python": platform.python_version()}, "results": results}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_file_atomic(a.out, json.dumps(doc, indent=1) + "\n", "--out")
     return 0
 
 

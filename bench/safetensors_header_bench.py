@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import List
 
+from specdec._files import check_output_file, write_file_atomic
+
 
 def write_header_file(path: Path, n: int, seed: int = 0) -> int:
     """A valid safetensors file of `n` F32 tensors of shape [1]; returns its header's bytes."""
@@ -33,10 +35,7 @@ def write_header_file(path: Path, n: int, seed: int = 0) -> int:
         parts.append(f'"layers.{i}.weight":{{"dtype":"F32","shape":[1],"data_offsets":[{4 * pos},{4 * pos + 4}]}}')
     header = ("{" + ",".join(parts) + "}").encode()
     header += b" " * (-len(header) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header)))
-        f.write(header)
-        f.write(bytes(4 * n))
+    write_file_atomic(path, struct.pack("<Q", len(header)) + header + bytes(4 * n), None)
     return len(header)
 
 
@@ -74,9 +73,9 @@ def main(argv: List[str] = None) -> int:
             rows.append(row)
             os.unlink(path)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"bench": "safetensors_header", "python": sys.executable,
-                                        "rows": rows}, indent=1) + "\n")
+        check_output_file(args.out, "--out", create_folder=True)
+        write_file_atomic(args.out, json.dumps({"bench": "safetensors_header", "python": sys.executable,
+                                                "rows": rows}, indent=1) + "\n", "--out")
     return 0
 
 

@@ -194,15 +194,18 @@ class StallingServer:
             c.close()
 
 
-def _children(pid: int) -> list:
+def _children(pid: int, running: str = "") -> list:
+    """The child processes of pid; with `running`, those whose command line contains it (other
+    children of the test process, such as a warm chat-template worker, are not the fetch's)."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[1]) == pid and running in cmdline:
                 out.append(int(d.name))
     return out
 
@@ -280,7 +283,7 @@ def test_an_interrupted_library_fetch_ends_its_pip_child(any_pip_config, local_i
 
     def interrupt() -> None:
         if server.accepted.wait(120):
-            found.extend(_children(os.getpid()))
+            found.extend(_children(os.getpid(), " -m pip download "))
         signal.pthread_kill(main, signal.SIGINT)
 
     t = threading.Thread(target=interrupt)
