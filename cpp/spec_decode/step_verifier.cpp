@@ -38,24 +38,22 @@ VerifyResult StepVerifier::verify_one(const VerifyItem& item, const StepRows& so
 
 void StepVerifier::keep_until_finish(VerifyRequest& r, VerifyOutcome& out, const StepRows& so,
                                      int64_t row0) const {
-  std::vector<int32_t> kept;
-  for (size_t j = 0; j < out.tokens.size(); ++j) {
-    const int32_t t = out.tokens[j];
-    kept.push_back(t);
-    if (r.on_argmax) out.argmax_logprob += so.argmax_logprob[static_cast<size_t>(row0) + j];
+  size_t n = 0;
+  while (n < out.tokens.size() && out.finish == Finish::kNone) {
+    const int32_t t = out.tokens[n++];
+    if (r.on_argmax) out.argmax_logprob += so.argmax_logprob[static_cast<size_t>(row0) + n - 1];
     if (r.append) r.sequence->append(t);
-    const int64_t num_output = r.sequence->num_output_tokens() + (r.append ? 0 : static_cast<int64_t>(kept.size()));
-    const int64_t num_tokens = r.sequence->size() + (r.append ? 0 : static_cast<int64_t>(kept.size()));
+    const int64_t pending = r.append ? 0 : static_cast<int64_t>(n);  // kept, not yet appended
     if (!r.ignore_eos && std::binary_search(eog_ids_.begin(), eog_ids_.end(), t)) {
       out.finish = Finish::kEndOfGeneration;
     } else if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
       out.finish = Finish::kStopToken;
-    } else if ((r.max_tokens >= 0 && num_output >= r.max_tokens) || num_tokens >= max_model_len_) {
+    } else if ((r.max_tokens >= 0 && r.sequence->num_output_tokens() + pending >= r.max_tokens) ||
+               r.sequence->size() + pending >= max_model_len_) {
       out.finish = Finish::kLength;
     }
-    if (out.finish != Finish::kNone) break;
   }
-  out.tokens = std::move(kept);
+  out.tokens.resize(n);
 }
 
 std::vector<VerifyResult> StepVerifier::decide(const std::vector<VerifyItem>& items,

@@ -203,6 +203,16 @@ TEST(ModelConfigTest, ChunkedLocalAndKvSharingKeys) {
   EXPECT_EQ(plan.kv_sharing.size(), 4u);
 }
 
+// config_from_gguf(w) fails with a FormatError whose message names `needle`.
+void expect_format(const GgufWriter& w, const std::string& needle) {
+  try {
+    config_from_gguf(parse(w));
+    ADD_FAILURE() << "no error for " << needle;
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelConfigTest, GgufErrorsNameTheKey) {
   GgufWriter w = gemma3_metadata();
   w.set_string("general.architecture", "mamba");
@@ -213,14 +223,6 @@ TEST(ModelConfigTest, GgufErrorsNameTheKey) {
     EXPECT_NE(std::string(e.what()).find("'mamba'"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("gemma3"), std::string::npos);
   }
-  auto expect_format = [](GgufWriter w, const std::string& needle) {
-    try {
-      config_from_gguf(parse(w));
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_format(gemma3_metadata().erase("gemma3.block_count"), "gemma3.block_count");
   expect_format(gemma3_metadata().set_string("gemma3.block_count", "18"), "gemma3.block_count");
   expect_format(gemma3_metadata().set_u32("gemma3.attention.head_count_kv", 3), "num_kv_heads");
@@ -239,14 +241,6 @@ TEST(ModelConfigTest, GgufErrorsNameTheKey) {
 // Issue 34, item 5: a size is bounded before anything is sized from it (block_count = 2^30 made
 // a table of 2^30 layers); a vocab_size key must be the embedding's rows.
 TEST(ModelConfigTest, GgufSizesAreBoundedBeforeUse) {
-  auto expect_format = [](GgufWriter w, const std::string& needle) {
-    try {
-      config_from_gguf(parse(w));
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_format(gemma3_metadata().set_u32("gemma3.block_count", 1u << 30),
                 "'gemma3.block_count' = 1.07374e+09: expected an integer in [0, 1024]");
   expect_format(gemma3_metadata().set_u32("gemma3.vocab_size", 1u << 22), "[0, 2097152]");
