@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/dflash.h"
 #include "model/gguf.h"
+#include "runner/block_budget.h"
 #include "runner/model_runner.h"
 #include "runner/model_weights.h"
 #include "tokenizer/tokenizer.h"
@@ -157,6 +158,25 @@ void register_runner(py::module_& m) {
       "Checks a GGUF file or a Hugging Face directory as a ModelRunner does when it loads it (configuration, every tensor's "
       "presence, shape and weight format, the tokenizer) without touching a device: FormatError "
       "or UnsupportedError naming what is wrong.");
+
+  // Held with the GIL: each call takes the runner's lock for a few microseconds (a scheduler
+  // builds its step between forwards, never during one), and giving the GIL up per call would
+  // let another thread keep it for a switch interval.
+  py::class_<runner::StepBlockBudget>(m, "StepBlockBudget",
+                                      "The KV blocks per group one scheduler step reserves against the "
+                                      "runner's free blocks.")
+      .def(py::init<const runner::ModelRunner&>(), py::arg("runner"), py::keep_alive<1, 2>())
+      .def("refresh", &runner::StepBlockBudget::refresh, "Reads the free blocks again.")
+      .def("overdrawn", &runner::StepBlockBudget::overdrawn,
+           "More reserved than free in some group (a prefix claim took blocks the step counted on).")
+      .def("take", &runner::StepBlockBudget::take, py::arg("request_id"), py::arg("num_computed_tokens"),
+           py::arg("num_new_tokens"),
+           "Reserves the blocks of the next num_new_tokens tokens; False (nothing reserved) if they do not fit.")
+      .def("largest_chunk", &runner::StepBlockBudget::largest_chunk, py::arg("request_id"),
+           py::arg("num_computed_tokens"), py::arg("num_new_tokens"),
+           "The most of the next num_new_tokens tokens whose blocks fit (0 if none); reserves nothing.")
+      .def_property_readonly("free", &runner::StepBlockBudget::free)
+      .def_property_readonly("reserved", &runner::StepBlockBudget::reserved);
 
   py::class_<sampling::Generator, std::shared_ptr<sampling::Generator>>(m, "SamplingGenerator",
                                   "A request's random numbers: a function of its seed and of the position (and "

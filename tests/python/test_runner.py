@@ -293,3 +293,31 @@ def test_proposers_sharing_a_reduced_drafter_each_see_their_own_columns(context)
             if item.finished:
                 outs.append(item.output)
     assert all(len(o.outputs[0].token_ids) == 12 for o in outs)
+
+
+def test_step_block_budget_reserves_what_num_blocks_needed_says(context):
+    """The scheduler's per-step block budget (C++): takes reserve the runner's own per-request
+    need, refuse (reserving nothing) what does not fit, and largest_chunk is the longest prefill
+    chunk that fits."""
+    runner = _core.ModelRunner(context, STORIES, "", 128, 2 * 92160, block_size=16)  # 16 blocks
+    free = runner.num_free_blocks()
+    budget = _core.StepBlockBudget(runner)
+    assert budget.free == free and budget.reserved == [0] * len(free)
+    need = runner.num_blocks_needed("a", 0, 100)
+    assert budget.take("a", 0, 100) and budget.reserved == need == [7]
+    assert budget.take("x", 0, 120) and budget.reserved == [15]
+    left = free[0] - 15
+    assert 1 <= left <= 4
+    # the longest chunk for "b" is what the blocks left hold, and no more
+    assert budget.largest_chunk("b", 0, 128) == 16 * left
+    assert budget.largest_chunk("b", 0, 10) == 10
+    assert budget.reserved == [15]  # largest_chunk reserves nothing
+    assert not budget.take("b", 0, 16 * left + 1) and budget.reserved == [15]
+    assert budget.take("b", 0, 16 * left) and not budget.overdrawn()
+    assert budget.largest_chunk("c", 0, 100) == 0 and not budget.take("c", 0, 1)
+    with pytest.raises(ValueError, match="n >= 0"):
+        budget.take("c", 0, -1)
+    # blocks taken behind the budget's back (a prefix claim does that) show after refresh()
+    assert runner.step([StepRequest("y", list(range(1, 17)), num_computed_tokens=0, num_logits=1)])
+    budget.refresh()
+    assert budget.free == [free[0] - 1] and budget.overdrawn()

@@ -227,35 +227,40 @@ class EngineCore:
         self.stats.num_preemptions += len(plan.preempted)
         if not plan.scheduled:
             return []
-        need_logits = any(
-            not s.request.params.greedy or s.request.params.logprobs is not None
-            or (s.is_prefill and s.request.prompt_logprobs is not None
-                and not s.request.prompt_logprobs_done)
-            for s in plan.scheduled)
-        t2 = time.perf_counter()
+        need_logits, rows_pre, rows_dec, steps = False, 0, 0, []
         scheduled_at = time.monotonic()
-        for s in plan.scheduled:
-            if s.request.first_scheduled_time is None:
-                s.request.first_scheduled_time = scheduled_at
-        out = self.runner.step([s.as_step() for s in plan.scheduled], return_logits=need_logits)
+        for s in plan.scheduled:  # one pass: what the forward needs and the step's row counts
+            r = s.request
+            if r.first_scheduled_time is None:
+                r.first_scheduled_time = scheduled_at
+            if s.is_prefill:
+                rows_pre += len(s.tokens)
+                need_logits = need_logits or (r.prompt_logprobs is not None and not r.prompt_logprobs_done)
+            else:
+                rows_dec += len(s.tokens)
+            need_logits = need_logits or not r.params.greedy or r.params.logprobs is not None
+            steps.append(s.as_step())
+        t2 = time.perf_counter()
+        out = self.runner.step(steps, return_logits=need_logits)
         t3 = time.perf_counter()
-        if self.adaptive is not None and not any(s.is_prefill for s in plan.scheduled):
-            self.adaptive.observe_forward(sum(len(s.tokens) for s in plan.scheduled), t3 - t2)
+        if self.adaptive is not None and not rows_pre:
+            self.adaptive.observe_forward(rows_dec, t3 - t2)
         updates = self._update(plan, out)
         t4 = time.perf_counter()
-        times = StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1)
-        self.stats.times.add(times)
+        self.stats.times.add(StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1))
         self.stats.num_steps += 1
         # the step's wall time split between prefill and decode/verify rows
-        rows_pre = sum(len(s.tokens) for s in plan.scheduled if s.is_prefill)
-        rows_dec = sum(len(s.tokens) for s in plan.scheduled if not s.is_prefill)
         dt = t4 - t0
         self.stats.prefill_tokens += rows_pre
         self.stats.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
         self.stats.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
-        self.stats.decode_tokens += sum(len(u.new_token_ids) for u, s in zip(updates, plan.scheduled)
-                                        if not s.is_prefill)
-        return [u for u in updates if u.new_token_ids or u.request.finished]
+        kept = []
+        for u, s in zip(updates, plan.scheduled):
+            if not s.is_prefill:
+                self.stats.decode_tokens += len(u.new_token_ids)
+            if u.new_token_ids or u.request.finished:
+                kept.append(u)
+        return kept
 
     def _update(self, plan: SchedulerOutput, out: _core.StepOutput) -> List[StepUpdate]:
         """Verification, counters, rollback and token-level stops in one C++ call; then what needs

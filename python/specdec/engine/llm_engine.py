@@ -137,6 +137,8 @@ class LLMEngine:
 
     # ---- the loop ----
     def _take_inbox(self) -> None:
+        if not (self._inbox or self._aborts):  # nothing came (one that comes now is taken next step)
+            return
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []

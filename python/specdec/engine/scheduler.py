@@ -43,46 +43,6 @@ class SchedulerOutput:
         return sum(len(s.tokens) for s in self.scheduled)
 
 
-class _Blocks:
-    """KV blocks per group reserved for the step being built, against the runner's free blocks.
-    Sums of per-request needs are an upper bound (sliding windows may give blocks back)."""
-
-    def __init__(self, runner) -> None:
-        self.runner = runner
-        self.free = runner.num_free_blocks()
-        self.reserved = [0] * len(self.free)
-
-    def refresh(self) -> None:
-        """After a preemption gave blocks back."""
-        self.free = self.runner.num_free_blocks()
-
-    def overdrawn(self) -> bool:
-        """More reserved than free (a prefix claim took cached free blocks the step counted on)."""
-        return any(used > f for used, f in zip(self.reserved, self.free))
-
-    def _need(self, r: Request, n: int) -> List[int]:
-        return self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, n)
-
-    def _fits(self, need: List[int]) -> bool:
-        return all(a <= f - used for a, f, used in zip(need, self.free, self.reserved))
-
-    def take(self, r: Request, n: int) -> bool:
-        """Reserves the blocks of r's next n tokens; False (nothing reserved) when they do not fit."""
-        need = self._need(r, n)
-        if not self._fits(need):
-            return False
-        self.reserved = [used + a for used, a in zip(self.reserved, need)]
-        return True
-
-    def largest_chunk(self, r: Request, n: int) -> int:
-        """The most of the next n prefill tokens of r whose blocks fit (0 if none)."""
-        lo, hi = 0, n
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self._fits(self._need(r, mid)) else (lo, mid - 1)
-        return lo
-
-
 class Scheduler:
     def __init__(self, runner, max_num_seqs: int, max_num_batched_tokens: int,
                  max_num_logits: int, enable_prefix_caching: bool = False,
@@ -158,7 +118,7 @@ class Scheduler:
 
     def schedule(self, drafts: Dict[str, object]) -> SchedulerOutput:
         out = SchedulerOutput()
-        blocks = _Blocks(self.runner)
+        blocks = _core.StepBlockBudget(self.runner)  # the step's KV blocks, reserved in C++
         budget = self.max_num_batched_tokens
         rows_left = self.max_num_logits
         i = 0
@@ -166,12 +126,13 @@ class Scheduler:
             r = self.running[i]
             draft = drafts.get(r.request_id)
             k = len(draft) if draft is not None else 0
-            if k and (1 + k > budget or 1 + k > rows_left or not blocks.take(r, 1 + k)):
+            rid, done = r.request_id, r.num_computed_tokens
+            if k and (1 + k > budget or 1 + k > rows_left or not blocks.take(rid, done, 1 + k)):
                 draft, k = None, 0  # verify without a draft rather than wait
-            if k or (budget >= 1 and rows_left >= 1 and blocks.take(r, 1)):
+            if k or (budget >= 1 and rows_left >= 1 and blocks.take(rid, done, 1)):
                 out.scheduled.append(ScheduledRequest(
                     r, [r.sequence.last_token] + (list(draft.tokens) if k else []),
-                    r.num_computed_tokens, 1 + k, draft if k else None))
+                    done, 1 + k, draft if k else None))
                 budget -= 1 + k
                 rows_left -= 1 + k
                 i += 1
@@ -209,7 +170,7 @@ class Scheduler:
             chunk = min(budget, left)
             if want_prompt_rows:
                 chunk = min(chunk, rows_left)  # a logit row per prompt token
-            chunk = blocks.largest_chunk(r, chunk)
+            chunk = blocks.largest_chunk(r.request_id, r.num_computed_tokens, chunk)
             if chunk == 0:
                 if not out.scheduled:  # alone and still short: nothing else holds blocks to wait for
                     need = self.runner.num_blocks_needed(r.request_id, r.num_computed_tokens, 1)
@@ -218,7 +179,7 @@ class Scheduler:
                         f"with nothing else running (needs {need}, free "
                         f"{self.runner.num_free_blocks()}); give a larger kv_cache_memory_bytes")
                 break  # first come, first served: later requests wait too
-            blocks.take(r, chunk)
+            blocks.take(r.request_id, r.num_computed_tokens, chunk)
             last = chunk == left
             num_logits = chunk if want_prompt_rows else (1 if last else 0)
             start = r.num_computed_tokens
