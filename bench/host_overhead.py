@@ -71,6 +71,18 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
     core.runner = _Timed(core.runner, "step", fwd)
     if core.proposer is not None:
         core.proposer = _Timed(core.proposer, "propose", prop)
+    if hasattr(core, "propose_and_step"):  # a drafting model proposes inside the forward's call
+        fused = core.propose_and_step
+
+        def timed_fused(proposer, asks, rows, runner, steps, need_logits):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            drafts, out, seconds = fused(proposer._inner, asks, rows, runner._inner, steps, need_logits)
+            prop[0] += seconds
+            prop[1] += seconds  # the drafter runs in this thread too
+            fwd[0] += time.perf_counter() - t0 - seconds
+            fwd[1] += time.thread_time() - c0 - seconds
+            return drafts, out, seconds
+        core.propose_and_step = timed_fused
     engine = llm.engine
     rows, step = [], engine._step_locked  # the engine's step: core.step and the outputs it delivers
 

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <optional>
 
 #include "common/errors.h"
@@ -22,6 +23,7 @@
 #include "spec_decode/proposers/suffix.h"
 #include "spec_decode/rejection.h"
 #include "spec_decode/sequence.h"
+#include "step_types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
@@ -76,6 +78,42 @@ std::string kwargs_json(const py::kwargs& kw) {
 std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
   py::gil_scoped_release release;
   return p.propose(reqs);
+}
+
+// The drafts of asks[i] go to the end of steps[rows[i]] (as many rows as the draft has), then one
+// forward verifies them: a drafting model's step in one call, with one return to Python (whose
+// first statements after a forward run from cold caches). Returns (drafts, StepOutput, seconds
+// spent proposing).
+py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks, const std::vector<int64_t>& rows,
+                           runner::ModelRunner& runner, const py::object& steps, bool return_logits) {
+  std::vector<runner::StepRequest> reqs = bindings::step_requests(steps);
+  SPECDEC_CHECK(rows.size() == asks.size(), "rows", rows.size(), str_cat(asks.size(), " (one per ask)"));
+  std::vector<bool> taken(reqs.size(), false);
+  for (const int64_t i : rows) {
+    SPECDEC_CHECK(i >= 0 && i < static_cast<int64_t>(reqs.size()) && !taken[i], "rows", i,
+                  str_cat("distinct indices of steps in [0, ", reqs.size(), ")"));
+    taken[i] = true;
+  }
+  std::vector<Draft> drafts;
+  runner::StepOutput out;
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    const auto t0 = std::chrono::steady_clock::now();
+    drafts = p.propose(asks);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < asks.size(); ++i) {
+      const std::vector<int32_t>& t = drafts[i].tokens;
+      SPECDEC_CHECK(static_cast<int>(t.size()) <= asks[i].num_speculative_tokens, "draft length", t.size(),
+                    str_cat("at most num_speculative_tokens = ", asks[i].num_speculative_tokens));
+      runner::StepRequest& s = reqs[rows[i]];
+      s.tokens.insert(s.tokens.end(), t.begin(), t.end());
+      s.num_logits += static_cast<int>(t.size());
+    }
+    out = runner.step(reqs, {}, return_logits, 0);
+  }
+  return py::make_tuple(std::move(drafts),
+                        bindings::to_python(std::move(out), runner.config().hidden_size, return_logits), seconds);
 }
 
 }  // namespace
@@ -213,7 +251,13 @@ void register_spec_decode(py::module_& root) {
   py::class_<Proposer, std::shared_ptr<Proposer>>(m, "Proposer", "A built-in (C++) proposer.")
       .def_property_readonly("name", &Proposer::name)
       .def("propose", &run, py::arg("requests"), "One Draft per request, in order.")
-      .def("finish", &Proposer::finish, py::arg("sequence"), "The request ended: drop its state.");
+      .def("finish", &Proposer::finish, py::arg("sequence"), "The request ended: drop its state.")
+      .def_property_readonly("drafts_full_length", &Proposer::drafts_full_length,
+                             "Drafts come as long as asked (a drafting model): propose_and_step applies.");
+  m.def("propose_and_step", &propose_and_step, py::arg("proposer"), py::arg("asks"), py::arg("rows"),
+        py::arg("runner"), py::arg("steps"), py::arg("return_logits") = false,
+        "Proposes for asks, appends draft i to steps[rows[i]] (tokens and logit rows), runs one forward "
+        "of runner over steps: (drafts, StepOutput, seconds proposing), without the GIL.");
   py::class_<NgramProposer, Proposer, std::shared_ptr<NgramProposer>>(m, "NgramProposer")
       .def(py::init<int, int, int64_t>(), py::arg("prompt_lookup_min"), py::arg("prompt_lookup_max"),
            py::arg("max_model_len") = 0);

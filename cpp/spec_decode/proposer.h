@@ -36,6 +36,10 @@ class Proposer {
   virtual std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) = 0;
   // The request ended (finished, aborted): drop its state (a suffix tree keeps its output).
   virtual void finish(const Sequence& sequence) { (void)sequence; }
+  // Whether drafts come as long as asked (a drafting model; a lookup may find nothing): then an
+  // engine may schedule the k + 1 rows first and propose right before the verifying forward, in
+  // one call with it (spec_decode.propose_and_step).
+  virtual bool drafts_full_length() const { return false; }
 };
 
 }  // namespace specdec::spec_decode

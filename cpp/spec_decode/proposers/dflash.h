@@ -25,6 +25,7 @@ class DFlashProposer final : public Proposer {
   DFlashProposer(std::shared_ptr<runner::ModelRunner> target, std::shared_ptr<runner::ModelRunner> drafter);
   ~DFlashProposer() override;  // the target stops feeding the drafter
   std::string name() const override { return "dflash"; }
+  bool drafts_full_length() const override { return true; }
   std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
   void finish(const Sequence& sequence) override;
 

@@ -33,6 +33,7 @@ class DraftModelProposer final : public Proposer {
   // probability 0, so rejection sampling stays exact.
   DraftModelProposer(std::shared_ptr<runner::ModelRunner> drafter, int64_t target_vocab_size);
   std::string name() const override { return "draft_model"; }
+  bool drafts_full_length() const override { return true; }
   std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
   void finish(const Sequence& sequence) override;
 

@@ -34,6 +34,7 @@ class LayerSkipProposer final : public Proposer {
   // speculative_config.exit_layer otherwise.
   LayerSkipProposer(std::shared_ptr<runner::ModelRunner> target, int exit_layer);
   std::string name() const override { return "layer_skip"; }
+  bool drafts_full_length() const override { return true; }
   std::vector<Draft> propose(const std::vector<ProposeRequest>& requests) override;
   void finish(const Sequence& sequence) override;
 

@@ -109,6 +109,7 @@ class EngineCore:
         self.verifier = spec.StepVerifier(runner, list(tokenizer.eog_token_ids), self.max_model_len,
                                           self.adaptive)
         self.stats = EngineStats(spec=self.verifier.stats)
+        self.propose_and_step = spec.propose_and_step  # an attribute: benchmarks time it
 
     # ---- requests ----
     def add_request(self, r: Request) -> None:
@@ -164,12 +165,13 @@ class EngineCore:
             k = self.adaptive.choose(r.request_id, k, batch_rows)
         return k
 
-    def _propose(self) -> Dict[str, object]:
+    def _asks(self):
+        """(ProposeRequests, [(request, k)]) for the running requests that draft this step."""
         if self.proposer is None or not self.k:
-            return {}
+            return [], []
         running = self.scheduler.running
         if self.disable_by_batch_size and len(running) >= self.disable_by_batch_size:
-            return {}
+            return [], []
         asks, reqs = [], []
         for r in running:
             k = self._num_draft_tokens(r, len(running))
@@ -179,6 +181,9 @@ class EngineCore:
             asks.append(spec.ProposeRequest(r.sequence, k, p.temperature, p.top_k, p.top_p,
                                             p.min_p, r.generator))
             reqs.append((r, k))
+        return asks, reqs
+
+    def _propose(self, asks, reqs) -> Dict[str, object]:
         if not asks:
             return {}
         t0 = time.perf_counter()
@@ -188,6 +193,23 @@ class EngineCore:
         if self._is_custom:
             drafts = self._check_custom(drafts, reqs)
         return {r.request_id: d for (r, _), d in zip(reqs, drafts) if len(d)}
+
+    def _propose_and_step(self, asks, plan: SchedulerOutput, steps, need_logits: bool):
+        """Proposes for the scheduled requests with planned rows and runs the forward, in one
+        call; fills each one's draft in. Returns (StepOutput, seconds proposing)."""
+        by_id = {a.request_id: a for a in asks}
+        rows = [i for i, s in enumerate(plan.scheduled) if s.planned]
+        mine = [by_id[plan.scheduled[i].request.request_id] for i in rows]
+        drafts, out, seconds = self.propose_and_step(self.proposer, mine, rows, self.runner, steps,
+                                                     need_logits)
+        for i, d in zip(rows, drafts):
+            s = plan.scheduled[i]
+            s.tokens += d.tokens
+            s.num_logits = 1 + len(d)
+            s.draft = d if len(d) else None
+        if self.adaptive is not None and mine:
+            self.adaptive.observe_proposer(sum(a.num_speculative_tokens for a in mine), seconds)
+        return out, seconds
 
     def _check_custom(self, drafts, reqs) -> list:
         name = type(self.proposer).__name__
@@ -221,33 +243,42 @@ class EngineCore:
     # ---- the step ----
     def step(self) -> List[StepUpdate]:
         t0 = time.perf_counter()
-        drafts = self._propose()
+        asks, reqs = self._asks()
+        # A drafting model (drafts as long as asked) proposes inside the forward's call, after the
+        # schedule reserved its rows: one return to Python per step instead of two.
+        fused = bool(asks) and not self._is_custom and self.proposer.drafts_full_length
+        drafts = {} if fused else self._propose(asks, reqs)
         t1 = time.perf_counter()
-        plan: SchedulerOutput = self.scheduler.schedule(drafts)
+        plan: SchedulerOutput = self.scheduler.schedule(
+            drafts, {r.request_id: k for r, k in reqs} if fused else None)
         self.stats.num_preemptions += len(plan.preempted)
         if not plan.scheduled:
             return []
-        need_logits, rows_pre, rows_dec, steps = False, 0, 0, []
+        need_logits, rows_pre, steps = False, 0, []
         scheduled_at = time.monotonic()
-        for s in plan.scheduled:  # one pass: what the forward needs and the step's row counts
+        for s in plan.scheduled:  # one pass: what the forward needs
             r = s.request
             if r.first_scheduled_time is None:
                 r.first_scheduled_time = scheduled_at
             if s.is_prefill:
                 rows_pre += len(s.tokens)
                 need_logits = need_logits or (r.prompt_logprobs is not None and not r.prompt_logprobs_done)
-            else:
-                rows_dec += len(s.tokens)
             need_logits = need_logits or not r.params.greedy or r.params.logprobs is not None
             steps.append(s.as_step())
         t2 = time.perf_counter()
-        out = self.runner.step(steps, return_logits=need_logits)
+        t_draft = 0.0  # drafting inside the forward's call: draft time, not forward time
+        if fused:
+            out, t_draft = self._propose_and_step(asks, plan, steps, need_logits)
+        else:
+            out = self.runner.step(steps, return_logits=need_logits)
         t3 = time.perf_counter()
+        rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
         if self.adaptive is not None and not rows_pre:
-            self.adaptive.observe_forward(rows_dec, t3 - t2)
+            self.adaptive.observe_forward(rows_dec, t3 - t2 - t_draft)
         updates = self._update(plan, out)
         t4 = time.perf_counter()
-        self.stats.times.add(StepTimes(draft=t1 - t0, forward=t3 - t2, sampling=t4 - t3, host=t2 - t1))
+        self.stats.times.add(StepTimes(draft=t1 - t0 + t_draft, forward=t3 - t2 - t_draft,
+                                       sampling=t4 - t3, host=t2 - t1))
         self.stats.num_steps += 1
         # the step's wall time split between prefill and decode/verify rows
         dt = t4 - t0

@@ -27,6 +27,7 @@ class ScheduledRequest:
     num_logits: int              # logit rows (verify: 1 + len(draft); prefill: 0, 1 or prompt rows)
     draft: Optional[object] = None  # the Draft verified this step (None: prefill or plain decode)
     is_prefill: bool = False
+    planned: int = 0  # draft tokens to come: rows reserved; propose_and_step appends them (and their logit rows)
 
     def as_step(self) -> _core.StepRequest:
         return _core.StepRequest(self.request.request_id, self.tokens,
@@ -116,8 +117,12 @@ class Scheduler:
         self.waiting.appendleft(r)
         out.preempted.append(r)
 
-    def schedule(self, drafts: Dict[str, object]) -> SchedulerOutput:
+    def schedule(self, drafts: Dict[str, object], planned: Optional[Dict[str, int]] = None) -> SchedulerOutput:
+        """drafts: request id -> Draft to verify. planned: request id -> the length of a draft still
+        to come (a drafting model proposes right before the forward): its rows and blocks are
+        reserved and the ScheduledRequest's `planned` says how many (0 when they did not fit)."""
         out = SchedulerOutput()
+        planned = planned or {}
         blocks = _core.StepBlockBudget(self.runner)  # the step's KV blocks, reserved in C++
         budget = self.max_num_batched_tokens
         rows_left = self.max_num_logits
@@ -125,14 +130,17 @@ class Scheduler:
         while i < len(self.running):
             r = self.running[i]
             draft = drafts.get(r.request_id)
-            k = len(draft) if draft is not None else 0
+            k = len(draft) if draft is not None else planned.get(r.request_id, 0)
             rid, done = r.request_id, r.num_computed_tokens
             if k and (1 + k > budget or 1 + k > rows_left or not blocks.take(rid, done, 1 + k)):
                 draft, k = None, 0  # verify without a draft rather than wait
             if k or (budget >= 1 and rows_left >= 1 and blocks.take(rid, done, 1)):
-                out.scheduled.append(ScheduledRequest(
-                    r, [r.sequence.last_token] + (list(draft.tokens) if k else []),
-                    done, 1 + k, draft if k else None))
+                if draft is None:  # a plain decode, or a draft to come (planned)
+                    out.scheduled.append(ScheduledRequest(r, [r.sequence.last_token], done, 1, planned=k))
+                else:
+                    out.scheduled.append(ScheduledRequest(
+                        r, [r.sequence.last_token] + (list(draft.tokens) if k else []),
+                        done, 1 + k, draft if k else None))
                 budget -= 1 + k
                 rows_left -= 1 + k
                 i += 1
