@@ -7,6 +7,10 @@
                       append tokens, roll the target's cache back past the first rejection,
                       check stops, stream
 
+A drafting model (draft_model, layer_skip, dflash: drafts as long as asked) is scheduled first,
+with k + 1 rows reserved, and proposes inside the forward's call (spec_decode.propose_and_step):
+one return to Python per step, whose first statements after a forward run from cold caches.
+
 Plain decoding is this same step with no proposer (every draft empty: k = 0, one row per request).
 Greedy requests without logprobs are verified on the device's per-row argmax: no logits cross to
 the host. Time is split per step into draft, forward (verify), sampling and host overhead.
