@@ -118,6 +118,7 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) {
   num_threads_ = choice.num_threads;
   pin_ = options.pin >= 0 ? options.pin == 1 : parse_pin(env_value(kPinEnv).value_or(""));
   spin_ns_ = choice.oversubscribed ? 0 : int64_t{options.spin_us} * 1000;
+  yield_after_ns_ = options.yield_after_us < 0 ? -1 : int64_t{options.yield_after_us} * 1000;
   cpus_ = budget.allowed;
   if (cpus_.empty()) pin_ = false;
   collect_stats_.store(options.collect_stats, std::memory_order_relaxed);
@@ -162,7 +163,11 @@ uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
       cpu_relax();
       value = word.value.load(std::memory_order_acquire);
       if (done(value)) return value;
-      if (i % 32 == 0 && now_ns() - start > spin_ns_) break;
+      if (i % 32 == 0) {
+        const int64_t spun = now_ns() - start;
+        if (spun > spin_ns_) break;
+        if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
+      }
     }
   }
   for (;;) {
