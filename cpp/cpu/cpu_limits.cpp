@@ -229,13 +229,14 @@ CpuBudget read_cpu_budget() {
   return budget;
 }
 
-ThreadCountChoice choose_thread_count(const std::optional<std::string>& override_text, int usable) {
+ThreadCountChoice choose_thread_count(const std::optional<std::string>& override_text, int usable,
+                                      const char* source) {
   ThreadCountChoice choice;
   usable = std::max(usable, 1);
   choice.num_threads = override_text ? parse_thread_count(*override_text) : usable;
   choice.oversubscribed = choice.num_threads > usable;
   if (choice.oversubscribed) {
-    choice.warning = str_cat("specdec: ", kThreadsEnv, "=", choice.num_threads, " is more than the ",
+    choice.warning = str_cat("specdec: ", source, "=", choice.num_threads, " is more than the ",
                              usable, " CPUs this process may use; the CPU thread pool will block "
                              "instead of spinning while it waits (slower barriers)");
   }

@@ -64,7 +64,9 @@ struct ThreadCountChoice {
   bool oversubscribed = false;
   std::string warning;  // "" unless oversubscribed
 };
-ThreadCountChoice choose_thread_count(const std::optional<std::string>& override_text, int usable);
+// `source` names where the override came from, in the warning.
+ThreadCountChoice choose_thread_count(const std::optional<std::string>& override_text, int usable,
+                                      const char* source = kThreadsEnv);
 
 // An environment variable's value, nullopt when unset.
 std::optional<std::string> env_value(const char* name);

@@ -110,7 +110,8 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) {
   const CpuBudget budget = read_cpu_budget();
   ThreadCountChoice choice;
   if (options.num_threads > 0) {
-    choice = choose_thread_count(std::to_string(options.num_threads), budget.usable);
+    choice = choose_thread_count(std::to_string(options.num_threads), budget.usable,
+                                 "ThreadPoolOptions.num_threads");
   } else {
     choice = choose_thread_count(env_value(kThreadsEnv), budget.usable);
   }

@@ -65,7 +65,9 @@ class ThreadContext {
   int index() const { return index_; }
   int num_threads() const { return num_threads_; }
   // Waits until every thread of the region has arrived; writes before it are visible to every
-  // thread after it. Throws RegionAborted when another thread's fn threw.
+  // thread after it. Throws RegionAborted when another thread's fn threw. Every thread of a region
+  // must call it the same number of times (a thread that skips one hangs the others, as with any
+  // barrier).
   void barrier();
   // This thread's static_chunk of [begin, end).
   Chunk chunk(int64_t begin, int64_t end, int64_t grain = 1) const {
