@@ -212,22 +212,26 @@ void ThreadPool::worker_main(int index) {
   }
 }
 
-// Runs fn on this thread. An exception other than RegionAborted is recorded if it is the first
-// and aborts the region; RegionAborted only says that another thread's exception did.
+// Runs fn on this thread. An exception aborts the region (and is kept if it is the first);
+// RegionAborted from a barrier only says that another thread's exception did.
 void ThreadPool::execute(int index) {
   ThreadContext ctx(this, index, num_threads_);
   t_region_pool = this;
   try {
     fn_.call(fn_.obj, ctx);
   } catch (const RegionAborted&) {
+    // From a barrier once the region is aborted; only when fn threw it itself is the bit clear.
+    if (!(barrier_.value.load(std::memory_order_acquire) & kFlagBit)) fail(std::current_exception());
   } catch (...) {
-    if (!error_claimed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
-    abort_region();
+    fail(std::current_exception());
   }
   t_region_pool = nullptr;
 }
 
-void ThreadPool::abort_region() {
+// Keeps the region's first exception (claimed before the abort bit is set, so an exception that
+// caused the abort is always the one kept) and aborts the region.
+void ThreadPool::fail(std::exception_ptr error) {
+  if (!error_claimed_.exchange(true, std::memory_order_acq_rel)) error_ = std::move(error);
   barrier_.value.fetch_or(kFlagBit, std::memory_order_seq_cst);
   wake_all(barrier_);
 }

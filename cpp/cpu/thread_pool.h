@@ -23,7 +23,7 @@
 // Exceptions: the first exception thrown by fn on any thread aborts the region: every other
 // thread's barrier() (waiting or still to come) throws RegionAborted, so no thread waits for the
 // one that left; when every thread has returned, run() rethrows that first exception in the caller.
-// RegionAborted itself never reaches the caller.
+// The RegionAborted exceptions of the other threads never reach the caller.
 //
 // run() is for one thread at a time: from inside one of this pool's regions, or while another
 // thread's run() is in progress, it throws std::logic_error. The pool must outlive its regions;
@@ -167,7 +167,7 @@ class ThreadPool {
   void stop_workers();
   void execute(int index);
   void barrier(int index);
-  void abort_region();
+  void fail(std::exception_ptr error);
   template <typename Done>
   uint32_t wait_for(WaitWord& word, Done done) const;
   static void wake_all(WaitWord& word);

@@ -222,6 +222,16 @@ TEST(CpuThreadPool, ExceptionsFromEveryThreadRethrowOne) {
   EXPECT_EQ(runs.load(), 4);
 }
 
+// fn throwing RegionAborted itself (not from a barrier) is an exception like any other.
+TEST(CpuThreadPool, RegionAbortedThrownByFnIsRethrown) {
+  ThreadPool pool = make_pool(3);
+  EXPECT_THROW(pool.run([](ThreadContext& ctx) {
+    if (ctx.index() == 1) throw RegionAborted();
+    ctx.barrier();
+  }),
+               RegionAborted);
+}
+
 TEST(CpuThreadPool, NestedRunIsRefused) {
   ThreadPool pool = make_pool(3);
   std::atomic<int> refused{0};
