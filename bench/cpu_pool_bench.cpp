@@ -3,7 +3,8 @@
 //  - barrier: µs per barrier in one region of many barriers and no work (the wall time per barrier,
 //    and the mean wait per barrier and thread from the pool's own stats);
 //  - wake: µs of an empty run() after the caller slept gap_ms (the workers stopped spinning after
-//    spin_us and sleep on the futex), median and p90, with the workers' wake-up latency (start_wait).
+//    spin_us and sleep on the futex), median and p90, with the workers' wake-up latency
+//    (start_wait).
 // Each at 1 and 2 threads, and at the CPUs this process may use when that is more, with the pool's
 // default yield_after_us; 2 threads also without the yield (-1), for comparison. Best of 5 trials
 // where it is a mean (the machine may be shared: the minimum is the least disturbed figure).

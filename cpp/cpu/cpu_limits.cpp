@@ -126,8 +126,9 @@ bool parse_pin(std::string_view text) {
   const std::string_view t = trim(text);
   if (t.empty() || t == "0") return false;
   if (t == "1") return true;
-  throw ConfigError(kPinEnv, std::string(text),
-                    "1 (pin thread i to the i-th CPU this process may use) or 0 / unset (no pinning)");
+  throw ConfigError(
+      kPinEnv, std::string(text),
+      "1 (pin thread i to the i-th CPU this process may use) or 0 / unset (no pinning)");
 }
 
 int cpus_from_quota(long long quota_us, long long period_us) {
@@ -223,7 +224,8 @@ CpuBudget read_cpu_budget() {
   budget.allowed = allowed_cpus();
   const std::optional<std::string> cgroup = read_text("/proc/self/cgroup");
   const std::optional<std::string> mountinfo = read_text("/proc/self/mountinfo");
-  if (cgroup && mountinfo) budget.quota_cpus = cgroup_cpu_limit(find_cgroup_paths(*cgroup, *mountinfo));
+  if (cgroup && mountinfo)
+    budget.quota_cpus = cgroup_cpu_limit(find_cgroup_paths(*cgroup, *mountinfo));
   budget.usable = std::max<int>(1, static_cast<int>(budget.allowed.size()));
   if (budget.quota_cpus) budget.usable = std::min(budget.usable, *budget.quota_cpus);
   return budget;
@@ -236,9 +238,10 @@ ThreadCountChoice choose_thread_count(const std::optional<std::string>& override
   choice.num_threads = override_text ? parse_thread_count(*override_text) : usable;
   choice.oversubscribed = choice.num_threads > usable;
   if (choice.oversubscribed) {
-    choice.warning = str_cat("specdec: ", source, "=", choice.num_threads, " is more than the ",
-                             usable, " CPUs this process may use; the CPU thread pool will block "
-                             "instead of spinning while it waits (slower barriers)");
+    choice.warning =
+        str_cat("specdec: ", source, "=", choice.num_threads, " is more than the ", usable,
+                " CPUs this process may use; the CPU thread pool will block "
+                "instead of spinning while it waits (slower barriers)");
   }
   return choice;
 }

@@ -49,9 +49,9 @@ std::optional<int> cgroup_cpu_limit(const CgroupPaths& paths, const std::string&
 std::vector<int> allowed_cpus();
 
 struct CpuBudget {
-  std::vector<int> allowed;      // the affinity mask's CPUs
+  std::vector<int> allowed;       // the affinity mask's CPUs
   std::optional<int> quota_cpus;  // the cgroup quota, if any
-  int usable = 1;                // allowed.size() capped by quota_cpus, at least 1
+  int usable = 1;                 // allowed.size() capped by quota_cpus, at least 1
 };
 // The real process's budget (affinity mask, /proc/self/cgroup, /proc/self/mountinfo).
 CpuBudget read_cpu_budget();

@@ -59,10 +59,12 @@ void futex_wake(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, futex_addr(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void warn_once(const std::string& warning) {
-  static std::once_flag once;
+// Prints warning on stderr the first time this call site (its `once`) warns in the process.
+void warn_once(std::once_flag& once, const std::string& warning) {
   std::call_once(once, [&] { std::fprintf(stderr, "%s\n", warning.c_str()); });
 }
+
+std::once_flag g_oversubscribed_warning, g_pin_warning;
 
 std::vector<double> ns_to_us(const std::vector<int64_t>& ns) {
   std::vector<double> us(ns.size());
@@ -115,7 +117,7 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) {
   } else {
     choice = choose_thread_count(env_value(kThreadsEnv), budget.usable);
   }
-  if (!choice.warning.empty()) warn_once(choice.warning);
+  if (!choice.warning.empty()) warn_once(g_oversubscribed_warning, choice.warning);
   num_threads_ = choice.num_threads;
   pin_ = options.pin >= 0 ? options.pin == 1 : parse_pin(env_value(kPinEnv).value_or(""));
   spin_ns_ = choice.oversubscribed ? 0 : int64_t{options.spin_us} * 1000;
@@ -194,7 +196,8 @@ void ThreadPool::pin_this_thread(int index) const {
   const int error = pthread_setaffinity_np(pthread_self(), size, set);
   CPU_FREE(set);
   if (error != 0) {
-    warn_once(str_cat("specdec: ", kPinEnv, "=1 could not pin a CPU pool thread to CPU ", cpu,
+    warn_once(g_pin_warning,
+              str_cat("specdec: ", kPinEnv, "=1 could not pin a CPU pool thread to CPU ", cpu,
                       " (error ", error, "); it runs unpinned"));
   }
 }
@@ -221,7 +224,8 @@ void ThreadPool::execute(int index) {
     fn_.call(fn_.obj, ctx);
   } catch (const RegionAborted&) {
     // From a barrier once the region is aborted; only when fn threw it itself is the bit clear.
-    if (!(barrier_.value.load(std::memory_order_acquire) & kFlagBit)) fail(std::current_exception());
+    if (!(barrier_.value.load(std::memory_order_acquire) & kFlagBit))
+      fail(std::current_exception());
   } catch (...) {
     fail(std::current_exception());
   }

@@ -16,9 +16,9 @@
 // spinning the spin loop also calls sched_yield every 32 PAUSEs: when the thread it waits for
 // shares its CPU (a loaded machine, another thread of the engine), that thread then runs within
 // µs instead of after the whole spin bound (measured on a loaded 2-CPU VM: an empty region after an
-// idle gap took ~205 µs without the yield, 15-50 µs with it); on a CPU of its own sched_yield returns
-// at once. With more threads than usable CPUs the pool does not spin at all (spinning threads that
-// outnumber CPUs starve the thread they wait for).
+// idle gap took ~205 µs without the yield, 15-50 µs with it); on a CPU of its own sched_yield
+// returns at once. With more threads than usable CPUs the pool does not spin at all (spinning
+// threads that outnumber CPUs starve the thread they wait for).
 //
 // Exceptions: the first exception thrown by fn on any thread aborts the region: every other
 // thread's barrier() (waiting or still to come) throws RegionAborted, so no thread waits for the
@@ -45,7 +45,8 @@ class ThreadPool;
 // Thrown by barrier() once another thread's fn threw: the region is being abandoned.
 class RegionAborted : public std::runtime_error {
  public:
-  RegionAborted() : std::runtime_error("the CPU thread pool's region was aborted by an exception") {}
+  RegionAborted()
+      : std::runtime_error("the CPU thread pool's region was aborted by an exception") {}
 };
 
 // [begin, end) of one thread's share.
@@ -55,8 +56,8 @@ struct Chunk {
 };
 
 // The static split of [begin, end) in units of grain elements over num_threads threads: thread
-// index gets a contiguous run of units, the runs differing by at most one unit (the last unit may be
-// short). Empty for threads beyond the units. grain >= 1, begin <= end.
+// index gets a contiguous run of units, the runs differing by at most one unit (the last unit may
+// be short). Empty for threads beyond the units. grain >= 1, begin <= end.
 Chunk static_chunk(int64_t begin, int64_t end, int64_t grain, int index, int num_threads);
 
 // What fn sees on one thread of a region.
@@ -84,9 +85,9 @@ class ThreadContext {
 };
 
 struct ThreadPoolOptions {
-  int num_threads = 0;   // 0: SPECDEC_CPU_THREADS if set, else the CPUs this process may use
-  int pin = -1;          // 1: thread i on the i-th allowed CPU; 0: no pinning; -1: SPECDEC_CPU_PIN
-  int spin_us = 100;     // spin this long before blocking; 0 = block at once
+  int num_threads = 0;  // 0: SPECDEC_CPU_THREADS if set, else the CPUs this process may use
+  int pin = -1;         // 1: thread i on the i-th allowed CPU; 0: no pinning; -1: SPECDEC_CPU_PIN
+  int spin_us = 100;    // spin this long before blocking; 0 = block at once
   int yield_after_us = 10;  // spinning longer than this, sched_yield every 32 PAUSEs; -1: never
   bool collect_stats = false;
 };
@@ -180,9 +181,9 @@ class ThreadPool {
   int64_t yield_after_ns_ = -1;
   std::vector<int> cpus_;  // the allowed CPUs, for pinning
 
-  WaitWord region_;    // +2 per region; bit 0: stop
-  WaitWord barrier_;   // +2 per barrier; bit 0: the region is aborted
-  WaitWord pending_;   // workers still in the region; the caller waits for 0
+  WaitWord region_;   // +2 per region; bit 0: stop
+  WaitWord barrier_;  // +2 per barrier; bit 0: the region is aborted
+  WaitWord pending_;  // workers still in the region; the caller waits for 0
   alignas(64) std::atomic<uint32_t> barrier_count_{0};  // arrivals at the current barrier
   alignas(64) std::atomic<bool> busy_{false};           // a run() is in progress
 

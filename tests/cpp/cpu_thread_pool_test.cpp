@@ -384,7 +384,8 @@ TEST(CpuLimits, ThreadCountParsing) {
   EXPECT_EQ(parse_thread_count("4"), 4);
   EXPECT_EQ(parse_thread_count(" 16\n"), 16);
   EXPECT_EQ(parse_thread_count("1024"), 1024);
-  for (const char* bad : {"", "abc", "0", "-1", "-0", "1025", "4x", "1.5", "0x10", "99999999999999999999"}) {
+  for (const char* bad :
+       {"", "abc", "0", "-1", "-0", "1025", "4x", "1.5", "0x10", "99999999999999999999"}) {
     try {
       parse_thread_count(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -456,7 +457,8 @@ TEST(CpuLimits, FindsCgroupPathsInMountinfo) {
 
 TEST(CpuLimits, CgroupLimitFromFakeFiles) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::temp_directory_path() / ("specdec_cgroup_test_" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("specdec_cgroup_test_" + std::to_string(getpid()));
   fs::remove_all(root);
   const auto write = [&](const std::string& path, const std::string& text) {
     fs::create_directories((root / path.substr(1)).parent_path());
