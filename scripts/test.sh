@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up everything, then runs every test: the C++ suite through CTest (a normal build and an
-# ASan+UBSan build), the libFuzzer targets for a bounded time (SPECDEC_FUZZ_SECONDS per target,
-# default 45; SPECDEC_SKIP_FUZZ=1 skips them) and the Python suite through pytest.
+# Sets up everything, then runs every test: the C++ suite through CTest (a normal build, an
+# ASan+UBSan build and a ThreadSanitizer build of the CPU thread pool's test), the libFuzzer
+# targets for a bounded time (SPECDEC_FUZZ_SECONDS per target, default 45; SPECDEC_SKIP_FUZZ=1
+# skips them) and the Python suite through pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -28,6 +29,14 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
   # reruns alone), which is the sanitizer's own failure, not the test's.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$JOBS" --repeat until-pass:2
+
+  # ThreadSanitizer: only the self-contained tests are defined in this build (the CPU thread pool,
+  # tests/cpp/CMakeLists.txt), a few seconds; libtsan2 comes with g++ (libgcc-12-dev needs it).
+  echo "== the CPU thread pool under ThreadSanitizer (CTest)"
+  cmake -S . -B build/tsan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_TSAN=ON \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  cmake --build build/tsan -j "$JOBS" --target cpu_thread_pool_test
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure -j "$JOBS"
 fi
 
 if [ "${SPECDEC_SKIP_FUZZ:-0}" != "1" ]; then
