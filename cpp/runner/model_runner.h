@@ -6,83 +6,44 @@
 // mapping and attends with its own backend. Logits are computed only for the rows asked for.
 // All kernels on the decode / verify path are batch invariant: a token's logits are bitwise the
 // same alone, among k+1 tokens of its request, or inside a batch of other requests.
+// The logits head, the requests' state, DFlash and the warm-up are their own types beside it
+// (logits_head.h, request_table.h, dflash_context.h, warm_up.h).
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "attention/groups.h"
 #include "attention/metadata.h"
-#include "common/dtype.h"
 #include "kv/allocator.h"
 #include "kv/blocks.h"
 #include "kv/config.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "ocl/context.h"
+#include "runner/dflash_context.h"
+#include "runner/logits_head.h"
 #include "runner/model_weights.h"
+#include "runner/request_table.h"
+#include "runner/step_io.h"
 
 namespace specdec::runner {
 
 struct StepBuffers;
 struct LayerBinding;
 
-struct RunnerOptions {
-  std::string attention_backend;           // "" / "auto" or a backend name
-  int64_t max_model_len = 0;               // 0: the context length, capped to what the budget holds
-  int64_t kv_cache_memory_bytes = 1ll << 30;
-  int block_size = 16;
-  DType kv_cache_dtype = DType::kF16;
-  int64_t max_num_batched_tokens = 512;    // most tokens of one step (all requests)
-  int64_t max_num_logits = 128;            // most logit rows of one step
-  // Logits only for these token ids (empty: the whole vocabulary): a drafter's reduced vocabulary
-  // in the style of FR-Spec. The lm_head rows of these ids are copied once at load into their own
-  // matrix, so a step reads |ids| rows instead of vocab_size; StepOutput::vocab_size is then
-  // |ids|, logit column j is token logit_token_ids[j] and argmax is a token id. Each logit is
-  // bitwise the one the whole vocabulary gives. Ids strictly increasing (so argmax's tie rule,
-  // the lowest id, holds), in [0, vocab_size).
-  std::vector<int32_t> logit_token_ids;
-  // vLLM's disable_hybrid_kv_cache_manager (kv::PlannerOptions): one KV-cache group managed as
-  // full attention, each layer's mask and metadata as its own spec says.
-  bool disable_hybrid_kv_cache_manager = false;
-  // Automatic prefix caching (kv::KvCacheManager): full blocks of committed tokens are kept under
-  // their prefix and shared by later requests that claim_prefix the same tokens.
-  bool enable_prefix_caching = false;
-};
-
-// One request's share of a step.
-struct StepRequest {
-  std::string request_id;
-  std::vector<int32_t> tokens;      // the new tokens, at positions num_computed_tokens, ...
-  int64_t num_computed_tokens = 0;  // tokens already in the cache
-  int num_logits = 1;               // logits for the last num_logits new tokens (0: none)
-  // Speculative decoding: tokens that can no longer be rolled back (-1: all computed ones).
-  // Sliding-window blocks are freed only as seen from here, so truncate() back to it works.
-  int64_t num_committed_tokens = -1;
-};
-
-struct StepOutput {
-  int64_t vocab_size = 0;            // the width of a logits row (see logit_token_ids)
-  std::vector<float> logits;         // [sum of num_logits, vocab_size], requests in order
-  std::vector<int64_t> logits_start; // [num_requests + 1] first row of each request
-  // Per logit row, reduced on the device (so greedy decoding needs no logits transfer):
-  std::vector<int32_t> argmax;       // the token with the largest logit (ties: the lowest id)
-  std::vector<float> argmax_logprob; // its log-probability: logit - logsumexp(row)
-  // hidden[layer] = [num_tokens, hidden_size]: the residual stream after that layer (-1: after
-  // the final norm), for the layers asked for.
-  std::map<int, std::vector<float>> hidden;
-};
-
 // Thread-safe: step and the request calls below are serialised by the runner's own lock (one step
 // at a time; several runners on one Context interleave their launches safely, see Context).
 class ModelRunner {
  public:
+  using PrefixCacheStats = runner::PrefixCacheStats;
+  using ContextRows = runner::ContextRows;
+  using HiddenSink = runner::HiddenSink;
+  static constexpr int64_t kMaxExtraLogitTokens = LogitsHead::kMaxExtraTokens;
+
   // Loads the GGUF model at `path` onto ctx's device, plans and allocates its KV cache and
   // chooses attention backends. progress(bytes done, bytes total) during the weight upload.
   ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
@@ -124,11 +85,6 @@ class ModelRunner {
   void unclaim_prefix(const std::string& request_id);
   // Evicts the cached blocks no request uses; returns how many.
   int64_t reset_prefix_cache();
-  struct PrefixCacheStats {
-    bool enabled = false;
-    int64_t queries = 0, hits = 0;          // prompt tokens looked up, and found
-    std::vector<int64_t> cached_blocks;     // per group
-  };
   PrefixCacheStats prefix_cache_stats() const;
   // For schedulers: free blocks a step of num_new tokens after num_computed tokens would take from
   // each KV-cache group, net of the blocks the request's own sliding window gives back first (an
@@ -158,23 +114,9 @@ class ModelRunner {
   std::vector<int32_t> extra_logit_tokens() const;
   // Token ids the lm_head has rows for: min(its rows, vocab_size).
   int64_t num_lm_head_rows() const;
-  static constexpr int64_t kMaxExtraLogitTokens = 8192;
   ocl::Context& context() { return *ctx_; }
 
-  // ---- DFlash (a target's hidden states, a drafter's context) ----
-  // One request's rows of a target step: positions first_position .. + num_rows - 1, at rows
-  // first_row .. of the step (step order).
-  struct ContextRows {
-    std::string request_id;
-    int64_t first_position = 0;
-    int64_t num_rows = 0;
-    int64_t first_row = 0;
-    // the rows' token ids (num_rows of them; empty: unknown): the drafter's prefix cache keys
-    // its context blocks by them
-    std::vector<int32_t> tokens;
-  };
-  // (requests, hidden [rows, n * hidden_size] on the device, rows)
-  using HiddenSink = std::function<void(const std::vector<ContextRows>&, const ocl::Buffer&, int64_t)>;
+  // ---- DFlash (a target's hidden states, a drafter's context; see DFlashContext) ----
   // A target: after every step, the residual stream after each of `layers` (the last layer's:
   // after the final norm, as Hugging Face's hidden_states list it) goes, for every row of the
   // step, to `sink`: layer j in columns [j * hidden, (j + 1) * hidden). Nothing leaves the device.
@@ -193,8 +135,9 @@ class ModelRunner {
   void write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
 
  private:
+  friend class WarmUp;  // runs throwaway steps through the parts below
+
   void check_requests(const std::vector<StepRequest>& requests) const;
-  int64_t logit_columns() const;  // num_logit_columns with mu_ held
   // A step in three parts: plan_step allocates the requests' slots (undone on a shortage),
   // flattens their tokens, positions and logit rows onto the device and builds each attention
   // group's metadata, once for every layer; run_layers runs the embedding and the decoder
@@ -214,40 +157,25 @@ class ModelRunner {
   void run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out, int exit);
   void compute_logits(const StepPlan& plan, bool return_logits, StepOutput& out);
   void run_layer(int il, const std::vector<attn::AttentionMetadata>& md, int64_t num_tokens, int exit);
+  // This model's, or a DFlash drafter's target's
+  const quant::DeviceWeight& embedding() const;
+  const quant::DeviceWeight& head() const;
+  void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
 
   std::shared_ptr<ocl::Context> ctx_;
   RunnerOptions options_;
   model::GgufFile file_;
   model::ModelConfig config_;
   ModelWeights weights_;
+  LogitsHead logits_head_;                  // reduced vocabulary, extra tokens, argmax
   kv::KvCacheConfig kv_config_;
   attn::AttentionSetup setup_;
   std::unique_ptr<kv::KvCacheAllocation> cache_;
   std::unique_ptr<kv::KvCacheManager> manager_;
+  RequestTable requests_;                   // lengths and early-exit state per request
   std::unique_ptr<StepBuffers> scratch_;
   std::vector<LayerBinding> layers_;        // per layer, resolved at load
-  // DFlash: the drafter's target (embedding, head); a target's capture of hidden states
-  std::shared_ptr<ModelRunner> dflash_target_;
-  std::vector<int> capture_layers_;
-  HiddenSink sink_;
-  uint64_t sink_token_ = 0, next_sink_token_ = 0;
-  ocl::Buffer captured_;                    // [max_num_batched_tokens, n * hidden]
-  const quant::DeviceWeight& embedding() const;
-  const quant::DeviceWeight& head() const;
-  void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
-  std::map<std::string, int64_t> lengths_;  // tokens in the cache per request
-  // Early-exit steps: from position `from` on, a request's cache holds K/V of the first `layers`
-  // layers only (until truncated back to `from`).
-  struct Partial {
-    int64_t from = 0;
-    int layers = 0;
-  };
-  std::map<std::string, Partial> partial_;
-  // set_extra_logit_tokens: the rows and their logits [max_num_logits, capacity]
-  std::vector<int32_t> extra_ids_;
-  std::optional<quant::DeviceWeight> extra_head_;
-  ocl::Buffer extra_logits_;
-  int64_t extra_capacity_ = 0;
+  DFlashContext dflash_;                    // a target's hidden sink, a drafter's target
   mutable std::mutex mu_;                   // guards everything a step or request call touches
 };
 
