@@ -89,10 +89,20 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
   std::vector<runner::StepRequest> reqs = bindings::step_requests(steps);
   SPECDEC_CHECK(rows.size() == asks.size(), "rows", rows.size(), str_cat(asks.size(), " (one per ask)"));
   std::vector<bool> taken(reqs.size(), false);
-  for (const int64_t i : rows) {
+  for (size_t a = 0; a < rows.size(); ++a) {
+    const int64_t i = rows[a];
     SPECDEC_CHECK(i >= 0 && i < static_cast<int64_t>(reqs.size()) && !taken[i], "rows", i,
                   str_cat("distinct indices of steps in [0, ", reqs.size(), ")"));
     taken[i] = true;
+    // the row a draft extends: the same request's one-token decode at the end of its sequence
+    const runner::StepRequest& s = reqs[i];
+    const Sequence& seq = *asks[a].sequence;
+    SPECDEC_CHECK(s.request_id == seq.request_id(), str_cat("steps[", i, "].request_id"), s.request_id,
+                  str_cat("the request of asks[", a, "] (", seq.request_id(), ")"));
+    SPECDEC_CHECK(s.tokens.size() == 1 && s.num_logits == 1 &&
+                      s.num_computed_tokens + 1 == static_cast<int64_t>(seq.size()),
+                  str_cat("steps[", i, "]"), str_cat(s.tokens.size(), " tokens after ", s.num_computed_tokens),
+                  str_cat("one token with one logit row after ", seq.size() - 1, " (its sequence's last token)"));
   }
   std::vector<Draft> drafts;
   runner::StepOutput out;

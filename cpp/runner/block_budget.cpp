@@ -33,7 +33,10 @@ bool StepBlockBudget::take(const std::string& request_id, int64_t num_computed, 
 
 int64_t StepBlockBudget::largest_chunk(const std::string& request_id, int64_t num_computed, int64_t n) const {
   if (n < 0) throw std::invalid_argument("StepBlockBudget.largest_chunk: n = " + std::to_string(n) + ": n >= 0 is allowed");
-  int64_t lo = 0, hi = n;  // needs grow with the chunk: the largest that fits, by bisection
+  // the whole chunk first (the common case; an error then names the caller's n), then the largest
+  // that fits by bisection: needs grow with the chunk
+  if (fits(runner_.num_blocks_needed(request_id, num_computed, n))) return n;
+  int64_t lo = 0, hi = n - 1;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
     if (fits(runner_.num_blocks_needed(request_id, num_computed, mid))) lo = mid;

@@ -317,6 +317,8 @@ def test_step_block_budget_reserves_what_num_blocks_needed_says(context):
     assert budget.largest_chunk("c", 0, 100) == 0 and not budget.take("c", 0, 1)
     with pytest.raises(ValueError, match="n >= 0"):
         budget.take("c", 0, -1)
+    with pytest.raises(ValueError, match=r"0 \+ 1000: must be <= max_model_len"):
+        budget.largest_chunk("c", 0, 1000)  # the error names the caller's chunk
     # blocks taken behind the budget's back (a prefix claim does that) show after refresh()
     assert runner.step([StepRequest("y", list(range(1, 17)), num_computed_tokens=0, num_logits=1)])
     budget.refresh()

@@ -187,6 +187,16 @@ class EngineCore:
             reqs.append((r, k))
         return asks, reqs
 
+    def _room_for(self, reqs) -> bool:
+        """Whether every running request's step, with its whole draft, fits the step's budgets and
+        no request waits: then rows reserved for a draft that comes back short (a drafter at its
+        own length or out of KV blocks) take nothing from anyone, and drafting inside the forward's
+        call leaves the schedule as proposing first would make it."""
+        if self.scheduler.waiting:
+            return False
+        rows = len(self.scheduler.running) + sum(k for _, k in reqs)
+        return rows <= min(self.scheduler.max_num_batched_tokens, self.scheduler.max_num_logits)
+
     def _propose(self, asks, reqs) -> Dict[str, object]:
         if not asks:
             return {}
@@ -250,7 +260,8 @@ class EngineCore:
         asks, reqs = self._asks()
         # A drafting model (drafts as long as asked) proposes inside the forward's call, after the
         # schedule reserved its rows: one return to Python per step instead of two.
-        fused = bool(asks) and not self._is_custom and self.proposer.drafts_full_length
+        fused = (bool(asks) and not self._is_custom and self.proposer.drafts_full_length
+                 and self._room_for(reqs))
         drafts = {} if fused else self._propose(asks, reqs)
         t1 = time.perf_counter()
         plan: SchedulerOutput = self.scheduler.schedule(
