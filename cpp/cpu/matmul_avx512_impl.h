@@ -1,0 +1,298 @@
+// AVX-512 kernels (16 lanes = the 16 weight rows of a group, one zmm accumulator per activation
+// row, no horizontal sums), shared by matmul_avx512bw.cpp (kVnni = false: vpmaddubsw with 16-bit
+// pair sums, bounded below 2^15 by grouping, widened by vpmaddwd) and matmul_avx512_vnni.cpp
+// (kVnni = true: vpdpbusd, exact in int32). Included only by those two translation units, each
+// compiled with its own flags; everything here has internal linkage (the anonymous namespace),
+// so the two copies never meet in the linker. Numerics: docs/quant.md; the integers are exact on
+// both, and the float operations are the reference's, in its order.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/matmul_kernels.h"
+
+namespace specdec::cpu::kernels {
+namespace {
+
+inline __m512i bcast4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __m512i load64(const uint8_t* p) { return _mm512_loadu_si512(p); }
+
+// 16 bytes (one per lane) as floats.
+inline __m512 u8_to_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 s8_to_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+// 16 f16 values (one per lane) as floats.
+inline __m512 f16_to_ps(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Per lane: sum over k < kCount of the 4 unsigned bytes of w[k] times the 4 signed bytes
+// x[4k .. 4k + 3]. kGroup: how many vpmaddubsw results the BW path may add in 16 bits (the
+// caller's bound keeps those sums below 2^15).
+template <bool kVnni, int kCount, int kGroup>
+inline __m512i dot_u8(const __m512i* w, const int8_t* x) {
+  if constexpr (kVnni) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int k = 0; k + 1 < kCount; k += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, w[k], bcast4(x + 4 * k));
+      s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(x + 4 * k + 4));
+    }
+    if constexpr (kCount % 2 == 1) s0 = _mm512_dpbusd_epi32(s0, w[kCount - 1], bcast4(x + 4 * kCount - 4));
+    return _mm512_add_epi32(s0, s1);
+  } else {
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m512i s = _mm512_setzero_si512();
+    for (int k0 = 0; k0 < kCount; k0 += kGroup) {
+      __m512i p = _mm512_maddubs_epi16(w[k0], bcast4(x + 4 * k0));
+      for (int k = k0 + 1; k < k0 + kGroup && k < kCount; ++k)
+        p = _mm512_add_epi16(p, _mm512_maddubs_epi16(w[k], bcast4(x + 4 * k)));
+      s = _mm512_add_epi32(s, _mm512_madd_epi16(p, ones));
+    }
+    return s;
+  }
+}
+
+// acc = fma((float)s * dw, dx, acc)
+inline __m512 step(__m512 acc, __m512i s, __m512 dw, float dx) {
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(dx), acc);
+}
+
+inline void store_group(const Args& a, int64_t g, const __m512* acc, int n) {
+  const int lanes = lanes_in_group(a.rows, g);
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  for (int i = 0; i < n; ++i) _mm512_mask_storeu_ps(a.y + i * a.ldy + g * kLanes, mask, acc[i]);
+}
+
+// Q4_K: per super-block 4 chunks of 64 elements; chunk c = 8 vectors whose low nibbles are
+// 32-block 2c and high nibbles 32-block 2c + 1 (values <= 15: 8 pair sums fit in 16 bits).
+template <bool kVnni, int kN>
+void q4_k(const Args& a, int64_t g) {
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int64_t rec = g * nsb + sb;
+    const uint8_t* qs = a.plane[0] + rec * 2048;
+    const uint8_t* sc = a.plane[1] + rec * 256;
+    const __m512 d = f16_to_ps(a.plane[2] + rec * 64);
+    const __m512 dmin = f16_to_ps(a.plane[2] + rec * 64 + 32);
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[8], hi[8];
+      for (int t = 0; t < 8; ++t) {
+        const __m512i p = load64(qs + (8 * c + t) * 64);
+        lo[t] = _mm512_and_si512(p, m4);
+        hi[t] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+      }
+      const __m512 dsc0 = _mm512_mul_ps(u8_to_ps(sc + 32 * c), d);
+      const __m512 dsc1 = _mm512_mul_ps(u8_to_ps(sc + 32 * c + 16), d);
+      const __m512 dm0 = _mm512_mul_ps(u8_to_ps(sc + 128 + 32 * c), dmin);
+      const __m512 dm1 = _mm512_mul_ps(u8_to_ps(sc + 128 + 32 * c + 16), dmin);
+      for (int i = 0; i < n; ++i) {
+        const int64_t at = i * nb + sb * 8 + 2 * c;
+        const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
+        const __m512i s0 = dot_u8<kVnni, 8, 8>(lo, x);
+        const __m512i s1 = dot_u8<kVnni, 8, 8>(hi, x + 32);
+        const float dx0 = a.xd[at], dx1 = a.xd[at + 1];
+        const float xs0 = dx0 * static_cast<float>(a.xs0[at] + a.xs1[at]);
+        const float xs1 = dx1 * static_cast<float>(a.xs0[at + 1] + a.xs1[at + 1]);
+        __m512 v = step(acc[i], s0, dsc0, dx0);
+        v = _mm512_fmadd_ps(dm0, _mm512_set1_ps(-xs0), v);
+        v = step(v, s1, dsc1, dx1);
+        acc[i] = _mm512_fmadd_ps(dm1, _mm512_set1_ps(-xs1), v);
+      }
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
+// Bits 2m, 2m + 1 of every byte moved to bits 4, 5 (Q6_K's high bits).
+inline __m512i bits_to_45(__m512i h, int m) {
+  const __m512i mask = _mm512_set1_epi8(0x30);
+  switch (m) {
+    case 0:
+      return _mm512_and_si512(_mm512_slli_epi16(h, 4), mask);
+    case 1:
+      return _mm512_and_si512(_mm512_slli_epi16(h, 2), mask);
+    case 2:
+      return _mm512_and_si512(h, mask);
+    default:
+      return _mm512_and_si512(_mm512_srli_epi16(h, 2), mask);
+  }
+}
+
+// Q6_K: 32-blocks (h, m) of 8 vectors, two 16-element sub-blocks each (values <= 63: 2 pair
+// sums fit in 16 bits), offset 32 taken off as 32 * sum(xq).
+template <bool kVnni, int kN>
+void q6_k(const Args& a, int64_t g) {
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int64_t rec = g * nsb + sb;
+    const uint8_t* ql = a.plane[0] + rec * 2048;
+    const uint8_t* qh = a.plane[1] + rec * 1024;
+    const uint8_t* sc = a.plane[2] + rec * 256;
+    const __m512 d = f16_to_ps(a.plane[3] + rec * 32);
+    for (int h = 0; h < 2; ++h) {
+      for (int m = 0; m < 4; ++m) {
+        __m512i e[8];
+        for (int t = 0; t < 8; ++t) {
+          const __m512i q = load64(ql + (16 * h + 8 * (m & 1) + t) * 64);
+          const __m512i nib = m < 2 ? _mm512_and_si512(q, m4)
+                                    : _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          e[t] = _mm512_or_si512(nib, bits_to_45(load64(qh + (8 * h + t) * 64), m));
+        }
+        const __m512 dsa = _mm512_mul_ps(s8_to_ps(sc + (8 * h + 2 * m) * 16), d);
+        const __m512 dsb = _mm512_mul_ps(s8_to_ps(sc + (8 * h + 2 * m + 1) * 16), d);
+        for (int i = 0; i < n; ++i) {
+          const int64_t at = i * nb + sb * 8 + 4 * h + m;
+          const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * h + 32 * m;
+          const __m512i sa = _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e, x),
+                                              _mm512_set1_epi32(32 * a.xs0[at]));
+          const __m512i sbv = _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e + 4, x + 16),
+                                               _mm512_set1_epi32(32 * a.xs1[at]));
+          const float dx = a.xd[at];
+          acc[i] = step(step(acc[i], sa, dsa, dx), sbv, dsb, dx);
+        }
+      }
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
+// Q4_0: 4 vectors per block, low nibbles elements 4t.., high nibbles 16 + 4t.. (values <= 15:
+// 8 pair sums fit in 16 bits), offset 8 taken off as 8 * sum(xq).
+template <bool kVnni, int kN>
+void q4_0(const Args& a, int64_t g) {
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nb = a.blocks_per_row;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t rec = g * nb + b;
+    const uint8_t* qs = a.plane[0] + rec * 256;
+    const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
+    __m512i w[8];
+    for (int t = 0; t < 4; ++t) {
+      const __m512i p = load64(qs + 64 * t);
+      w[t] = _mm512_and_si512(p, m4);
+      w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+    }
+    for (int i = 0; i < n; ++i) {
+      const int64_t at = i * nb + b;
+      const __m512i s = _mm512_sub_epi32(dot_u8<kVnni, 8, 8>(w, a.xq + i * a.cols + 32 * b),
+                                         _mm512_set1_epi32(8 * (a.xs0[at] + a.xs1[at])));
+      acc[i] = step(acc[i], s, d, a.xd[at]);
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
+// Q8_0, VNNI: vectors 2k, 2k + 1 (2 bytes per lane each) joined by vpermw into 4 bytes per lane
+// (elements 4k .. 4k + 3), made unsigned by + 128 (xor 0x80); the 128 * sum(xq) comes off after.
+template <int kN>
+void q8_0_vnni(const Args& a, int64_t g) {
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nb = a.blocks_per_row;
+  alignas(64) int16_t idx[32];
+  for (int l = 0; l < 16; ++l) {
+    idx[2 * l] = static_cast<int16_t>(l);
+    idx[2 * l + 1] = static_cast<int16_t>(16 + l);
+  }
+  const __m512i join = _mm512_load_si512(idx);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t rec = g * nb + b;
+    const uint8_t* qs = a.plane[0] + rec * 512;
+    const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k)
+      w[k] = _mm512_xor_si512(_mm512_permutexvar_epi16(join, load64(qs + 64 * k)), bias);
+    for (int i = 0; i < n; ++i) {
+      const int64_t at = i * nb + b;
+      const __m512i s = _mm512_sub_epi32(dot_u8<true, 8, 1>(w, a.xq + i * a.cols + 32 * b),
+                                         _mm512_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
+      acc[i] = step(acc[i], s, d, a.xd[at]);
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
+// Q8_0, BW: vector p (elements 2p, 2p + 1 per lane) sign-extended to 16-bit pairs and dotted
+// with the activation pair by vpmaddwd (exact in int32).
+template <int kN>
+void q8_0_bw(const Args& a, int64_t g) {
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nb = a.blocks_per_row;
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  alignas(64) int32_t pairs[16];
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t rec = g * nb + b;
+    const uint8_t* qs = a.plane[0] + rec * 512;
+    const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
+    __m512i w[16];
+    for (int p = 0; p < 16; ++p)
+      w[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p)));
+    for (int i = 0; i < n; ++i) {
+      const int64_t at = i * nb + b;
+      const __m256i x8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.cols + 32 * b));
+      _mm512_store_si512(pairs, _mm512_cvtepi8_epi16(x8));
+      __m512i s0 = _mm512_madd_epi16(w[0], _mm512_set1_epi32(pairs[0]));
+      __m512i s1 = _mm512_madd_epi16(w[1], _mm512_set1_epi32(pairs[1]));
+      for (int p = 2; p < 16; p += 2) {
+        s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[p], _mm512_set1_epi32(pairs[p])));
+        s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[p + 1], _mm512_set1_epi32(pairs[p + 1])));
+      }
+      acc[i] = step(acc[i], _mm512_add_epi32(s0, s1), d, a.xd[at]);
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
+// One row (decode) with n known at compile time; otherwise 1..16 rows.
+template <void (*kOne)(const Args&, int64_t), void (*kMany)(const Args&, int64_t)>
+void by_rows(const Args& a, int64_t g) {
+  if (a.n == 1)
+    kOne(a, g);
+  else
+    kMany(a, g);
+}
+
+template <bool kVnni>
+GroupKernel avx512_kernel(int type) {
+  switch (type) {
+    case kTypeQ4_K:
+      return by_rows<q4_k<kVnni, 1>, q4_k<kVnni, 0>>;
+    case kTypeQ6_K:
+      return by_rows<q6_k<kVnni, 1>, q6_k<kVnni, 0>>;
+    case kTypeQ4_0:
+      return by_rows<q4_0<kVnni, 1>, q4_0<kVnni, 0>>;
+    case kTypeQ8_0:
+      if constexpr (kVnni) return by_rows<q8_0_vnni<1>, q8_0_vnni<0>>;
+      return by_rows<q8_0_bw<1>, q8_0_bw<0>>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace specdec::cpu::kernels

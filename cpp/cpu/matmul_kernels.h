@@ -1,0 +1,50 @@
+// Internal to cpp/cpu/matmul*.cpp: the interface between the matmul driver and the per-path
+// kernels. Per-ISA translation units include only this header, <cstdint>, <cstring> and
+// <immintrin.h>: a standard-library inline function compiled there with AVX-512 flags could be
+// the copy the linker keeps for the whole program (then a plain x86-64 CPU faults in it).
+#pragma once
+
+#include <cstdint>
+
+namespace specdec::cpu::kernels {
+
+inline constexpr int kLanes = 16;    // weight rows per group (quant::kRowsPerGroup)
+inline constexpr int kMaxRows = 16;  // activation rows per kernel call
+
+// ggml type ids of the formats with SIMD kernels (common/ggml_type.h).
+inline constexpr int kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeQ6_K = 14;
+
+// One kernel call: one group of 16 weight rows x n (1..kMaxRows) activation rows.
+struct Args {
+  const uint8_t* plane[4] = {};  // the layout's planes, in its order (record 0 of each)
+  int64_t blocks_per_row = 0;    // records of a plane per group
+  int64_t cols = 0;
+  int64_t rows = 0;              // weight rows (the last group may be partial)
+  int n = 0;                     // activation rows of this call
+  const int8_t* xq = nullptr;    // [n, cols] int8 activations (block formats)
+  const float* xd = nullptr;     // [n, cols / 32] scales
+  const int32_t* xs0 = nullptr;  // [n, cols / 32] sums of q over elements 0..15 of each block
+  const int32_t* xs1 = nullptr;  // [n, cols / 32] ... over 16..31
+  const float* x = nullptr;      // [n, cols] f32 activations (float formats)
+  float* y = nullptr;            // [n, ldy]: y[i * ldy + r] for weight row r
+  int64_t ldy = 0;
+};
+
+using GroupKernel = void (*)(const Args& a, int64_t group);
+
+// The kernel of a path for a ggml type id, or nullptr where the path has none (the driver then
+// takes the next lower path). Each lives in its own translation unit with its own ISA flags;
+// the x86 ones return nullptr on builds without them.
+GroupKernel portable_kernel(int type);
+GroupKernel avx2_kernel(int type);
+GroupKernel avx_vnni_kernel(int type);
+GroupKernel avx512bw_kernel(int type);
+GroupKernel avx512_vnni_kernel(int type);
+
+// The lanes of a group that hold real weight rows.
+inline int lanes_in_group(int64_t rows, int64_t group) {
+  const int64_t left = rows - group * kLanes;
+  return left < kLanes ? static_cast<int>(left) : kLanes;
+}
+
+}  // namespace specdec::cpu::kernels
