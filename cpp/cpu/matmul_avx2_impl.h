@@ -86,9 +86,18 @@ inline void store_half(const Args& a, int64_t g, int h, const __m256* acc, int n
   }
 }
 
-// Q4_K (see matmul_avx512_impl.h), on half h of the group.
-template <bool kVnni, int kN>
+// Bit j of every byte moved to bit 4 (Q5_K's fifth bits).
+inline __m256i bit_to_4(__m256i h, int j) {
+  const __m256i mask = _mm256_set1_epi8(0x10);
+  return j <= 4 ? _mm256_and_si256(_mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j)), mask)
+                : _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j - 4)), mask);
+}
+
+// Q4_K / Q5_K (see matmul_avx512_impl.h), on half h of the group.
+template <bool kVnni, int kType, int kN>
 void q4_k_half(const Args& a, int64_t g, int h) {
+  constexpr bool q5 = kType == kTypeQ5_K;
+  constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -97,15 +106,22 @@ void q4_k_half(const Args& a, int64_t g, int h) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 2048 + 32 * h;
-    const uint8_t* sc = a.plane[1] + rec * 256 + 8 * h;
-    const __m256 d = f16_to_ps(a.plane[2] + rec * 64 + 16 * h);
-    const __m256 dmin = f16_to_ps(a.plane[2] + rec * 64 + 32 + 16 * h);
+    const uint8_t* qh = q5 ? a.plane[1] + rec * 512 + 32 * h : nullptr;
+    const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256 + 8 * h;
+    const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64 + 16 * h;
+    const __m256 d = f16_to_ps(dm);
+    const __m256 dmin = f16_to_ps(dm + 32);
     for (int c = 0; c < 4; ++c) {
       __m256i lo[8], hi[8];
       for (int t = 0; t < 8; ++t) {
         const __m256i p = load32(qs + (8 * c + t) * 64);
         lo[t] = _mm256_and_si256(p, m4);
         hi[t] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
+        if constexpr (q5) {
+          const __m256i hb = load32(qh + 64 * t);
+          lo[t] = _mm256_or_si256(lo[t], bit_to_4(hb, 2 * c));
+          hi[t] = _mm256_or_si256(hi[t], bit_to_4(hb, 2 * c + 1));
+        }
       }
       const __m256 dsc0 = _mm256_mul_ps(u8_to_ps(sc + 32 * c), d);
       const __m256 dsc1 = _mm256_mul_ps(u8_to_ps(sc + 32 * c + 16), d);
@@ -114,8 +130,8 @@ void q4_k_half(const Args& a, int64_t g, int h) {
       for (int i = 0; i < n; ++i) {
         const int64_t at = i * nb + sb * 8 + 2 * c;
         const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
-        const __m256i s0 = dot_u8<kVnni, 8, 8>(lo, x);
-        const __m256i s1 = dot_u8<kVnni, 8, 8>(hi, x + 32);
+        const __m256i s0 = dot_u8<kVnni, 8, group>(lo, x);
+        const __m256i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
         const float dx0 = a.xd[at], dx1 = a.xd[at + 1];
         const float xs0 = dx0 * static_cast<float>(a.xs0[at] + a.xs1[at]);
         const float xs1 = dx1 * static_cast<float>(a.xs0[at + 1] + a.xs1[at + 1]);
@@ -184,29 +200,51 @@ void q6_k_half(const Args& a, int64_t g, int h2) {
   store_half(a, g, h2, acc, n);
 }
 
-// Q4_0 (see matmul_avx512_impl.h), on half h of the group.
-template <bool kVnni, int kN>
-void q4_0_half(const Args& a, int64_t g, int h) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 (see matmul_avx512_impl.h), on half h of the group.
+template <bool kVnni, int kType, int kN>
+void q32_half(const Args& a, int64_t g, int h) {
+  constexpr bool q5 = kType == kTypeQ5_0 || kType == kTypeQ5_1;
+  constexpr bool has_m = kType == kTypeQ4_1 || kType == kTypeQ5_1;
+  constexpr int off = kType == kTypeQ4_0 ? 8 : kType == kTypeQ5_0 ? 16 : 0;
+  constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nb = a.blocks_per_row;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m5 = _mm256_set1_epi8(0x10);
   __m256 acc[kMaxRows];
   for (int i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 256 + 32 * h;
-    const __m256 d = f16_to_ps(a.plane[1] + rec * 32 + 16 * h);
+    const uint8_t* dp = a.plane[q5 ? 2 : 1] + rec * (has_m ? 64 : 32) + 16 * h;
+    const __m256 d = f16_to_ps(dp);
     __m256i w[8];
     for (int t = 0; t < 4; ++t) {
       const __m256i p = load32(qs + 64 * t);
       w[t] = _mm256_and_si256(p, m4);
       w[4 + t] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
     }
+    if constexpr (q5) {
+      const __m256i hb = load32(a.plane[1] + rec * 64 + 32 * h);
+      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m5));
+      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m5));
+      w[2] = _mm256_or_si256(w[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m5));
+      w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m5));
+      w[4] = _mm256_or_si256(w[4], _mm256_and_si256(hb, m5));
+      w[5] = _mm256_or_si256(w[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m5));
+      w[6] = _mm256_or_si256(w[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m5));
+      w[7] = _mm256_or_si256(w[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m5));
+    }
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const __m256i s = _mm256_sub_epi32(dot_u8<kVnni, 8, 8>(w, a.xq + i * a.cols + 32 * b),
-                                         _mm256_set1_epi32(8 * (a.xs0[at] + a.xs1[at])));
-      acc[i] = step(acc[i], s, d, a.xd[at]);
+      const int32_t sum = a.xs0[at] + a.xs1[at];
+      __m256i s = dot_u8<kVnni, 8, group>(w, a.xq + i * a.cols + 32 * b);
+      if constexpr (off != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * sum));
+      const float dx = a.xd[at];
+      acc[i] = step(acc[i], s, d, dx);
+      if constexpr (has_m) {
+        acc[i] = _mm256_fmadd_ps(f16_to_ps(dp + 32), _mm256_set1_ps(dx * static_cast<float>(sum)),
+                                 acc[i]);
+      }
     }
   }
   store_half(a, g, h, acc, n);
@@ -279,11 +317,19 @@ template <bool kVnni>
 GroupKernel avx2_kernel_of(int type) {
   switch (type) {
     case kTypeQ4_K:
-      return halves<q4_k_half<kVnni, 1>, q4_k_half<kVnni, 0>>;
+      return halves<q4_k_half<kVnni, kTypeQ4_K, 1>, q4_k_half<kVnni, kTypeQ4_K, 0>>;
+    case kTypeQ5_K:
+      return halves<q4_k_half<kVnni, kTypeQ5_K, 1>, q4_k_half<kVnni, kTypeQ5_K, 0>>;
     case kTypeQ6_K:
       return halves<q6_k_half<kVnni, 1>, q6_k_half<kVnni, 0>>;
     case kTypeQ4_0:
-      return halves<q4_0_half<kVnni, 1>, q4_0_half<kVnni, 0>>;
+      return halves<q32_half<kVnni, kTypeQ4_0, 1>, q32_half<kVnni, kTypeQ4_0, 0>>;
+    case kTypeQ4_1:
+      return halves<q32_half<kVnni, kTypeQ4_1, 1>, q32_half<kVnni, kTypeQ4_1, 0>>;
+    case kTypeQ5_0:
+      return halves<q32_half<kVnni, kTypeQ5_0, 1>, q32_half<kVnni, kTypeQ5_0, 0>>;
+    case kTypeQ5_1:
+      return halves<q32_half<kVnni, kTypeQ5_1, 1>, q32_half<kVnni, kTypeQ5_1, 0>>;
     case kTypeQ8_0:
       return halves<q8_0_half<kVnni, 1>, q8_0_half<kVnni, 0>>;
     default:

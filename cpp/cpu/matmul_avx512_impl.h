@@ -74,10 +74,20 @@ inline void store_group(const Args& a, int64_t g, const __m512* acc, int n) {
   for (int i = 0; i < n; ++i) _mm512_mask_storeu_ps(a.y + i * a.ldy + g * kLanes, mask, acc[i]);
 }
 
-// Q4_K: per super-block 4 chunks of 64 elements; chunk c = 8 vectors whose low nibbles are
-// 32-block 2c and high nibbles 32-block 2c + 1 (values <= 15: 8 pair sums fit in 16 bits).
-template <bool kVnni, int kN>
+// Bit j of every byte moved to bit 4 (Q5_K's fifth bits).
+inline __m512i bit_to_4(__m512i h, int j) {
+  const __m512i mask = _mm512_set1_epi8(0x10);
+  return j <= 4 ? _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - j)), mask)
+                : _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(j - 4)), mask);
+}
+
+// Q4_K / Q5_K: per super-block 4 chunks of 64 elements; chunk c = 8 vectors whose low nibbles
+// are 32-block 2c and high nibbles 32-block 2c + 1, Q5_K's fifth bits from qh vector t, bits 2c
+// and 2c + 1 (values <= 15: 8 pair sums fit in 16 bits; <= 31: 4).
+template <bool kVnni, int kType, int kN>
 void q4_k(const Args& a, int64_t g) {
+  constexpr bool q5 = kType == kTypeQ5_K;
+  constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -86,15 +96,22 @@ void q4_k(const Args& a, int64_t g) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 2048;
-    const uint8_t* sc = a.plane[1] + rec * 256;
-    const __m512 d = f16_to_ps(a.plane[2] + rec * 64);
-    const __m512 dmin = f16_to_ps(a.plane[2] + rec * 64 + 32);
+    const uint8_t* qh = q5 ? a.plane[1] + rec * 512 : nullptr;
+    const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256;
+    const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64;
+    const __m512 d = f16_to_ps(dm);
+    const __m512 dmin = f16_to_ps(dm + 32);
     for (int c = 0; c < 4; ++c) {
       __m512i lo[8], hi[8];
       for (int t = 0; t < 8; ++t) {
         const __m512i p = load64(qs + (8 * c + t) * 64);
         lo[t] = _mm512_and_si512(p, m4);
         hi[t] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+        if constexpr (q5) {
+          const __m512i h = load64(qh + 64 * t);
+          lo[t] = _mm512_or_si512(lo[t], bit_to_4(h, 2 * c));
+          hi[t] = _mm512_or_si512(hi[t], bit_to_4(h, 2 * c + 1));
+        }
       }
       const __m512 dsc0 = _mm512_mul_ps(u8_to_ps(sc + 32 * c), d);
       const __m512 dsc1 = _mm512_mul_ps(u8_to_ps(sc + 32 * c + 16), d);
@@ -103,8 +120,8 @@ void q4_k(const Args& a, int64_t g) {
       for (int i = 0; i < n; ++i) {
         const int64_t at = i * nb + sb * 8 + 2 * c;
         const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
-        const __m512i s0 = dot_u8<kVnni, 8, 8>(lo, x);
-        const __m512i s1 = dot_u8<kVnni, 8, 8>(hi, x + 32);
+        const __m512i s0 = dot_u8<kVnni, 8, group>(lo, x);
+        const __m512i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
         const float dx0 = a.xd[at], dx1 = a.xd[at + 1];
         const float xs0 = dx0 * static_cast<float>(a.xs0[at] + a.xs1[at]);
         const float xs1 = dx1 * static_cast<float>(a.xs0[at + 1] + a.xs1[at + 1]);
@@ -175,30 +192,54 @@ void q6_k(const Args& a, int64_t g) {
   store_group(a, g, acc, n);
 }
 
-// Q4_0: 4 vectors per block, low nibbles elements 4t.., high nibbles 16 + 4t.. (values <= 15:
-// 8 pair sums fit in 16 bits), offset 8 taken off as 8 * sum(xq).
-template <bool kVnni, int kN>
-void q4_0(const Args& a, int64_t g) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: 4 vectors per block, low nibbles elements 4t.., high nibbles
+// 16 + 4t..; Q5's fifth bits from the transposed qh word of each lane (byte s, bit c = element
+// 4c + s; bit 4 + c = element 16 + 4c + s). Values <= 15: 8 pair sums fit in 16 bits; <= 31: 4.
+// Offsets (Q4_0 8, Q5_0 16) come off as off * sum(xq); Q4_1 / Q5_1 add m * (d_x * sum(xq)).
+template <bool kVnni, int kType, int kN>
+void q32(const Args& a, int64_t g) {
+  constexpr bool q5 = kType == kTypeQ5_0 || kType == kTypeQ5_1;
+  constexpr bool has_m = kType == kTypeQ4_1 || kType == kTypeQ5_1;
+  constexpr int off = kType == kTypeQ4_0 ? 8 : kType == kTypeQ5_0 ? 16 : 0;
+  constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nb = a.blocks_per_row;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m5 = _mm512_set1_epi8(0x10);
   __m512 acc[kMaxRows];
   for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 256;
-    const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
+    const uint8_t* dp = a.plane[q5 ? 2 : 1] + rec * (has_m ? 64 : 32);
+    const __m512 d = f16_to_ps(dp);
     __m512i w[8];
     for (int t = 0; t < 4; ++t) {
       const __m512i p = load64(qs + 64 * t);
       w[t] = _mm512_and_si512(p, m4);
       w[4 + t] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
     }
+    if constexpr (q5) {
+      const __m512i h = load64(a.plane[1] + rec * 64);
+      w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), m5));
+      w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), m5));
+      w[2] = _mm512_or_si512(w[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), m5));
+      w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), m5));
+      w[4] = _mm512_or_si512(w[4], _mm512_and_si512(h, m5));
+      w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), m5));
+      w[6] = _mm512_or_si512(w[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), m5));
+      w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), m5));
+    }
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const __m512i s = _mm512_sub_epi32(dot_u8<kVnni, 8, 8>(w, a.xq + i * a.cols + 32 * b),
-                                         _mm512_set1_epi32(8 * (a.xs0[at] + a.xs1[at])));
-      acc[i] = step(acc[i], s, d, a.xd[at]);
+      const int32_t sum = a.xs0[at] + a.xs1[at];
+      __m512i s = dot_u8<kVnni, 8, group>(w, a.xq + i * a.cols + 32 * b);
+      if constexpr (off != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * sum));
+      const float dx = a.xd[at];
+      acc[i] = step(acc[i], s, d, dx);
+      if constexpr (has_m) {
+        acc[i] = _mm512_fmadd_ps(f16_to_ps(dp + 32), _mm512_set1_ps(dx * static_cast<float>(sum)),
+                                 acc[i]);
+      }
     }
   }
   store_group(a, g, acc, n);
@@ -281,11 +322,19 @@ template <bool kVnni>
 GroupKernel avx512_kernel(int type) {
   switch (type) {
     case kTypeQ4_K:
-      return by_rows<q4_k<kVnni, 1>, q4_k<kVnni, 0>>;
+      return by_rows<q4_k<kVnni, kTypeQ4_K, 1>, q4_k<kVnni, kTypeQ4_K, 0>>;
+    case kTypeQ5_K:
+      return by_rows<q4_k<kVnni, kTypeQ5_K, 1>, q4_k<kVnni, kTypeQ5_K, 0>>;
     case kTypeQ6_K:
       return by_rows<q6_k<kVnni, 1>, q6_k<kVnni, 0>>;
     case kTypeQ4_0:
-      return by_rows<q4_0<kVnni, 1>, q4_0<kVnni, 0>>;
+      return by_rows<q32<kVnni, kTypeQ4_0, 1>, q32<kVnni, kTypeQ4_0, 0>>;
+    case kTypeQ4_1:
+      return by_rows<q32<kVnni, kTypeQ4_1, 1>, q32<kVnni, kTypeQ4_1, 0>>;
+    case kTypeQ5_0:
+      return by_rows<q32<kVnni, kTypeQ5_0, 1>, q32<kVnni, kTypeQ5_0, 0>>;
+    case kTypeQ5_1:
+      return by_rows<q32<kVnni, kTypeQ5_1, 1>, q32<kVnni, kTypeQ5_1, 0>>;
     case kTypeQ8_0:
       if constexpr (kVnni) return by_rows<q8_0_vnni<1>, q8_0_vnni<0>>;
       return by_rows<q8_0_bw<1>, q8_0_bw<0>>;

@@ -12,7 +12,8 @@ inline constexpr int kLanes = 16;    // weight rows per group (quant::kRowsPerGr
 inline constexpr int kMaxRows = 16;  // activation rows per kernel call
 
 // ggml type ids of the formats with SIMD kernels (common/ggml_type.h).
-inline constexpr int kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeQ6_K = 14;
+inline constexpr int kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8;
+inline constexpr int kTypeQ4_K = 12, kTypeQ5_K = 13, kTypeQ6_K = 14;
 
 // One kernel call: one group of 16 weight rows x n (1..kMaxRows) activation rows.
 struct Args {

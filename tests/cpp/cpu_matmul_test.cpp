@@ -194,13 +194,18 @@ TEST(CpuMatmulChecks, BadInputsAreConfigErrors) {
 }
 
 TEST(CpuMatmulChecks, FormatsWithoutSimdKernelsFallBack) {
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ5_K, Isa::kAvx512vnni), Isa::kPortable);
+  EXPECT_EQ(matmul_isa_for(GgmlType::kQ3_K, Isa::kAvx512vnni), Isa::kPortable);
   EXPECT_EQ(matmul_isa_for(GgmlType::kF16, Isa::kAvx2), Isa::kPortable);
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ4_K, Isa::kPortable), Isa::kPortable);
 #if defined(__x86_64__)
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ4_K, Isa::kAvx512vnni), Isa::kAvx512vnni);
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ6_K, Isa::kAmxInt8), Isa::kAvx512vnni);
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ8_0, Isa::kAvxVnni), Isa::kAvxVnni);
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                     GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni})
+      EXPECT_EQ(matmul_isa_for(t, isa), isa) << quant::weight_type_name(t) << " " << isa_name(isa);
+  }
 #endif
 }
 
