@@ -301,6 +301,66 @@ void q8_0_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, acc, n);
 }
 
+// IQ4_NL / IQ4_XS (see matmul_avx512_impl.h), on half h of the group; the non-VNNI path moves
+// the value's sign onto the activation bytes with vpsignb.
+template <bool kVnni, int kType, int kN>
+void iq4_half(const Args& a, int64_t g, int h) {
+  constexpr bool xs = kType == kTypeIQ4_XS;
+  constexpr int subs = xs ? 8 : 1;
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nrec = a.blocks_per_row, nb = a.cols / 32;
+  alignas(32) int8_t table_bytes[32];
+  for (int k = 0; k < 32; ++k)
+    table_bytes[k] = static_cast<int8_t>(kVnni ? kIq4Table[k % 16] + 128 : kIq4Table[k % 16]);
+  const __m256i table = _mm256_load_si256(reinterpret_cast<const __m256i*>(table_bytes));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t r = 0; r < nrec; ++r) {
+    const int64_t rec = g * nrec + r;
+    const uint8_t* dp = a.plane[xs ? 2 : 1] + rec * 32 + 16 * h;
+    for (int ib = 0; ib < subs; ++ib) {
+      const uint8_t* qs = a.plane[0] + rec * (256 * subs) + 256 * ib + 32 * h;
+      __m256 d = f16_to_ps(dp);
+      if constexpr (xs) {
+        const __m256i ls = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(a.plane[1] + rec * 128 + 16 * ib + 8 * h)));
+        d = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+      }
+      __m256i w[8], sgn[8];
+      for (int t = 0; t < 4; ++t) {
+        const __m256i p = load32(qs + 64 * t);
+        w[t] = _mm256_shuffle_epi8(table, _mm256_and_si256(p, m4));
+        w[4 + t] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(p, 4), m4));
+      }
+      if constexpr (!kVnni) {
+        for (int k = 0; k < 8; ++k) {
+          sgn[k] = w[k];
+          w[k] = _mm256_abs_epi8(w[k]);
+        }
+      }
+      const int64_t b = r * subs + ib;
+      for (int i = 0; i < n; ++i) {
+        const int64_t at = i * nb + b;
+        const int8_t* x = a.xq + i * a.cols + 32 * b;
+        __m256i s;
+        if constexpr (kVnni) {
+          s = _mm256_sub_epi32(dot_u8<true, 8, 1>(w, x),
+                               _mm256_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
+        } else {
+          s = _mm256_setzero_si256();
+          for (int k = 0; k < 8; ++k) {
+            const __m256i xsg = _mm256_sign_epi8(bcast4(x + 4 * k), sgn[k]);
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], xsg), ones));
+          }
+        }
+        acc[i] = step(acc[i], s, d, a.xd[at]);
+      }
+    }
+  }
+  store_half(a, g, h, acc, n);
+}
+
 // Both halves of a group; one row (decode) with n known at compile time, else 1..16 rows.
 template <void (*kOne)(const Args&, int64_t, int), void (*kMany)(const Args&, int64_t, int)>
 void halves(const Args& a, int64_t g) {
@@ -330,6 +390,10 @@ GroupKernel avx2_kernel_of(int type) {
       return halves<q32_half<kVnni, kTypeQ5_0, 1>, q32_half<kVnni, kTypeQ5_0, 0>>;
     case kTypeQ5_1:
       return halves<q32_half<kVnni, kTypeQ5_1, 1>, q32_half<kVnni, kTypeQ5_1, 0>>;
+    case kTypeIQ4_NL:
+      return halves<iq4_half<kVnni, kTypeIQ4_NL, 1>, iq4_half<kVnni, kTypeIQ4_NL, 0>>;
+    case kTypeIQ4_XS:
+      return halves<iq4_half<kVnni, kTypeIQ4_XS, 1>, iq4_half<kVnni, kTypeIQ4_XS, 0>>;
     case kTypeQ8_0:
       return halves<q8_0_half<kVnni, 1>, q8_0_half<kVnni, 0>>;
     default:

@@ -309,6 +309,71 @@ void q8_0_bw(const Args& a, int64_t g) {
   store_group(a, g, acc, n);
 }
 
+// IQ4_NL / IQ4_XS (one IQ4_NL-like sub-block per 32 elements, 8 per IQ4_XS record with
+// d * (ls - 32)): 4-bit indices to table values by one vpshufb per vector. VNNI: the table holds
+// value + 128 (unsigned), vpdpbusd, then 128 * sum(xq) off. BW: |value| as the unsigned operand
+// and the value's sign moved onto the activation bytes (a masked negation), so one vpmaddubsw
+// pair sum is at most 2 * 127 * 127 < 2^15 (activations are in [-127, 127]).
+template <bool kVnni, int kType, int kN>
+void iq4(const Args& a, int64_t g) {
+  constexpr bool xs = kType == kTypeIQ4_XS;
+  constexpr int subs = xs ? 8 : 1;
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nrec = a.blocks_per_row, nb = a.cols / 32;
+  alignas(64) int8_t table_bytes[64];
+  for (int k = 0; k < 64; ++k)
+    table_bytes[k] = static_cast<int8_t>(kVnni ? kIq4Table[k % 16] + 128 : kIq4Table[k % 16]);
+  const __m512i table = _mm512_load_si512(table_bytes);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), ones = _mm512_set1_epi16(1);
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < nrec; ++r) {
+    const int64_t rec = g * nrec + r;
+    const uint8_t* dp = a.plane[xs ? 2 : 1] + rec * 32;
+    for (int ib = 0; ib < subs; ++ib) {
+      const uint8_t* qs = a.plane[0] + rec * (256 * subs) + 256 * ib;
+      __m512 d = f16_to_ps(dp);
+      if constexpr (xs) {
+        const __m512i ls = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.plane[1] + rec * 128 + 16 * ib)));
+        d = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+      }
+      __m512i w[8];
+      __mmask64 neg[8];
+      for (int t = 0; t < 4; ++t) {
+        const __m512i p = load64(qs + 64 * t);
+        w[t] = _mm512_shuffle_epi8(table, _mm512_and_si512(p, m4));
+        w[4 + t] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(p, 4), m4));
+      }
+      if constexpr (!kVnni) {
+        for (int k = 0; k < 8; ++k) {
+          neg[k] = _mm512_movepi8_mask(w[k]);
+          w[k] = _mm512_abs_epi8(w[k]);
+        }
+      }
+      const int64_t b = r * subs + ib;
+      for (int i = 0; i < n; ++i) {
+        const int64_t at = i * nb + b;
+        const int8_t* x = a.xq + i * a.cols + 32 * b;
+        __m512i s;
+        if constexpr (kVnni) {
+          s = _mm512_sub_epi32(dot_u8<true, 8, 1>(w, x),
+                               _mm512_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
+        } else {
+          s = _mm512_setzero_si512();
+          for (int k = 0; k < 8; ++k) {
+            const __m512i xb = bcast4(x + 4 * k);
+            const __m512i xsg = _mm512_mask_sub_epi8(xb, neg[k], _mm512_setzero_si512(), xb);
+            s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(w[k], xsg), ones));
+          }
+        }
+        acc[i] = step(acc[i], s, d, a.xd[at]);
+      }
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
 // One row (decode) with n known at compile time; otherwise 1..16 rows.
 template <void (*kOne)(const Args&, int64_t), void (*kMany)(const Args&, int64_t)>
 void by_rows(const Args& a, int64_t g) {
@@ -335,6 +400,10 @@ GroupKernel avx512_kernel(int type) {
       return by_rows<q32<kVnni, kTypeQ5_0, 1>, q32<kVnni, kTypeQ5_0, 0>>;
     case kTypeQ5_1:
       return by_rows<q32<kVnni, kTypeQ5_1, 1>, q32<kVnni, kTypeQ5_1, 0>>;
+    case kTypeIQ4_NL:
+      return by_rows<iq4<kVnni, kTypeIQ4_NL, 1>, iq4<kVnni, kTypeIQ4_NL, 0>>;
+    case kTypeIQ4_XS:
+      return by_rows<iq4<kVnni, kTypeIQ4_XS, 1>, iq4<kVnni, kTypeIQ4_XS, 0>>;
     case kTypeQ8_0:
       if constexpr (kVnni) return by_rows<q8_0_vnni<1>, q8_0_vnni<0>>;
       return by_rows<q8_0_bw<1>, q8_0_bw<0>>;

@@ -202,7 +202,8 @@ TEST(CpuMatmulChecks, FormatsWithoutSimdKernelsFallBack) {
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ6_K, Isa::kAmxInt8), Isa::kAvx512vnni);
   EXPECT_EQ(matmul_isa_for(GgmlType::kQ8_0, Isa::kAvxVnni), Isa::kAvxVnni);
   for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                     GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                     GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                     GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni})
       EXPECT_EQ(matmul_isa_for(t, isa), isa) << quant::weight_type_name(t) << " " << isa_name(isa);
   }
