@@ -361,6 +361,46 @@ void iq4_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, acc, n);
 }
 
+// F32 / F16 / BF16 (see matmul_avx512_impl.h), on half h of the group.
+template <int kType>
+inline __m256 load_w(const uint8_t* rec) {
+  if constexpr (kType == kTypeF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(rec));
+  if constexpr (kType == kTypeF16) return f16_to_ps(rec);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(rec)), 16));
+}
+
+template <int kType, int kN>
+void float_half(const Args& a, int64_t g, int h) {
+  constexpr int64_t es = kType == kTypeF32 ? 4 : 2, rec_bytes = es * kLanes;
+  const int n = kN > 0 ? kN : a.n;
+  const uint8_t* w = a.plane[0] + g * a.cols * rec_bytes + es * kHalf * h;
+  __m256 acc[kMaxRows][4];
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 4 <= a.cols; k += 4) {
+    const __m256 w0 = load_w<kType>(w + k * rec_bytes), w1 = load_w<kType>(w + (k + 1) * rec_bytes);
+    const __m256 w2 = load_w<kType>(w + (k + 2) * rec_bytes), w3 = load_w<kType>(w + (k + 3) * rec_bytes);
+    for (int i = 0; i < n; ++i) {
+      const float* x = a.x + i * a.cols + k;
+      acc[i][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[0]), acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[1]), acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(w2, _mm256_set1_ps(x[2]), acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(w3, _mm256_set1_ps(x[3]), acc[i][3]);
+    }
+  }
+  for (; k < a.cols; ++k) {
+    const __m256 wk = load_w<kType>(w + k * rec_bytes);
+    for (int i = 0; i < n; ++i)
+      acc[i][k & 3] = _mm256_fmadd_ps(wk, _mm256_set1_ps(a.x[i * a.cols + k]), acc[i][k & 3]);
+  }
+  __m256 sum[kMaxRows];
+  for (int i = 0; i < n; ++i)
+    sum[i] = _mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]), _mm256_add_ps(acc[i][2], acc[i][3]));
+  store_half(a, g, h, sum, n);
+}
+
 // Both halves of a group; one row (decode) with n known at compile time, else 1..16 rows.
 template <void (*kOne)(const Args&, int64_t, int), void (*kMany)(const Args&, int64_t, int)>
 void halves(const Args& a, int64_t g) {
@@ -376,6 +416,12 @@ void halves(const Args& a, int64_t g) {
 template <bool kVnni>
 GroupKernel avx2_kernel_of(int type) {
   switch (type) {
+    case kTypeF32:
+      return halves<float_half<kTypeF32, 1>, float_half<kTypeF32, 0>>;
+    case kTypeF16:
+      return halves<float_half<kTypeF16, 1>, float_half<kTypeF16, 0>>;
+    case kTypeBF16:
+      return halves<float_half<kTypeBF16, 1>, float_half<kTypeBF16, 0>>;
     case kTypeQ4_K:
       return halves<q4_k_half<kVnni, kTypeQ4_K, 1>, q4_k_half<kVnni, kTypeQ4_K, 0>>;
     case kTypeQ5_K:

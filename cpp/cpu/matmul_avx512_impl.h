@@ -374,6 +374,48 @@ void iq4(const Args& a, int64_t g) {
   store_group(a, g, acc, n);
 }
 
+// F32 / F16 / BF16 weights, f32 activations: element k of the 16 rows per record, fma into 4
+// partial sums by k % 4, then (s0 + s1) + (s2 + s3) (the reference's order).
+template <int kType>
+inline __m512 load_w(const uint8_t* rec) {
+  if constexpr (kType == kTypeF32) return _mm512_loadu_ps(rec);
+  if constexpr (kType == kTypeF16) return f16_to_ps(rec);
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+template <int kType, int kN>
+void float_w(const Args& a, int64_t g) {
+  constexpr int64_t rec_bytes = (kType == kTypeF32 ? 4 : 2) * kLanes;
+  const int n = kN > 0 ? kN : a.n;
+  const uint8_t* w = a.plane[0] + g * a.cols * rec_bytes;
+  __m512 acc[kMaxRows][4];
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 4 <= a.cols; k += 4) {
+    const __m512 w0 = load_w<kType>(w + k * rec_bytes), w1 = load_w<kType>(w + (k + 1) * rec_bytes);
+    const __m512 w2 = load_w<kType>(w + (k + 2) * rec_bytes), w3 = load_w<kType>(w + (k + 3) * rec_bytes);
+    for (int i = 0; i < n; ++i) {
+      const float* x = a.x + i * a.cols + k;
+      acc[i][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[0]), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[1]), acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(w2, _mm512_set1_ps(x[2]), acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(w3, _mm512_set1_ps(x[3]), acc[i][3]);
+    }
+  }
+  for (; k < a.cols; ++k) {
+    const __m512 wk = load_w<kType>(w + k * rec_bytes);
+    for (int i = 0; i < n; ++i)
+      acc[i][k & 3] = _mm512_fmadd_ps(wk, _mm512_set1_ps(a.x[i * a.cols + k]), acc[i][k & 3]);
+  }
+  __m512 sum[kMaxRows];
+  for (int i = 0; i < n; ++i)
+    sum[i] = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3]));
+  store_group(a, g, sum, n);
+}
+
 // One row (decode) with n known at compile time; otherwise 1..16 rows.
 template <void (*kOne)(const Args&, int64_t), void (*kMany)(const Args&, int64_t)>
 void by_rows(const Args& a, int64_t g) {
@@ -386,6 +428,12 @@ void by_rows(const Args& a, int64_t g) {
 template <bool kVnni>
 GroupKernel avx512_kernel(int type) {
   switch (type) {
+    case kTypeF32:
+      return by_rows<float_w<kTypeF32, 1>, float_w<kTypeF32, 0>>;
+    case kTypeF16:
+      return by_rows<float_w<kTypeF16, 1>, float_w<kTypeF16, 0>>;
+    case kTypeBF16:
+      return by_rows<float_w<kTypeBF16, 1>, float_w<kTypeBF16, 0>>;
     case kTypeQ4_K:
       return by_rows<q4_k<kVnni, kTypeQ4_K, 1>, q4_k<kVnni, kTypeQ4_K, 0>>;
     case kTypeQ5_K:

@@ -12,6 +12,7 @@ inline constexpr int kLanes = 16;    // weight rows per group (quant::kRowsPerGr
 inline constexpr int kMaxRows = 16;  // activation rows per kernel call
 
 // ggml type ids of the formats with SIMD kernels (common/ggml_type.h).
+inline constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeBF16 = 30;
 inline constexpr int kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8;
 inline constexpr int kTypeQ4_K = 12, kTypeQ5_K = 13, kTypeQ6_K = 14, kTypeIQ4_NL = 20,
                      kTypeIQ4_XS = 23;
