@@ -401,6 +401,74 @@ void float_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, sum, n);
 }
 
+// Bit b of every byte moved to bit 2 (Q3_K's third bits).
+inline __m256i bit_to_2(__m256i h, int b) {
+  const __m256i mask = _mm256_set1_epi8(0x04);
+  return b <= 2 ? _mm256_and_si256(_mm256_sll_epi16(h, _mm_cvtsi32_si128(2 - b)), mask)
+                : _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b - 2)), mask);
+}
+
+// Q2_K / Q3_K: activation block (nh, j) = elements 128 nh + 32 j ..: vectors t < 4 hold 16-element
+// sub-block 8 nh + 2 j (qs vector 8 nh + t, bits 2j), t >= 4 sub-block 8 nh + 2 j + 1; Q3_K's
+// third bit from hm vector t, bit 4 nh + j, offset 4 off as 4 * sum(xq) with d * (ls - 32);
+// Q2_K d * (sc & 15) and dmin * (sc >> 4) with fma(dmin * m, -(d_x * sum_half(xq))) after each
+// sub-block (values <= 7: 4 pair sums fit in 16 bits).
+template <bool kVnni, int kType, int kN>
+void q2_q3_k_half(const Args& a, int64_t g, int h) {
+  constexpr bool q3 = kType == kTypeQ3_K;
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  __m256 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int64_t rec = g * nsb + sb;
+    const uint8_t* qs = a.plane[0] + rec * 1024 + 32 * h;
+    const uint8_t* hm = q3 ? a.plane[1] + rec * 512 + 32 * h : nullptr;
+    const uint8_t* sc = a.plane[q3 ? 2 : 1] + rec * 256 + 8 * h;
+    const uint8_t* dp = a.plane[q3 ? 3 : 2] + rec * (q3 ? 32 : 64) + 16 * h;
+    const __m256 d = f16_to_ps(dp);
+    const __m256 dmin = q3 ? d : f16_to_ps(dp + 32);
+    for (int nh = 0; nh < 2; ++nh) {
+      for (int j = 0; j < 4; ++j) {
+        __m256i e[8];
+        for (int t = 0; t < 8; ++t) {
+          e[t] = _mm256_and_si256(_mm256_srl_epi16(load32(qs + (8 * nh + t) * 64), _mm_cvtsi32_si128(2 * j)), m2);
+          if constexpr (q3) e[t] = _mm256_or_si256(e[t], bit_to_2(load32(hm + 64 * t), 4 * nh + j));
+        }
+        __m256 dsab[2], dmab[2];
+        for (int u = 0; u < 2; ++u) {
+          const int s_ = 8 * nh + 2 * j + u;
+          const __m256i ls = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 * s_)));
+          if constexpr (q3) {
+            dsab[u] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))), d);
+          } else {
+            dsab[u] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(ls, _mm256_set1_epi32(15))), d);
+            dmab[u] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ls, 4)), dmin);
+          }
+        }
+        for (int i = 0; i < n; ++i) {
+          const int64_t at = i * nb + sb * 8 + 4 * nh + j;
+          const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * nh + 32 * j;
+          __m256i sa = dot_u8<kVnni, 4, 4>(e, x), sbv = dot_u8<kVnni, 4, 4>(e + 4, x + 16);
+          const float dx = a.xd[at];
+          if constexpr (q3) {
+            sa = _mm256_sub_epi32(sa, _mm256_set1_epi32(4 * a.xs0[at]));
+            sbv = _mm256_sub_epi32(sbv, _mm256_set1_epi32(4 * a.xs1[at]));
+            acc[i] = step(step(acc[i], sa, dsab[0], dx), sbv, dsab[1], dx);
+          } else {
+            const float ma = dx * static_cast<float>(a.xs0[at]);
+            const float mb = dx * static_cast<float>(a.xs1[at]);
+            __m256 v = _mm256_fmadd_ps(dmab[0], _mm256_set1_ps(-ma), step(acc[i], sa, dsab[0], dx));
+            acc[i] = _mm256_fmadd_ps(dmab[1], _mm256_set1_ps(-mb), step(v, sbv, dsab[1], dx));
+          }
+        }
+      }
+    }
+  }
+  store_half(a, g, h, acc, n);
+}
+
 // Both halves of a group; one row (decode) with n known at compile time, else 1..16 rows.
 template <void (*kOne)(const Args&, int64_t, int), void (*kMany)(const Args&, int64_t, int)>
 void halves(const Args& a, int64_t g) {
@@ -426,6 +494,10 @@ GroupKernel avx2_kernel_of(int type) {
       return halves<q4_k_half<kVnni, kTypeQ4_K, 1>, q4_k_half<kVnni, kTypeQ4_K, 0>>;
     case kTypeQ5_K:
       return halves<q4_k_half<kVnni, kTypeQ5_K, 1>, q4_k_half<kVnni, kTypeQ5_K, 0>>;
+    case kTypeQ2_K:
+      return halves<q2_q3_k_half<kVnni, kTypeQ2_K, 1>, q2_q3_k_half<kVnni, kTypeQ2_K, 0>>;
+    case kTypeQ3_K:
+      return halves<q2_q3_k_half<kVnni, kTypeQ3_K, 1>, q2_q3_k_half<kVnni, kTypeQ3_K, 0>>;
     case kTypeQ6_K:
       return halves<q6_k_half<kVnni, 1>, q6_k_half<kVnni, 0>>;
     case kTypeQ4_0:

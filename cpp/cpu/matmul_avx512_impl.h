@@ -416,6 +416,74 @@ void float_w(const Args& a, int64_t g) {
   store_group(a, g, sum, n);
 }
 
+// Bit b of every byte moved to bit 2 (Q3_K's third bits).
+inline __m512i bit_to_2(__m512i h, int b) {
+  const __m512i mask = _mm512_set1_epi8(0x04);
+  return b <= 2 ? _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(2 - b)), mask)
+                : _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(b - 2)), mask);
+}
+
+// Q2_K / Q3_K: activation block (nh, j) = elements 128 nh + 32 j ..: vectors t < 4 hold 16-element
+// sub-block 8 nh + 2 j (qs vector 8 nh + t, bits 2j), t >= 4 sub-block 8 nh + 2 j + 1; Q3_K's
+// third bit from hm vector t, bit 4 nh + j, offset 4 off as 4 * sum(xq) with d * (ls - 32);
+// Q2_K d * (sc & 15) and dmin * (sc >> 4) with fma(dmin * m, -(d_x * sum_half(xq))) after each
+// sub-block (values <= 7: 4 pair sums fit in 16 bits).
+template <bool kVnni, int kType, int kN>
+void q2_q3_k(const Args& a, int64_t g) {
+  constexpr bool q3 = kType == kTypeQ3_K;
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
+  const __m512i m2 = _mm512_set1_epi8(0x03);
+  __m512 acc[kMaxRows];
+  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int64_t rec = g * nsb + sb;
+    const uint8_t* qs = a.plane[0] + rec * 1024;
+    const uint8_t* hm = q3 ? a.plane[1] + rec * 512 : nullptr;
+    const uint8_t* sc = a.plane[q3 ? 2 : 1] + rec * 256;
+    const uint8_t* dp = a.plane[q3 ? 3 : 2] + rec * (q3 ? 32 : 64);
+    const __m512 d = f16_to_ps(dp);
+    const __m512 dmin = q3 ? d : f16_to_ps(dp + 32);
+    for (int nh = 0; nh < 2; ++nh) {
+      for (int j = 0; j < 4; ++j) {
+        __m512i e[8];
+        for (int t = 0; t < 8; ++t) {
+          e[t] = _mm512_and_si512(_mm512_srl_epi16(load64(qs + (8 * nh + t) * 64), _mm_cvtsi32_si128(2 * j)), m2);
+          if constexpr (q3) e[t] = _mm512_or_si512(e[t], bit_to_2(load64(hm + 64 * t), 4 * nh + j));
+        }
+        __m512 dsab[2], dmab[2];
+        for (int u = 0; u < 2; ++u) {
+          const int s_ = 8 * nh + 2 * j + u;
+          const __m512i ls = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * s_)));
+          if constexpr (q3) {
+            dsab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))), d);
+          } else {
+            dsab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(ls, _mm512_set1_epi32(15))), d);
+            dmab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(ls, 4)), dmin);
+          }
+        }
+        for (int i = 0; i < n; ++i) {
+          const int64_t at = i * nb + sb * 8 + 4 * nh + j;
+          const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * nh + 32 * j;
+          __m512i sa = dot_u8<kVnni, 4, 4>(e, x), sbv = dot_u8<kVnni, 4, 4>(e + 4, x + 16);
+          const float dx = a.xd[at];
+          if constexpr (q3) {
+            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(4 * a.xs0[at]));
+            sbv = _mm512_sub_epi32(sbv, _mm512_set1_epi32(4 * a.xs1[at]));
+            acc[i] = step(step(acc[i], sa, dsab[0], dx), sbv, dsab[1], dx);
+          } else {
+            const float ma = dx * static_cast<float>(a.xs0[at]);
+            const float mb = dx * static_cast<float>(a.xs1[at]);
+            __m512 v = _mm512_fmadd_ps(dmab[0], _mm512_set1_ps(-ma), step(acc[i], sa, dsab[0], dx));
+            acc[i] = _mm512_fmadd_ps(dmab[1], _mm512_set1_ps(-mb), step(v, sbv, dsab[1], dx));
+          }
+        }
+      }
+    }
+  }
+  store_group(a, g, acc, n);
+}
+
 // One row (decode) with n known at compile time; otherwise 1..16 rows.
 template <void (*kOne)(const Args&, int64_t), void (*kMany)(const Args&, int64_t)>
 void by_rows(const Args& a, int64_t g) {
@@ -438,6 +506,10 @@ GroupKernel avx512_kernel(int type) {
       return by_rows<q4_k<kVnni, kTypeQ4_K, 1>, q4_k<kVnni, kTypeQ4_K, 0>>;
     case kTypeQ5_K:
       return by_rows<q4_k<kVnni, kTypeQ5_K, 1>, q4_k<kVnni, kTypeQ5_K, 0>>;
+    case kTypeQ2_K:
+      return by_rows<q2_q3_k<kVnni, kTypeQ2_K, 1>, q2_q3_k<kVnni, kTypeQ2_K, 0>>;
+    case kTypeQ3_K:
+      return by_rows<q2_q3_k<kVnni, kTypeQ3_K, 1>, q2_q3_k<kVnni, kTypeQ3_K, 0>>;
     case kTypeQ6_K:
       return by_rows<q6_k<kVnni, 1>, q6_k<kVnni, 0>>;
     case kTypeQ4_0:

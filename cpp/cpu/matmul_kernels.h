@@ -14,8 +14,8 @@ inline constexpr int kMaxRows = 16;  // activation rows per kernel call
 // ggml type ids of the formats with SIMD kernels (common/ggml_type.h).
 inline constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeBF16 = 30;
 inline constexpr int kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8;
-inline constexpr int kTypeQ4_K = 12, kTypeQ5_K = 13, kTypeQ6_K = 14, kTypeIQ4_NL = 20,
-                     kTypeIQ4_XS = 23;
+inline constexpr int kTypeQ2_K = 10, kTypeQ3_K = 11, kTypeQ4_K = 12, kTypeQ5_K = 13;
+inline constexpr int kTypeQ6_K = 14, kTypeIQ4_NL = 20, kTypeIQ4_XS = 23;
 
 // ggml's kvalues_iq4nl (quant/dequantize.h's kIq4Values, repeated here for the ISA files).
 inline constexpr int8_t kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

@@ -195,21 +195,16 @@ TEST(CpuMatmulChecks, BadInputsAreConfigErrors) {
   }
 }
 
-TEST(CpuMatmulChecks, FormatsWithoutSimdKernelsFallBack) {
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ3_K, Isa::kAvx512vnni), Isa::kPortable);
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ4_K, Isa::kPortable), Isa::kPortable);
+TEST(CpuMatmulChecks, PathForEachFormat) {
+  // every format has kernels on every SIMD path; amx_int8 runs the AVX-512 VNNI ones
+  for (GgmlType t : formats()) {
+    EXPECT_EQ(matmul_isa_for(t, Isa::kPortable), Isa::kPortable);
 #if defined(__x86_64__)
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ4_K, Isa::kAvx512vnni), Isa::kAvx512vnni);
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ6_K, Isa::kAmxInt8), Isa::kAvx512vnni);
-  EXPECT_EQ(matmul_isa_for(GgmlType::kQ8_0, Isa::kAvxVnni), Isa::kAvxVnni);
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                     GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                     GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kF32, GgmlType::kF16,
-                     GgmlType::kBF16}) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni})
       EXPECT_EQ(matmul_isa_for(t, isa), isa) << quant::weight_type_name(t) << " " << isa_name(isa);
-  }
+    EXPECT_EQ(matmul_isa_for(t, Isa::kAmxInt8), Isa::kAvx512vnni);
 #endif
+  }
 }
 
 // ---- ISA detection ----
