@@ -152,8 +152,8 @@ nlohmann::json bench_case(const Case& c, const Options& opt) {
   const double bytes = static_cast<double>(copies.layout.total_bytes);
   nlohmann::json results = nlohmann::json::array();
   size_t next_copy = 0;
-  std::fprintf(stderr, "%-34s read %5.1f GB/s (1 thread), %zu copies of %.1f MB\n",
-               c.name.c_str(), read, copies.bytes.size(), bytes / 1e6);
+  std::fprintf(stderr, "%-34s read %5.1f GB/s (1 thread), %zu copies of %.1f MB\n", c.name.c_str(),
+               read, copies.bytes.size(), bytes / 1e6);
   for (Isa isa : cpu_isas()) {
     const Isa runs = matmul_isa_for(c.type, isa);
     if (runs != isa) continue;  // a lower path's kernel: measured under its own name
@@ -169,8 +169,8 @@ nlohmann::json bench_case(const Case& c, const Options& opt) {
       if (n == 1) r["GBps"] = bytes / t / 1e9;
       per_n.push_back(r);
       char cell[64];
-      std::snprintf(cell, sizeof(cell), n == 1 ? " %8.0f us (%5.1f GB/s)" : " %5.2f", n == 1 ? t * 1e6 : t / t1,
-                    bytes / t / 1e9);
+      std::snprintf(cell, sizeof(cell), n == 1 ? " %8.0f us (%5.1f GB/s)" : " %5.2f",
+                    n == 1 ? t * 1e6 : t / t1, bytes / t / 1e9);
       line += cell;
     }
     std::fprintf(stderr, "  %-12s%s\n", isa_name(isa), line.c_str());
@@ -229,15 +229,18 @@ int main(int argc, char** argv) {
     for (Case& c : cases) c.rows = std::min<int64_t>(c.rows, 64);
   }
   const CpuFeatures& f = cpu_features();
-  nlohmann::json out = {
-      {"cpu", cpu_model()},
-      {"features",
-       {{"avx2", f.avx2}, {"avx_vnni", f.avx_vnni}, {"avx512bw", f.avx512bw},
-        {"avx512_vnni", f.avx512_vnni}, {"amx_int8", f.amx_int8}, {"amx_permitted", f.amx_permitted}}},
-      {"threads", 1},
-      {"working_set_bytes", opt.working_set_bytes},
-      {"chosen_isa", isa_name(cpu_isa())},
-      {"cases", nlohmann::json::array()}};
+  nlohmann::json out = {{"cpu", cpu_model()},
+                        {"features",
+                         {{"avx2", f.avx2},
+                          {"avx_vnni", f.avx_vnni},
+                          {"avx512bw", f.avx512bw},
+                          {"avx512_vnni", f.avx512_vnni},
+                          {"amx_int8", f.amx_int8},
+                          {"amx_permitted", f.amx_permitted}}},
+                        {"threads", 1},
+                        {"working_set_bytes", opt.working_set_bytes},
+                        {"chosen_isa", isa_name(cpu_isa())},
+                        {"cases", nlohmann::json::array()}};
   std::fprintf(stderr, "%s; paths:", cpu_model().c_str());
   for (Isa isa : cpu_isas()) std::fprintf(stderr, " %s", isa_name(isa));
   std::fprintf(stderr, "\n  columns: n=1 time (GB/s), then t(n)/t(1) for n = 2, 4, 8, 16\n");

@@ -16,7 +16,7 @@
 namespace specdec::cpu {
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kPortable,  Isa::kAvx2,       Isa::kAvxVnni,
+constexpr Isa kAllIsas[] = {Isa::kPortable, Isa::kAvx2,       Isa::kAvxVnni,
                             Isa::kAvx512bw, Isa::kAvx512vnni, Isa::kAmxInt8};
 
 std::string isa_list(const std::vector<Isa>& isas) {
@@ -49,11 +49,12 @@ uint64_t xcr0() {
 bool request_amx_permission() {
 #if defined(__linux__) && defined(SYS_arch_prctl)
   constexpr long kGetXcompPerm = 0x1022, kReqXcompPerm = 0x1023, kXtileData = 18;
-  uint64_t perm = 0;
-  if (syscall(SYS_arch_prctl, kGetXcompPerm, &perm) == 0 && bit(perm >> 18, 0)) return true;
-  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) != 0) return false;
-  perm = 0;
-  return syscall(SYS_arch_prctl, kGetXcompPerm, &perm) == 0 && ((perm >> 18) & 1u) != 0;
+  const auto permitted = [] {
+    uint64_t perm = 0;
+    return syscall(SYS_arch_prctl, kGetXcompPerm, &perm) == 0 && ((perm >> kXtileData) & 1u) != 0;
+  };
+  if (permitted()) return true;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0 && permitted();
 #else
   return false;
 #endif

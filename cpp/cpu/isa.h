@@ -31,9 +31,9 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avx_vnni = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512_vnni = false;
   bool amx_tile = false, amx_int8 = false;
-  bool os_ymm = false;     // XCR0 bits 1, 2 (SSE, AVX state)
-  bool os_zmm = false;     // XCR0 bits 5, 6, 7 (opmask, ZMM_Hi256, Hi16_ZMM)
-  bool os_amx = false;     // XCR0 bits 17, 18 (TILECFG, TILEDATA)
+  bool os_ymm = false;         // XCR0 bits 1, 2 (SSE, AVX state)
+  bool os_zmm = false;         // XCR0 bits 5, 6, 7 (opmask, ZMM_Hi256, Hi16_ZMM)
+  bool os_amx = false;         // XCR0 bits 17, 18 (TILECFG, TILEDATA)
   bool amx_permitted = false;  // Linux granted tile data to this process (requested once)
 };
 

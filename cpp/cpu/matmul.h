@@ -21,8 +21,8 @@ namespace specdec::cpu {
 // quant::activation_scale_block (quantize_activations_reference); for F32 / F16 / BF16 weights
 // x, read as f32.
 struct MatmulInput {
-  int64_t n = 0;                                // activation rows
-  const float* x = nullptr;                     // [n, cols]: float formats
+  int64_t n = 0;                               // activation rows
+  const float* x = nullptr;                    // [n, cols]: float formats
   const quant::HostActivations* xq = nullptr;  // [n, cols]: block formats
 };
 

@@ -12,186 +12,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/matmul_avx512_common.h"
+#include "cpu/matmul_avx512_k.h"
 #include "cpu/matmul_kernels.h"
 
 namespace specdec::cpu::kernels {
 namespace {
-
-inline __m512i bcast4(const int8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return _mm512_set1_epi32(v);
-}
-
-inline __m512i load64(const uint8_t* p) { return _mm512_loadu_si512(p); }
-
-// 16 bytes (one per lane) as floats.
-inline __m512 u8_to_ps(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 s8_to_ps(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-// 16 f16 values (one per lane) as floats.
-inline __m512 f16_to_ps(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// Per lane: sum over k < kCount of the 4 unsigned bytes of w[k] times the 4 signed bytes
-// x[4k .. 4k + 3]. kGroup: how many vpmaddubsw results the BW path may add in 16 bits (the
-// caller's bound keeps those sums below 2^15).
-template <bool kVnni, int kCount, int kGroup>
-inline __m512i dot_u8(const __m512i* w, const int8_t* x) {
-  if constexpr (kVnni) {
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-    for (int k = 0; k + 1 < kCount; k += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, w[k], bcast4(x + 4 * k));
-      s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(x + 4 * k + 4));
-    }
-    if constexpr (kCount % 2 == 1) s0 = _mm512_dpbusd_epi32(s0, w[kCount - 1], bcast4(x + 4 * kCount - 4));
-    return _mm512_add_epi32(s0, s1);
-  } else {
-    const __m512i ones = _mm512_set1_epi16(1);
-    __m512i s = _mm512_setzero_si512();
-    for (int k0 = 0; k0 < kCount; k0 += kGroup) {
-      __m512i p = _mm512_maddubs_epi16(w[k0], bcast4(x + 4 * k0));
-      for (int k = k0 + 1; k < k0 + kGroup && k < kCount; ++k)
-        p = _mm512_add_epi16(p, _mm512_maddubs_epi16(w[k], bcast4(x + 4 * k)));
-      s = _mm512_add_epi32(s, _mm512_madd_epi16(p, ones));
-    }
-    return s;
-  }
-}
-
-// acc = fma((float)s * dw, dx, acc)
-inline __m512 step(__m512 acc, __m512i s, __m512 dw, float dx) {
-  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), dw), _mm512_set1_ps(dx), acc);
-}
-
-inline void store_group(const Args& a, int64_t g, const __m512* acc, int n) {
-  const int lanes = lanes_in_group(a.rows, g);
-  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
-  for (int i = 0; i < n; ++i) _mm512_mask_storeu_ps(a.y + i * a.ldy + g * kLanes, mask, acc[i]);
-}
-
-// Bit j of every byte moved to bit 4 (Q5_K's fifth bits).
-inline __m512i bit_to_4(__m512i h, int j) {
-  const __m512i mask = _mm512_set1_epi8(0x10);
-  return j <= 4 ? _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - j)), mask)
-                : _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(j - 4)), mask);
-}
-
-// Q4_K / Q5_K: per super-block 4 chunks of 64 elements; chunk c = 8 vectors whose low nibbles
-// are 32-block 2c and high nibbles 32-block 2c + 1, Q5_K's fifth bits from qh vector t, bits 2c
-// and 2c + 1 (values <= 15: 8 pair sums fit in 16 bits; <= 31: 4).
-template <bool kVnni, int kType, int kN>
-void q4_k(const Args& a, int64_t g) {
-  constexpr bool q5 = kType == kTypeQ5_K;
-  constexpr int group = q5 ? 4 : 8;
-  const int n = kN > 0 ? kN : a.n;
-  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[kMaxRows];
-  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int64_t rec = g * nsb + sb;
-    const uint8_t* qs = a.plane[0] + rec * 2048;
-    const uint8_t* qh = q5 ? a.plane[1] + rec * 512 : nullptr;
-    const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256;
-    const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64;
-    const __m512 d = f16_to_ps(dm);
-    const __m512 dmin = f16_to_ps(dm + 32);
-    for (int c = 0; c < 4; ++c) {
-      __m512i lo[8], hi[8];
-      for (int t = 0; t < 8; ++t) {
-        const __m512i p = load64(qs + (8 * c + t) * 64);
-        lo[t] = _mm512_and_si512(p, m4);
-        hi[t] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
-        if constexpr (q5) {
-          const __m512i h = load64(qh + 64 * t);
-          lo[t] = _mm512_or_si512(lo[t], bit_to_4(h, 2 * c));
-          hi[t] = _mm512_or_si512(hi[t], bit_to_4(h, 2 * c + 1));
-        }
-      }
-      const __m512 dsc0 = _mm512_mul_ps(u8_to_ps(sc + 32 * c), d);
-      const __m512 dsc1 = _mm512_mul_ps(u8_to_ps(sc + 32 * c + 16), d);
-      const __m512 dm0 = _mm512_mul_ps(u8_to_ps(sc + 128 + 32 * c), dmin);
-      const __m512 dm1 = _mm512_mul_ps(u8_to_ps(sc + 128 + 32 * c + 16), dmin);
-      for (int i = 0; i < n; ++i) {
-        const int64_t at = i * nb + sb * 8 + 2 * c;
-        const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
-        const __m512i s0 = dot_u8<kVnni, 8, group>(lo, x);
-        const __m512i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
-        const float dx0 = a.xd[at], dx1 = a.xd[at + 1];
-        const float xs0 = dx0 * static_cast<float>(a.xs0[at] + a.xs1[at]);
-        const float xs1 = dx1 * static_cast<float>(a.xs0[at + 1] + a.xs1[at + 1]);
-        __m512 v = step(acc[i], s0, dsc0, dx0);
-        v = _mm512_fmadd_ps(dm0, _mm512_set1_ps(-xs0), v);
-        v = step(v, s1, dsc1, dx1);
-        acc[i] = _mm512_fmadd_ps(dm1, _mm512_set1_ps(-xs1), v);
-      }
-    }
-  }
-  store_group(a, g, acc, n);
-}
-
-// Bits 2m, 2m + 1 of every byte moved to bits 4, 5 (Q6_K's high bits).
-inline __m512i bits_to_45(__m512i h, int m) {
-  const __m512i mask = _mm512_set1_epi8(0x30);
-  switch (m) {
-    case 0:
-      return _mm512_and_si512(_mm512_slli_epi16(h, 4), mask);
-    case 1:
-      return _mm512_and_si512(_mm512_slli_epi16(h, 2), mask);
-    case 2:
-      return _mm512_and_si512(h, mask);
-    default:
-      return _mm512_and_si512(_mm512_srli_epi16(h, 2), mask);
-  }
-}
-
-// Q6_K: 32-blocks (h, m) of 8 vectors, two 16-element sub-blocks each (values <= 63: 2 pair
-// sums fit in 16 bits), offset 32 taken off as 32 * sum(xq).
-template <bool kVnni, int kN>
-void q6_k(const Args& a, int64_t g) {
-  const int n = kN > 0 ? kN : a.n;
-  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[kMaxRows];
-  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int64_t rec = g * nsb + sb;
-    const uint8_t* ql = a.plane[0] + rec * 2048;
-    const uint8_t* qh = a.plane[1] + rec * 1024;
-    const uint8_t* sc = a.plane[2] + rec * 256;
-    const __m512 d = f16_to_ps(a.plane[3] + rec * 32);
-    for (int h = 0; h < 2; ++h) {
-      for (int m = 0; m < 4; ++m) {
-        __m512i e[8];
-        for (int t = 0; t < 8; ++t) {
-          const __m512i q = load64(ql + (16 * h + 8 * (m & 1) + t) * 64);
-          const __m512i nib = m < 2 ? _mm512_and_si512(q, m4)
-                                    : _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-          e[t] = _mm512_or_si512(nib, bits_to_45(load64(qh + (8 * h + t) * 64), m));
-        }
-        const __m512 dsa = _mm512_mul_ps(s8_to_ps(sc + (8 * h + 2 * m) * 16), d);
-        const __m512 dsb = _mm512_mul_ps(s8_to_ps(sc + (8 * h + 2 * m + 1) * 16), d);
-        for (int i = 0; i < n; ++i) {
-          const int64_t at = i * nb + sb * 8 + 4 * h + m;
-          const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * h + 32 * m;
-          const __m512i sa = _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e, x),
-                                              _mm512_set1_epi32(32 * a.xs0[at]));
-          const __m512i sbv = _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e + 4, x + 16),
-                                               _mm512_set1_epi32(32 * a.xs1[at]));
-          const float dx = a.xd[at];
-          acc[i] = step(step(acc[i], sa, dsa, dx), sbv, dsb, dx);
-        }
-      }
-    }
-  }
-  store_group(a, g, acc, n);
-}
-
 // Q4_0 / Q4_1 / Q5_0 / Q5_1: 4 vectors per block, low nibbles elements 4t.., high nibbles
 // 16 + 4t..; Q5's fifth bits from the transposed qh word of each lane (byte s, bit c = element
 // 4c + s; bit 4 + c = element 16 + 4c + s). Values <= 15: 8 pair sums fit in 16 bits; <= 31: 4.
@@ -292,10 +118,12 @@ void q8_0_bw(const Args& a, int64_t g) {
     const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
     __m512i w[16];
     for (int p = 0; p < 16; ++p)
-      w[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p)));
+      w[p] =
+          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p)));
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const __m256i x8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.cols + 32 * b));
+      const __m256i x8 =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.cols + 32 * b));
       _mm512_store_si512(pairs, _mm512_cvtepi8_epi16(x8));
       __m512i s0 = _mm512_madd_epi16(w[0], _mm512_set1_epi32(pairs[0]));
       __m512i s1 = _mm512_madd_epi16(w[1], _mm512_set1_epi32(pairs[1]));
@@ -396,7 +224,8 @@ void float_w(const Args& a, int64_t g) {
   int64_t k = 0;
   for (; k + 4 <= a.cols; k += 4) {
     const __m512 w0 = load_w<kType>(w + k * rec_bytes), w1 = load_w<kType>(w + (k + 1) * rec_bytes);
-    const __m512 w2 = load_w<kType>(w + (k + 2) * rec_bytes), w3 = load_w<kType>(w + (k + 3) * rec_bytes);
+    const __m512 w2 = load_w<kType>(w + (k + 2) * rec_bytes),
+                 w3 = load_w<kType>(w + (k + 3) * rec_bytes);
     for (int i = 0; i < n; ++i) {
       const float* x = a.x + i * a.cols + k;
       acc[i][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[0]), acc[i][0]);
@@ -412,76 +241,9 @@ void float_w(const Args& a, int64_t g) {
   }
   __m512 sum[kMaxRows];
   for (int i = 0; i < n; ++i)
-    sum[i] = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3]));
+    sum[i] =
+        _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3]));
   store_group(a, g, sum, n);
-}
-
-// Bit b of every byte moved to bit 2 (Q3_K's third bits).
-inline __m512i bit_to_2(__m512i h, int b) {
-  const __m512i mask = _mm512_set1_epi8(0x04);
-  return b <= 2 ? _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(2 - b)), mask)
-                : _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(b - 2)), mask);
-}
-
-// Q2_K / Q3_K: activation block (nh, j) = elements 128 nh + 32 j ..: vectors t < 4 hold 16-element
-// sub-block 8 nh + 2 j (qs vector 8 nh + t, bits 2j), t >= 4 sub-block 8 nh + 2 j + 1; Q3_K's
-// third bit from hm vector t, bit 4 nh + j, offset 4 off as 4 * sum(xq) with d * (ls - 32);
-// Q2_K d * (sc & 15) and dmin * (sc >> 4) with fma(dmin * m, -(d_x * sum_half(xq))) after each
-// sub-block (values <= 7: 4 pair sums fit in 16 bits).
-template <bool kVnni, int kType, int kN>
-void q2_q3_k(const Args& a, int64_t g) {
-  constexpr bool q3 = kType == kTypeQ3_K;
-  const int n = kN > 0 ? kN : a.n;
-  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
-  const __m512i m2 = _mm512_set1_epi8(0x03);
-  __m512 acc[kMaxRows];
-  for (int i = 0; i < n; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int64_t rec = g * nsb + sb;
-    const uint8_t* qs = a.plane[0] + rec * 1024;
-    const uint8_t* hm = q3 ? a.plane[1] + rec * 512 : nullptr;
-    const uint8_t* sc = a.plane[q3 ? 2 : 1] + rec * 256;
-    const uint8_t* dp = a.plane[q3 ? 3 : 2] + rec * (q3 ? 32 : 64);
-    const __m512 d = f16_to_ps(dp);
-    const __m512 dmin = q3 ? d : f16_to_ps(dp + 32);
-    for (int nh = 0; nh < 2; ++nh) {
-      for (int j = 0; j < 4; ++j) {
-        __m512i e[8];
-        for (int t = 0; t < 8; ++t) {
-          e[t] = _mm512_and_si512(_mm512_srl_epi16(load64(qs + (8 * nh + t) * 64), _mm_cvtsi32_si128(2 * j)), m2);
-          if constexpr (q3) e[t] = _mm512_or_si512(e[t], bit_to_2(load64(hm + 64 * t), 4 * nh + j));
-        }
-        __m512 dsab[2], dmab[2];
-        for (int u = 0; u < 2; ++u) {
-          const int s_ = 8 * nh + 2 * j + u;
-          const __m512i ls = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * s_)));
-          if constexpr (q3) {
-            dsab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))), d);
-          } else {
-            dsab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(ls, _mm512_set1_epi32(15))), d);
-            dmab[u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(ls, 4)), dmin);
-          }
-        }
-        for (int i = 0; i < n; ++i) {
-          const int64_t at = i * nb + sb * 8 + 4 * nh + j;
-          const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * nh + 32 * j;
-          __m512i sa = dot_u8<kVnni, 4, 4>(e, x), sbv = dot_u8<kVnni, 4, 4>(e + 4, x + 16);
-          const float dx = a.xd[at];
-          if constexpr (q3) {
-            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(4 * a.xs0[at]));
-            sbv = _mm512_sub_epi32(sbv, _mm512_set1_epi32(4 * a.xs1[at]));
-            acc[i] = step(step(acc[i], sa, dsab[0], dx), sbv, dsab[1], dx);
-          } else {
-            const float ma = dx * static_cast<float>(a.xs0[at]);
-            const float mb = dx * static_cast<float>(a.xs1[at]);
-            __m512 v = _mm512_fmadd_ps(dmab[0], _mm512_set1_ps(-ma), step(acc[i], sa, dsab[0], dx));
-            acc[i] = _mm512_fmadd_ps(dmab[1], _mm512_set1_ps(-mb), step(v, sbv, dsab[1], dx));
-          }
-        }
-      }
-    }
-  }
-  store_group(a, g, acc, n);
 }
 
 // One row (decode) with n known at compile time; otherwise 1..16 rows.

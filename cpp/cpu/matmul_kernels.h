@@ -48,10 +48,14 @@ GroupKernel avx_vnni_kernel(int type);
 GroupKernel avx512bw_kernel(int type);
 GroupKernel avx512_vnni_kernel(int type);
 
-// The lanes of a group that hold real weight rows.
+// The lanes of a group that hold real weight rows. Internal linkage, as everything the ISA files
+// share: an unoptimised build keeps inline functions out of line, and the linker could otherwise
+// keep the copy compiled with AVX-512 flags for every caller.
+namespace {
 inline int lanes_in_group(int64_t rows, int64_t group) {
   const int64_t left = rows - group * kLanes;
   return left < kLanes ? static_cast<int>(left) : kLanes;
 }
+}  // namespace
 
 }  // namespace specdec::cpu::kernels

@@ -50,8 +50,7 @@ void decode_q32(GgmlType type, const uint8_t* const* plane, int64_t rec, Decoded
     if (has_m) out.m[l][0] = f16_at(dp + 2 * (L + l));
     if (type == GgmlType::kQ8_0) {
       const uint8_t* qs = plane[0] + rec * 512;
-      for (int j = 0; j < 32; ++j)
-        q[j] = static_cast<int8_t>(qs[((j / 2) * L + l) * 2 + j % 2]);
+      for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(qs[((j / 2) * L + l) * 2 + j % 2]);
       continue;
     }
     const uint8_t* qs = plane[0] + rec * 256;
@@ -140,7 +139,8 @@ void decode_q6_k(const uint8_t* const* plane, int64_t rec, Decoded& out) {
   const uint8_t* sc = plane[2] + rec * 256;
   for (int l = 0; l < L; ++l) {
     const float d = f16_at(plane[3] + rec * 32 + 2 * l);
-    for (int s = 0; s < 16; ++s) out.d[l][s] = static_cast<float>(static_cast<int8_t>(sc[s * L + l])) * d;
+    for (int s = 0; s < 16; ++s)
+      out.d[l][s] = static_cast<float>(static_cast<int8_t>(sc[s * L + l])) * d;
     for (int e = 0; e < 256; ++e) {
       const int h = e / 128, m = (e % 128) / 32, i = e % 32;
       const uint8_t lq = byte4(ql, 64 * h + 32 * (m & 1) + i, l), hq = byte4(qh, 32 * h + i, l);
@@ -223,8 +223,8 @@ void block_group(const Args& a, int64_t g) {
         const int8_t* x = a.xq + i * a.cols + (b * bs + 32 * u);
         const float dx = a.xd[at];
         for (int l = 0; l < L; ++l) {
-          acc[i][l] = block_step(kType, acc[i][l], dec.q[l] + 32 * u, x, dx, a.xs0[at],
-                                 a.xs1[at], dec.d[l], dec.m[l], u);
+          acc[i][l] = block_step(kType, acc[i][l], dec.q[l] + 32 * u, x, dx, a.xs0[at], a.xs1[at],
+                                 dec.d[l], dec.m[l], u);
         }
       }
     }

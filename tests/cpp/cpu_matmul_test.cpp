@@ -115,8 +115,7 @@ TEST_P(CpuMatmul, BitwiseEqualToReferenceAllBatchSizes) {
   const GgmlType t = type();
   // 37 / 21 rows: a partial last group; 512 / 768 cols: 2 and 3 K-quant super-blocks; 301
   // cols: a k tail for the float formats (k % 4 != 0), 9 blocks for the 32-element ones
-  for (const auto& [rows, cols] :
-       {std::pair<int64_t, int64_t>{37, 512}, {16, 768}, {21, 301}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {16, 768}, {21, 301}}) {
     const Matrix m = random_matrix(t, rows, cols_for(t, cols), 11);
     for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33}) {
       SCOPED_TRACE(::testing::Message() << quant::weight_type_name(t) << " " << isa_name(isa())
@@ -179,8 +178,8 @@ TEST(CpuMatmulChecks, BadInputsAreConfigErrors) {
   HostActivations xq = quant::quantize_activations_reference(x.data(), 1, 256);
   std::vector<float> y(20);
   MatmulInput in{1, nullptr, &xq};
-  EXPECT_THROW(matmul(m.weight(), in, 0, 3, y.data()), ConfigError);   // 2 groups
-  EXPECT_THROW(matmul(m.weight(), in, 2, 1, y.data()), ConfigError);   // reversed
+  EXPECT_THROW(matmul(m.weight(), in, 0, 3, y.data()), ConfigError);  // 2 groups
+  EXPECT_THROW(matmul(m.weight(), in, 2, 1, y.data()), ConfigError);  // reversed
   EXPECT_THROW(matmul(m.weight(), MatmulInput{1, x.data(), nullptr}, y.data()), ConfigError);
   HostActivations wide = quant::quantize_activations_reference(gaussian(512, 3).data(), 1, 512);
   EXPECT_THROW(matmul(m.weight(), MatmulInput{1, nullptr, &wide}, y.data()), ConfigError);
@@ -210,8 +209,8 @@ TEST(CpuMatmulChecks, PathForEachFormat) {
 // ---- ISA detection ----
 
 TEST(CpuIsa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni,
-                  Isa::kAmxInt8})
+  for (Isa isa :
+       {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni, Isa::kAmxInt8})
     EXPECT_EQ(parse_isa(isa_name(isa)), isa);
 }
 
