@@ -8,7 +8,8 @@
 // seconds each. For n = 1, 2, 4, 8, 16 activation rows on every path this CPU runs: us per call,
 // GB/s of packed weight bytes read (n = 1), and t(n) / t(1) (`vs_n1`). The single-thread streaming
 // read rate over the same copies is measured in the same run (`read_GBps`) to hold GB/s against.
-// Usage: cpu_matmul_bench [--quick] [--working-set-mb N] [--reps N] [--min-s S]
+// --working-set-mb 1 keeps two copies, which stay in cache: the kernels' compute alone.
+// Usage: cpu_matmul_bench [--quick] [--working-set-mb N] [--reps N] [--min-s S] [--filter SUBSTR]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +40,7 @@ struct Options {
   int64_t working_set_bytes = int64_t{640} << 20;
   int reps = 3;
   double min_s = 0.25;
+  std::string filter;  // only cases whose name contains it
 };
 
 struct Case {
@@ -198,10 +200,12 @@ Options parse(int argc, char** argv) {
       o.reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--min-s" && i + 1 < argc) {
       o.min_s = std::atof(argv[++i]);
+    } else if (a == "--filter" && i + 1 < argc) {
+      o.filter = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: cpu_matmul_bench [--quick] [--working-set-mb N] [--reps N] "
-                   "[--min-s S]\n");
+                   "[--min-s S] [--filter SUBSTR]\n");
       std::exit(2);
     }
   }
@@ -244,7 +248,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%s; paths:", cpu_model().c_str());
   for (Isa isa : cpu_isas()) std::fprintf(stderr, " %s", isa_name(isa));
   std::fprintf(stderr, "\n  columns: n=1 time (GB/s), then t(n)/t(1) for n = 2, 4, 8, 16\n");
-  for (const Case& c : cases) out["cases"].push_back(bench_case(c, opt));
+  for (const Case& c : cases) {
+    if (c.name.find(opt.filter) != std::string::npos) out["cases"].push_back(bench_case(c, opt));
+  }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
