@@ -33,9 +33,7 @@ void q32_half(const Args& a, int64_t g, int h) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 256 + 32 * h;
-    if constexpr (kN == 1) {
-      if (h == 0) prefetch_ahead<256>(qs);
-    }
+    if (h == 0) prefetch_ahead<256>(qs);
     const uint8_t* dp = a.plane[q5 ? 2 : 1] + rec * (has_m ? 64 : 32) + 16 * h;
     const __m256 d = f16_to_ps(dp);
     __m256i w[8];
@@ -84,9 +82,7 @@ void q8_0_half(const Args& a, int64_t g, int h) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 512 + 16 * h;
-    if constexpr (kN == 1) {
-      if (h == 0) prefetch_ahead<512>(qs);
-    }
+    if (h == 0) prefetch_ahead<512>(qs);
     const __m256 d = f16_to_ps(a.plane[1] + rec * 32 + 16 * h);
     if constexpr (kVnni) {
       const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -145,9 +141,7 @@ void iq4_half(const Args& a, int64_t g, int h) {
     const uint8_t* dp = a.plane[xs ? 2 : 1] + rec * 32 + 16 * h;
     for (int ib = 0; ib < subs; ++ib) {
       const uint8_t* qs = a.plane[0] + rec * (256 * subs) + 256 * ib + 32 * h;
-      if constexpr (kN == 1) {
-        if (h == 0) prefetch_ahead<256>(qs);
-      }
+      if (h == 0) prefetch_ahead<256>(qs);
       __m256 d = f16_to_ps(dp);
       if constexpr (xs) {
         const __m256i ls = _mm256_cvtepu8_epi32(_mm_loadl_epi64(

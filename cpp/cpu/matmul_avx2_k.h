@@ -31,9 +31,7 @@ void q4_k_half(const Args& a, int64_t g, int h) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 2048 + 32 * h;
-    if constexpr (kN == 1) {
-      if (h == 0) prefetch_ahead<2048>(qs);
-    }
+    if (h == 0) prefetch_ahead<2048>(qs);
     const uint8_t* qh = q5 ? a.plane[1] + rec * 512 + 32 * h : nullptr;
     const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256 + 8 * h;
     const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64 + 16 * h;
@@ -98,9 +96,7 @@ void q6_k_half(const Args& a, int64_t g, int h2) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* ql = a.plane[0] + rec * 2048 + 32 * h2;
-    if constexpr (kN == 1) {
-      if (h2 == 0) prefetch_ahead<2048>(ql);
-    }
+    if (h2 == 0) prefetch_ahead<2048>(ql);
     const uint8_t* qh = a.plane[1] + rec * 1024 + 32 * h2;
     const uint8_t* sc = a.plane[2] + rec * 256 + 8 * h2;
     const __m256 d = f16_to_ps(a.plane[3] + rec * 32 + 16 * h2);
@@ -154,9 +150,7 @@ void q2_q3_k_half(const Args& a, int64_t g, int h) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 1024 + 32 * h;
-    if constexpr (kN == 1) {
-      if (h == 0) prefetch_ahead<1024>(qs);
-    }
+    if (h == 0) prefetch_ahead<1024>(qs);
     const uint8_t* hm = q3 ? a.plane[1] + rec * 512 + 32 * h : nullptr;
     const uint8_t* sc = a.plane[q3 ? 2 : 1] + rec * 256 + 8 * h;
     const uint8_t* dp = a.plane[q3 ? 3 : 2] + rec * (q3 ? 32 : 64) + 16 * h;

@@ -36,7 +36,7 @@ void q32(const Args& a, int64_t g) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 256;
-    if constexpr (kN == 1) prefetch_ahead<256>(qs);
+    prefetch_ahead<256>(qs);
     const uint8_t* dp = a.plane[q5 ? 2 : 1] + rec * (has_m ? 64 : 32);
     const __m512 d = f16_to_ps(dp);
     __m512i w[8];
@@ -90,7 +90,7 @@ void q8_0_vnni(const Args& a, int64_t g) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 512;
-    if constexpr (kN == 1) prefetch_ahead<512>(qs);
+    prefetch_ahead<512>(qs);
     const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
     __m512i w[8];
     for (int k = 0; k < 8; ++k)
@@ -117,7 +117,7 @@ void q8_0_bw(const Args& a, int64_t g) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 512;
-    if constexpr (kN == 1) prefetch_ahead<512>(qs);
+    prefetch_ahead<512>(qs);
     const __m512 d = f16_to_ps(a.plane[1] + rec * 32);
     __m512i w[16];
     for (int p = 0; p < 16; ++p)
@@ -163,7 +163,7 @@ void iq4(const Args& a, int64_t g) {
     const uint8_t* dp = a.plane[xs ? 2 : 1] + rec * 32;
     for (int ib = 0; ib < subs; ++ib) {
       const uint8_t* qs = a.plane[0] + rec * (256 * subs) + 256 * ib;
-      if constexpr (kN == 1) prefetch_ahead<256>(qs);
+      prefetch_ahead<256>(qs);
       __m512 d = f16_to_ps(dp);
       if constexpr (xs) {
         const __m512i ls = _mm512_cvtepu8_epi32(

@@ -33,7 +33,7 @@ void q4_k(const Args& a, int64_t g) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 2048;
-    if constexpr (kN == 1) prefetch_ahead<2048>(qs);
+    prefetch_ahead<2048>(qs);
     const uint8_t* qh = q5 ? a.plane[1] + rec * 512 : nullptr;
     const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256;
     const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64;
@@ -100,7 +100,7 @@ void q6_k(const Args& a, int64_t g) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* ql = a.plane[0] + rec * 2048;
-    if constexpr (kN == 1) prefetch_ahead<2048>(ql);
+    prefetch_ahead<2048>(ql);
     const uint8_t* qh = a.plane[1] + rec * 1024;
     const uint8_t* sc = a.plane[2] + rec * 256;
     const __m512 d = f16_to_ps(a.plane[3] + rec * 32);
@@ -154,7 +154,7 @@ void q2_q3_k(const Args& a, int64_t g) {
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int64_t rec = g * nsb + sb;
     const uint8_t* qs = a.plane[0] + rec * 1024;
-    if constexpr (kN == 1) prefetch_ahead<1024>(qs);
+    prefetch_ahead<1024>(qs);
     const uint8_t* hm = q3 ? a.plane[1] + rec * 512 : nullptr;
     const uint8_t* sc = a.plane[q3 ? 2 : 1] + rec * 256;
     const uint8_t* dp = a.plane[q3 ? 3 : 2] + rec * (q3 ? 32 : 64);

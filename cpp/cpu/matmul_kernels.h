@@ -57,12 +57,11 @@ inline int lanes_in_group(int64_t rows, int64_t group) {
   return left < kLanes ? static_cast<int>(left) : kLanes;
 }
 
-// Software prefetch of the main weight plane at n = 1 (decode, memory bound): the record
-// kPrefetchBytes ahead (at least one record) of the one at `rec`. Prefetches past the end of a
-// buffer do not fault. Measured on the project's 2-vCPU Xeon VM, one thread, avx512_vnni, n = 1:
-// Q4_K 8960 x 1536 1.07-1.12 -> 0.85-0.90 ms, Q6_K 1536 x 8960 1.46-1.66 -> 1.22 ms, Q8_0
-// 576 x 1536 0.15 -> 0.105 ms (AVX2: within noise to 25 % faster); at n > 1 the kernels are
-// compute bound and skip it.
+// Software prefetch of the main weight plane: the record kPrefetchBytes ahead (at least one
+// record) of the one at `rec` (AVX2: in the first half's pass). Prefetches past the end of a
+// buffer do not fault. Measured on the project's 2-vCPU Xeon VM, one thread, avx512_vnni: n = 1
+// Q4_K 8960 x 1536 1.07-1.12 -> 0.80-0.90 ms, Q6_K 1536 x 8960 1.46-1.66 -> 1.22-1.39 ms, Q8_0
+// 576 x 1536 0.15 -> 0.10-0.12 ms; n = 2..8 also faster or within noise (AVX2: within noise).
 inline constexpr int kPrefetchBytes = 2048;
 template <int kRecordBytes>
 inline void prefetch_ahead(const uint8_t* rec) {
