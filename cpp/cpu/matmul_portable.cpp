@@ -15,6 +15,15 @@ namespace {
 
 constexpr int L = kLanes;
 
+static_assert(
+    [] {
+      for (int i = 0; i < 16; ++i) {
+        if (kIq4Table[i] != quant::kIq4Values[i]) return false;
+      }
+      return true;
+    }(),
+    "matmul_kernels.h's IQ4 table must equal quant::kIq4Values");
+
 float f16_at(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
