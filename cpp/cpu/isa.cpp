@@ -153,10 +153,10 @@ Isa choose_isa(const std::vector<Isa>& runnable, const char* forced) {
   }
   bool known = false;
   for (Isa isa : kAllIsas) known = known || value == isa_name(isa);
-  throw ConfigError("SPECDEC_CPU_ISA", str_cat("'", value, "'"),
-                    str_cat(known ? "not a path this CPU can run" : "not a path name",
-                            "; this CPU runs ", isa_list(runnable),
-                            " (unset the variable for the fastest)"));
+  throw ConfigError(
+      "SPECDEC_CPU_ISA", str_cat("'", value, "'"),
+      str_cat(known ? "not a path this CPU can run" : "not a path name", "; this CPU runs ",
+              isa_list(runnable), " (unset the variable for the fastest)"));
 }
 
 Isa cpu_isa() {
