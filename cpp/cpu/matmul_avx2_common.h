@@ -1,0 +1,87 @@
+// Shared helpers of the AVX2 kernels (matmul_avx2_impl.h has the kernels' description);
+// internal linkage only, included by that path's translation units.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/matmul_kernels.h"
+
+namespace specdec::cpu::kernels {
+namespace {
+
+constexpr int kHalf = 8;  // lanes per ymm
+
+inline __m256i bcast4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m128i load16(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// 8 bytes (one per lane) as floats.
+inline __m256 u8_to_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 s8_to_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// 8 f16 values (one per lane) as floats.
+inline __m256 f16_to_ps(const uint8_t* p) { return _mm256_cvtph_ps(load16(p)); }
+
+// Per lane: sum over k < kCount of the 4 unsigned bytes of w[k] times the signed bytes
+// x[4k .. 4k + 3]; kGroup: vpmaddubsw results the non-VNNI path may add in 16 bits.
+template <bool kVnni, int kCount, int kGroup>
+inline __m256i dot_u8(const __m256i* w, const int8_t* x) {
+  if constexpr (kVnni) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k + 1 < kCount; k += 2) {
+      s0 = _mm256_dpbusd_avx_epi32(s0, w[k], bcast4(x + 4 * k));
+      s1 = _mm256_dpbusd_avx_epi32(s1, w[k + 1], bcast4(x + 4 * k + 4));
+    }
+    return _mm256_add_epi32(s0, s1);
+  } else {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int k0 = 0; k0 < kCount; k0 += kGroup) {
+      __m256i p = _mm256_maddubs_epi16(w[k0], bcast4(x + 4 * k0));
+      for (int k = k0 + 1; k < k0 + kGroup && k < kCount; ++k)
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[k], bcast4(x + 4 * k)));
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+    return s;
+  }
+}
+
+// acc = fma((float)s * dw, dx, acc)
+inline __m256 step(__m256 acc, __m256i s, __m256 dw, float dx) {
+  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), dw), _mm256_set1_ps(dx), acc);
+}
+
+inline void store_half(const Args& a, int64_t g, int h, const __m256* acc, int n) {
+  const int lanes = lanes_in_group(a.rows, g) - kHalf * h;
+  if (lanes <= 0) return;
+  for (int i = 0; i < n; ++i) {
+    float* y = a.y + i * a.ldy + g * kLanes + kHalf * h;
+    if (lanes >= kHalf) {
+      _mm256_storeu_ps(y, acc[i]);
+    } else {
+      alignas(32) float tmp[kHalf];
+      _mm256_store_ps(tmp, acc[i]);
+      for (int l = 0; l < lanes; ++l) y[l] = tmp[l];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specdec::cpu::kernels
