@@ -4,6 +4,7 @@
 
 #include "attention/registry.h"
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/planner.h"
 #include "model/dflash.h"
 #include "ops/norm.h"
@@ -58,7 +59,7 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
 
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
-    : ctx_(std::move(ctx)), options_(options), file_(model::open_model_file(path)),
+    : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
       config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
       logits_head_(*ctx_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
@@ -153,7 +154,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
       manager_->record_tokens(r->request_id, r->first_position, r->tokens, r->first_position);
     }
   }
-  write_context_layers(LayerStep{*ctx_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
+  write_context_layers(LayerStep{*ctx_, *dev_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
   for (const auto& r : reqs) {
     requests_.set_length(r.request_id, r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()));
   }
@@ -225,7 +226,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   ocl::Context& ctx = *ctx_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  const LayerStep step{ctx, c, layers_, md, s, t};
+  const LayerStep step{ctx, *dev_, c, layers_, md, s, t};
 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
