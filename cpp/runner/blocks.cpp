@@ -109,6 +109,7 @@ void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffe
 void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   StepBuffers& s = st.s;
   ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
   // the activation also quantises its output for the down projection (one launch fewer); s.xq
@@ -126,13 +127,13 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
     quant::matmul_reusing(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
     q = quantize_gate();
-    ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
+    ops::gated_activation(dev, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
                           2 * int64_t{ff}, q);
   } else {
     quant::matmul_reusing(ctx, w.gate, s.h, s.xq, t, s.gate);
     quant::matmul_reusing(ctx, w.up, s.h, s.xq, t, s.up);
     q = quantize_gate();
-    ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
+    ops::gated_activation(dev, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
   }
   s.xq.source = q != nullptr ? s.gate.get() : nullptr;
   project(st, w.down, s.gate, s.proj);

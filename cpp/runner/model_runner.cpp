@@ -61,7 +61,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
                          const RunnerOptions& options, const LoadProgress& progress)
     : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
       config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
-      logits_head_(*ctx_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
+      logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         ctx_->device().type)),
       cache_(std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts)),
@@ -136,7 +136,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
   const std::vector<StepRequest> reqs = context_requests(kept);
   const int64_t width = static_cast<int64_t>(config_.dflash_target_layers.size()) * config_.hidden_size;
   ocl::Buffer gathered;
-  const ocl::Buffer& in = contiguous_rows(*ctx_, kept, hidden, width, gathered);
+  const ocl::Buffer& in = contiguous_rows(*dev_, kept, hidden, width, gathered);
   StepPlan plan;
   try {
     plan = plan_step(reqs);
@@ -224,24 +224,25 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   const LayerWeights& w = weights_.layers[il];
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
+  device::Device& dev = *dev_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
   const LayerStep step{ctx, *dev_, c, layers_, md, s, t};
 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
-  if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
+  if (present(w.post_attn_norm)) ops::rms_norm(dev, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
   const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, w.gate_up ? *w.gate_up : w.gate);
-  ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
+  ops::add_rms_norm(dev, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 
   gated_ffn(step, w);
-  if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
+  if (present(w.post_ffn_norm)) ops::rms_norm(dev, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
   q = il + 1 < exit ? quantize_h(ctx, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
                     : nullptr;
-  ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
+  ops::add_rms_norm(dev, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 }
 
@@ -310,6 +311,7 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
                              int exit) {
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
+  device::Device& dev = *dev_;
   const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
   const double embedding_scale = config_.is_dflash() ? config_.dflash_embedding_scale : config_.embedding_scale;
@@ -324,14 +326,14 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   };
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
   const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
-  ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
+  ops::rms_norm(dev, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
   for (int il = 0; il < exit; ++il) {
     run_layer(il, plan.metadata, t, exit);
     capture(il, s.x);  // the residual stream after the layer
     // (Hugging Face lists the last layer's output after the final norm: s.h there)
     if (dflash_.has_sink() && exit == config_.num_layers) {  // a drafter's context
-      dflash_.capture(ctx, il, il + 1 == config_.num_layers ? s.h : s.x, t, d);
+      dflash_.capture(dev, il, il + 1 == config_.num_layers ? s.h : s.x, t, d);
     }
   }
   capture(-1, s.h);  // after the final norm
