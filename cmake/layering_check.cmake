@@ -10,6 +10,7 @@ endif()
 
 set(ALLOWED
   bindings/register_common.cpp
+  bindings/register_quant.cpp
   cpp/attention/backend.h
   cpp/attention/metadata.h
   cpp/kv/allocator.h
@@ -31,6 +32,7 @@ set(ALLOWED
   cpp/runner/model_runner.h
   cpp/runner/model_weights.h
   tests/cpp/attention_selector_test.cpp
+  tests/cpp/attention_test_util.h
   tests/cpp/fused_qkv_test.cpp
   tests/cpp/ops_test_util.h
   tests/cpp/quant_test_util.h

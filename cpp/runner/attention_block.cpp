@@ -43,10 +43,10 @@ void project_qkv(const LayerStep& st, const LayerWeights& w, QkvWidths n) {
   StepBuffers& s = st.s;
   const int row = n.q + n.k + n.v;
   if (w.wqkv) {
-    quant::matmul_reusing(st.ctx, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
+    quant::matmul_reusing(st.dev, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
   } else {
-    quant::matmul_reusing(st.ctx, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
-    quant::matmul_reusing(st.ctx, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
+    quant::matmul_reusing(st.dev, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
+    quant::matmul_reusing(st.dev, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
   }
 }
 
@@ -124,14 +124,13 @@ Projected project_stacked(const LayerStep& st, int il, const LayerWeights& w, Qk
 // q, k and v each by its own matmul and bias (k and v not at all in a KV-sharing layer).
 Projected project_separate(const LayerStep& st, int il, const LayerWeights& w, QkvWidths n) {
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
   device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
-  quant::matmul_reusing(ctx, w.wq, s.h, s.xq, t, s.qb);
+  quant::matmul_reusing(dev, w.wq, s.h, s.xq, t, s.qb);
   if (present(w.bq)) ops::add_bias(dev, s.qb, w.bq, t, n.q);
   if (st.config.layers[il].kv_sharing_target < 0) {
-    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
+    quant::matmul_reusing(dev, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(dev, w.wv, s.h, s.xq, t, s.vb);
     if (present(w.bk)) ops::add_bias(dev, s.kb, w.bk, t, n.k);
     if (present(w.bv)) ops::add_bias(dev, s.vb, w.bv, t, n.v);
   }
@@ -154,8 +153,8 @@ void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
     if (present(w.bqkv)) ops::add_bias(dev, s.fused, w.bqkv, t, n.q + n.k + n.v);
     ops::split_columns(dev, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
   } else {
-    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
+    quant::matmul_reusing(dev, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(dev, w.wv, s.h, s.xq, t, s.vb);
     if (present(w.bk)) ops::add_bias(dev, s.kb, w.bk, t, n.k);
     if (present(w.bv)) ops::add_bias(dev, s.vb, w.bv, t, n.v);
   }

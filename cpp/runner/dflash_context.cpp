@@ -130,7 +130,7 @@ void write_context_layers(const LayerStep& step, const ModelWeights& weights, co
   const model::ModelConfig& c = step.config;
   StepBuffers& s = step.s;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  quant::matmul_reusing(step.ctx, *weights.dflash_fc, hidden, s.xq, step.num_tokens, s.x);
+  quant::matmul_reusing(step.dev, *weights.dflash_fc, hidden, s.xq, step.num_tokens, s.x);
   ops::rms_norm(step.dev, s.x, weights.dflash_hidden_norm, s.h, step.num_tokens, c.hidden_size, eps, off);
   s.xq.source = nullptr;  // s.h has no quantisation of its own yet
   for (int il = 0; il < c.num_layers; ++il) gqa_write_context(step, il, weights.layers[il]);

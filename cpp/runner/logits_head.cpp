@@ -117,7 +117,7 @@ void LogitsHead::compute(const quant::DeviceWeight& head, StepBuffers& s, int64_
 
 void LogitsHead::reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m, ocl::Buffer& logits, int64_t n,
                         int64_t at) {
-  quant::matmul_reusing(ctx_, w, s.xs, s.xq, m, logits);
+  quant::matmul_reusing(dev_, w, s.xs, s.xq, m, logits);
   if (config_.final_logit_softcap > 0) {
     ops::softcap(dev_, logits, m * n, static_cast<float>(config_.final_logit_softcap));
   }

@@ -23,7 +23,6 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   const model::MlaConfig& m = c.mla;
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
   device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
@@ -32,17 +31,17 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const int qk = nope + rot, row = lora + rot;
 
   // the token's latent row: c_kv -> kb [t, lora], k_rope -> vb [t, rope]
-  quant::matmul_reusing(ctx, w.wkv_a, s.h, s.xq, t, s.fused);
+  quant::matmul_reusing(dev, w.wkv_a, s.h, s.xq, t, s.fused);
   ops::split_columns(dev, s.fused, s.kb, s.vb, s.vb, t, lora, rot, 0);
   ops::rms_norm(dev, s.kb, w.kv_a_norm, s.kb, t, lora, eps, off);
 
   // raw queries -> attn [t, heads, nope + rope]
   if (m.q_lora_rank > 0) {
-    quant::matmul_reusing(ctx, w.wq_a, s.h, s.xq, t, s.fused);
+    quant::matmul_reusing(dev, w.wq_a, s.h, s.xq, t, s.fused);
     ops::rms_norm(dev, s.fused, w.q_a_norm, s.fused, t, m.q_lora_rank, eps, off);
     project(st, w.wq, s.fused, s.attn);
   } else {
-    quant::matmul_reusing(ctx, w.wq, s.h, s.xq, t, s.attn);
+    quant::matmul_reusing(dev, w.wq, s.h, s.xq, t, s.attn);
   }
   SPECDEC_CHECK(s.layer_rope[il] >= 0, "layers[" + std::to_string(il) + "].use_rope", 0,
                "true for MLA layers (their k_rope part is rotated)");

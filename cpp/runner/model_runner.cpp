@@ -196,10 +196,10 @@ namespace {
 // block (quant::activation_scale_block), written by the norm that writes s.h (one launch fewer per
 // block, and the rows are quantised while in cache); nullptr where that weight reads f32 or
 // d % scale_block != 0.
-const ops::QuantizedOut* quantize_h(ocl::Context& ctx, StepBuffers& s, int64_t t, int d,
+const ops::QuantizedOut* quantize_h(device::Device& dev, StepBuffers& s, int64_t t, int d,
                                     const quant::DeviceWeight& first_reader) {
   const int scale_block = quant::activation_scale_block(first_reader.type());
-  if (scale_block == 0 || !quant::prepare_activations(ctx, t, d, s.xq, scale_block)) return nullptr;
+  if (scale_block == 0 || !quant::prepare_activations(dev, t, d, s.xq, scale_block)) return nullptr;
   s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
   return &s.xq_out;
 }
@@ -232,7 +232,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
   if (present(w.post_attn_norm)) ops::rms_norm(dev, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, w.gate_up ? *w.gate_up : w.gate);
+  const ops::QuantizedOut* q = quantize_h(dev, s, t, d, w.gate_up ? *w.gate_up : w.gate);
   ops::add_rms_norm(dev, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 
@@ -240,7 +240,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   if (present(w.post_ffn_norm)) ops::rms_norm(dev, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
-  q = il + 1 < exit ? quantize_h(ctx, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
+  q = il + 1 < exit ? quantize_h(dev, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
                     : nullptr;
   ops::add_rms_norm(dev, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
@@ -315,7 +315,7 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
   const double embedding_scale = config_.is_dflash() ? config_.dflash_embedding_scale : config_.embedding_scale;
-  quant::embedding_lookup(ctx, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
+  quant::embedding_lookup(dev, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
   auto capture = [&](int layer, const ocl::Buffer& from) {
     for (int l : hidden_layers) {
       if (l != layer) continue;
@@ -325,7 +325,7 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
     }
   };
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
+  const ops::QuantizedOut* q = quantize_h(dev, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
   ops::rms_norm(dev, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
   for (int il = 0; il < exit; ++il) {

@@ -197,7 +197,6 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   // gated_activation that also quantises its output: the same f32 output, and the bytes
   // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers;
   // one scale per 32 values and per 256 (K-quant down projections).
-  ocl::Context& ctx = context();
   std::mt19937 rng(52);
   for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
     for (auto [ff, sb] : {std::pair{32, 32}, std::pair{1536, 32}, std::pair{256, 256},
@@ -208,8 +207,8 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
                         got_out = upload(std::vector<float>(n));
       gated_activation(dev(), fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
       quant::QuantizedActivations want, got;
-      quant::quantize_activations(ctx, want_out, rows, ff, want, sb);
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, ff, got, sb));
+      quant::quantize_activations(dev(), want_out, rows, ff, want, sb);
+      ASSERT_TRUE(quant::prepare_activations(dev(), rows, ff, got, sb));
       const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
       gated_activation(dev(), fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(got_out, n), download<float>(want_out, n))) << ff;
@@ -219,7 +218,7 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
     }
   }
   quant::QuantizedActivations small;
-  ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
+  ASSERT_TRUE(quant::prepare_activations(dev(), 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
   const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
   EXPECT_THROW(gated_activation(dev(), a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);

@@ -185,7 +185,6 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
   // The norm that also quantises its output writes the same bytes as quantize_activations of y
   // (int8, int16 and the per-block records), in place or not, with and without the residual; one
   // scale per 32 values and per 256 (K-quant readers).
-  ocl::Context& ctx = context();
   std::mt19937 rng(41);
   for (auto [dim, sb] : {std::pair{32, 32}, std::pair{576, 32}, std::pair{896, 32},
                          std::pair{256, 256}, std::pair{1536, 256}}) {
@@ -199,10 +198,10 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w), y1 = upload(std::vector<float>(n));
       quant::QuantizedActivations want;
       add_rms_norm(dev(), x1, r1, w1, y1, rows, dim, 1e-5f);
-      quant::quantize_activations(ctx, y1, rows, dim, want, sb);
+      quant::quantize_activations(dev(), y1, rows, dim, want, sb);
       const ocl::Buffer x2 = upload(x), r2 = upload(r), y2 = upload(std::vector<float>(n));
       quant::QuantizedActivations got;
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, got, sb));
+      ASSERT_TRUE(quant::prepare_activations(dev(), rows, dim, got, sb));
       const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
       add_rms_norm(dev(), x2, r2, w1, y2, rows, dim, 1e-5f, 0.0f, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << dim;
@@ -212,18 +211,18 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       // plain rms_norm in place (y = x) quantises the normed values, not the input
       const ocl::Buffer x3 = upload(x);
       quant::QuantizedActivations in_place;
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, dim, in_place, sb));
+      ASSERT_TRUE(quant::prepare_activations(dev(), rows, dim, in_place, sb));
       const QuantizedOut q3{&in_place.q8, &in_place.q16, &in_place.rec, sb};
       rms_norm(dev(), x3, w1, x3, rows, dim, 1e-5f, 0.0f, &q3);
       quant::QuantizedActivations want3;
-      quant::quantize_activations(ctx, x3, rows, dim, want3, sb);
+      quant::quantize_activations(dev(), x3, rows, dim, want3, sb);
       EXPECT_EQ(download<int8_t>(in_place.q8, n), download<int8_t>(want3.q8, n)) << dim;
       EXPECT_EQ(download<int32_t>(in_place.rec, n / 32 * 4), download<int32_t>(want3.rec, n / 32 * 4)) << dim;
     }
   }
   // bad requests: dim not a multiple of 32, an offset y, buffers too small
   quant::QuantizedActivations small;
-  ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
+  ASSERT_TRUE(quant::prepare_activations(dev(), 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
   const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
   EXPECT_THROW(rms_norm(dev(), a, std::nullopt, a, 1, 48, 1e-5f, 0.0f, &qs), ConfigError);
