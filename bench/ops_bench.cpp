@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "device/ocl_device.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
+#include "ops/ocl_common.h"
 #include "ops/rope.h"
 #include "ops/rows.h"
 #include "ops/sampling.h"
@@ -71,11 +73,12 @@ void add_entry(json& out, ocl::Context& ctx, int reps, const std::string& op,
   if (wanted(op)) out.push_back(entry(op, shape, time_us(ctx, reps, f), bytes));
 }
 
-json bench_launch(ocl::Context& ctx, int reps) {
+json bench_launch(device::Device& dev, int reps) {
+  ocl::Context& ctx = ocl::context_of(dev);
   ocl::Buffer x(ctx, 64);
-  const double pipelined = time_us(ctx, reps, [&] { scale(ctx, x, 1, 1.0f); });
+  const double pipelined = time_us(ctx, reps, [&] { scale(dev, x, 1, 1.0f); });
   const double blocking = time_us(ctx, reps / 4, [&] {
-    scale(ctx, x, 1, 1.0f);
+    scale(dev, x, 1, 1.0f);
     ctx.finish();
   });
   return {{"pipelined_us", pipelined}, {"blocking_round_trip_us", blocking}};
@@ -91,7 +94,8 @@ double copy_gbps(ocl::Context& ctx, int reps) {
   return 2.0 * n / (us * 1e3);
 }
 
-json bench_ops(ocl::Context& ctx, int reps, bool quick) {
+json bench_ops(device::Device& dev, int reps, bool quick) {
+  ocl::Context& ctx = ocl::context_of(dev);
   std::mt19937 rng(1);
   json out = json::array();
   const int dim = 1536, heads = 12, head = 128, ff = 8960, qkv = dim + 2 * 2 * head;
@@ -108,23 +112,23 @@ json bench_ops(ocl::Context& ctx, int reps, bool quick) {
     const double n = double(rows) * dim, nh = double(rows) * heads * head, nf = double(rows) * ff;
     const std::string hs = r + std::to_string(heads) + "x" + std::to_string(head);
     add_entry(out, ctx, reps, "rms_norm", r + std::to_string(dim), 8 * n,
-              [&] { rms_norm(ctx, x, w, y, rows, dim, 1e-6f); });
+              [&] { rms_norm(dev, x, w, y, rows, dim, 1e-6f); });
     add_entry(out, ctx, reps, "add_rms_norm", r + std::to_string(dim), 16 * n,
-              [&] { add_rms_norm(ctx, y, x, w, Slice(y, int64_t(n)), rows, dim, 1e-6f); });
+              [&] { add_rms_norm(dev, y, x, w, Slice(y, int64_t(n)), rows, dim, 1e-6f); });
     add_entry(out, ctx, reps, "rms_norm_per_head", hs, 8 * nh,
-              [&] { rms_norm(ctx, x, Slice(w, 0), y, int64_t(rows) * heads, head, 1e-6f); });
+              [&] { rms_norm(dev, x, Slice(w, 0), y, int64_t(rows) * heads, head, 1e-6f); });
     add_entry(out, ctx, reps, "rope_q", hs, 8 * nh,
-              [&] { rope(ctx, x, pb, rows, heads, head, table); });
+              [&] { rope(dev, x, pb, rows, heads, head, table); });
     add_entry(out, ctx, reps, "add", r + std::to_string(dim), 12 * n,
-              [&] { add(ctx, x, y, int64_t(n)); });
+              [&] { add(dev, x, y, int64_t(n)); });
     add_entry(out, ctx, reps, "split_columns_qkv", r + std::to_string(qkv), 8.0 * rows * qkv, [&] {
-      split_columns(ctx, x, y, Slice(y, rows * dim), Slice(y, rows * (dim + 256)), rows, dim, 256,
+      split_columns(dev, x, y, Slice(y, rows * dim), Slice(y, rows * (dim + 256)), rows, dim, 256,
                     256);
     });
     for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
       add_entry(out, ctx, reps, std::string("gated_") + activation_name(act),
                 r + std::to_string(ff), 12 * nf,
-                [&] { gated_activation(ctx, x, Slice(x, int64_t(rows) * ff), y, rows, ff, act); });
+                [&] { gated_activation(dev, x, Slice(x, int64_t(rows) * ff), y, rows, ff, act); });
     }
   }
   for (int vocab : {151936, 262144}) {
@@ -136,14 +140,14 @@ json bench_ops(ocl::Context& ctx, int reps, bool quick) {
           lse(ctx, size_t(rows) * 4), lp(ctx, size_t(rows) * vocab * 4);
       const double bytes = 4.0 * rows * vocab;
       const int r2 = std::max(2, reps / 10);
-      add_entry(out, ctx, r2, "argmax", s, bytes, [&] { argmax(ctx, logits, ids, rows, vocab); });
+      add_entry(out, ctx, r2, "argmax", s, bytes, [&] { argmax(dev, logits, ids, rows, vocab); });
       add_entry(out, ctx, r2, "logsumexp_rows", s, bytes,
-                [&] { logsumexp_rows(ctx, logits, lse, rows, vocab); });
+                [&] { logsumexp_rows(dev, logits, lse, rows, vocab); });
       add_entry(out, ctx, r2, "log_softmax_rows", s, 2 * bytes,
-                [&] { log_softmax_rows(ctx, logits, lp, lse, rows, vocab); });
+                [&] { log_softmax_rows(dev, logits, lp, lse, rows, vocab); });
       for (int k : {20, 128}) {
         add_entry(out, ctx, r2, "top_k_" + std::to_string(k), s, bytes,
-                  [&] { top_k(ctx, logits, vals, ids, rows, vocab, k); });
+                  [&] { top_k(dev, logits, vals, ids, rows, vocab, k); });
       }
     }
   }
@@ -161,12 +165,13 @@ int main(int argc, char** argv) {
   const int reps = quick ? 10 : 400;
   try {
     auto ctx = ocl::Context::create();
+    const auto dev = device::wrap(ctx);
     json result = {{"device", ctx->device().summary()},
                    {"reduction_local_size", reduction_local_size(*ctx)},
                    {"top_k_local_size", top_k_local_size(*ctx)},
-                   {"launch", bench_launch(*ctx, reps * 5)},
+                   {"launch", bench_launch(*dev, reps * 5)},
                    {"copy_GBps", copy_gbps(*ctx, quick ? 2 : 20)},
-                   {"ops", bench_ops(*ctx, reps, quick)}};
+                   {"ops", bench_ops(*dev, reps, quick)}};
     std::printf("%s\n", result.dump(2).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ops_bench: %s\n", e.what());

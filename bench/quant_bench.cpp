@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/ocl_device.h"
 #include "model/gguf.h"
 #include "quant/dequantize.h"
 #include "quant/matmul.h"
@@ -161,6 +162,11 @@ std::vector<Group> largest_groups(const model::GgufFile& f, bool all_shapes = fa
 }
 
 // Times passes over `weights` for n activation rows; returns the best seconds per pass.
+// The device over a context the caller keeps alive (the quant ops take a device::Device&).
+std::shared_ptr<device::Device> device_of(ocl::Context& ctx) {
+  return device::wrap(std::shared_ptr<ocl::Context>(&ctx, [](ocl::Context*) {}));
+}
+
 double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, int64_t n, int reps) {
   const int64_t rows = weights[0].rows(), cols = weights[0].cols();
   std::vector<float> x(static_cast<size_t>(n * cols));
@@ -171,13 +177,14 @@ double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, in
       yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
   xb.write(ctx, x.data(), x.size() * sizeof(float));
   QuantizedActivations xq;
-  quantize_activations_for(ctx, xb, n, weights[0], xq);  // all of one type
-  matmul(ctx, weights[0], xb, xq, n, yb);  // build the program outside the timing
+  const auto dev = device_of(ctx);
+  quantize_activations_for(*dev, xb, n, weights[0], xq);  // all of one type
+  matmul(*dev, weights[0], xb, xq, n, yb);  // build the program outside the timing
   ctx.finish();
   double best = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
-    for (const DeviceWeight& w : weights) matmul(ctx, w, xb, xq, n, yb);
+    for (const DeviceWeight& w : weights) matmul(*dev, w, xb, xq, n, yb);
     ctx.finish();
     best = std::min(best, seconds_since(t0));
   }
@@ -230,6 +237,7 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
 // output head, i.e. no output.weight): the matmuls of one decode step back to back.
 nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::GgufFile& f,
                           const Options& opt) {
+  const auto dev = device_of(ctx);
   bool has_output = false;
   for (const auto& t : f.tensors()) has_output = has_output || t.name == "output.weight";
   std::vector<DeviceWeight> weights;
@@ -258,7 +266,7 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
       auto& [xb, xq] = acts[key(w)];
       xb = ocl::Buffer(ctx, v.size() * sizeof(float));
       xb.write(ctx, v.data(), v.size() * sizeof(float));
-      quantize_activations_for(ctx, xb, n, w, xq);
+      quantize_activations_for(*dev, xb, n, w, xq);
     }
     ocl::Buffer yb(ctx, static_cast<size_t>(n * max_rows) * sizeof(float));
     double best = 1e30;
@@ -266,7 +274,7 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
       const auto t0 = Clock::now();
       for (const DeviceWeight& w : weights) {
         auto& [xb, xq] = acts[key(w)];
-        matmul(ctx, w, xb, xq, n, yb);
+        matmul(*dev, w, xb, xq, n, yb);
       }
       ctx.finish();
       if (rep > 0) best = std::min(best, seconds_since(t0));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "quant/dequantize.h"
 #include "quant/matmul.h"
 #include "quant/reference.h"
@@ -69,7 +70,8 @@ Bytes quantize_py(const py::object& type, const Floats& x) {
   return out;
 }
 
-Floats matmul_py(ocl::Context& ctx, const DeviceWeight& w, const Floats& x) {
+Floats matmul_py(const std::shared_ptr<ocl::Context>& context, const DeviceWeight& w, const Floats& x) {
+  ocl::Context& ctx = *context;
   const auto [n, cols] = rows_cols(x);
   SPECDEC_CHECK(cols == w.cols(), "x.shape[1]", cols,
                str_cat("must equal the weight's cols ", w.cols()));
@@ -78,19 +80,20 @@ Floats matmul_py(ocl::Context& ctx, const DeviceWeight& w, const Floats& x) {
     ocl::Buffer xb(ctx, static_cast<size_t>(n * cols) * sizeof(float));
     xb.write(ctx, x.data(), static_cast<size_t>(n * cols) * sizeof(float));
     ocl::Buffer yb(ctx, y.size() * sizeof(float));
-    matmul(ctx, w, xb, n, yb);
+    matmul(*device::wrap(context), w, xb, n, yb);
     yb.read(ctx, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.rows());
 }
 
-Floats embedding_py(ocl::Context& ctx, const DeviceWeight& w, const std::vector<int32_t>& ids,
-                    float scale) {
+Floats embedding_py(const std::shared_ptr<ocl::Context>& context, const DeviceWeight& w,
+                    const std::vector<int32_t>& ids, float scale) {
+  ocl::Context& ctx = *context;
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<float> y(static_cast<size_t>(n * w.cols()));
   if (n > 0) {
     ocl::Buffer out(ctx, y.size() * sizeof(float));
-    embedding_lookup(ctx, w, std::span<const int32_t>(ids), out, scale);
+    embedding_lookup(*device::wrap(context), w, std::span<const int32_t>(ids), out, scale);
     out.read(ctx, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.cols());

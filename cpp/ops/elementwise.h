@@ -5,31 +5,31 @@
 #include <cstdint>
 
 #include "common/model_types.h"
-#include "ocl/context.h"
+#include "device/device.h"
 #include "ops/norm.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
 
 // x += y.
-void add(ocl::Context& ctx,
+void add(device::Device& dev,
          Slice x,  // [n]
          Slice y,  // [n]
          int64_t n);
 
 // x[r, :] += bias for every row r.
-void add_bias(ocl::Context& ctx,
+void add_bias(device::Device& dev,
               Slice x,     // [rows, dim]
               Slice bias,  // [dim]
               int64_t rows, int dim);
 
 // x *= s.
-void scale(ocl::Context& ctx,
+void scale(device::Device& dev,
            Slice x,  // [n]
            int64_t n, float s);
 
 // x = cap * tanh(x / cap) (final logit softcapping); cap must be > 0.
-void softcap(ocl::Context& ctx,
+void softcap(device::Device& dev,
              Slice x,  // [n]
              int64_t n, float cap);
 
@@ -38,7 +38,7 @@ void softcap(ocl::Context& ctx,
 // elements apart (0: ff), so the halves of a fused [rows, 2 * ff] projection can be passed as
 // {buf, 0} and {buf, ff} with in_row_stride = 2 * ff. out may be gate or up when in_row_stride ==
 // ff.
-void gated_activation(ocl::Context& ctx,
+void gated_activation(device::Device& dev,
                       Slice gate,  // [rows, ff] (rows in_row_stride apart)
                       Slice up,    // [rows, ff] (rows in_row_stride apart)
                       Slice out,   // [rows, ff]

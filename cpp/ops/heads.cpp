@@ -2,10 +2,11 @@
 
 #include "common/errors.h"
 #include "common/math.h"
+#include "ops/impl.h"
 
 namespace specdec::ops {
 
-void head_matmul(ocl::Context& ctx, Slice w, Slice x, Slice y, int64_t num_tokens, int heads,
+void head_matmul(device::Device& dev, Slice w, Slice x, Slice y, int64_t num_tokens, int heads,
                  int rows, int cols, int64_t x_head_stride, int64_t y_head_stride) {
   check_at_least(num_tokens, 0, "head_matmul.num_tokens");
   check_at_least(heads, 1, "head_matmul.heads");
@@ -19,14 +20,9 @@ void head_matmul(ocl::Context& ctx, Slice w, Slice x, Slice y, int64_t num_token
   check_slice(x, checked_add(last, cols, "head_matmul.x"), "head_matmul.x");
   const int64_t last_y = checked_mul(num_tokens * heads - 1, y_head_stride, "head_matmul.y");
   check_slice(y, checked_add(last_y, rows, "head_matmul.y"), "head_matmul.y");
-  ocl::Kernel k = ctx.kernel("ops_heads", "head_matmul", ops_build_options(ctx));
-  k.arg(0, *w.buffer).arg(1, cl_long{w.offset});
-  k.arg(2, *x.buffer).arg(3, cl_long{x.offset}).arg(4, cl_long{x_head_stride});
-  k.arg(5, *y.buffer).arg(6, cl_long{y.offset}).arg(7, cl_long{y_head_stride});
-  k.arg(8, cl_int{heads}).arg(9, cl_int{rows}).arg(10, cl_int{cols});
-  const size_t global[3] = {static_cast<size_t>(rows), static_cast<size_t>(heads),
-                            static_cast<size_t>(num_tokens)};
-  k.launch(ctx, 3, global);
+  switch (dev.kind()) {
+    case device::Kind::kOpenCL: return ocl_head_matmul(dev, w, x, y, num_tokens, heads, rows, cols, x_head_stride, y_head_stride);
+  }
 }
 
 }  // namespace specdec::ops

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ocl/context.h"
+#include "device/device.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
@@ -14,7 +14,7 @@ namespace specdec::ops {
 // x + (t * heads + h) * x_head_stride (x_head_stride >= cols), of y at y + (t * heads + h) *
 // y_head_stride (>= rows): q_nope is read from inside a [tokens, heads, nope + rope] projection
 // and the product written into a [tokens, heads, lora + rope] query. Batch invariant.
-void head_matmul(ocl::Context& ctx,
+void head_matmul(device::Device& dev,
                  Slice w,  // [heads, rows, cols]
                  Slice x,  // [tokens, heads, x_head_stride]
                  Slice y,  // [tokens, heads, y_head_stride]

@@ -4,13 +4,14 @@
 
 #include "common/errors.h"
 #include "common/math.h"
+#include "ops/impl.h"
 
 namespace specdec::ops {
 namespace {
 
-void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optional<Slice> residual,
-                 std::optional<Slice> weight, Slice y, int64_t rows, int dim, float eps,
-                 float weight_offset, const QuantizedOut* q) {
+void dispatch_norm(device::Device& dev, const std::string& op, Slice x, std::optional<Slice> residual,
+                   std::optional<Slice> weight, Slice y, int64_t rows, int dim, float eps,
+                   float weight_offset, const QuantizedOut* q) {
   check_at_least(rows, 0, op + ".rows");
   check_at_least(dim, 1, op + ".dim");
   SPECDEC_CHECK(std::isfinite(eps) && eps >= 0.0f, op + ".eps", eps, "must be finite and >= 0");
@@ -24,19 +25,9 @@ void launch_norm(ocl::Context& ctx, const std::string& op, Slice x, std::optiona
     SPECDEC_CHECK(y.offset == 0, op + ".y.offset", y.offset, "0 when the output is also quantised");
   }
   if (rows == 0) return;
-  const Slice r = residual.value_or(x);
-  const Slice w = weight.value_or(x);
-  ocl::Kernel k = ctx.kernel("ops_norm", "rms_norm", ops_build_options(ctx));
-  k.arg(0, *x.buffer).arg(1, cl_long{x.offset});
-  k.arg(2, *r.buffer).arg(3, cl_long{r.offset});
-  k.arg(4, *w.buffer).arg(5, cl_long{w.offset});
-  k.arg(6, *y.buffer).arg(7, cl_long{y.offset});
-  k.arg(8, cl_int{dim}).arg(9, cl_float{eps}).arg(10, cl_float{weight_offset});
-  k.arg(11, cl_int{weight ? 1 : 0}).arg(12, cl_int{residual ? 1 : 0});
-  const ocl::Buffer& dummy = *y.buffer;  // never written without quantize
-  k.arg(13, q ? *q->q8 : dummy).arg(14, q ? *q->q16 : dummy).arg(15, q ? *q->rec : dummy);
-  k.arg(16, cl_int{q != nullptr ? q->scale_block : 0});
-  launch_rows(ctx, k, rows, reduction_local_size(ctx), 17);
+  switch (dev.kind()) {
+    case device::Kind::kOpenCL: return ocl_rms_norm(dev, x, residual, weight, y, rows, dim, eps, weight_offset, q);
+  }
 }
 
 }  // namespace
@@ -53,15 +44,15 @@ void check_quantized_out(const QuantizedOut& q, int64_t rows, int64_t dim, const
                 str_cat("must hold ", rows, " x ", dim, " activations"));
 }
 
-void rms_norm(ocl::Context& ctx, Slice x, std::optional<Slice> weight, Slice y, int64_t rows,
+void rms_norm(device::Device& dev, Slice x, std::optional<Slice> weight, Slice y, int64_t rows,
               int dim, float eps, float weight_offset, const QuantizedOut* quantized) {
-  launch_norm(ctx, "rms_norm", x, std::nullopt, weight, y, rows, dim, eps, weight_offset, quantized);
+  dispatch_norm(dev, "rms_norm", x, std::nullopt, weight, y, rows, dim, eps, weight_offset, quantized);
 }
 
-void add_rms_norm(ocl::Context& ctx, Slice x, Slice residual, std::optional<Slice> weight, Slice y,
+void add_rms_norm(device::Device& dev, Slice x, Slice residual, std::optional<Slice> weight, Slice y,
                   int64_t rows, int dim, float eps, float weight_offset,
                   const QuantizedOut* quantized) {
-  launch_norm(ctx, "add_rms_norm", x, residual, weight, y, rows, dim, eps, weight_offset, quantized);
+  dispatch_norm(dev, "add_rms_norm", x, residual, weight, y, rows, dim, eps, weight_offset, quantized);
 }
 
 }  // namespace specdec::ops

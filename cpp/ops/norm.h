@@ -5,7 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "ocl/context.h"
+#include "device/device.h"
+#include "ocl/context.h"  // QuantizedOut holds ocl::Buffer (device::Buffer: docs/device_seam.md, step 7)
 #include "ops/slice.h"
 
 namespace specdec::ops {
@@ -31,7 +32,7 @@ void check_quantized_out(const QuantizedOut& q, int64_t rows, int64_t dim, const
 // dim = head_size. y may be x (in place). weight_offset is 1 for Hugging Face Gemma weights
 // (x * (1 + w)) and 0 for GGUF files, whose converter already added the 1.
 // A row's result is bitwise the same whatever `rows` is and wherever the row sits.
-void rms_norm(ocl::Context& ctx,
+void rms_norm(device::Device& dev,
               Slice x,                      // [rows, dim]
               std::optional<Slice> weight,  // [dim] or std::nullopt
               Slice y,                      // [rows, dim]
@@ -41,7 +42,7 @@ void rms_norm(ocl::Context& ctx,
 // The residual step fused with the next norm, one launch instead of two:
 //   x += residual (x is written back: the residual stream), then y = rms_norm(x) as above.
 // Bitwise the same as add() followed by rms_norm(). y may be x or residual.
-void add_rms_norm(ocl::Context& ctx,
+void add_rms_norm(device::Device& dev,
                   Slice x,                      // [rows, dim], updated in place
                   Slice residual,               // [rows, dim]
                   std::optional<Slice> weight,  // [dim] or std::nullopt

@@ -4,6 +4,8 @@
 
 #include "common/errors.h"
 #include "common/math.h"
+#include "device/ocl_device.h"
+#include "ops/impl.h"
 
 namespace specdec::ops {
 
@@ -39,7 +41,7 @@ RopeTable::RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base
   buffer_.write(ctx, inv_freq_.data(), inv_freq_.size() * sizeof(float));
 }
 
-void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
           int head_size, const RopeTable& table, int64_t token_stride) {
   const int rope_dim = table.rope_dim();
   check_at_least(num_tokens, 0, "rope.num_tokens");
@@ -54,21 +56,16 @@ void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int n
   check_slice(x, checked_add(checked_mul(num_tokens - 1, token_stride, "rope.x"), row, "rope.x"),
               "rope.x");
   check_slice(positions, num_tokens, "rope.positions");
-  ocl::Kernel k = ctx.kernel("ops_rope", "rope", ops_build_options(ctx));
-  k.arg(0, *x.buffer).arg(1, cl_long{x.offset});
-  k.arg(2, *positions.buffer).arg(3, cl_long{positions.offset});
-  k.arg(4, table.buffer()).arg(5, cl_long{0});
-  k.arg(6, cl_long{token_stride}).arg(7, cl_int{num_heads}).arg(8, cl_int{head_size});
-  k.arg(9, cl_int{rope_dim}).arg(10, cl_int{table.type() == RopeType::kNeox ? 1 : 0});
-  const size_t global[2] = {static_cast<size_t>(cdiv(rope_dim / 2, 16)),
-                            static_cast<size_t>(num_tokens)};
-  k.launch(ctx, 2, global);
+  switch (dev.kind()) {
+    case device::Kind::kOpenCL: return ocl_rope(dev, x, positions, num_tokens, num_heads, head_size, table, token_stride);
+  }
 }
 
-void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
           int head_size, int rope_dim, RopeType type, double base, double freq_scale) {
-  const RopeTable table(ctx, type, rope_dim, base, freq_scale);
-  rope(ctx, x, positions, num_tokens, num_heads, head_size, table);
+  // RopeTable holds an ocl::Buffer until device::Buffer replaces it (docs/device_seam.md, step 7)
+  const RopeTable table(ocl::context_of(dev), type, rope_dim, base, freq_scale);
+  rope(dev, x, positions, num_tokens, num_heads, head_size, table);
 }
 
 }  // namespace specdec::ops

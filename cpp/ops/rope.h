@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/model_types.h"
+#include "device/device.h"
 #include "ocl/context.h"
 #include "ops/slice.h"
 
@@ -42,7 +43,7 @@ class RopeTable {
 // (NORM: adjacent pairs; NEOX: (i, i + rope_dim / 2)). token_stride is the distance between
 // tokens in elements (0: num_heads * head_size), so the q or k part of a fused projection
 // [num_tokens, q + k + v] can be rotated where it lies.
-void rope(ocl::Context& ctx,
+void rope(device::Device& dev,
           Slice x,          // [num_tokens, num_heads, head_size] (rows token_stride apart)
           Slice positions,  // int32 [num_tokens]
           int64_t num_tokens, int num_heads, int head_size, const RopeTable& table,
@@ -50,7 +51,7 @@ void rope(ocl::Context& ctx,
 
 // The same with the table built for this call (one small upload each time): for tests and
 // one-off use; a forward pass should hold RopeTables.
-void rope(ocl::Context& ctx, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
           int head_size, int rope_dim, RopeType type, double base, double freq_scale = 1.0);
 
 }  // namespace specdec::ops

@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
-#include "ocl/context.h"
+#include "device/device.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
 
 // dst[j, :] = src[idx[j], :] (e.g. the hidden rows whose logits are needed). An index outside
 // [0, num_src_rows) cannot be reported without a device sync: its dst row is filled with NaN.
-void gather_rows(ocl::Context& ctx,
+void gather_rows(device::Device& dev,
                  Slice src,  // [num_src_rows, dim]
                  Slice idx,  // int32 [num_idx]
                  Slice dst,  // [num_idx, dim]
@@ -19,7 +19,7 @@ void gather_rows(ocl::Context& ctx,
 
 // dst[r * dst_row_stride + c] = src[r * src_row_stride + c] for r < rows, c < cols: copies a
 // block of columns between row-major matrices (hidden-state capture, concatenation).
-void copy_2d(ocl::Context& ctx,
+void copy_2d(device::Device& dev,
              Slice src,  // [rows, src_row_stride]
              Slice dst,  // [rows, dst_row_stride]
              int64_t rows, int64_t cols, int64_t src_row_stride, int64_t dst_row_stride);
@@ -27,7 +27,7 @@ void copy_2d(ocl::Context& ctx,
 // Splits a fused projection src [rows, a + b + c] into dst_a [rows, a], dst_b [rows, b] and
 // dst_c [rows, c] in one launch (q, k, v of a fused QKV matmul). b or c may be 0 (their
 // destination is then not touched).
-void split_columns(ocl::Context& ctx,
+void split_columns(device::Device& dev,
                    Slice src,    // [rows, a + b + c]
                    Slice dst_a,  // [rows, a]
                    Slice dst_b,  // [rows, b]
@@ -36,7 +36,7 @@ void split_columns(ocl::Context& ctx,
 
 // dst[r] = src[r, cols[r]] (the logit of a chosen token per row); a column outside [0, dim)
 // gives NaN.
-void gather_columns(ocl::Context& ctx,
+void gather_columns(device::Device& dev,
                     Slice src,   // [rows, dim]
                     Slice cols,  // int32 [rows]
                     Slice dst,   // [rows]

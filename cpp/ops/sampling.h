@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "ocl/context.h"
+#include "device/device.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
@@ -16,14 +16,14 @@ namespace specdec::ops {
 constexpr int kMaxTopK = 128;
 
 // ids[r] = index of the largest logit of row r (a row of NaN gives 0).
-void argmax(ocl::Context& ctx,
+void argmax(device::Device& dev,
             Slice logits,  // [rows, vocab]
             Slice ids,     // int32 [rows]
             int64_t rows, int vocab);
 
 // The k largest logits of each row, sorted descending (ties: lower index first), and their
 // indices; 1 <= k <= min(kMaxTopK, vocab).
-void top_k(ocl::Context& ctx,
+void top_k(device::Device& dev,
            Slice logits,  // [rows, vocab]
            Slice values,  // [rows, k]
            Slice ids,     // int32 [rows, k]
@@ -31,23 +31,18 @@ void top_k(ocl::Context& ctx,
 
 // lse[r] = log(sum_i exp(logits[r, i])) (max-shifted; exp in f32, sum in double on fp64
 // devices). NaN anywhere in a row gives NaN; a row of -inf gives -inf.
-void logsumexp_rows(ocl::Context& ctx,
+void logsumexp_rows(device::Device& dev,
                     Slice logits,  // [rows, vocab]
                     Slice lse,     // [rows]
                     int64_t rows, int vocab);
 
 // out = logits - lse per row (log-probabilities), writing lse too; out may be logits (in place).
-void log_softmax_rows(ocl::Context& ctx,
+void log_softmax_rows(device::Device& dev,
                       Slice logits,  // [rows, vocab]
                       Slice out,     // [rows, vocab]
                       Slice lse,     // [rows]
                       int64_t rows, int vocab);
 
-// top_k's kernel: a per-row heap in one work-item (where rows get one work-item each: CPUs) or a
-// work-group per row (GPUs); SPECDEC_OPS_TOPK=heap|group overrides. Both give the same result.
-bool top_k_uses_heap(const ocl::Context& ctx);
-// Work-items per work-group of the work-group kernel (more give more subsets and a tighter first
-// bound; the result does not depend on it).
-int top_k_local_size(const ocl::Context& ctx);
+// top_k_uses_heap, top_k_local_size: the OpenCL kernel's choice, ops/ocl_common.h.
 
 }  // namespace specdec::ops

@@ -1,5 +1,5 @@
-// Arguments shared by the forward ops (cpp/ops/*.h): a device buffer seen from an element offset,
-// the range checks every op runs before it launches, and the per-device work-group shapes.
+// Arguments shared by the forward ops (cpp/ops/*.h): a device buffer seen from an element offset
+// and the range checks every op runs before it dispatches to its device's implementation.
 #pragma once
 
 #include <cstdint>
@@ -26,20 +26,6 @@ void check_slice(const Slice& s, int64_t num_elems, const std::string& what);
 // ConfigError naming `what` unless value >= min_value.
 void check_at_least(int64_t value, int64_t min_value, const std::string& what);
 
-// Work-items per work-group of the per-row reduction kernels (norm, sampling): a tuning value per
-// device type (-DLOCAL), fixed for every launch on a device so that a row's result never depends
-// on the batch. SPECDEC_OPS_LOCAL overrides it (rounded down to a power of two in 1..256).
-int reduction_local_size(const ocl::Context& ctx);
-
-// Launches a per-row reduction kernel whose argument `num_rows_arg` is the row count (long):
-// work-groups of `local` work-items, one per row; local 1: one work-item per row, rows dealt to
-// about 4 work-groups per compute unit (so that a few rows still use every core), the last
-// work-group padded.
-void launch_rows(ocl::Context& ctx, ocl::Kernel& kernel, int64_t rows, int local,
-                 cl_uint num_rows_arg);
-
-// Build options every ops program gets: -DLOCAL=<local> (0: reduction_local_size) and -DUSE_FP64
-// when the device has cl_khr_fp64 (double accumulators, correctly rounded f32 sqrt / division).
-const std::string& ops_build_options(const ocl::Context& ctx, int local = 0);
+// The OpenCL launch helpers (reduction_local_size, launch_rows, ops_build_options): ops/ocl_common.h.
 
 }  // namespace specdec::ops

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "ocl/context.h"
 #include "quant/device_weight.h"
 
@@ -37,21 +38,21 @@ struct QuantizedActivations {
 // Grows `out` to hold [n, cols] and records the shape and scale_block (32 or 256; source reset);
 // false when cols % scale_block != 0 (nothing to quantise: no block-format weight with that scale
 // block has such rows).
-bool prepare_activations(ocl::Context& ctx, int64_t n, int64_t cols, QuantizedActivations& out,
+bool prepare_activations(device::Device& dev, int64_t n, int64_t cols, QuantizedActivations& out,
                          int scale_block = 32);
 // quantize_activations unless `out` already holds x's [n, cols] quantisation with that scale block
 // (out.source == x, e.g. written by the norm that produced x).
-void quantize_activations_of(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
+void quantize_activations_of(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
                              QuantizedActivations& out, int scale_block = 32);
 // The same for the matmul with `w` (its cols and activation_scale_block; nothing for F32 / F16 /
 // BF16 weights).
-void quantize_activations_for(ocl::Context& ctx, const ocl::Buffer& x, int64_t n,
+void quantize_activations_for(device::Device& dev, const ocl::Buffer& x, int64_t n,
                               const DeviceWeight& w, QuantizedActivations& out);
 
 // Quantises x [n, cols] (f32) into `out` with one scale per scale_block (32 or 256) values,
 // growing its buffers when needed. With cols % scale_block != 0 it records the shape and quantises
 // nothing.
-void quantize_activations(ocl::Context& ctx, const ocl::Buffer& x, int64_t n, int64_t cols,
+void quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out, int scale_block = 32);
 
 // Where a matmul writes its [n, rows] result: row i at y + offset + i * stride (floats; stride 0:
@@ -63,24 +64,24 @@ struct OutputColumns {
 };
 
 // y [n, rows] = x [n, cols] . W^T, all f32. n == 0 does nothing.
-void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
+void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
             ocl::Buffer& y);
 // The same with x already quantised by quantize_activations with w's activation_scale_block
 // (ignored for F32/F16/BF16 weights, which read x itself), writing where `out` says.
-void matmul(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
+void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
             const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out = {});
 
 // The same, quantising x into xq first unless xq already holds x's quantisation for w
 // (quantize_activations_for): matmuls of one x with weights of different scale blocks each get
 // theirs, the others reuse it.
-void matmul_reusing(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& x,
+void matmul_reusing(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
                     QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out = {});
 
 // out [n, cols] = scale * W[ids[i], :] (f32), dequantised on the device; ids int32 [n]. Ids are
 // clamped to [0, rows) on the device; the host overload checks them first (ConfigError).
-void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
+void embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
                       ocl::Buffer& out, float scale = 1.0f);
-void embedding_lookup(ocl::Context& ctx, const DeviceWeight& w, std::span<const int32_t> ids,
+void embedding_lookup(device::Device& dev, const DeviceWeight& w, std::span<const int32_t> ids,
                       ocl::Buffer& out, float scale = 1.0f);
 
 // The integer-dot path of the block-format kernels (kernels/quant_common.clh). Every path gives

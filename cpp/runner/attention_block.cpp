@@ -43,10 +43,10 @@ void project_qkv(const LayerStep& st, const LayerWeights& w, QkvWidths n) {
   StepBuffers& s = st.s;
   const int row = n.q + n.k + n.v;
   if (w.wqkv) {
-    quant::matmul_reusing(st.ctx, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
+    quant::matmul_reusing(st.dev, *w.wqkv, s.h, s.xq, st.num_tokens, s.fused);
   } else {
-    quant::matmul_reusing(st.ctx, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
-    quant::matmul_reusing(st.ctx, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
+    quant::matmul_reusing(st.dev, *w.wqk, s.h, s.xq, st.num_tokens, s.fused, {0, row});
+    quant::matmul_reusing(st.dev, w.wv, s.h, s.xq, st.num_tokens, s.fused, {n.q + n.k, row});
   }
 }
 
@@ -94,17 +94,17 @@ void attend_fused(const LayerStep& st, int il, const LayerWeights& w, QkvWidths 
 Projected project_stacked(const LayerStep& st, int il, const LayerWeights& w, QkvWidths n) {
   const model::ModelConfig& c = st.config;
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
   const int rope_index = s.layer_rope[il];
   Projected p{&s.qb, {&s.kb, 0, 0}, {&s.vb, 0, 0}};
   project_qkv(st, w, n);
-  if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, n.q + n.k + n.v);
+  if (present(w.bqkv)) ops::add_bias(dev, s.fused, w.bqkv, t, n.q + n.k + n.v);
   if (t == 1) {  // one token (decode): q, k and v lie contiguous in the fused row, no split
     if (c.qk_norm) {
-      ops::rms_norm(ctx, s.fused, w.q_norm, s.fused, c.num_q_heads, c.head_size, eps, off);
-      ops::rms_norm(ctx, ops::Slice(s.fused, n.q), w.k_norm, ops::Slice(s.fused, n.q), c.num_kv_heads,
+      ops::rms_norm(dev, s.fused, w.q_norm, s.fused, c.num_q_heads, c.head_size, eps, off);
+      ops::rms_norm(dev, ops::Slice(s.fused, n.q), w.k_norm, ops::Slice(s.fused, n.q), c.num_kv_heads,
                     c.head_size, eps, off);
       p.normed = true;
     }
@@ -113,26 +113,26 @@ Projected project_stacked(const LayerStep& st, int il, const LayerWeights& w, Qk
     p.v_rows = {&s.fused, n.q + n.k, 0};
   }
   if ((t == 1 || !c.qk_norm) && rope_index >= 0) {  // q and k heads adjacent: one launch
-    ops::rope(ctx, s.fused, s.positions, t, c.num_q_heads + c.num_kv_heads, c.head_size,
+    ops::rope(dev, s.fused, s.positions, t, c.num_q_heads + c.num_kv_heads, c.head_size,
               s.rope_tables[rope_index], n.q + n.k + n.v);
     p.rotated = true;
   }
-  if (t > 1) ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
+  if (t > 1) ops::split_columns(dev, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
   return p;
 }
 
 // q, k and v each by its own matmul and bias (k and v not at all in a KV-sharing layer).
 Projected project_separate(const LayerStep& st, int il, const LayerWeights& w, QkvWidths n) {
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
-  quant::matmul_reusing(ctx, w.wq, s.h, s.xq, t, s.qb);
-  if (present(w.bq)) ops::add_bias(ctx, s.qb, w.bq, t, n.q);
+  quant::matmul_reusing(dev, w.wq, s.h, s.xq, t, s.qb);
+  if (present(w.bq)) ops::add_bias(dev, s.qb, w.bq, t, n.q);
   if (st.config.layers[il].kv_sharing_target < 0) {
-    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
-    if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, n.k);
-    if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, n.v);
+    quant::matmul_reusing(dev, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(dev, w.wv, s.h, s.xq, t, s.vb);
+    if (present(w.bk)) ops::add_bias(dev, s.kb, w.bk, t, n.k);
+    if (present(w.bv)) ops::add_bias(dev, s.vb, w.bv, t, n.v);
   }
   return {&s.qb, {&s.kb, 0, 0}, {&s.vb, 0, 0}};
 }
@@ -143,26 +143,27 @@ void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   StepBuffers& s = st.s;
   ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   SPECDEC_CHECK(c.layers[il].kv_sharing_target < 0, str_cat("layers.", il), "a KV-sharing layer",
                "a layer with its own cache (a DFlash drafter's context)");
   const QkvWidths n{c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size, c.num_kv_heads * c.head_size_v};
   if (stacked_qkv(w)) {  // q comes along (unused)
     project_qkv(st, w, n);
-    if (present(w.bqkv)) ops::add_bias(ctx, s.fused, w.bqkv, t, n.q + n.k + n.v);
-    ops::split_columns(ctx, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
+    if (present(w.bqkv)) ops::add_bias(dev, s.fused, w.bqkv, t, n.q + n.k + n.v);
+    ops::split_columns(dev, s.fused, s.qb, s.kb, s.vb, t, n.q, n.k, n.v);
   } else {
-    quant::matmul_reusing(ctx, w.wk, s.h, s.xq, t, s.kb);
-    quant::matmul_reusing(ctx, w.wv, s.h, s.xq, t, s.vb);
-    if (present(w.bk)) ops::add_bias(ctx, s.kb, w.bk, t, n.k);
-    if (present(w.bv)) ops::add_bias(ctx, s.vb, w.bv, t, n.v);
+    quant::matmul_reusing(dev, w.wk, s.h, s.xq, t, s.kb);
+    quant::matmul_reusing(dev, w.wv, s.h, s.xq, t, s.vb);
+    if (present(w.bk)) ops::add_bias(dev, s.kb, w.bk, t, n.k);
+    if (present(w.bv)) ops::add_bias(dev, s.vb, w.bv, t, n.v);
   }
   if (c.qk_norm) {
     const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-    ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
+    ops::rms_norm(dev, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
   }
   const int rope_index = s.layer_rope[il];
-  if (rope_index >= 0) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, s.rope_tables[rope_index]);
+  if (rope_index >= 0) ops::rope(dev, s.kb, s.positions, t, c.num_kv_heads, c.head_size, s.rope_tables[rope_index]);
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
   const kv::KvRows k{&s.kb, 0, 0}, v{&s.vb, 0, 0};
@@ -172,7 +173,7 @@ void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
 void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const bool owns_kv = c.layers[il].kv_sharing_target < 0;
   const QkvWidths n{c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size,
@@ -189,19 +190,19 @@ void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {
     Projected p = stacked_qkv(w) ? project_stacked(st, il, w, n) : project_separate(st, il, w, n);
     const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
     if (c.qk_norm && !p.normed) {
-      ops::rms_norm(ctx, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
-      if (owns_kv) ops::rms_norm(ctx, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
+      ops::rms_norm(dev, s.qb, w.q_norm, s.qb, t * c.num_q_heads, c.head_size, eps, off);
+      if (owns_kv) ops::rms_norm(dev, s.kb, w.k_norm, s.kb, t * c.num_kv_heads, c.head_size, eps, off);
     }
     const int rope_index = s.layer_rope[il];
     if (rope_index >= 0 && !p.rotated) {
       const ops::RopeTable& table = s.rope_tables[rope_index];
-      ops::rope(ctx, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
-      if (owns_kv) ops::rope(ctx, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
+      ops::rope(dev, s.qb, s.positions, t, c.num_q_heads, c.head_size, table);
+      if (owns_kv) ops::rope(dev, s.kb, s.positions, t, c.num_kv_heads, c.head_size, table);
     }
     write_kv_and_attend(st, il, owns_kv ? &p.k_rows : nullptr, &p.v_rows, *p.query, scale, s.attn, &w.wo);
   }
   project(st, w.wo, s.attn, s.proj);
-  if (present(w.bo)) ops::add_bias(ctx, s.proj, w.bo, t, c.hidden_size);
+  if (present(w.bo)) ops::add_bias(dev, s.proj, w.bo, t, c.hidden_size);
 }
 
 }  // namespace specdec::runner

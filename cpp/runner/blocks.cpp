@@ -93,7 +93,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
   const bool quantise = scale_block != 0 && b.group->backend->capabilities().quantized_output &&
                         fused_attention_quantisation() && params.head_size_v % scale_block == 0 &&
                         then_project->cols() == width &&
-                        quant::prepare_activations(st.ctx, st.num_tokens, width, s.xq, scale_block);
+                        quant::prepare_activations(st.dev, st.num_tokens, width, s.xq, scale_block);
   if (quantise) {
     s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
     params.quantized_output = &s.xq_out;
@@ -103,12 +103,12 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
 }
 
 void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {
-  quant::matmul_reusing(st.ctx, w, x, st.s.xq, st.num_tokens, y);
+  quant::matmul_reusing(st.dev, w, x, st.s.xq, st.num_tokens, y);
 }
 
 void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
   // the activation also quantises its output for the down projection (one launch fewer); s.xq
@@ -116,7 +116,7 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   // them before the activation overwrites it)
   auto quantize_gate = [&]() -> const ops::QuantizedOut* {
     const int scale_block = quant::activation_scale_block(w.down.type());
-    if (scale_block == 0 || !quant::prepare_activations(ctx, t, ff, s.xq, scale_block)) {
+    if (scale_block == 0 || !quant::prepare_activations(dev, t, ff, s.xq, scale_block)) {
       return nullptr;
     }
     s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
@@ -124,15 +124,15 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   };
   const ops::QuantizedOut* q = nullptr;
   if (w.gate_up) {  // one launch for both, then the activation reads the halves where they lie
-    quant::matmul_reusing(ctx, *w.gate_up, s.h, s.xq, t, s.fused);
+    quant::matmul_reusing(dev, *w.gate_up, s.h, s.xq, t, s.fused);
     q = quantize_gate();
-    ops::gated_activation(ctx, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
+    ops::gated_activation(dev, s.fused, ops::Slice(s.fused, ff), s.gate, t, ff, st.config.activation,
                           2 * int64_t{ff}, q);
   } else {
-    quant::matmul_reusing(ctx, w.gate, s.h, s.xq, t, s.gate);
-    quant::matmul_reusing(ctx, w.up, s.h, s.xq, t, s.up);
+    quant::matmul_reusing(dev, w.gate, s.h, s.xq, t, s.gate);
+    quant::matmul_reusing(dev, w.up, s.h, s.xq, t, s.up);
     q = quantize_gate();
-    ops::gated_activation(ctx, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
+    ops::gated_activation(dev, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
   }
   s.xq.source = q != nullptr ? s.gate.get() : nullptr;
   project(st, w.down, s.gate, s.proj);

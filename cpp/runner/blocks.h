@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/groups.h"
+#include "device/device.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "model/config.h"
@@ -73,6 +74,7 @@ std::vector<LayerBinding> bind_layers(const model::ModelConfig& config, const at
 // What a block needs of the step.
 struct LayerStep {
   ocl::Context& ctx;
+  device::Device& dev;  // the same device through the seam: the ops take it (docs/device_seam.md)
   const model::ModelConfig& config;
   const std::vector<LayerBinding>& layers;
   const std::vector<attn::AttentionMetadata>& metadata;  // per attention group

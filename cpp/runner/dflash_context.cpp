@@ -1,6 +1,7 @@
 #include "runner/dflash_context.h"
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "ops/norm.h"
 #include "ops/rows.h"
 #include "quant/matmul.h"
@@ -33,11 +34,11 @@ void DFlashContext::clear_sink(uint64_t token) {
   sink_token_ = 0;
 }
 
-void DFlashContext::capture(ocl::Context& ctx, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden) {
+void DFlashContext::capture(device::Device& dev, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden) {
   const int64_t width = static_cast<int64_t>(capture_layers_.size()) * hidden;
   for (size_t j = 0; j < capture_layers_.size(); ++j) {
     if (capture_layers_[j] != layer) continue;
-    ops::copy_2d(ctx, ops::Slice(from, 0), ops::Slice(captured_, static_cast<int64_t>(j) * hidden), num_tokens,
+    ops::copy_2d(dev, ops::Slice(from, 0), ops::Slice(captured_, static_cast<int64_t>(j) * hidden), num_tokens,
                  hidden, hidden, width);
   }
 }
@@ -106,7 +107,7 @@ std::vector<StepRequest> context_requests(const std::vector<const ContextRows*>&
   return reqs;
 }
 
-const ocl::Buffer& contiguous_rows(ocl::Context& ctx, const std::vector<const ContextRows*>& kept,
+const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
                                    const ocl::Buffer& hidden, int64_t width, ocl::Buffer& gathered) {
   int64_t next = 0;
   bool contiguous = true;
@@ -115,10 +116,10 @@ const ocl::Buffer& contiguous_rows(ocl::Context& ctx, const std::vector<const Co
     next += r->num_rows;
   }
   if (contiguous) return hidden;
-  gathered = ocl::Buffer(ctx, static_cast<size_t>(next * width) * 4);
+  gathered = ocl::Buffer(ocl::context_of(dev), static_cast<size_t>(next * width) * 4);
   int64_t at = 0;
   for (const ContextRows* r : kept) {
-    ops::copy_2d(ctx, ops::Slice(hidden, r->first_row * width), ops::Slice(gathered, at * width), r->num_rows,
+    ops::copy_2d(dev, ops::Slice(hidden, r->first_row * width), ops::Slice(gathered, at * width), r->num_rows,
                  width, width, width);
     at += r->num_rows;
   }
@@ -129,8 +130,8 @@ void write_context_layers(const LayerStep& step, const ModelWeights& weights, co
   const model::ModelConfig& c = step.config;
   StepBuffers& s = step.s;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  quant::matmul_reusing(step.ctx, *weights.dflash_fc, hidden, s.xq, step.num_tokens, s.x);
-  ops::rms_norm(step.ctx, s.x, weights.dflash_hidden_norm, s.h, step.num_tokens, c.hidden_size, eps, off);
+  quant::matmul_reusing(step.dev, *weights.dflash_fc, hidden, s.xq, step.num_tokens, s.x);
+  ops::rms_norm(step.dev, s.x, weights.dflash_hidden_norm, s.h, step.num_tokens, c.hidden_size, eps, off);
   s.xq.source = nullptr;  // s.h has no quantisation of its own yet
   for (int il = 0; il < c.num_layers; ++il) gqa_write_context(step, il, weights.layers[il]);
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "model/config.h"
 #include "ocl/context.h"
 #include "runner/model_weights.h"
@@ -47,7 +48,7 @@ class DFlashContext {
   bool has_sink() const { return static_cast<bool>(sink_); }
   // In a full step, after layer `layer`: `from` [num_tokens, hidden] into that layer's columns
   // when it is captured.
-  void capture(ocl::Context& ctx, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden);
+  void capture(device::Device& dev, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden);
   // After a full step: its rows, request by request, to the sink.
   void send(const std::vector<StepRequest>& requests, int64_t num_tokens) const;
 
@@ -74,7 +75,7 @@ std::vector<const ContextRows*> keep_context_rows(const std::vector<ContextRows>
 std::vector<StepRequest> context_requests(const std::vector<const ContextRows*>& kept);
 // The kept rows of `hidden` [rows, width], contiguous: `hidden` itself, or (when one was dropped
 // or rows were reordered) a copy in `gathered`.
-const ocl::Buffer& contiguous_rows(ocl::Context& ctx, const std::vector<const ContextRows*>& kept,
+const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
                                    const ocl::Buffer& hidden, int64_t width, ocl::Buffer& gathered);
 // The context K/V of every layer from `hidden` [step.num_tokens, n * hidden_size]: the drafter's
 // hidden_norm(fc(hidden)), the same input for every layer.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "ops/elementwise.h"
 #include "ops/rows.h"
 #include "ops/sampling.h"
@@ -43,9 +44,9 @@ int64_t lm_head_rows(const model::GgufFile& file, const model::ModelConfig& c) {
 
 }  // namespace
 
-LogitsHead::LogitsHead(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& config,
+LogitsHead::LogitsHead(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& config,
                        const RunnerOptions& options, ModelWeights& weights)
-    : ctx_(ctx), file_(file), config_(config), logit_token_ids_(options.logit_token_ids),
+    : dev_(dev), ctx_(ocl::context_of(dev)), file_(file), config_(config), logit_token_ids_(options.logit_token_ids),
       max_num_logits_(options.max_num_logits) {
   const auto& ids = logit_token_ids_;
   SPECDEC_CHECK(!config.is_dflash() || ids.empty(), "logit_token_ids", str_cat(ids.size(), " ids"),
@@ -59,7 +60,7 @@ LogitsHead::LogitsHead(ocl::Context& ctx, const model::GgufFile& file, const mod
                  str_cat("token ids in [0, ", vocab, "), strictly increasing (here in [", lo, ", ", vocab, "))"));
   }
   if (weights.output) weights.device_bytes -= weights.output->source_bytes();
-  weights.output = logit_rows(ctx, file, config, ids, "logit_token_ids");
+  weights.output = logit_rows(ctx_, file, config, ids, "logit_token_ids");
   weights.device_bytes += weights.output->source_bytes();
 }
 
@@ -101,7 +102,7 @@ void LogitsHead::compute(const quant::DeviceWeight& head, StepBuffers& s, int64_
                          bool return_logits, StepOutput& out) {
   const int64_t m = num_rows;
   const int64_t vocab = out.vocab_size;
-  ops::gather_rows(ctx_, s.h, s.rows, s.xs, num_tokens, m, config_.hidden_size);
+  ops::gather_rows(dev_, s.h, s.rows, s.xs, num_tokens, m, config_.hidden_size);
   s.xq.source = nullptr;  // s.xs holds this step's rows: quantised anew by the first head's matmul
   const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
   reduce(head, s, m, s.logits, base, 0);
@@ -116,14 +117,14 @@ void LogitsHead::compute(const quant::DeviceWeight& head, StepBuffers& s, int64_
 
 void LogitsHead::reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m, ocl::Buffer& logits, int64_t n,
                         int64_t at) {
-  quant::matmul_reusing(ctx_, w, s.xs, s.xq, m, logits);
+  quant::matmul_reusing(dev_, w, s.xs, s.xq, m, logits);
   if (config_.final_logit_softcap > 0) {
-    ops::softcap(ctx_, logits, m * n, static_cast<float>(config_.final_logit_softcap));
+    ops::softcap(dev_, logits, m * n, static_cast<float>(config_.final_logit_softcap));
   }
   const ops::Slice ids(s.reduced, at), lse(s.reduced, at + m), picked(s.reduced, at + 2 * m);
-  ops::argmax(ctx_, logits, ids, m, static_cast<int>(n));
-  ops::logsumexp_rows(ctx_, logits, lse, m, static_cast<int>(n));
-  ops::gather_columns(ctx_, logits, ids, picked, m, static_cast<int>(n));
+  ops::argmax(dev_, logits, ids, m, static_cast<int>(n));
+  ops::logsumexp_rows(dev_, logits, lse, m, static_cast<int>(n));
+  ops::gather_columns(dev_, logits, ids, picked, m, static_cast<int>(n));
 }
 
 int32_t LogitsHead::token(int32_t column, bool in_extra) const {

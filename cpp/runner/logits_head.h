@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "device/device.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "ocl/context.h"
@@ -24,8 +25,8 @@ class LogitsHead {
   static constexpr int64_t kMaxExtraTokens = 8192;
 
   // Checks options.logit_token_ids (ConfigError) and, when there are some, replaces
-  // weights.output by their rows. ctx, file and config must outlive the head.
-  LogitsHead(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& config,
+  // weights.output by their rows. dev, file and config must outlive the head.
+  LogitsHead(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& config,
              const RunnerOptions& options, ModelWeights& weights);
 
   // The width of a logits row: |logit_token_ids| + |extra tokens|, or the vocabulary size.
@@ -54,7 +55,8 @@ class LogitsHead {
   // Token column `column` of the head's part, or of the extra tokens' part.
   int32_t token(int32_t column, bool in_extra) const;
 
-  ocl::Context& ctx_;
+  device::Device& dev_;
+  ocl::Context& ctx_;  // dev_'s (buffers, matmuls: docs/device_seam.md, steps 3 and 7)
   const model::GgufFile& file_;
   const model::ModelConfig& config_;
   std::vector<int32_t> logit_token_ids_;

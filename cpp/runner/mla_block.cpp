@@ -23,7 +23,7 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   const model::MlaConfig& m = c.mla;
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
+  device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
   const int heads = c.num_q_heads, nope = m.qk_nope_head_dim, rot = m.qk_rope_head_dim,
@@ -31,34 +31,34 @@ void mla_attention(const LayerStep& st, int il, const LayerWeights& w) {
   const int qk = nope + rot, row = lora + rot;
 
   // the token's latent row: c_kv -> kb [t, lora], k_rope -> vb [t, rope]
-  quant::matmul_reusing(ctx, w.wkv_a, s.h, s.xq, t, s.fused);
-  ops::split_columns(ctx, s.fused, s.kb, s.vb, s.vb, t, lora, rot, 0);
-  ops::rms_norm(ctx, s.kb, w.kv_a_norm, s.kb, t, lora, eps, off);
+  quant::matmul_reusing(dev, w.wkv_a, s.h, s.xq, t, s.fused);
+  ops::split_columns(dev, s.fused, s.kb, s.vb, s.vb, t, lora, rot, 0);
+  ops::rms_norm(dev, s.kb, w.kv_a_norm, s.kb, t, lora, eps, off);
 
   // raw queries -> attn [t, heads, nope + rope]
   if (m.q_lora_rank > 0) {
-    quant::matmul_reusing(ctx, w.wq_a, s.h, s.xq, t, s.fused);
-    ops::rms_norm(ctx, s.fused, w.q_a_norm, s.fused, t, m.q_lora_rank, eps, off);
+    quant::matmul_reusing(dev, w.wq_a, s.h, s.xq, t, s.fused);
+    ops::rms_norm(dev, s.fused, w.q_a_norm, s.fused, t, m.q_lora_rank, eps, off);
     project(st, w.wq, s.fused, s.attn);
   } else {
-    quant::matmul_reusing(ctx, w.wq, s.h, s.xq, t, s.attn);
+    quant::matmul_reusing(dev, w.wq, s.h, s.xq, t, s.attn);
   }
   SPECDEC_CHECK(s.layer_rope[il] >= 0, "layers[" + std::to_string(il) + "].use_rope", 0,
                "true for MLA layers (their k_rope part is rotated)");
   const ops::RopeTable& table = s.rope_tables[s.layer_rope[il]];
-  ops::rope(ctx, ops::Slice(s.attn, nope), s.positions, t, heads, qk, table);
-  ops::rope(ctx, s.vb, s.positions, t, 1, rot, table);
+  ops::rope(dev, ops::Slice(s.attn, nope), s.positions, t, heads, qk, table);
+  ops::rope(dev, s.vb, s.positions, t, 1, rot, table);
 
   // query [t, heads, lora + rope] = [W_UK q_nope, q_rope]
-  ops::head_matmul(ctx, w.w_uk, s.attn, s.qb, t, heads, lora, nope, qk, row);
-  ops::copy_2d(ctx, ops::Slice(s.attn, nope), ops::Slice(s.qb, lora), t * heads, rot, qk, row);
+  ops::head_matmul(dev, w.w_uk, s.attn, s.qb, t, heads, lora, nope, qk, row);
+  ops::copy_2d(dev, ops::Slice(s.attn, nope), ops::Slice(s.qb, lora), t * heads, rot, qk, row);
 
   const kv::KvRows latent{&s.kb, 0, 0}, k_rope{&s.vb, 0, 0};  // the cache row's two parts
   const float scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                             : 1.0f / std::sqrt(static_cast<float>(qk));
   write_kv_and_attend(st, il, &latent, &k_rope, s.qb, scale, s.attn);  // latent [t, heads, lora]
 
-  ops::head_matmul(ctx, w.w_uv, s.attn, s.attn_v, t, heads, dv, lora, lora, dv);
+  ops::head_matmul(dev, w.w_uv, s.attn, s.attn_v, t, heads, dv, lora, lora, dv);
   project(st, w.wo, s.attn_v, s.proj);
 }
 

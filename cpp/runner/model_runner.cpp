@@ -4,6 +4,7 @@
 
 #include "attention/registry.h"
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/planner.h"
 #include "model/dflash.h"
 #include "ops/norm.h"
@@ -58,9 +59,9 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
 
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
-    : ctx_(std::move(ctx)), options_(options), file_(model::open_model_file(path)),
+    : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
       config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
-      logits_head_(*ctx_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
+      logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         ctx_->device().type)),
       cache_(std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts)),
@@ -135,7 +136,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
   const std::vector<StepRequest> reqs = context_requests(kept);
   const int64_t width = static_cast<int64_t>(config_.dflash_target_layers.size()) * config_.hidden_size;
   ocl::Buffer gathered;
-  const ocl::Buffer& in = contiguous_rows(*ctx_, kept, hidden, width, gathered);
+  const ocl::Buffer& in = contiguous_rows(*dev_, kept, hidden, width, gathered);
   StepPlan plan;
   try {
     plan = plan_step(reqs);
@@ -153,7 +154,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
       manager_->record_tokens(r->request_id, r->first_position, r->tokens, r->first_position);
     }
   }
-  write_context_layers(LayerStep{*ctx_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
+  write_context_layers(LayerStep{*ctx_, *dev_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
   for (const auto& r : reqs) {
     requests_.set_length(r.request_id, r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()));
   }
@@ -195,10 +196,10 @@ namespace {
 // block (quant::activation_scale_block), written by the norm that writes s.h (one launch fewer per
 // block, and the rows are quantised while in cache); nullptr where that weight reads f32 or
 // d % scale_block != 0.
-const ops::QuantizedOut* quantize_h(ocl::Context& ctx, StepBuffers& s, int64_t t, int d,
+const ops::QuantizedOut* quantize_h(device::Device& dev, StepBuffers& s, int64_t t, int d,
                                     const quant::DeviceWeight& first_reader) {
   const int scale_block = quant::activation_scale_block(first_reader.type());
-  if (scale_block == 0 || !quant::prepare_activations(ctx, t, d, s.xq, scale_block)) return nullptr;
+  if (scale_block == 0 || !quant::prepare_activations(dev, t, d, s.xq, scale_block)) return nullptr;
   s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
   return &s.xq_out;
 }
@@ -223,24 +224,25 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   const LayerWeights& w = weights_.layers[il];
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
+  device::Device& dev = *dev_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  const LayerStep step{ctx, c, layers_, md, s, t};
+  const LayerStep step{ctx, *dev_, c, layers_, md, s, t};
 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
-  if (present(w.post_attn_norm)) ops::rms_norm(ctx, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, w.gate_up ? *w.gate_up : w.gate);
-  ops::add_rms_norm(ctx, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
+  if (present(w.post_attn_norm)) ops::rms_norm(dev, s.proj, w.post_attn_norm, s.proj, t, d, eps, off);
+  const ops::QuantizedOut* q = quantize_h(dev, s, t, d, w.gate_up ? *w.gate_up : w.gate);
+  ops::add_rms_norm(dev, s.x, s.proj, w.ffn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 
   gated_ffn(step, w);
-  if (present(w.post_ffn_norm)) ops::rms_norm(ctx, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
+  if (present(w.post_ffn_norm)) ops::rms_norm(dev, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
   const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
-  q = il + 1 < exit ? quantize_h(ctx, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
+  q = il + 1 < exit ? quantize_h(dev, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
                     : nullptr;
-  ops::add_rms_norm(ctx, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
+  ops::add_rms_norm(dev, s.x, s.proj, next_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
 }
 
@@ -309,10 +311,11 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
                              int exit) {
   StepBuffers& s = *scratch_;
   ocl::Context& ctx = *ctx_;
+  device::Device& dev = *dev_;
   const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
   const double embedding_scale = config_.is_dflash() ? config_.dflash_embedding_scale : config_.embedding_scale;
-  quant::embedding_lookup(ctx, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
+  quant::embedding_lookup(dev, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
   auto capture = [&](int layer, const ocl::Buffer& from) {
     for (int l : hidden_layers) {
       if (l != layer) continue;
@@ -322,15 +325,15 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
     }
   };
   const float eps = static_cast<float>(config_.norm_eps), off = static_cast<float>(config_.norm_weight_offset);
-  const ops::QuantizedOut* q = quantize_h(ctx, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
-  ops::rms_norm(ctx, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
+  const ops::QuantizedOut* q = quantize_h(dev, s, t, d, attention_input_reader(config_, weights_.layers[0], 0));
+  ops::rms_norm(dev, s.x, weights_.layers[0].attn_norm, s.h, t, d, eps, off, q);
   mark_h(s, q);
   for (int il = 0; il < exit; ++il) {
     run_layer(il, plan.metadata, t, exit);
     capture(il, s.x);  // the residual stream after the layer
     // (Hugging Face lists the last layer's output after the final norm: s.h there)
     if (dflash_.has_sink() && exit == config_.num_layers) {  // a drafter's context
-      dflash_.capture(ctx, il, il + 1 == config_.num_layers ? s.h : s.x, t, d);
+      dflash_.capture(dev, il, il + 1 == config_.num_layers ? s.h : s.x, t, d);
     }
   }
   capture(-1, s.h);  // after the final norm

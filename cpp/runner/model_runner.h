@@ -18,6 +18,7 @@
 
 #include "attention/groups.h"
 #include "attention/metadata.h"
+#include "device/device.h"
 #include "kv/allocator.h"
 #include "kv/blocks.h"
 #include "kv/config.h"
@@ -163,6 +164,7 @@ class ModelRunner {
   void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
 
   std::shared_ptr<ocl::Context> ctx_;
+  std::shared_ptr<device::Device> dev_;  // the device seam over ctx_ (docs/device_seam.md)
   RunnerOptions options_;
   model::GgufFile file_;
   model::ModelConfig config_;

@@ -399,7 +399,7 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(ctx, common);
       backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, plain);
       quant::QuantizedActivations mine;
-      ASSERT_TRUE(quant::prepare_activations(ctx, t, width, mine, sb));
+      ASSERT_TRUE(quant::prepare_activations(dev(), t, width, mine, sb));
       const ops::QuantizedOut qo{&mine.q8, &mine.q16, &mine.rec, sb};
       p.quantized_output = &qo;
       if (c.head % sb != 0) {  // a scale group would straddle two heads
@@ -408,7 +408,7 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       }
       backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused);
       quant::QuantizedActivations want;
-      quant::quantize_activations(ctx, plain, t, width, want, sb);
+      quant::quantize_activations(dev(), plain, t, width, want, sb);
       auto bytes = [&](const ocl::Buffer& b, size_t size) {
         std::vector<uint8_t> v(size);
         b.read(ctx, v.data(), size);
@@ -421,7 +421,7 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       EXPECT_EQ(bytes(want.q16, n * 2), bytes(mine.q16, n * 2)) << what << ": int16";
       EXPECT_EQ(bytes(want.rec, n / 32 * 16), bytes(mine.rec, n / 32 * 16)) << what << ": records";
       quant::QuantizedActivations small;  // buffers for fewer tokens: refused, naming the field
-      ASSERT_TRUE(quant::prepare_activations(ctx, 1, width, small, sb));
+      ASSERT_TRUE(quant::prepare_activations(dev(), 1, width, small, sb));
       const ops::QuantizedOut too_small{&small.q8, &small.q16, &small.rec, sb};
       p.quantized_output = &too_small;
       EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);

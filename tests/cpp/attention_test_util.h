@@ -15,6 +15,7 @@
 #include "attention/backend.h"
 #include "attention/metadata.h"
 #include "attention/reference.h"
+#include "device/ocl_device.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "kv/planner.h"
@@ -24,6 +25,12 @@ namespace specdec::attn::testing {
 inline std::shared_ptr<ocl::Context> context() {
   static auto ctx = ocl::Context::create();
   return ctx;
+}
+
+// The same device through the seam (the ops and quant ops take a device::Device&).
+inline device::Device& dev() {
+  static const auto d = device::wrap(context());
+  return *d;
 }
 
 // One request of a batch: tokens already cached, tokens computed now.

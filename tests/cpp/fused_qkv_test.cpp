@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "kv/planner.h"
@@ -28,6 +29,11 @@ namespace {
 std::shared_ptr<ocl::Context> context() {
   static auto ctx = ocl::Context::create();
   return ctx;
+}
+
+device::Device& dev() {  // context() through the device seam
+  static const auto d = device::wrap(context());
+  return *d;
 }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float sd) {
@@ -132,10 +138,10 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   ocl::Buffer xs = upload(ctx, x);
   if (with_bias) {
     for (int t = 0; t < num_tokens; ++t) {
-      ops::add_bias(ctx, ops::Slice(xs, t * stride), bb, 1, static_cast<int>(width));
+      ops::add_bias(dev(), ops::Slice(xs, t * stride), bb, 1, static_cast<int>(width));
     }
   }
-  if (table) ops::rope(ctx, xs, pb, num_tokens, q_heads + kv_heads, head, *table, stride);
+  if (table) ops::rope(dev(), xs, pb, num_tokens, q_heads + kv_heads, head, *table, stride);
   const LayerKvView& sview = split_cache.view("layers.0");
   kv_cache_write_kv(ctx, split_cache.tensor_of("layers.0"), sview, {&xs, nq, stride}, {&xs, nq + nk, stride}, sb,
                     num_tokens);

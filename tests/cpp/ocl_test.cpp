@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
 #include "ocl/kernel_sources.h"
@@ -256,6 +257,7 @@ TEST(Ocl, KernelDirOverride) {
 // buffer or factor leaves a value off by a power of two.
 TEST(Ocl, ThreadsShareOneContext) {
   auto ctx = Context::create();
+  const auto dev = device::wrap(ctx);
   constexpr int kThreads = 4, kRounds = 300, kN = 1024;
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
@@ -266,7 +268,7 @@ TEST(Ocl, ThreadsShareOneContext) {
       x.write(*ctx, host.data(), kN * sizeof(float));
       const float up = std::ldexp(1.0f, t + 1), down = std::ldexp(1.0f, -(t + 1));
       for (int r = 0; r < kRounds; ++r) {
-        ops::scale(*ctx, x, kN, r % 2 == 0 ? up : down);
+        ops::scale(*dev, x, kN, r % 2 == 0 ? up : down);
         if (r % 50 == 49) ctx->build("thread_test_" + std::to_string(t), "kernel void k() {}", "");
       }
       x.read(*ctx, host.data(), kN * sizeof(float));

@@ -23,7 +23,6 @@ class Elementwise : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(Elementwise, AddBiasScaleSoftcap) {
   const auto [dim, rows] = GetParam();
-  auto& ctx = context();
   std::mt19937 rng(dim + rows);
   const size_t n = static_cast<size_t>(dim) * rows;
   const auto x = random_floats(n, rng, 20.0f), y = random_floats(n, rng),
@@ -32,28 +31,28 @@ TEST_P(Elementwise, AddBiasScaleSoftcap) {
     std::vector<float> want = x;
     ref::add(want, y);
     const ocl::Buffer xb = upload(x), yb = upload(y);
-    add(ctx, xb, yb, static_cast<int64_t>(n));
+    add(dev(), xb, yb, static_cast<int64_t>(n));
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   {
     std::vector<float> want = x;
     ref::add_bias(want, b, rows, dim);
     const ocl::Buffer xb = upload(x), bb = upload(b);
-    add_bias(ctx, xb, bb, rows, dim);
+    add_bias(dev(), xb, bb, rows, dim);
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   {
     std::vector<float> want = x;
     ref::scale(want, 39.191835f);
     const ocl::Buffer xb = upload(x);
-    scale(ctx, xb, static_cast<int64_t>(n), 39.191835f);
+    scale(dev(), xb, static_cast<int64_t>(n), 39.191835f);
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   for (float cap : {30.0f, 5.0f}) {
     std::vector<float> want = x;
     ref::softcap(want, cap);
     const ocl::Buffer xb = upload(x);
-    softcap(ctx, xb, static_cast<int64_t>(n), cap);
+    softcap(dev(), xb, static_cast<int64_t>(n), cap);
     const ErrorStats s = compare(download<float>(xb, n), want);
     EXPECT_LE(s.max_rel, 4e-7) << "cap " << cap;
     if (s.exact != s.n)
@@ -70,7 +69,6 @@ class Gated : public ::testing::TestWithParam<std::tuple<Activation, int, int>> 
 
 TEST_P(Gated, SeparateFusedAndInPlace) {
   const auto [act, ff, rows] = GetParam();
-  auto& ctx = context();
   std::mt19937 rng(ff * 3 + rows);
   const size_t n = static_cast<size_t>(ff) * rows;
   const auto gate = random_floats(n, rng, 3.0f), up = random_floats(n, rng);
@@ -78,7 +76,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
   ref::gated_activation(gate, up, want, rows, ff, act);
   {  // separate buffers
     const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(n));
-    gated_activation(ctx, g, u, o, rows, ff, act);
+    gated_activation(dev(), g, u, o, rows, ff, act);
     const auto got = download<float>(o, n);
     const ErrorStats s = compare(got, want);
     EXPECT_LE(s.max_rel, 5e-7);
@@ -88,7 +86,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
   }
   {  // in place into gate
     const ocl::Buffer g = upload(gate), u = upload(up);
-    gated_activation(ctx, g, u, g, rows, ff, act);
+    gated_activation(dev(), g, u, g, rows, ff, act);
     EXPECT_LE(compare(download<float>(g, n), want).max_rel, 5e-7);
   }
   {  // fused [rows, 2 * ff] (gate then up), output at an offset
@@ -98,7 +96,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
       std::copy_n(up.begin() + r * ff, ff, fused.begin() + (2 * r + 1) * ff);
     }
     const ocl::Buffer f = upload(fused), o = upload(std::vector<float>(n + 3));
-    gated_activation(ctx, Slice(f, 0), Slice(f, ff), Slice(o, 3), rows, ff, act, 2 * ff);
+    gated_activation(dev(), Slice(f, 0), Slice(f, ff), Slice(o, 3), rows, ff, act, 2 * ff);
     EXPECT_LE(compare(download<float>(o, n, 3), want).max_rel, 5e-7);
   }
 }
@@ -110,7 +108,6 @@ INSTANTIATE_TEST_SUITE_P(Ops, Gated,
                                             ::testing::Values(1, 5, 16)));
 
 TEST(Gated, ExtremeGates) {
-  auto& ctx = context();
   const std::vector<float> gate = {-1e30f, -100.0f, -20.0f,   -5.0f,     -1e-20f,
                                    0.0f,   -0.0f,   1e-20f,   5.0f,      20.0f,
                                    100.0f, 1e30f,   INFINITY, -INFINITY, NAN};
@@ -120,7 +117,7 @@ TEST(Gated, ExtremeGates) {
     std::vector<float> want(gate.size());
     ref::gated_activation(gate, up, want, 1, ff, act);
     const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
-    gated_activation(ctx, g, u, o, 1, ff, act);
+    gated_activation(dev(), g, u, o, 1, ff, act);
     const auto got = download<float>(o, gate.size());
     for (size_t i = 0; i < gate.size(); ++i) {
       if (std::isnan(want[i]) || std::isinf(want[i])) {
@@ -136,7 +133,6 @@ TEST(Gated, ExtremeGates) {
 
 // A row's results are bitwise the same computed alone (at an offset) and inside a batch of 16.
 TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
-  auto& ctx = context();
   std::mt19937 rng(17);
   const int rows = 16, ff = 8960 + 5, dim = 1536 + 3;
   const auto gate = random_floats(static_cast<size_t>(rows) * ff, rng, 3.0f);
@@ -146,25 +142,25 @@ TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
   const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
   const ocl::Buffer xb = upload(x), bb = upload(bias);
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
-    gated_activation(ctx, g, u, o, rows, ff, act);
+    gated_activation(dev(), g, u, o, rows, ff, act);
     const auto batch = download<float>(o, gate.size());
     for (int r : {0, 7, 15}) {
       const int64_t at = int64_t{r} * ff;
       const ocl::Buffer one = upload(std::vector<float>(ff));
-      gated_activation(ctx, Slice(g, at), Slice(u, at), one, 1, ff, act);
+      gated_activation(dev(), Slice(g, at), Slice(u, at), one, 1, ff, act);
       EXPECT_TRUE(bitwise_equal(download<float>(one, ff),
                                 std::vector<float>(batch.begin() + at, batch.begin() + at + ff)))
           << activation_name(act) << " row " << r;
     }
   }
   const ocl::Buffer all = upload(x);
-  add_bias(ctx, all, bb, rows, dim);
-  softcap(ctx, all, int64_t{rows} * dim, 30.0f);
+  add_bias(dev(), all, bb, rows, dim);
+  softcap(dev(), all, int64_t{rows} * dim, 30.0f);
   const auto batch = download<float>(all, x.size());
   for (int r : {0, 9, 15}) {
     const int64_t at = int64_t{r} * dim;
-    add_bias(ctx, Slice(xb, at), bb, 1, dim);
-    softcap(ctx, Slice(xb, at), dim, 30.0f);
+    add_bias(dev(), Slice(xb, at), bb, 1, dim);
+    softcap(dev(), Slice(xb, at), dim, 30.0f);
     EXPECT_TRUE(bitwise_equal(download<float>(xb, dim, at),
                               std::vector<float>(batch.begin() + at, batch.begin() + at + dim)))
         << "row " << r;
@@ -172,7 +168,6 @@ TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
 }
 
 TEST(Elementwise, BadArgumentsNameTheField) {
-  auto& ctx = context();
   const ocl::Buffer x = upload(std::vector<float>(64)), b = upload(std::vector<float>(8));
   auto field_of = [](auto&& f) {
     try {
@@ -182,18 +177,18 @@ TEST(Elementwise, BadArgumentsNameTheField) {
     }
     return std::string("(no error)");
   };
-  EXPECT_EQ(field_of([&] { add(ctx, x, b, 64); }), "add.y");
-  EXPECT_EQ(field_of([&] { add_bias(ctx, x, b, 4, 16); }), "add_bias.bias");
-  EXPECT_EQ(field_of([&] { scale(ctx, Slice(x, 60), 5, 2.0f); }), "scale.x");
-  EXPECT_EQ(field_of([&] { softcap(ctx, x, 64, 0.0f); }), "softcap.cap");
-  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu, 4); }),
+  EXPECT_EQ(field_of([&] { add(dev(), x, b, 64); }), "add.y");
+  EXPECT_EQ(field_of([&] { add_bias(dev(), x, b, 4, 16); }), "add_bias.bias");
+  EXPECT_EQ(field_of([&] { scale(dev(), Slice(x, 60), 5, 2.0f); }), "scale.x");
+  EXPECT_EQ(field_of([&] { softcap(dev(), x, 64, 0.0f); }), "softcap.cap");
+  EXPECT_EQ(field_of([&] { gated_activation(dev(), x, x, b, 2, 8, Activation::kSilu, 4); }),
             "gated_activation.in_row_stride");
   EXPECT_EQ(
-      field_of([&] { gated_activation(ctx, x, Slice(x, 32), b, 2, 8, Activation::kSilu, 32); }),
+      field_of([&] { gated_activation(dev(), x, Slice(x, 32), b, 2, 8, Activation::kSilu, 32); }),
       "gated_activation.up");
-  EXPECT_EQ(field_of([&] { gated_activation(ctx, x, x, b, 2, 8, Activation::kSilu); }),
+  EXPECT_EQ(field_of([&] { gated_activation(dev(), x, x, b, 2, 8, Activation::kSilu); }),
             "gated_activation.out");
-  EXPECT_EQ(field_of([&] { add(ctx, x, x, 0); }), "(no error)");
+  EXPECT_EQ(field_of([&] { add(dev(), x, x, 0); }), "(no error)");
 }
 
 }  // namespace
@@ -202,7 +197,6 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   // gated_activation that also quantises its output: the same f32 output, and the bytes
   // quantize_activations writes for it; fused halves (in_row_stride 2 ff) and separate buffers;
   // one scale per 32 values and per 256 (K-quant down projections).
-  ocl::Context& ctx = context();
   std::mt19937 rng(52);
   for (auto act : {Activation::kSilu, Activation::kGeluTanh}) {
     for (auto [ff, sb] : {std::pair{32, 32}, std::pair{1536, 32}, std::pair{256, 256},
@@ -211,12 +205,12 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
       const auto fused = random_floats(static_cast<size_t>(2 * n), rng, 2.0f);
       const ocl::Buffer fb = upload(fused), want_out = upload(std::vector<float>(n)),
                         got_out = upload(std::vector<float>(n));
-      gated_activation(ctx, fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
+      gated_activation(dev(), fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
       quant::QuantizedActivations want, got;
-      quant::quantize_activations(ctx, want_out, rows, ff, want, sb);
-      ASSERT_TRUE(quant::prepare_activations(ctx, rows, ff, got, sb));
+      quant::quantize_activations(dev(), want_out, rows, ff, want, sb);
+      ASSERT_TRUE(quant::prepare_activations(dev(), rows, ff, got, sb));
       const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
-      gated_activation(ctx, fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
+      gated_activation(dev(), fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(got_out, n), download<float>(want_out, n))) << ff;
       EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << ff;
       EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << ff;
@@ -224,12 +218,12 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
     }
   }
   quant::QuantizedActivations small;
-  ASSERT_TRUE(quant::prepare_activations(ctx, 1, 32, small));
+  ASSERT_TRUE(quant::prepare_activations(dev(), 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
   const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
-  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);
-  EXPECT_THROW(gated_activation(ctx, a, a, Slice(a, 32), 1, 32, Activation::kSilu, 0, &qs), ConfigError);
-  EXPECT_THROW(gated_activation(ctx, a, a, a, 2, 64, Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(dev(), a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(dev(), a, a, Slice(a, 32), 1, 32, Activation::kSilu, 0, &qs), ConfigError);
+  EXPECT_THROW(gated_activation(dev(), a, a, a, 2, 64, Activation::kSilu, 0, &qs), ConfigError);
   const QuantizedOut q256{&small.q8, &small.q16, &small.rec, 256};
-  EXPECT_THROW(gated_activation(ctx, a, a, a, 1, 32, Activation::kSilu, 0, &q256), ConfigError);
+  EXPECT_THROW(gated_activation(dev(), a, a, a, 1, 32, Activation::kSilu, 0, &q256), ConfigError);
 }

@@ -21,7 +21,6 @@ class HeadMatmul : public ::testing::TestWithParam<std::tuple<int, int, int, int
 
 TEST_P(HeadMatmul, MatchesReferenceBitwise) {
   const auto [tokens, heads, rows, cols, xpad, ypad] = GetParam();
-  auto& ctx = context();
   std::mt19937 rng(tokens * 7 + heads * 13 + rows + cols);
   const int64_t xs = cols + xpad, ys = rows + ypad;
   const auto w = random_floats(static_cast<size_t>(heads) * rows * cols, rng, 0.1f);
@@ -30,13 +29,13 @@ TEST_P(HeadMatmul, MatchesReferenceBitwise) {
   ref::head_matmul(w, std::span<const float>(x).subspan(3), std::span<float>(want).subspan(2),
                    tokens, heads, rows, cols, xs, ys);
   const ocl::Buffer wb = upload(w), xb = upload(x), yb = upload(std::vector<float>(want.size(), -7.0f));
-  head_matmul(ctx, wb, Slice(xb, 3), Slice(yb, 2), tokens, heads, rows, cols, xs, ys);
+  head_matmul(dev(), wb, Slice(xb, 3), Slice(yb, 2), tokens, heads, rows, cols, xs, ys);
   const auto got = download<float>(yb, want.size());
   EXPECT_TRUE(bitwise_equal(got, want)) << "padding between heads must stay untouched too";
 
   // token 0 alone gives the same bits as inside the batch
   const ocl::Buffer y1 = upload(std::vector<float>(static_cast<size_t>(heads * ys), 0.0f));
-  head_matmul(ctx, wb, Slice(xb, 3), y1, 1, heads, rows, cols, xs, ys);
+  head_matmul(dev(), wb, Slice(xb, 3), y1, 1, heads, rows, cols, xs, ys);
   const auto alone = download<float>(y1, static_cast<size_t>(heads * ys));
   for (int h = 0; h < heads; ++h) {
     for (int r = 0; r < rows; ++r) {
@@ -56,10 +55,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(2, 2, 33, 47, 1, 0)));
 
 TEST(HeadMatmulErrors, NamesTheArgument) {
-  auto& ctx = context();
   const ocl::Buffer w = upload(std::vector<float>(2 * 4 * 8)), x = upload(std::vector<float>(64)),
                     y = upload(std::vector<float>(64));
-  head_matmul(ctx, w, x, y, 0, 2, 4, 8, 8, 4);  // no tokens: nothing to do
+  head_matmul(dev(), w, x, y, 0, 2, 4, 8, 8, 4);  // no tokens: nothing to do
   auto message = [&](auto&& f) {
     try {
       f();
@@ -68,13 +66,13 @@ TEST(HeadMatmulErrors, NamesTheArgument) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([&] { head_matmul(ctx, w, x, y, 1, 2, 4, 8, 7, 4); }).find("x_head_stride"),
+  EXPECT_NE(message([&] { head_matmul(dev(), w, x, y, 1, 2, 4, 8, 7, 4); }).find("x_head_stride"),
             std::string::npos);
-  EXPECT_NE(message([&] { head_matmul(ctx, w, x, y, 1, 3, 4, 8, 8, 4); }).find("head_matmul.w"),
+  EXPECT_NE(message([&] { head_matmul(dev(), w, x, y, 1, 3, 4, 8, 8, 4); }).find("head_matmul.w"),
             std::string::npos);
-  EXPECT_NE(message([&] { head_matmul(ctx, w, x, y, 5, 2, 4, 8, 8, 4); }).find("head_matmul.x"),
+  EXPECT_NE(message([&] { head_matmul(dev(), w, x, y, 5, 2, 4, 8, 8, 4); }).find("head_matmul.x"),
             std::string::npos);
-  EXPECT_NE(message([&] { head_matmul(ctx, w, x, y, 1, 2, 4, 8, 8, 0); }).find("y_head_stride"),
+  EXPECT_NE(message([&] { head_matmul(dev(), w, x, y, 1, 2, 4, 8, 8, 0); }).find("y_head_stride"),
             std::string::npos);
 }
 

@@ -57,7 +57,7 @@ TEST_P(RopeShapes, MatchesReference) {
       std::vector<float> want = x;
       ref::rope(want, pos, tokens, heads, head, table.inv_freq(), type);
       const ocl::Buffer xb = upload(x), pb = upload(pos);
-      rope(ctx, xb, pb, tokens, heads, head, table);
+      rope(dev(), xb, pb, tokens, heads, head, table);
       const auto got = download<float>(xb, x.size());
       const ErrorStats s = compare(got, want);
       EXPECT_LE(pair_error(got, want, x), 2e-6)
@@ -87,10 +87,9 @@ INSTANTIATE_TEST_SUITE_P(Ops, RopeShapes,
 
 TEST(Rope, MatchesTheTextbookRotation) {
   // NEOX on one head of 4 dims at position 3: pairs (0, 2) and (1, 3) by 3 * base^(-2i/4).
-  auto& ctx = context();
   const std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
   const ocl::Buffer xb = upload(x), pb = upload(std::vector<int32_t>{3});
-  rope(ctx, xb, pb, 1, 1, 4, 4, RopeType::kNeox, 100.0);
+  rope(dev(), xb, pb, 1, 1, 4, 4, RopeType::kNeox, 100.0);
   const auto got = download<float>(xb, 4);
   const double t0 = 3.0, t1 = 3.0 / 10.0;
   EXPECT_NEAR(got[0], 1 * std::cos(t0) - 3 * std::sin(t0), 1e-6);
@@ -99,7 +98,7 @@ TEST(Rope, MatchesTheTextbookRotation) {
   EXPECT_NEAR(got[3], 2 * std::sin(t1) + 4 * std::cos(t1), 1e-6);
   // NORM rotates adjacent pairs (0, 1) and (2, 3).
   const ocl::Buffer xn = upload(x);
-  rope(ctx, xn, pb, 1, 1, 4, 4, RopeType::kNorm, 100.0);
+  rope(dev(), xn, pb, 1, 1, 4, 4, RopeType::kNorm, 100.0);
   const auto gn = download<float>(xn, 4);
   EXPECT_NEAR(gn[0], 1 * std::cos(t0) - 2 * std::sin(t0), 1e-6);
   EXPECT_NEAR(gn[1], 1 * std::sin(t0) + 2 * std::cos(t0), 1e-6);
@@ -121,7 +120,7 @@ TEST(Rope, FreqFactorsAndTokenStride) {
   ref::rope(std::span<float>(want).subspan(q), pos, tokens, kh, head, table.inv_freq(),
             RopeType::kNorm, stride);
   const ocl::Buffer xb = upload(fused), pb = upload(pos);
-  rope(ctx, Slice(xb, q), pb, tokens, kh, head, table, stride);
+  rope(dev(), Slice(xb, q), pb, tokens, kh, head, table, stride);
   const auto got = download<float>(xb, fused.size());
   EXPECT_LE(pair_error(got, want, fused), 2e-6);
   for (int t = 0; t < tokens; ++t) {  // q and v untouched
@@ -142,13 +141,13 @@ TEST(Rope, TokenIsBitwiseTheSameAloneAndInAnyBatch) {
   const auto pos = random_positions(tokens, rng);
   const RopeTable table(ctx, RopeType::kNeox, head, 1e6);
   const ocl::Buffer xb = upload(x), pb = upload(pos);
-  rope(ctx, xb, pb, tokens, heads, head, table);
+  rope(dev(), xb, pb, tokens, heads, head, table);
   const auto batch = download<float>(xb, x.size());
   for (int t : {0, 5, 63}) {
     const std::vector<float> want(batch.begin() + t * row, batch.begin() + (t + 1) * row);
     const ocl::Buffer one =
         upload(std::vector<float>(x.begin() + t * row, x.begin() + (t + 1) * row));
-    rope(ctx, one, Slice(pb, t), 1, heads, head, table);
+    rope(dev(), one, Slice(pb, t), 1, heads, head, table);
     EXPECT_TRUE(bitwise_equal(download<float>(one, static_cast<size_t>(row)), want))
         << "token " << t;
   }
@@ -173,11 +172,11 @@ TEST(Rope, BadArgumentsNameTheField) {
   EXPECT_EQ(field_of([&] { RopeTable(ctx, RopeType::kNorm, 64, 1e4, 1.0, bad_factors); }),
             "rope_freqs.size");
   const RopeTable t(ctx, RopeType::kNorm, 32, 1e4);
-  EXPECT_EQ(field_of([&] { rope(ctx, x, p, 2, 1, 16, t); }), "rope.head_size");
+  EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 1, 16, t); }), "rope.head_size");
   const ocl::Buffer big = upload(std::vector<float>(256));
-  EXPECT_EQ(field_of([&] { rope(ctx, big, p, 3, 1, 32, t); }), "rope.positions");
-  EXPECT_EQ(field_of([&] { rope(ctx, x, p, 2, 2, 32, t); }), "rope.x");
-  EXPECT_EQ(field_of([&] { rope(ctx, x, p, 2, 1, 32, t, 16); }), "rope.token_stride");
+  EXPECT_EQ(field_of([&] { rope(dev(), big, p, 3, 1, 32, t); }), "rope.positions");
+  EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 2, 32, t); }), "rope.x");
+  EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 1, 32, t, 16); }), "rope.token_stride");
 }
 
 }  // namespace

@@ -19,7 +19,6 @@ class GatherRows : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(GatherRows, SelectsRowsBitwise) {
   const auto [dim, num_src] = GetParam();
-  auto& ctx = context();
   std::mt19937 rng(dim + num_src);
   const auto src = random_floats(static_cast<size_t>(dim) * num_src, rng);
   std::vector<int32_t> idx = {num_src - 1, 0, num_src / 2, num_src - 1, -1, num_src};
@@ -27,7 +26,7 @@ TEST_P(GatherRows, SelectsRowsBitwise) {
   ref::gather_rows(src, idx, want, num_src, dim);
   const ocl::Buffer s = upload(src), ib = upload(idx),
                     d = upload(std::vector<float>(want.size() + 5));
-  gather_rows(ctx, s, ib, Slice(d, 5), num_src, static_cast<int64_t>(idx.size()), dim);
+  gather_rows(dev(), s, ib, Slice(d, 5), num_src, static_cast<int64_t>(idx.size()), dim);
   const auto got = download<float>(d, want.size(), 5);
   EXPECT_TRUE(bitwise_equal(got, want));
   EXPECT_TRUE(std::isnan(got[4 * dim])) << "index -1 gives NaN";
@@ -39,7 +38,6 @@ INSTANTIATE_TEST_SUITE_P(Ops, GatherRows,
                                             ::testing::Values(1, 16, 64)));
 
 TEST(Rows, Copy2dSplitColumnsGatherColumns) {
-  auto& ctx = context();
   std::mt19937 rng(3);
   const int rows = 11, a = 896, b = 128, c = 128;
   const int64_t w = a + b + c;
@@ -50,7 +48,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
                       db = upload(std::vector<float>(wb.size() + 7)),
                       dc = upload(std::vector<float>(wc.size()));
-    split_columns(ctx, s, da, Slice(db, 7), dc, rows, a, b, c);
+    split_columns(dev(), s, da, Slice(db, 7), dc, rows, a, b, c);
     EXPECT_TRUE(bitwise_equal(download<float>(da, wa.size()), wa));
     EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size(), 7), wb));
     EXPECT_TRUE(bitwise_equal(download<float>(dc, wc.size()), wc));
@@ -63,7 +61,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
                       db = upload(std::vector<float>(wb.size())),
                       dc = upload(std::vector<float>{42.0f});
-    split_columns(ctx, s, da, db, dc, rows, a, b + c, 0);
+    split_columns(dev(), s, da, db, dc, rows, a, b + c, 0);
     EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size()), wb));
     EXPECT_EQ(download<float>(dc, 1)[0], 42.0f);
   }
@@ -73,7 +71,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     ref::copy_2d(std::span<const float>(src).subspan(a), std::span<float>(want).subspan(3), rows, b,
                  w, dst_stride);
     const ocl::Buffer s = upload(src), d = upload(std::vector<float>(want.size(), 0.0f));
-    copy_2d(ctx, Slice(s, a), Slice(d, 3), rows, b, w, dst_stride);
+    copy_2d(dev(), Slice(s, a), Slice(d, 3), rows, b, w, dst_stride);
     EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
   }
   {  // the logit of a chosen token per row
@@ -82,7 +80,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     std::vector<float> want(rows);
     ref::gather_columns(src, cols, want, rows, static_cast<int>(w));
     const ocl::Buffer s = upload(src), cb = upload(cols), d = upload(std::vector<float>(rows));
-    gather_columns(ctx, s, cb, d, rows, static_cast<int>(w));
+    gather_columns(dev(), s, cb, d, rows, static_cast<int>(w));
     const auto got = download<float>(d, rows);
     EXPECT_TRUE(bitwise_equal(got, want));
     EXPECT_TRUE(std::isnan(got[3]) && std::isnan(got[4]));
@@ -93,14 +91,13 @@ class SplitColumns : public ::testing::TestWithParam<std::tuple<int, int, int>> 
 
 TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
   const auto [a, b, c] = GetParam();
-  auto& ctx = context();
   std::mt19937 rng(a + b + c);
   const int rows = 3;
   const auto src = random_floats(static_cast<size_t>(rows) * (a + b + c), rng);
   std::vector<float> wa(rows * a), wb(rows * b), wc(rows * c);
   ref::split_columns(src, wa, wb, wc, rows, a, b, c);
   const ocl::Buffer s = upload(src), da = upload(wa), db = upload(wb), dc = upload(wc);
-  split_columns(ctx, s, da, db, dc, rows, a, b, c);
+  split_columns(dev(), s, da, db, dc, rows, a, b, c);
   EXPECT_TRUE(bitwise_equal(download<float>(da, wa.size()), wa));
   EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size()), wb));
   EXPECT_TRUE(bitwise_equal(download<float>(dc, wc.size()), wc));
@@ -108,7 +105,7 @@ TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
   std::vector<float> want(static_cast<size_t>(rows) * (b + 3), 0.0f);
   ref::copy_2d(std::span<const float>(src).subspan(a), want, rows, b, a + b + c, b + 3);
   const ocl::Buffer d = upload(std::vector<float>(want.size(), 0.0f));
-  copy_2d(ctx, Slice(s, a), d, rows, b, a + b + c, b + 3);
+  copy_2d(dev(), Slice(s, a), d, rows, b, a + b + c, b + 3);
   EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
 }
 
@@ -120,7 +117,6 @@ INSTANTIATE_TEST_SUITE_P(Ops, SplitColumns,
                                            std::make_tuple(15, 1, 16)));
 
 TEST(Rows, BadArgumentsNameTheField) {
-  auto& ctx = context();
   const ocl::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(4));
   auto field_of = [](auto&& f) {
     try {
@@ -130,15 +126,15 @@ TEST(Rows, BadArgumentsNameTheField) {
     }
     return std::string("(no error)");
   };
-  EXPECT_EQ(field_of([&] { gather_rows(ctx, x, i, x, 4, 5, 16); }), "gather_rows.idx");
-  EXPECT_EQ(field_of([&] { gather_rows(ctx, x, i, x, 5, 4, 16); }), "gather_rows.src");
-  EXPECT_EQ(field_of([&] { copy_2d(ctx, x, x, 4, 16, 8, 16); }), "copy_2d.src_row_stride");
-  EXPECT_EQ(field_of([&] { copy_2d(ctx, x, Slice(x, 1), 4, 16, 16, 16); }), "copy_2d.dst");
-  EXPECT_EQ(field_of([&] { split_columns(ctx, x, x, x, x, 4, 0, 8, 8); }), "split_columns.a");
-  EXPECT_EQ(field_of([&] { split_columns(ctx, x, x, x, Slice(x, 50), 4, 8, 4, 4); }),
+  EXPECT_EQ(field_of([&] { gather_rows(dev(), x, i, x, 4, 5, 16); }), "gather_rows.idx");
+  EXPECT_EQ(field_of([&] { gather_rows(dev(), x, i, x, 5, 4, 16); }), "gather_rows.src");
+  EXPECT_EQ(field_of([&] { copy_2d(dev(), x, x, 4, 16, 8, 16); }), "copy_2d.src_row_stride");
+  EXPECT_EQ(field_of([&] { copy_2d(dev(), x, Slice(x, 1), 4, 16, 16, 16); }), "copy_2d.dst");
+  EXPECT_EQ(field_of([&] { split_columns(dev(), x, x, x, x, 4, 0, 8, 8); }), "split_columns.a");
+  EXPECT_EQ(field_of([&] { split_columns(dev(), x, x, x, Slice(x, 50), 4, 8, 4, 4); }),
             "split_columns.dst_c");
-  EXPECT_EQ(field_of([&] { gather_columns(ctx, x, i, x, 5, 8); }), "gather_columns.cols");
-  EXPECT_EQ(field_of([&] { gather_rows(ctx, x, i, x, 4, 0, 16); }), "(no error)");
+  EXPECT_EQ(field_of([&] { gather_columns(dev(), x, i, x, 5, 8); }), "gather_columns.cols");
+  EXPECT_EQ(field_of([&] { gather_rows(dev(), x, i, x, 4, 0, 16); }), "(no error)");
 }
 
 }  // namespace

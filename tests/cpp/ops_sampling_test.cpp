@@ -83,7 +83,7 @@ TEST_P(Sampling, ArgmaxExact) {
   std::vector<int32_t> want(rows);
   ref::argmax(x, want, rows, vocab);
   const ocl::Buffer xb = upload(x), ib = upload(std::vector<int32_t>(rows));
-  argmax(context(), xb, ib, rows, vocab);
+  argmax(dev(), xb, ib, rows, vocab);
   EXPECT_EQ(download<int32_t>(ib, rows), want);
 }
 
@@ -101,7 +101,7 @@ TEST_P(Sampling, TopKExact) {
       ref::top_k(x, wv, wi, rows, vocab, k);
       const ocl::Buffer xb = upload(x), vb = upload(std::vector<float>(n)),
                         ib = upload(std::vector<int32_t>(n));
-      top_k(context(), xb, vb, ib, rows, vocab, k);
+      top_k(dev(), xb, vb, ib, rows, vocab, k);
       EXPECT_EQ(download<int32_t>(ib, n), wi) << kernel << " k " << k;
       EXPECT_TRUE(bitwise_equal(download<float>(vb, n), wv)) << kernel << " k " << k;
     }
@@ -115,10 +115,9 @@ TEST_P(Sampling, LogsumexpAndLogSoftmax) {
   const auto x = make_logits(rows, vocab, kind, rng);
   std::vector<float> want_lse(rows), want_out(x.size());
   ref::log_softmax_rows(x, want_out, want_lse, rows, vocab);
-  auto& ctx = context();
   const ocl::Buffer xb = upload(x), lb = upload(std::vector<float>(rows)),
                     ob = upload(std::vector<float>(x.size()));
-  logsumexp_rows(ctx, xb, lb, rows, vocab);
+  logsumexp_rows(dev(), xb, lb, rows, vocab);
   const auto lse = download<float>(lb, rows);
   for (int r = 0; r < rows; ++r) {
     if (std::isnan(want_lse[r]) || std::isinf(want_lse[r])) {
@@ -128,7 +127,7 @@ TEST_P(Sampling, LogsumexpAndLogSoftmax) {
       EXPECT_NEAR(lse[r], want_lse[r], 2e-7 * std::max(1.0f, std::abs(want_lse[r]))) << "row " << r;
     }
   }
-  log_softmax_rows(ctx, xb, xb, lb, rows, vocab);  // in place
+  log_softmax_rows(dev(), xb, xb, lb, rows, vocab);  // in place
   const auto out = download<float>(xb, x.size());
   EXPECT_TRUE(bitwise_equal(download<float>(lb, rows), lse))
       << "log_softmax_rows writes the same lse";
@@ -156,7 +155,6 @@ INSTANTIATE_TEST_SUITE_P(Vocab, Sampling,
 
 // A row's results alone, first in a batch of 64 and third in a batch of 5 are bitwise the same.
 TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
-  auto& ctx = context();
   for (int vocab : {151936, 262144}) {
     std::mt19937 rng(vocab);
     const int rows = vocab > 200000 ? 24 : 64, k = 50;
@@ -172,10 +170,10 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
                         ib = upload(std::vector<int32_t>(n * k)),
                         ob = upload(std::vector<float>(static_cast<size_t>(n) * vocab));
       const Slice at(in, first_row * vocab);
-      logsumexp_rows(ctx, at, lb, n, vocab);
-      argmax(ctx, at, ab, n, vocab);
-      top_k(ctx, at, vb, ib, n, vocab, k);
-      log_softmax_rows(ctx, at, ob, lb, n, vocab);
+      logsumexp_rows(dev(), at, lb, n, vocab);
+      argmax(dev(), at, ab, n, vocab);
+      top_k(dev(), at, vb, ib, n, vocab, k);
+      log_softmax_rows(dev(), at, ob, lb, n, vocab);
       const size_t r = static_cast<size_t>(row_of_interest);
       return Out{download<float>(lb, 1, r), download<float>(vb, k, r * k),
                  download<float>(ob, static_cast<size_t>(vocab), r * vocab),
@@ -200,7 +198,6 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
 }
 
 TEST(Sampling, BadArgumentsNameTheField) {
-  auto& ctx = context();
   const ocl::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(8));
   auto field_of = [](auto&& f) {
     try {
@@ -210,16 +207,16 @@ TEST(Sampling, BadArgumentsNameTheField) {
     }
     return std::string("(no error)");
   };
-  EXPECT_EQ(field_of([&] { argmax(ctx, x, i, 2, 0); }), "argmax.vocab");
-  EXPECT_EQ(field_of([&] { argmax(ctx, x, i, 2, 33); }), "argmax.logits");
-  EXPECT_EQ(field_of([&] { argmax(ctx, x, i, 9, 4); }), "argmax.ids");
-  EXPECT_EQ(field_of([&] { top_k(ctx, x, x, i, 1, 64, 0); }), "top_k.k");
-  EXPECT_EQ(field_of([&] { top_k(ctx, x, x, i, 1, 16, 17); }), "top_k.k");
-  EXPECT_EQ(field_of([&] { top_k(ctx, x, x, i, 2, 32, 5); }), "top_k.ids");
-  EXPECT_EQ(field_of([&] { logsumexp_rows(ctx, x, Slice(x, 63), 2, 32); }), "logsumexp_rows.lse");
-  EXPECT_EQ(field_of([&] { log_softmax_rows(ctx, x, Slice(x, 1), i, 2, 32); }),
+  EXPECT_EQ(field_of([&] { argmax(dev(), x, i, 2, 0); }), "argmax.vocab");
+  EXPECT_EQ(field_of([&] { argmax(dev(), x, i, 2, 33); }), "argmax.logits");
+  EXPECT_EQ(field_of([&] { argmax(dev(), x, i, 9, 4); }), "argmax.ids");
+  EXPECT_EQ(field_of([&] { top_k(dev(), x, x, i, 1, 64, 0); }), "top_k.k");
+  EXPECT_EQ(field_of([&] { top_k(dev(), x, x, i, 1, 16, 17); }), "top_k.k");
+  EXPECT_EQ(field_of([&] { top_k(dev(), x, x, i, 2, 32, 5); }), "top_k.ids");
+  EXPECT_EQ(field_of([&] { logsumexp_rows(dev(), x, Slice(x, 63), 2, 32); }), "logsumexp_rows.lse");
+  EXPECT_EQ(field_of([&] { log_softmax_rows(dev(), x, Slice(x, 1), i, 2, 32); }),
             "log_softmax_rows.out");
-  EXPECT_EQ(field_of([&] { argmax(ctx, x, i, 0, 64); }), "(no error)");
+  EXPECT_EQ(field_of([&] { argmax(dev(), x, i, 0, 64); }), "(no error)");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Shared by the forward-op tests (ops_*_test.cpp): a device context, buffers from host vectors
+// Shared by the forward-op tests (ops_*_test.cpp): a device context and its device::Device, buffers from host vectors
 // and back, random data, error statistics against the C++ references, bitwise comparison.
 #pragma once
 
@@ -11,13 +11,22 @@
 #include <random>
 #include <vector>
 
+#include "device/ocl_device.h"
 #include "ocl/context.h"
 
 namespace specdec::ops::testing {
 
-inline ocl::Context& context() {
-  static auto ctx = ocl::Context::create();
-  return *ctx;
+inline const std::shared_ptr<ocl::Context>& shared_context() {
+  static const auto ctx = ocl::Context::create();
+  return ctx;
+}
+
+inline ocl::Context& context() { return *shared_context(); }
+
+// The same device through the seam (the ops take a device::Device&).
+inline device::Device& dev() {
+  static const auto d = device::wrap(shared_context());
+  return *d;
 }
 
 template <typename T>

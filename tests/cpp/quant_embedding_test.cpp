@@ -20,11 +20,11 @@ std::vector<float> device_lookup(const DeviceWeight& w, const std::vector<int32_
   ocl::Context& ctx = *context();
   ocl::Buffer out(ctx, ids.size() * static_cast<size_t>(w.cols()) * sizeof(float));
   if (host_ids) {
-    embedding_lookup(ctx, w, std::span<const int32_t>(ids), out, scale);
+    embedding_lookup(dev(), w, std::span<const int32_t>(ids), out, scale);
   } else {
     ocl::Buffer idb(ctx, ids.size() * sizeof(int32_t));
     idb.write(ctx, ids.data(), ids.size() * sizeof(int32_t));
-    embedding_lookup(ctx, w, idb, static_cast<int64_t>(ids.size()), out, scale);
+    embedding_lookup(dev(), w, idb, static_cast<int64_t>(ids.size()), out, scale);
   }
   std::vector<float> y(ids.size() * static_cast<size_t>(w.cols()));
   out.read(ctx, y.data(), y.size() * sizeof(float));

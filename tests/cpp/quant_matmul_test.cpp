@@ -274,9 +274,9 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
   const std::vector<uint8_t> wq = random_weights(GgmlType::kQ4_0, 32, 64, 1);
   const DeviceWeight w = upload(GgmlType::kQ4_0, wq, 32, 64);
   ocl::Buffer x(ctx, 64 * 4), y(ctx, 32 * 4);
-  EXPECT_THROW(matmul(ctx, w, x, 2, y), ConfigError);  // x too small for n = 2
-  EXPECT_THROW(matmul(ctx, w, x, -1, y), ConfigError);
-  EXPECT_NO_THROW(matmul(ctx, w, x, 0, y));
+  EXPECT_THROW(matmul(dev(), w, x, 2, y), ConfigError);  // x too small for n = 2
+  EXPECT_THROW(matmul(dev(), w, x, -1, y), ConfigError);
+  EXPECT_NO_THROW(matmul(dev(), w, x, 0, y));
   EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}),
                ConfigError);
   EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
@@ -311,8 +311,8 @@ TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
       std::vector<float> y(static_cast<size_t>(n * width), -7.0f);
       ocl::Buffer ybuf(ctx, y.size() * sizeof(float));
       ybuf.write(ctx, y.data(), y.size() * sizeof(float));
-      matmul_reusing(ctx, wa, xb, xq, n, ybuf, {0, width});
-      matmul_reusing(ctx, wb, xb, xq, n, ybuf, {ra, width});
+      matmul_reusing(dev(), wa, xb, xq, n, ybuf, {0, width});
+      matmul_reusing(dev(), wb, xb, xq, n, ybuf, {ra, width});
       ybuf.read(ctx, y.data(), y.size() * sizeof(float));
       int64_t diff = 0, touched = 0;
       for (int64_t i = 0; i < n; ++i) {
@@ -338,16 +338,16 @@ TEST(QuantMatmulChecks, OutputColumnsOutsideTheRowOrBuffer) {
   const DeviceWeight w = upload(GgmlType::kQ4_0, random_weights(GgmlType::kQ4_0, 32, 64, 1), 32, 64);
   ocl::Buffer x(ctx, 2 * 64 * 4);
   QuantizedActivations xq;
-  quantize_activations(ctx, x, 2, 64, xq);
+  quantize_activations(dev(), x, 2, 64, xq);
   ocl::Buffer y(ctx, 2 * 48 * 4);
-  EXPECT_NO_THROW(matmul(ctx, w, x, xq, 2, y, {16, 48}));
-  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {17, 48}), ConfigError);   // past the row's end
-  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {-1, 48}), ConfigError);
-  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {0, 31}), ConfigError);    // stride below rows
-  EXPECT_NO_THROW(matmul(ctx, w, x, xq, 2, y, {0, 64}));   // row 1 ends at the buffer's end
-  EXPECT_THROW(matmul(ctx, w, x, xq, 2, y, {16, 80}), ConfigError);   // buffer too small
+  EXPECT_NO_THROW(matmul(dev(), w, x, xq, 2, y, {16, 48}));
+  EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {17, 48}), ConfigError);   // past the row's end
+  EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {-1, 48}), ConfigError);
+  EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {0, 31}), ConfigError);    // stride below rows
+  EXPECT_NO_THROW(matmul(dev(), w, x, xq, 2, y, {0, 64}));   // row 1 ends at the buffer's end
+  EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {16, 80}), ConfigError);   // buffer too small
   try {
-    matmul(ctx, w, x, xq, 2, y, {17, 48});
+    matmul(dev(), w, x, xq, 2, y, {17, 48});
     ADD_FAILURE() << "no error for columns past the row's end";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("offset 17, stride 48"), std::string::npos) << e.what();
@@ -452,7 +452,7 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
   xb.write(ctx, x.data(), x.size() * sizeof(float));
   for (int sb : {32, 256}) {
     QuantizedActivations xq;
-    quantize_activations(ctx, xb, n, cols, xq, sb);
+    quantize_activations(dev(), xb, n, cols, xq, sb);
     EXPECT_EQ(xq.scale_block, sb);
     const HostActivations want = quantize_activations_reference(x.data(), n, cols, sb);
     std::vector<int8_t> q(static_cast<size_t>(n * cols));
@@ -491,7 +491,7 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
   }
   // a scale block other than 32 / 256, or cols that are no multiple of it: refused
   QuantizedActivations xq;
-  EXPECT_THROW(quantize_activations(ctx, xb, n, cols, xq, 64), ConfigError);
+  EXPECT_THROW(quantize_activations(dev(), xb, n, cols, xq, 64), ConfigError);
   const std::vector<float> row(288, 1.0f);
   EXPECT_THROW(quantize_activations_reference(row.data(), 1, 288, 256), ConfigError);
   // a matmul given activations of the wrong scale block says which it needs
@@ -499,9 +499,9 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
   ocl::Buffer x1(ctx, 256 * 4), y1(ctx, 16 * 4);
   x1.write(ctx, x.data(), 256 * 4);
   const int need = activation_scale_block(GgmlType::kQ4_K);  // 32; 256 with SPECDEC_Q8K_ACTIVATIONS=1
-  quantize_activations(ctx, x1, 1, 256, xq, need == 32 ? 256 : 32);
+  quantize_activations(dev(), x1, 1, 256, xq, need == 32 ? 256 : 32);
   try {
-    matmul(ctx, w, x1, xq, 1, y1);
+    matmul(dev(), w, x1, xq, 1, y1);
     ADD_FAILURE() << "no error for the wrong scale block in front of q4_K";
   } catch (const ConfigError& e) {
     const std::string want = "one scale per " + std::to_string(need) + " values for q4_K";

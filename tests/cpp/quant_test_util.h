@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "quant/dequantize.h"
 #include "quant/device_weight.h"
@@ -22,6 +23,12 @@ namespace specdec::quant::testing {
 inline std::shared_ptr<ocl::Context> context() {
   static auto ctx = ocl::Context::create();
   return ctx;
+}
+
+// The same device through the seam (the quant ops take a device::Device&).
+inline device::Device& dev() {
+  static const auto d = device::wrap(context());
+  return *d;
 }
 
 inline std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -51,7 +58,7 @@ inline std::vector<float> device_matmul(const DeviceWeight& w, const std::vector
   ocl::Buffer xb(ctx, std::max<size_t>(x.size(), 1) * sizeof(float));
   if (!x.empty()) xb.write(ctx, x.data(), x.size() * sizeof(float));
   ocl::Buffer yb(ctx, static_cast<size_t>(std::max<int64_t>(n, 1) * w.rows()) * sizeof(float));
-  matmul(ctx, w, xb, n, yb);
+  matmul(dev(), w, xb, n, yb);
   std::vector<float> y(static_cast<size_t>(n * w.rows()));
   if (!y.empty()) yb.read(ctx, y.data(), y.size() * sizeof(float));
   return y;

@@ -1,0 +1,82 @@
+// A device: its memory, transfers, ordering and profile. Runner, ops, quant, KV-cache ops and
+// attention backends are to see only this (docs/device_seam.md; /work/shared/DESIGN.md section 2).
+//
+// The ordering contract, which every device meets:
+// 1. Ops run as if one after another in enqueue order; a transfer waits for all earlier ops.
+// 2. A Buffer may be destroyed or reassigned right after enqueuing ops that read it; the device
+//    keeps the memory until they ran.
+// 3. Host code sees results only through read, sync or take_profile.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/buffer.h"
+#include "device/kind.h"
+
+namespace specdec::device {
+
+// Per op name (kernel name on OpenCL), in first-launch order: launches and device time.
+struct Profile {
+  struct Op {
+    std::string name;
+    int64_t launches = 0;
+    double device_us = 0;
+  };
+  std::vector<Op> ops;
+  double span_us = 0;   // first op queued -> last op ended
+  int64_t dropped = 0;  // ops not timed since the last take_profile()
+};
+
+// Shared through shared_ptr. Calls here run per buffer or per step, never per launch.
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  Kind kind() const { return info_.kind; }
+  const Info& info() const { return info_; }
+
+  // Memory. Size 0 is a ConfigError, above info().max_alloc_bytes an UnsupportedError.
+  virtual Buffer allocate(size_t size_bytes, Lifetime lifetime = Lifetime::kWorkspace,
+                          Access access = Access::kReadWrite) = 0;
+  // A buffer holding a copy of src[0, size_bytes).
+  virtual Buffer upload(const void* src, size_t size_bytes, Lifetime lifetime,
+                        Access access = Access::kReadWrite) = 0;
+  // Bytes [origin, origin + size_bytes) of parent: origin a multiple of region_alignment().
+  virtual Buffer region(const Buffer& parent, size_t origin, size_t size_bytes,
+                        Access access = Access::kReadWrite) = 0;
+  virtual size_t region_alignment() const = 0;
+
+  // Transfers: blocking, ordered after every op enqueued before them.
+  virtual void write(const Buffer& buffer, const void* src, size_t n, size_t offset_bytes = 0) = 0;
+  virtual void read(const Buffer& buffer, void* dst, size_t n, size_t offset_bytes = 0) = 0;
+  virtual void fill_zero(const Buffer& buffer) = 0;
+
+  // Ordering: flush hands recorded work to the device; sync waits for all of it.
+  virtual void flush() = 0;
+  virtual void sync() = 0;
+
+  // Profiling (SPECDEC_PROFILE at creation): the ops since the last call, after a sync.
+  virtual bool profiling() const = 0;
+  virtual Profile take_profile() = 0;
+  // Taken by anything that must not interleave with other threads' ops on this device.
+  virtual std::unique_lock<std::recursive_mutex> lock() const = 0;
+
+ protected:
+  explicit Device(Info info) : info_(std::move(info)) {}
+
+ private:
+  Info info_;
+};
+
+// The device for `selector` ("" -> SPECDEC_DEVICE). Today an OpenCL device, chosen as
+// ocl::select_device chooses (ocl/device.h); the string keeps that meaning.
+std::shared_ptr<Device> open(const std::string& selector = "");
+
+}  // namespace specdec::device

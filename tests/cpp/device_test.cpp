@@ -1,0 +1,151 @@
+// The device seam (cpp/device/): OclDevice over an ocl::Context, its buffers, transfers, regions,
+// profile, and the ways between the two (wrap, ocl::context_of, ocl::mem).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "common/errors.h"
+#include "device/device.h"
+#include "device/ocl_device.h"
+#include "ocl/context.h"
+#include "ocl/device.h"
+
+using namespace specdec;
+
+namespace {
+
+bool have_device() { return !ocl::list_devices().empty(); }
+
+#define REQUIRE_DEVICE() \
+  if (!have_device()) GTEST_SKIP() << "no OpenCL device"
+
+std::vector<int32_t> iota(size_t n, int32_t start = 0) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+}  // namespace
+
+TEST(Device, OpenDescribesTheSelectedOpenClDevice) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  const ocl::DeviceInfo selected = ocl::select_device();
+  EXPECT_EQ(dev->kind(), device::Kind::kOpenCL);
+  EXPECT_EQ(dev->info().name, selected.name);
+  EXPECT_EQ(dev->info().type, selected.type);
+  EXPECT_EQ(dev->info().platform, selected.platform_name);
+  EXPECT_EQ(dev->info().max_alloc_bytes, selected.max_alloc_bytes);
+  EXPECT_EQ(dev->info().fp64, selected.fp64);
+  EXPECT_NE(dev->info().summary().find(selected.name), std::string::npos);
+  EXPECT_GE(dev->region_alignment(), 64u);
+}
+
+TEST(Device, WrapSharesTheContext) {
+  REQUIRE_DEVICE();
+  const auto ctx = ocl::Context::create();
+  const auto dev = device::wrap(ctx);
+  EXPECT_EQ(&ocl::context_of(*dev), ctx.get());
+  EXPECT_EQ(dev->profiling(), ctx->profiling());
+  EXPECT_THROW(device::wrap(nullptr), std::logic_error);
+}
+
+TEST(Device, BuffersRoundTrip) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  for (const auto lifetime : {device::Lifetime::kModel, device::Lifetime::kWorkspace, device::Lifetime::kStep}) {
+    const std::vector<int32_t> src = iota(1 << 19, 7);  // 2 MiB: huge pages on a CPU device (kModel)
+    const size_t bytes = src.size() * sizeof(int32_t);
+    device::Buffer b = dev->allocate(bytes, lifetime);
+    EXPECT_EQ(b.size_bytes(), bytes);
+    EXPECT_FALSE(b.empty());
+    EXPECT_NE(ocl::mem(b), nullptr);
+    dev->write(b, src.data(), bytes);
+    std::vector<int32_t> back(src.size());
+    dev->read(b, back.data(), bytes);
+    EXPECT_EQ(back, src);
+    dev->fill_zero(b);
+    dev->read(b, back.data(), bytes);
+    EXPECT_EQ(back, std::vector<int32_t>(src.size(), 0));
+
+    const device::Buffer u = dev->upload(src.data(), bytes, lifetime, device::Access::kReadOnly);
+    std::vector<int32_t> part(16);
+    dev->read(u, part.data(), 16 * sizeof(int32_t), 100 * sizeof(int32_t));
+    EXPECT_EQ(part, iota(16, 107));
+  }
+}
+
+TEST(Device, RegionsSeeTheirParentAndOutliveIt) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  const std::vector<int32_t> src = iota(4096);
+  device::Buffer parent = dev->upload(src.data(), src.size() * 4, device::Lifetime::kModel);
+  const size_t origin = dev->region_alignment();
+  device::Buffer r = dev->region(parent, origin, 64 * 4);
+  EXPECT_NE(r.id(), parent.id());
+  parent = device::Buffer();  // the region keeps the memory
+  std::vector<int32_t> back(64);
+  dev->read(r, back.data(), back.size() * 4);
+  EXPECT_EQ(back, iota(64, static_cast<int32_t>(origin / 4)));
+}
+
+TEST(Device, MovedBuffersKeepTheirIdentity) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  device::Buffer a = dev->allocate(256);
+  const device::BufferId id = a.id();
+  device::Buffer b = std::move(a);
+  EXPECT_EQ(b.id(), id);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(a.id(), device::BufferId{});
+  device::Buffer c = dev->allocate(256);
+  EXPECT_NE(c.id(), id);
+}
+
+TEST(Device, RejectsWhatOclBufferRejects) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  EXPECT_THROW(dev->allocate(0), ConfigError);
+  const auto too_big = static_cast<size_t>(dev->info().max_alloc_bytes) + 1;
+  EXPECT_THROW(dev->allocate(too_big), UnsupportedError);
+  device::Buffer b = dev->allocate(64);
+  int32_t x[32] = {};
+  EXPECT_THROW(dev->write(b, x, 128), ConfigError);
+  EXPECT_THROW(dev->read(b, x, 4, 64), ConfigError);
+  EXPECT_THROW(dev->region(b, 0, 0), ConfigError);
+  EXPECT_THROW(dev->region(b, 0, 128), ConfigError);
+}
+
+TEST(Device, ProfileCountsLaunchesPerKernel) {
+  REQUIRE_DEVICE();
+  setenv("SPECDEC_PROFILE", "1", 1);
+  const auto ctx = ocl::Context::create();
+  unsetenv("SPECDEC_PROFILE");
+  const auto dev = device::wrap(ctx);
+  ASSERT_TRUE(dev->profiling());
+  cl_program program =
+      ctx->build("seam_probe", "__kernel void seam_probe(__global int* x) { x[get_global_id(0)] += 1; }", "");
+  cl_int err = CL_SUCCESS;
+  cl_kernel kernel = clCreateKernel(program, "seam_probe", &err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  device::Buffer b = dev->allocate(64 * 4);
+  dev->fill_zero(b);
+  for (int i = 0; i < 3; ++i) {
+    ocl::Kernel k(kernel, "seam_probe", ctx->lock());
+    k.arg(0, ocl::mem(b));
+    const size_t global = 64;
+    k.launch(*ctx, 1, &global);
+  }
+  clReleaseKernel(kernel);
+  const device::Profile p = dev->take_profile();
+  ASSERT_EQ(p.ops.size(), 1u);
+  EXPECT_EQ(p.ops[0].name, "seam_probe");
+  EXPECT_EQ(p.ops[0].launches, 3);
+  std::vector<int32_t> back(64);
+  dev->read(b, back.data(), back.size() * 4);
+  EXPECT_EQ(back, std::vector<int32_t>(64, 3));
+}
