@@ -67,21 +67,26 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
     llm = specdec.LLM(model, progress=False, speculative_config=spec, max_num_seqs=max(16, n),
                       max_num_batched_tokens=max(512, n * (k + 1)))
     core = llm.engine.core
-    fwd, prop = [0.0, 0.0], [0.0, 0.0]
+    fwd, prop, call = [0.0, 0.0], [0.0, 0.0], [0.0]
     core.runner = _Timed(core.runner, "step", fwd)
     if core.proposer is not None:
         core.proposer = _Timed(core.proposer, "propose", prop)
     if hasattr(core, "propose_and_step"):  # a drafting model proposes inside the forward's call
         fused = core.propose_and_step
 
-        def timed_fused(proposer, asks, rows, runner, steps, need_logits):
+        def timed_fused(proposer, asks, rows, runner, steps, need_logits, *verify):
             t0, c0 = time.perf_counter(), time.thread_time()
-            drafts, out, seconds = fused(proposer._inner, asks, rows, runner._inner, steps, need_logits)
+            got = fused(proposer._inner, asks, rows, runner._inner, steps, need_logits, *verify)
+            wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            seconds = got[2]
             prop[0] += seconds
             prop[1] += seconds  # the drafter runs in this thread too
-            fwd[0] += time.perf_counter() - t0 - seconds
-            fwd[1] += time.thread_time() - c0 - seconds
-            return drafts, out, seconds
+            # the call times its forward (got[3]): the binding and verification in it are host time;
+            # older engines: the whole call less its drafting counted as forward
+            fwd[0] += got[3] if len(got) > 3 else wall - seconds
+            fwd[1] += cpu - seconds  # this thread's CPU time in the call (it waits on the forward)
+            call[0] += wall - seconds - (got[3] if len(got) > 3 else wall - seconds)
+            return got
         core.propose_and_step = timed_fused
     engine = llm.engine
     rows, step = [], engine._step_locked  # the engine's step: core.step and the outputs it delivers
@@ -90,11 +95,12 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
         decode = not core.scheduler.waiting and bool(core.scheduler.running)
         fwd[:] = [0.0, 0.0]
         prop[:] = [0.0, 0.0]
+        call[0] = 0.0
         t0, c0 = time.perf_counter(), time.thread_time()
         out = step()
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         if decode and fwd[0] > 0:
-            rows.append((wall, fwd[0], prop[0], cpu - fwd[1] - prop[1]))
+            rows.append((wall, fwd[0], prop[0], cpu - fwd[1] - prop[1], call[0]))
         return out
 
     engine._step_locked = timed_step
@@ -102,8 +108,8 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
     llm.generate([PROMPT + f"# {i}\n" for i in range(n)], params)  # warm
     rows.clear()
     llm.generate([PROMPT + f"# {i}\n" for i in range(n)], params)
-    host = sorted((w - f - p) * 1e3 for w, f, p, _ in rows)
-    host_cpu = sorted(c * 1e3 for *_, c in rows)
+    host = sorted((w - f - p) * 1e3 for w, f, p, *_ in rows)
+    host_cpu = sorted(r[3] * 1e3 for r in rows)
     return {"model": model, "method": method, "requests": n, "k": k if spec else 0,
             "temperature": temperature, "steps": len(rows),
             "host_ms_median": statistics.median(host), "host_ms_p10": host[len(host) // 10],
@@ -111,6 +117,8 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
             # the engine thread's own CPU time outside the two calls: host work without the time
             # the thread waited for a core
             "host_cpu_ms_median": statistics.median(host_cpu),
+            # of host_ms: the part inside a fused propose-forward(-verify) call (binding, verification)
+            "host_in_call_ms_median": statistics.median(r[4] * 1e3 for r in rows),
             "forward_ms_median": statistics.median(r[1] * 1e3 for r in rows),
             "propose_ms_median": statistics.median(r[2] * 1e3 for r in rows),
             "step_ms_median": statistics.median(r[0] * 1e3 for r in rows)}

@@ -23,6 +23,7 @@
 #include "spec_decode/proposers/suffix.h"
 #include "spec_decode/rejection.h"
 #include "spec_decode/sequence.h"
+#include "spec_decode/step_verifier.h"
 #include "step_types.h"
 #include "tokenizer/tokenizer.h"
 
@@ -82,18 +83,20 @@ std::vector<Draft> run(Proposer& p, const std::vector<ProposeRequest>& reqs) {
 
 // The drafts of asks[i] go to the end of steps[rows[i]] (as many rows as the draft has), then one
 // forward verifies them: a drafting model's step in one call, with one return to Python (whose
-// first statements after a forward run from cold caches). Returns (drafts, StepOutput, seconds
-// spent proposing).
+// first statements after a forward run from cold caches). With a verifier, verifies[j] (the
+// VerifyRequest of steps[j], every step a decode / verify row) is verified in the same call.
+// Returns (drafts, StepOutput, seconds proposing, seconds in the forward, outcomes or None).
 py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks, const std::vector<int64_t>& rows,
-                           runner::ModelRunner& runner, const py::object& steps, bool return_logits) {
+                           runner::ModelRunner& runner, const py::object& steps, bool return_logits,
+                           const std::shared_ptr<StepVerifier>& verifier, const py::object& verifies) {
   std::vector<runner::StepRequest> reqs = bindings::step_requests(steps);
   SPECDEC_CHECK(rows.size() == asks.size(), "rows", rows.size(), str_cat(asks.size(), " (one per ask)"));
-  std::vector<bool> taken(reqs.size(), false);
+  std::vector<int64_t> ask_of(reqs.size(), -1);
   for (size_t a = 0; a < rows.size(); ++a) {
     const int64_t i = rows[a];
-    SPECDEC_CHECK(i >= 0 && i < static_cast<int64_t>(reqs.size()) && !taken[i], "rows", i,
+    SPECDEC_CHECK(i >= 0 && i < static_cast<int64_t>(reqs.size()) && ask_of[i] < 0, "rows", i,
                   str_cat("distinct indices of steps in [0, ", reqs.size(), ")"));
-    taken[i] = true;
+    ask_of[i] = static_cast<int64_t>(a);
     // the row a draft extends: the same request's one-token decode at the end of its sequence
     const runner::StepRequest& s = reqs[i];
     const Sequence& seq = *asks[a].sequence;
@@ -104,14 +107,36 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
                   str_cat("steps[", i, "]"), str_cat(s.tokens.size(), " tokens after ", s.num_computed_tokens),
                   str_cat("one token with one logit row after ", seq.size() - 1, " (its sequence's last token)"));
   }
+  std::vector<VerifyRequest*> vreqs;
+  if (verifier) {
+    SPECDEC_CHECK(!verifies.is_none() && py::len(verifies) == reqs.size(), "verifies",
+                  verifies.is_none() ? std::string("None") : str_cat(py::len(verifies), " items"),
+                  str_cat(reqs.size(), " VerifyRequests (one per step)"));
+    for (size_t j = 0; j < reqs.size(); ++j) {
+      const py::handle h = verifies[py::int_(j)];
+      VerifyRequest* v = h.cast<VerifyRequest*>();
+      const runner::StepRequest& s = reqs[j];
+      SPECDEC_CHECK(v != nullptr && v->sequence && v->sequence->request_id() == s.request_id &&
+                        s.num_logits == static_cast<int>(s.tokens.size()) &&
+                        s.num_computed_tokens + static_cast<int64_t>(s.tokens.size()) ==
+                            static_cast<int64_t>(v->sequence->size()),
+                    str_cat("verifies[", j, "]"), v && v->sequence ? v->sequence->request_id() : "None",
+                    str_cat("the VerifyRequest of steps[", j, "] (", s.request_id,
+                            "), a decode / verify row at its sequence's end"));
+      vreqs.push_back(v);
+    }
+  }
   std::vector<Draft> drafts;
   runner::StepOutput out;
-  double seconds = 0;
+  double seconds = 0, forward_seconds = 0;
+  std::vector<VerifyItem> items;
+  std::vector<VerifyResult> decided;
   {
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
     drafts = p.propose(asks);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    seconds = std::chrono::duration<double>(t1 - t0).count();
     for (size_t i = 0; i < asks.size(); ++i) {
       const std::vector<int32_t>& t = drafts[i].tokens;
       SPECDEC_CHECK(static_cast<int>(t.size()) <= asks[i].num_speculative_tokens, "draft length", t.size(),
@@ -121,9 +146,22 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
       s.num_logits += static_cast<int>(t.size());
     }
     out = runner.step(reqs, {}, return_logits, 0);
+    forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (verifier) {
+      int64_t row_end = 0;
+      for (size_t j = 0; j < reqs.size(); ++j) {
+        row_end += reqs[j].num_logits;
+        const Draft* d = ask_of[j] >= 0 && !drafts[ask_of[j]].tokens.empty() ? &drafts[ask_of[j]] : nullptr;
+        items.push_back(VerifyItem{vreqs[j], d, row_end, reqs[j].num_computed_tokens});
+      }
+      decided = verifier->decide(items, StepRows::of(out));  // the sampled rows' work
+    }
   }
-  return py::make_tuple(std::move(drafts),
-                        bindings::to_python(std::move(out), runner.config().hidden_size, return_logits), seconds);
+  py::object outcomes = py::none();
+  if (verifier) outcomes = bindings::to_python(verifier->commit(items, std::move(decided), StepRows::of(out)));
+  const int64_t hidden = runner.config().hidden_size;
+  return py::make_tuple(std::move(drafts), bindings::to_python(std::move(out), hidden, return_logits), seconds,
+                        forward_seconds, std::move(outcomes));
 }
 
 }  // namespace
@@ -265,9 +303,12 @@ void register_spec_decode(py::module_& root) {
       .def_property_readonly("drafts_full_length", &Proposer::drafts_full_length,
                              "Drafts come as long as asked (a drafting model): propose_and_step applies.");
   m.def("propose_and_step", &propose_and_step, py::arg("proposer"), py::arg("asks"), py::arg("rows"),
-        py::arg("runner"), py::arg("steps"), py::arg("return_logits") = false,
+        py::arg("runner"), py::arg("steps"), py::arg("return_logits") = false, py::arg("verifier") = nullptr,
+        py::arg("verifies") = py::none(),
         "Proposes for asks, appends draft i to steps[rows[i]] (tokens and logit rows), runs one forward "
-        "of runner over steps: (drafts, StepOutput, seconds proposing), without the GIL.");
+        "of runner over steps and, with a verifier, verifies every step (verifies[j]: the VerifyRequest of "
+        "steps[j]), without the GIL: (drafts, StepOutput, seconds proposing, seconds in the forward, "
+        "outcomes as StepVerifier.verify gives them, or None).");
   py::class_<NgramProposer, Proposer, std::shared_ptr<NgramProposer>>(m, "NgramProposer")
       .def(py::init<int, int, int64_t>(), py::arg("prompt_lookup_min"), py::arg("prompt_lookup_max"),
            py::arg("max_model_len") = 0);

@@ -117,14 +117,10 @@ bool same_request(const StepRequest& a, const StepRequest& b) {
          a.num_committed_tokens == b.num_committed_tokens;
 }
 
-// A NumPy array that owns `values` (moved, not copied; freed with the array).
+// A NumPy array of shape over data, viewing memory that `owner` (a Python object) keeps.
 template <typename T>
-py::array_t<T> owning_array(std::vector<T>&& values, const std::vector<py::ssize_t>& shape) {
-  auto owner = std::make_unique<std::vector<T>>(std::move(values));
-  const T* data = owner->data();
-  const py::capsule base(owner.get(), [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  owner.release();  // the capsule frees it now
-  return py::array_t<T>(shape, data, base);
+py::array_t<T> view(const T* data, const std::vector<py::ssize_t>& shape, const py::handle& owner) {
+  return py::array_t<T>(shape, data, owner);
 }
 
 void bind_step_request(py::module_& m) {
@@ -204,49 +200,73 @@ void bind_step_output(py::module_& m) {
       "logits_start[i]:logits_start[i + 1]; the last entry is the total), argmax int32 "
       "[rows] (ties: the lowest id) and argmax_logprob float32 [rows], both reduced on the "
       "device, hidden {layer: float32 [tokens, hidden_size]}.")
-      .def_readonly("logits", &StepResult::logits,
-                    "float32 [rows, vocab_size]; 0 rows with return_logits=False.")
-      .def_readonly("logits_start", &StepResult::logits_start,
-                    "[num_requests + 1]: the first row of each request, then the total.")
-      .def_readonly("argmax", &StepResult::argmax,
-                    "int32 [rows]: the token with the largest logit (ties: the lowest id).")
-      .def_readonly("argmax_logprob", &StepResult::argmax_logprob,
-                    "float32 [rows]: its log-probability.")
+      .def_property_readonly(
+          "logits",
+          [](const py::object& self) {
+            const StepResult& r = self.cast<const StepResult&>();
+            return view(r.out.logits.data(), {r.logit_rows, r.out.vocab_size}, self);
+          },
+          "float32 [rows, vocab_size]; 0 rows with return_logits=False.")
+      .def_property_readonly(
+          "logits_start", [](const StepResult& r) { return r.out.logits_start; },
+          "[num_requests + 1]: the first row of each request, then the total.")
+      .def_property_readonly(
+          "argmax",
+          [](const py::object& self) {
+            const StepResult& r = self.cast<const StepResult&>();
+            return view(r.out.argmax.data(), {static_cast<py::ssize_t>(r.out.argmax.size())}, self);
+          },
+          "int32 [rows]: the token with the largest logit (ties: the lowest id).")
+      .def_property_readonly(
+          "argmax_logprob",
+          [](const py::object& self) {
+            const StepResult& r = self.cast<const StepResult&>();
+            return view(r.out.argmax_logprob.data(), {static_cast<py::ssize_t>(r.out.argmax_logprob.size())},
+                        self);
+          },
+          "float32 [rows]: its log-probability.")
       .def_property_readonly(
           "hidden",
-          [](const StepResult& r) {
-            return py::reinterpret_steal<py::dict>(PyDict_Copy(r.hidden.ptr()));
+          [](const py::object& self) {
+            const StepResult& r = self.cast<const StepResult&>();
+            py::dict d;
+            for (const auto& [layer, h] : r.out.hidden) {
+              d[py::int_(layer)] = view(h.data(), {static_cast<py::ssize_t>(h.size()) / r.hidden_size, r.hidden_size},
+                                        self);
+            }
+            return d;
           },
           "{layer: float32 [tokens, hidden_size]}: the residual stream after the layers asked for "
           "(-1: after the final norm).")
-      .def_readonly("vocab_size", &StepResult::vocab_size,
+      .def_property_readonly(
+          "vocab_size", [](const StepResult& r) { return r.out.vocab_size; },
                     "The width of a logits row (see logit_token_ids).")
       .def_property_readonly(
           "num_requests",
-          [](const StepResult& r) { return static_cast<int64_t>(r.logits_start.size()) - 1; })
+          [](const StepResult& r) { return static_cast<int64_t>(r.out.logits_start.size()) - 1; })
       .def_property_readonly(
-          "num_rows", [](const StepResult& r) { return r.logits_start.back(); },
+          "num_rows", [](const StepResult& r) { return r.out.logits_start.back(); },
           "Logit rows of the step (argmax has this many; logits too unless return_logits=False).")
       .def(
           "rows",
           [](const StepResult& r, int64_t i) {
-            const int64_t n = static_cast<int64_t>(r.logits_start.size()) - 1;
+            const std::vector<int64_t>& starts = r.out.logits_start;
+            const int64_t n = static_cast<int64_t>(starts.size()) - 1;
             if (i < -n || i >= n)
               throw py::index_error(str_cat("request index ", i, ": in [-", n, ", ", n,
                                             ") for a step of ", n, " requests"));
             if (i < 0) i += n;
             return py::reinterpret_steal<py::slice>(PySlice_New(
-                py::int_(r.logits_start[i]).ptr(), py::int_(r.logits_start[i + 1]).ptr(), nullptr));
+                py::int_(starts[i]).ptr(), py::int_(starts[i + 1]).ptr(), nullptr));
           },
           py::arg("i"),
           "Request i's rows as a slice: out.logits[out.rows(i)], out.argmax[out.rows(i)].")
       .def("__repr__", [](const StepResult& r) {
         std::string layers;
-        for (const auto item : r.hidden)
-          layers += str_cat(layers.empty() ? "" : ", ", py::str(item.first).cast<std::string>());
-        return str_cat("StepOutput(num_requests=", r.logits_start.size() - 1,
-                       ", num_rows=", r.logits_start.back(), ", vocab_size=", r.vocab_size,
-                       ", logits=float32[", r.logits.shape(0), ", ", r.logits.shape(1),
+        for (const auto& item : r.out.hidden) layers += str_cat(layers.empty() ? "" : ", ", item.first);
+        return str_cat("StepOutput(num_requests=", r.out.logits_start.size() - 1,
+                       ", num_rows=", r.out.logits_start.back(), ", vocab_size=", r.out.vocab_size,
+                       ", logits=float32[", r.logit_rows, ", ", r.out.vocab_size,
                        "], hidden=[", layers, "])");
       });
 }
@@ -291,16 +311,16 @@ StepResult to_python(runner::StepOutput&& out, int64_t hidden_size, bool return_
                                      out.argmax.size(), " argmax values for ", rows, " rows of ",
                                      out.vocab_size, " (an internal error)"));
   }
-  StepResult r;
-  r.vocab_size = out.vocab_size;
-  r.logits = owning_array(std::move(out.logits), {logit_rows, out.vocab_size});
-  r.argmax = owning_array(std::move(out.argmax), {rows});
-  r.argmax_logprob = owning_array(std::move(out.argmax_logprob), {rows});
-  for (auto& [layer, h] : out.hidden) {
-    const int64_t num_tokens = static_cast<int64_t>(h.size()) / hidden_size;
-    r.hidden[py::int_(layer)] = owning_array(std::move(h), {num_tokens, hidden_size});
+  for (const auto& [layer, h] : out.hidden) {
+    if (hidden_size <= 0 || static_cast<int64_t>(h.size()) % hidden_size != 0) {
+      throw std::runtime_error(str_cat("ModelRunner.step: ", h.size(), " hidden values of layer ", layer,
+                                       " for rows of ", hidden_size, " (an internal error)"));
+    }
   }
-  r.logits_start = std::move(out.logits_start);
+  StepResult r;
+  r.out = std::move(out);
+  r.hidden_size = hidden_size;
+  r.logit_rows = logit_rows;
   return r;
 }
 

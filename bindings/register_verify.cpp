@@ -38,18 +38,23 @@ std::vector<VerifyItem> items_of(const py::list& items) {
 }
 
 // The view of what ModelRunner.step returned to Python.
-StepRows rows_of(const bindings::StepResult& r) {
-  StepRows v;
-  v.num_rows = r.argmax.shape(0);
-  v.vocab_size = r.vocab_size;
-  v.logits = r.logits.data();
-  v.num_logit_rows = r.logits.shape(0);
-  v.argmax = r.argmax.data();
-  v.argmax_logprob = r.argmax_logprob.data();
-  return v;
-}
+StepRows rows_of(const bindings::StepResult& r) { return StepRows::of(r.out); }
 
 }  // namespace
+
+namespace specdec::bindings {
+
+py::list to_python(const std::vector<VerifyOutcome>& outs) {
+  py::list result(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const VerifyOutcome& o = outs[i];
+    result[i] = py::make_tuple(py::cast(o.tokens), o.num_accepted, o.argmax_logprob, static_cast<int>(o.finish),
+                               o.num_computed);
+  }
+  return result;
+}
+
+}  // namespace specdec::bindings
 
 void register_verify(py::module_& root) {
   py::module_ m = root.attr("spec_decode").cast<py::module_>();
@@ -94,14 +99,7 @@ void register_verify(py::module_& root) {
                py::gil_scoped_release release;  // the sampled rows' work
                decided = v.decide(its, so);
              }
-             const std::vector<VerifyOutcome> outs = v.commit(its, std::move(decided), so);
-             py::list result(outs.size());
-             for (size_t i = 0; i < outs.size(); ++i) {
-               const VerifyOutcome& o = outs[i];
-               result[i] = py::make_tuple(py::cast(o.tokens), o.num_accepted, o.argmax_logprob,
-                                          static_cast<int>(o.finish), o.num_computed);
-             }
-             return result;
+             return bindings::to_python(v.commit(its, std::move(decided), so));
            },
            py::arg("items"), py::arg("output"),
            "[(tokens, num_accepted, argmax_logprob, finish, num_computed)] per item; finish: 0 none, 1 end of "

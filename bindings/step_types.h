@@ -9,18 +9,17 @@
 #include <vector>
 
 #include "runner/model_runner.h"
+#include "spec_decode/step_verifier.h"
 
 namespace specdec::bindings {
 
-// What Python sees of a runner::StepOutput: NumPy arrays that own the step's C++ vectors (moved
-// into them, not copied) and the first logit row of every request.
+// What Python sees of a runner::StepOutput: the step's C++ vectors (moved in, not copied), shown
+// as NumPy arrays made on access that view them (each keeps the StepOutput alive): a step whose
+// arrays Python never reads makes none.
 struct StepResult {
-  int64_t vocab_size = 0;
-  std::vector<int64_t> logits_start;        // [num_requests + 1]
-  pybind11::array_t<float> logits;          // [rows, vocab_size] (0 rows without return_logits)
-  pybind11::array_t<int32_t> argmax;        // [rows]
-  pybind11::array_t<float> argmax_logprob;  // [rows]
-  pybind11::dict hidden;                    // {layer: float32 [num_tokens, hidden_size]}
+  runner::StepOutput out;
+  int64_t hidden_size = 0;  // the width of a hidden-state row
+  int64_t logit_rows = 0;   // rows of out.logits (0 without return_logits)
 };
 
 // The requests of one step, copied out of a sequence of StepRequest (so the step runs without the
@@ -30,5 +29,9 @@ std::vector<runner::StepRequest> step_requests(const pybind11::handle& requests)
 
 // out as Python objects (with the GIL held). hidden_size: the width of a hidden-state row.
 StepResult to_python(runner::StepOutput&& out, int64_t hidden_size, bool return_logits);
+
+// StepVerifier outcomes as Python gives them: [(tokens, num_accepted, argmax_logprob, finish,
+// num_computed)] (register_verify.cpp).
+pybind11::list to_python(const std::vector<spec_decode::VerifyOutcome>& outs);
 
 }  // namespace specdec::bindings

@@ -348,6 +348,8 @@ class LLM:
         if stream:
             req.stream = self.tokenizer.stream_decoder(special=not params.skip_special_tokens,
                                                        continuation=True)
+        else:
+            req.final_only = True  # its caller reads the finished output only: no per-step news
         return req
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],

@@ -58,9 +58,45 @@ def test_bad_rows_are_refused_naming_the_field(context):
         spec.propose_and_step(proposer, asks, [0], runner, prefill)
     runner.step([StepRequest("a", [1, 2], num_computed_tokens=0, num_logits=0)])
     steps = [StepRequest("a", [3], num_computed_tokens=2, num_logits=1)]
-    drafts, out, seconds = spec.propose_and_step(proposer, asks, [0], runner, steps)
-    assert len(drafts) == 1 and len(drafts[0]) == 2 and seconds >= 0
+    drafts, out, seconds, forward, outcomes = spec.propose_and_step(proposer, asks, [0], runner, steps)
+    assert len(drafts) == 1 and len(drafts[0]) == 2 and seconds >= 0 and forward > 0
+    assert outcomes is None  # no verifier given
     assert list(out.logits_start) == [0, 3]  # the last token's row + one per draft token
+
+
+def test_verifying_inside_the_call_equals_verifying_after_it(context):
+    """The same drafts and forward, verified in the call or by StepVerifier.verify after it: the
+    same tokens, counters and rollback; verifies that do not match the steps are refused."""
+    results = []
+    for inside in (False, True):
+        runner = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+        drafter = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+        proposer = spec.DraftModelProposer(drafter, drafter.config.vocab_size)
+        verifier = spec.StepVerifier(runner, [], 128)
+        seqs = [spec.Sequence("a", [1, 2, 3]), spec.Sequence("b", [1, 5, 6, 7])]
+        vreqs = [spec.VerifyRequest(s, 0.0, on_argmax=True) for s in seqs]
+        for s in seqs:
+            runner.step([StepRequest(s.request_id, s.token_ids[:-1], num_computed_tokens=0, num_logits=0)])
+        asks = [spec.ProposeRequest(s, 3) for s in seqs]
+        steps = [StepRequest(s.request_id, [s.token_ids[-1]], num_computed_tokens=len(s) - 1, num_logits=1)
+                 for s in seqs]
+        if inside:
+            with pytest.raises(ValueError, match=r"verifies = 1 items.*2 VerifyRequests"):
+                spec.propose_and_step(proposer, asks, [0, 1], runner, steps, False, verifier, vreqs[:1])
+            with pytest.raises(ValueError, match=r"verifies\[0\] = b.*steps\[0\] \(a\)"):
+                spec.propose_and_step(proposer, asks, [0, 1], runner, steps, False, verifier, vreqs[::-1])
+            drafts, out, _, _, outcomes = spec.propose_and_step(proposer, asks, [0, 1], runner, steps, False,
+                                                                verifier, vreqs)
+        else:
+            drafts, out, _, _, _ = spec.propose_and_step(proposer, asks, [0, 1], runner, steps)
+            starts = list(out.logits_start)
+            outcomes = verifier.verify([(v, d, starts[i + 1], steps[i].num_computed_tokens)
+                                        for i, (v, d) in enumerate(zip(vreqs, drafts))], out)
+        results.append(([list(d.tokens) for d in drafts], [tuple(o[:2]) + tuple(o[3:]) for o in outcomes],
+                        [s.token_ids for s in seqs], [runner.num_cached_tokens(s.request_id) for s in seqs],
+                        verifier.stats.num_accepted_tokens))
+    assert results[0] == results[1]
+    assert results[1][4] > 0  # the stories model drafting for itself: drafts accepted
 
 
 def test_no_drafting_in_the_forward_call_when_the_step_is_tight():

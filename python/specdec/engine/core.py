@@ -170,7 +170,8 @@ class EngineCore:
         return k
 
     def _asks(self):
-        """(ProposeRequests, [(request, k)]) for the running requests that draft this step."""
+        """(ProposeRequests, [(request, k)]) for the running requests that draft this step. A
+        request keeps its ProposeRequest while its k stays (one object per request, not per step)."""
         if self.proposer is None or not self.k:
             return [], []
         running = self.scheduler.running
@@ -181,9 +182,12 @@ class EngineCore:
             k = self._num_draft_tokens(r, len(running))
             if k <= 0:
                 continue
-            p = r.params
-            asks.append(spec.ProposeRequest(r.sequence, k, p.temperature, p.top_k, p.top_p,
-                                            p.min_p, r.generator))
+            if r.ask_k != k:
+                p = r.params
+                r.ask = spec.ProposeRequest(r.sequence, k, p.temperature, p.top_k, p.top_p, p.min_p,
+                                            r.generator)
+                r.ask_k = k
+            asks.append(r.ask)
             reqs.append((r, k))
         return asks, reqs
 
@@ -208,22 +212,27 @@ class EngineCore:
             drafts = self._check_custom(drafts, reqs)
         return {r.request_id: d for (r, _), d in zip(reqs, drafts) if len(d)}
 
-    def _propose_and_step(self, asks, plan: SchedulerOutput, steps, need_logits: bool):
-        """Proposes for the scheduled requests with planned rows and runs the forward, in one
-        call; fills each one's draft in. Returns (StepOutput, seconds proposing)."""
-        by_id = {a.request_id: a for a in asks}
+    def _propose_and_step(self, asks, reqs, plan: SchedulerOutput, steps, need_logits: bool):
+        """Proposes for the scheduled requests with planned rows, runs the forward and verifies the
+        step, in one call (every row is a decode / verify: no request waits); fills each one's
+        draft in. Returns (StepOutput, seconds proposing, seconds in the forward, outcomes)."""
+        by_id = {r.request_id: a for (r, _), a in zip(reqs, asks)}
         rows = [i for i, s in enumerate(plan.scheduled) if s.planned]
         mine = [by_id[plan.scheduled[i].request.request_id] for i in rows]
-        drafts, out, seconds = self.propose_and_step(self.proposer, mine, rows, self.runner, steps,
-                                                     need_logits)
+        drafts, out, seconds, forward, outcomes = self.propose_and_step(
+            self.proposer, mine, rows, self.runner, steps, need_logits, self.verifier,
+            [s.request.verify for s in plan.scheduled])
+        scheduled = plan.scheduled
         for i, d in zip(rows, drafts):
-            s = plan.scheduled[i]
-            s.tokens += d.tokens
-            s.num_logits = 1 + len(d)
-            s.draft = d if len(d) else None
+            tokens = d.tokens
+            if tokens:
+                s = scheduled[i]
+                s.tokens += tokens
+                s.draft = d
+                s.num_logits = 1 + len(tokens)
         if self.adaptive is not None and mine:
             self.adaptive.observe_proposer(sum(a.num_speculative_tokens for a in mine), seconds)
-        return out, seconds
+        return out, seconds, forward, outcomes
 
     def _check_custom(self, drafts, reqs) -> list:
         name = type(self.proposer).__name__
@@ -259,14 +268,15 @@ class EngineCore:
         t0 = time.perf_counter()
         asks, reqs = self._asks()
         # A drafting model (drafts as long as asked) proposes inside the forward's call, after the
-        # schedule reserved its rows: one return to Python per step instead of two.
+        # schedule reserved its rows, and the same call verifies: one return to Python per step.
         fused = (bool(asks) and not self._is_custom and self.proposer.drafts_full_length
                  and self._room_for(reqs))
         drafts = {} if fused else self._propose(asks, reqs)
         t1 = time.perf_counter()
         plan: SchedulerOutput = self.scheduler.schedule(
             drafts, {r.request_id: k for r, k in reqs} if fused else None)
-        self.stats.num_preemptions += len(plan.preempted)
+        if plan.preempted:
+            self.stats.num_preemptions += len(plan.preempted)
         if not plan.scheduled:
             return []
         need_logits, rows_pre, steps = False, 0, []
@@ -281,56 +291,63 @@ class EngineCore:
             need_logits = need_logits or not r.params.greedy or r.params.logprobs is not None
             steps.append(s.as_step())
         t2 = time.perf_counter()
-        t_draft = 0.0  # drafting inside the forward's call: draft time, not forward time
-        if fused:
-            out, t_draft = self._propose_and_step(asks, plan, steps, need_logits)
+        if fused:  # drafting and verifying inside the forward's call: their time is not forward time
+            out, t_draft, t_forward, outcomes = self._propose_and_step(asks, reqs, plan, steps, need_logits)
+            t3 = time.perf_counter()
+            rows_dec = out.num_rows  # every row a decode / verify row with its logit row
         else:
             out = self.runner.step(steps, return_logits=need_logits)
-        t3 = time.perf_counter()
-        rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
+            t3 = time.perf_counter()
+            t_draft, t_forward, outcomes = 0.0, t3 - t2, None
+            rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
         if self.adaptive is not None and not rows_pre:
-            self.adaptive.observe_forward(rows_dec, t3 - t2 - t_draft)
-        updates = self._update(plan, out)
+            self.adaptive.observe_forward(rows_dec, t_forward)
+        kept, decoded = self._update(plan, out, outcomes)
         t4 = time.perf_counter()
-        self.stats.times.add(StepTimes(draft=t1 - t0 + t_draft, forward=t3 - t2 - t_draft,
-                                       sampling=t4 - t3, host=t2 - t1))
-        self.stats.num_steps += 1
+        st = self.stats
+        times = st.times
+        times.draft += t1 - t0 + t_draft
+        times.forward += t_forward
+        times.sampling += t4 - t2 - t_draft - t_forward
+        times.host += t2 - t1
+        st.num_steps += 1
         # the step's wall time split between prefill and decode/verify rows
         dt = t4 - t0
-        self.stats.prefill_tokens += rows_pre
-        self.stats.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
-        self.stats.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
-        kept = []
-        for u, s in zip(updates, plan.scheduled):
-            if not s.is_prefill:
-                self.stats.decode_tokens += len(u.new_token_ids)
-            if u.new_token_ids or u.request.finished:
-                kept.append(u)
+        st.prefill_tokens += rows_pre
+        st.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
+        st.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
+        st.decode_tokens += decoded
         return kept
 
-    def _update(self, plan: SchedulerOutput, out: _core.StepOutput) -> List[StepUpdate]:
-        """Verification, counters, rollback and token-level stops in one C++ call; then what needs
-        Python: prefill bookkeeping, logprobs, stop strings, streamed text, finishing."""
+    def _update(self, plan: SchedulerOutput, out: _core.StepOutput, outcomes=None):
+        """Verification, counters, rollback and token-level stops in one C++ call (or their
+        outcomes, verified inside the forward's call); then what needs Python: prefill
+        bookkeeping, logprobs, stop strings, streamed text, finishing. Returns (the updates of
+        requests that got tokens or finished, in the plan's order; decode / verify tokens)."""
         starts = out.logits_start
-        items, reqs = [], []
-        for i, s in enumerate(plan.scheduled):
-            r = s.request
-            if s.is_prefill:
-                if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                    self._prompt_logprobs(r, out.logits[starts[i]:starts[i + 1]], s.num_computed)
-                r.num_computed_tokens = s.num_computed + len(s.tokens)
-                if r.num_computed_tokens < r.num_tokens:
-                    continue
-                r.prompt_logprobs_done = True
-                r.status = RequestStatus.RUNNING
-                self.scheduler.waiting.remove(r)
-                self.scheduler.running.append(r)
-            items.append((r.verify, s.draft, starts[i + 1], -1 if s.is_prefill else s.num_computed))
-            reqs.append((i, r, s))
-        outcomes = self.verifier.verify(items, out)
+        if outcomes is None:
+            items, reqs = [], []
+            for i, s in enumerate(plan.scheduled):
+                r = s.request
+                if s.is_prefill:
+                    if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+                        self._prompt_logprobs(r, out.logits[starts[i]:starts[i + 1]], s.num_computed)
+                    r.num_computed_tokens = s.num_computed + len(s.tokens)
+                    if r.num_computed_tokens < r.num_tokens:
+                        continue
+                    r.prompt_logprobs_done = True
+                    r.status = RequestStatus.RUNNING
+                    self.scheduler.waiting.remove(r)
+                    self.scheduler.running.append(r)
+                items.append((r.verify, s.draft, starts[i + 1], -1 if s.is_prefill else s.num_computed))
+                reqs.append((i, s))
+            outcomes = self.verifier.verify(items, out)
+        else:  # every row a decode / verify row, verified in order
+            reqs = enumerate(plan.scheduled)
         now = time.monotonic()
-        updates = [StepUpdate(s.request, [], "") for s in plan.scheduled]  # in the plan's order
-        for (i, r, s), (tokens, accepted, argmax_lp, finish, num_computed) in zip(reqs, outcomes):
+        kept, decoded = [], 0
+        for (i, s), (tokens, accepted, argmax_lp, finish, num_computed) in zip(reqs, outcomes):
+            r = s.request
             r.num_computed_tokens = num_computed
             if r.first_token_time is None:
                 r.first_token_time = now
@@ -338,24 +355,30 @@ class EngineCore:
             if finish == 2:
                 r.stop_reason = tokens[-1]
             text = ""
-            kept = len(tokens)
+            kept_tokens = len(tokens)
             if r.params.stop:
                 tokens, status = self._stop_strings(r, tokens, status)
             elif r.stream is not None:
                 text = r.stream.push_many(tokens)
-            row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
             if r.verify.on_argmax:  # the C++ sum, unless a stop string cut the tokens it covers
-                r.cumulative_logprob += (argmax_lp if len(tokens) == kept else
-                                         float(out.argmax_logprob[row0:row0 + len(tokens)].astype(float).sum()))
+                if len(tokens) == kept_tokens:
+                    r.cumulative_logprob += argmax_lp
+                else:
+                    row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
+                    r.cumulative_logprob += float(out.argmax_logprob[row0:row0 + len(tokens)].astype(float).sum())
             else:
+                row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
                 for j, tid in enumerate(tokens):
                     self._logprobs(r, out.logits[row0 + j], tid)
             if status is not None:
                 self._finish(r, status)
             if r.stream is not None:
                 text = self.stream_text(r, text)
-            updates[i] = StepUpdate(r, tokens, text)
-        return updates
+            if not s.is_prefill:
+                decoded += len(tokens)
+            if tokens or r.finished:
+                kept.append(StepUpdate(r, tokens, text))
+        return kept, decoded
 
     def _stop_strings(self, r: Request, tokens: List[int], status):
         """Appends tokens one by one while no stop string appears in the text (only the new text

@@ -154,13 +154,16 @@ class LLMEngine:
                 continue  # unknown or already finished
             self._deliver(StepUpdate(r, [], self.core.stream_text(r) if r.stream is not None else ""))
 
-    def _deliver(self, u: StepUpdate) -> StreamOutput:
+    def _deliver(self, u: StepUpdate) -> Optional[StreamOutput]:
         r = u.request
-        out = StreamOutput(r.request_id, u.new_token_ids, u.new_text, r.finished,
-                           request_output(r) if r.finished else None)
+        finished = r.finished
+        if r.final_only and not finished:  # nobody reads it: no output, no queue traffic
+            return None
+        out = StreamOutput(r.request_id, u.new_token_ids, u.new_text, finished,
+                           request_output(r) if finished else None)
         with self._inbox_lock:  # put under the lock: pending and the sink change together
             sink = self._queues.get(r.request_id)
-            if r.finished:
+            if finished:
                 self._queues.pop(r.request_id, None)
                 self._pending.discard(r.request_id)
             if sink is not None:
@@ -172,7 +175,12 @@ class LLMEngine:
         try:
             self._take_inbox()
             self._idle = not self.core.has_unfinished_requests()
-            outs = [] if self._idle else [self._deliver(u) for u in self.core.step()]
+            outs = []
+            if not self._idle:
+                for u in self.core.step():
+                    o = self._deliver(u)
+                    if o is not None:
+                        outs.append(o)
             self._take_inbox()  # aborts that came during the step
         except BaseException as e:  # every running request fails with the step's error
             self._fail_all(e)

@@ -26,7 +26,13 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self.value in ("stop", "length", "abort")
+        return self.is_finished
+
+
+# a plain attribute per member, read on every request of every step (an Enum's .value is a slow
+# descriptor)
+for _status in RequestStatus:
+    _status.is_finished = _status.value in ("stop", "length", "abort")
 
 
 @dataclass
@@ -45,7 +51,10 @@ class Request:
     prompt_logprobs_done: bool = False
     cumulative_logprob: float = 0.0
     verify: Any = None                   # its _core VerifyRequest (set when the engine takes it)
+    ask: Any = None                      # its _core ProposeRequest for ask_k draft tokens (kept while k stays)
+    ask_k: int = 0
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
+    final_only: bool = False             # its queue gets only the finished output, not each step's news
     num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed
     text_decoder: Any = None             # with stop strings: keeps ``text`` current per token
     arrival_time: float = field(default_factory=time.monotonic)
@@ -78,7 +87,7 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        return self.status.finished
+        return self.status.is_finished
 
     @property
     def finish_reason(self) -> Optional[str]:
