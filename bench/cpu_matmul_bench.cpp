@@ -109,7 +109,7 @@ double read_GBps(const Copies& copies) {
 }
 
 // Seconds per call for n rows on `isa`: best of reps windows of at least min_s each.
-double time_per_call(const Copies& copies, const quant::HostActivations& xq,
+double time_per_call(const Copies& copies, const specdec::cpu::Activations& xq,
                      const std::vector<float>& x, int64_t n, Isa isa, const Options& opt,
                      size_t& next_copy) {
   const bool is_float = quant::weight_format(copies.layout.type).block_size == 1;
@@ -146,11 +146,8 @@ nlohmann::json bench_case(const Case& c, const Options& opt) {
   std::vector<float> x(static_cast<size_t>(max_n * c.cols));
   for (float& v : x) v = dist(rng);
   const bool is_float = quant::weight_format(c.type).block_size == 1;
-  quant::HostActivations xq;
-  if (!is_float) {
-    xq = quant::quantize_activations_reference(x.data(), max_n, c.cols,
-                                               quant::activation_scale_block(c.type));
-  }
+  specdec::cpu::OwnedActivations xq;
+  if (!is_float) xq = specdec::cpu::quantize_activations(x.data(), max_n, c.cols, quant::activation_scale_block(c.type));
   const double bytes = static_cast<double>(copies.layout.total_bytes);
   nlohmann::json results = nlohmann::json::array();
   size_t next_copy = 0;
@@ -165,7 +162,7 @@ nlohmann::json bench_case(const Case& c, const Options& opt) {
     double t1 = 0.0;
     std::string line;
     for (int64_t n : ns) {
-      const double t = time_per_call(copies, xq, x, n, isa, opt, next_copy);
+      const double t = time_per_call(copies, xq.view(), x, n, isa, opt, next_copy);
       if (n == 1) t1 = t;
       nlohmann::json r = {{"n", n}, {"us_per_call", t * 1e6}, {"vs_n1", t / t1}};
       if (n == 1) r["GBps"] = bytes / t / 1e9;

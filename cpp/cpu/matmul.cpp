@@ -51,7 +51,7 @@ void check_input(const quant::DeviceLayout& layout, const MatmulInput& in, bool 
   }
   SPECDEC_CHECK(in.xq != nullptr || in.n == 0, "xq", "null",
                 str_cat(quant::weight_type_name(layout.type),
-                        " weights read quantised activations (quantize_activations_reference)"));
+                        " weights read quantised activations (cpu::quantize_activations)"));
   if (in.xq == nullptr) return;
   SPECDEC_CHECK(in.xq->cols == layout.cols, "xq.cols", in.xq->cols,
                 str_cat("must equal the weight's cols, ", layout.cols));
@@ -105,10 +105,8 @@ void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, i
       continue;
     }
     const int64_t nb32 = layout.cols / 32;
-    a.xq = in.xq->q.data() + i0 * layout.cols;
-    a.xd = in.xq->d.data() + i0 * nb32;
-    a.xs0 = in.xq->s0.data() + i0 * nb32;
-    a.xs1 = in.xq->s1.data() + i0 * nb32;
+    a.xq = in.xq->q + i0 * layout.cols;
+    a.xr = in.xq->rec + i0 * nb32;
   }
   for (int64_t g = group_begin; g < group_end; ++g) {
     for (const kernels::Args& a : tiles) kernel(a, g);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cpu/activations.h"
 #include "cpu/isa.h"
 #include "quant/layout.h"
 #include "quant/reference.h"
@@ -18,12 +19,11 @@
 namespace specdec::cpu {
 
 // The activations of one matmul: for block formats xq, quantised with the weight's
-// quant::activation_scale_block (quantize_activations_reference); for F32 / F16 / BF16 weights
-// x, read as f32.
+// quant::activation_scale_block (cpu/activations.h); for F32 / F16 / BF16 weights x, read as f32.
 struct MatmulInput {
-  int64_t n = 0;                               // activation rows
-  const float* x = nullptr;                    // [n, cols]: float formats
-  const quant::HostActivations* xq = nullptr;  // [n, cols]: block formats
+  int64_t n = 0;                      // activation rows
+  const float* x = nullptr;           // [n, cols]: float formats
+  const Activations* xq = nullptr;    // [n, cols]: block formats
 };
 
 // A packed weight in host memory: its layout and the bytes quant::repack made.

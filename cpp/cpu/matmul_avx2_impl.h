@@ -55,10 +55,10 @@ void q32_half(const Args& a, int64_t g, int h) {
     }
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const int32_t sum = a.xs0[at] + a.xs1[at];
+      const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
       __m256i s = dot_u8<kVnni, 8, group>(w, a.xq + i * a.cols + 32 * b);
       if constexpr (off != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * sum));
-      const float dx = a.xd[at];
+      const float dx = a.xr[at].d;
       acc[i] = step(acc[i], s, d, dx);
       if constexpr (has_m) {
         acc[i] = _mm256_fmadd_ps(f16_to_ps(dp + 32), _mm256_set1_ps(dx * static_cast<float>(sum)),
@@ -95,8 +95,8 @@ void q8_0_half(const Args& a, int64_t g, int h) {
       for (int i = 0; i < n; ++i) {
         const int64_t at = i * nb + b;
         const __m256i s = _mm256_sub_epi32(dot_u8<true, 8, 1>(w, a.xq + i * a.cols + 32 * b),
-                                           _mm256_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
-        acc[i] = step(acc[i], s, d, a.xd[at]);
+                                           _mm256_set1_epi32(128 * (a.xr[at].s0 + a.xr[at].s1)));
+        acc[i] = step(acc[i], s, d, a.xr[at].d);
       }
     } else {
       __m256i w[16];
@@ -114,7 +114,7 @@ void q8_0_half(const Args& a, int64_t g, int h) {
           s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(w[p], _mm256_set1_epi32(pairs[p])));
           s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[p + 1], _mm256_set1_epi32(pairs[p + 1])));
         }
-        acc[i] = step(acc[i], _mm256_add_epi32(s0, s1), d, a.xd[at]);
+        acc[i] = step(acc[i], _mm256_add_epi32(s0, s1), d, a.xr[at].d);
       }
     }
   }
@@ -167,7 +167,7 @@ void iq4_half(const Args& a, int64_t g, int h) {
         __m256i s;
         if constexpr (kVnni) {
           s = _mm256_sub_epi32(dot_u8<true, 8, 1>(w, x),
-                               _mm256_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
+                               _mm256_set1_epi32(128 * (a.xr[at].s0 + a.xr[at].s1)));
         } else {
           s = _mm256_setzero_si256();
           for (int k = 0; k < 8; ++k) {
@@ -175,7 +175,7 @@ void iq4_half(const Args& a, int64_t g, int h) {
             s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], xsg), ones));
           }
         }
-        acc[i] = step(acc[i], s, d, a.xd[at]);
+        acc[i] = step(acc[i], s, d, a.xr[at].d);
       }
     }
   }

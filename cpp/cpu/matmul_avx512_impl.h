@@ -58,10 +58,10 @@ void q32(const Args& a, int64_t g) {
     }
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const int32_t sum = a.xs0[at] + a.xs1[at];
+      const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
       __m512i s = dot_u8<kVnni, 8, group>(w, a.xq + i * a.cols + 32 * b);
       if constexpr (off != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * sum));
-      const float dx = a.xd[at];
+      const float dx = a.xr[at].d;
       acc[i] = step(acc[i], s, d, dx);
       if constexpr (has_m) {
         acc[i] = _mm512_fmadd_ps(f16_to_ps(dp + 32), _mm512_set1_ps(dx * static_cast<float>(sum)),
@@ -98,8 +98,8 @@ void q8_0_vnni(const Args& a, int64_t g) {
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
       const __m512i s = _mm512_sub_epi32(dot_u8<true, 8, 1>(w, a.xq + i * a.cols + 32 * b),
-                                         _mm512_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
-      acc[i] = step(acc[i], s, d, a.xd[at]);
+                                         _mm512_set1_epi32(128 * (a.xr[at].s0 + a.xr[at].s1)));
+      acc[i] = step(acc[i], s, d, a.xr[at].d);
     }
   }
   store_group(a, g, acc, n);
@@ -134,7 +134,7 @@ void q8_0_bw(const Args& a, int64_t g) {
         s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[p], _mm512_set1_epi32(pairs[p])));
         s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[p + 1], _mm512_set1_epi32(pairs[p + 1])));
       }
-      acc[i] = step(acc[i], _mm512_add_epi32(s0, s1), d, a.xd[at]);
+      acc[i] = step(acc[i], _mm512_add_epi32(s0, s1), d, a.xr[at].d);
     }
   }
   store_group(a, g, acc, n);
@@ -190,7 +190,7 @@ void iq4(const Args& a, int64_t g) {
         __m512i s;
         if constexpr (kVnni) {
           s = _mm512_sub_epi32(dot_u8<true, 8, 1>(w, x),
-                               _mm512_set1_epi32(128 * (a.xs0[at] + a.xs1[at])));
+                               _mm512_set1_epi32(128 * (a.xr[at].s0 + a.xr[at].s1)));
         } else {
           s = _mm512_setzero_si512();
           for (int k = 0; k < 8; ++k) {
@@ -199,7 +199,7 @@ void iq4(const Args& a, int64_t g) {
             s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(w[k], xsg), ones));
           }
         }
-        acc[i] = step(acc[i], s, d, a.xd[at]);
+        acc[i] = step(acc[i], s, d, a.xr[at].d);
       }
     }
   }

@@ -60,9 +60,9 @@ void q4_k(const Args& a, int64_t g) {
         const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
         const __m512i s0 = dot_u8<kVnni, 8, group>(lo, x);
         const __m512i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
-        const float dx0 = a.xd[at], dx1 = a.xd[at + 1];
-        const float xs0 = dx0 * static_cast<float>(a.xs0[at] + a.xs1[at]);
-        const float xs1 = dx1 * static_cast<float>(a.xs0[at + 1] + a.xs1[at + 1]);
+        const float dx0 = a.xr[at].d, dx1 = a.xr[at + 1].d;
+        const float xs0 = dx0 * static_cast<float>(a.xr[at].s0 + a.xr[at].s1);
+        const float xs1 = dx1 * static_cast<float>(a.xr[at + 1].s0 + a.xr[at + 1].s1);
         __m512 v = step(acc[i], s0, dsc0, dx0);
         v = _mm512_fmadd_ps(dm0, _mm512_set1_ps(-xs0), v);
         v = step(v, s1, dsc1, dx1);
@@ -119,10 +119,10 @@ void q6_k(const Args& a, int64_t g) {
           const int64_t at = i * nb + sb * 8 + 4 * h + m;
           const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * h + 32 * m;
           const __m512i sa =
-              _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e, x), _mm512_set1_epi32(32 * a.xs0[at]));
+              _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e, x), _mm512_set1_epi32(32 * a.xr[at].s0));
           const __m512i sbv = _mm512_sub_epi32(dot_u8<kVnni, 4, 2>(e + 4, x + 16),
-                                               _mm512_set1_epi32(32 * a.xs1[at]));
-          const float dx = a.xd[at];
+                                               _mm512_set1_epi32(32 * a.xr[at].s1));
+          const float dx = a.xr[at].d;
           acc[i] = step(step(acc[i], sa, dsa, dx), sbv, dsb, dx);
         }
       }
@@ -186,14 +186,14 @@ void q2_q3_k(const Args& a, int64_t g) {
           const int64_t at = i * nb + sb * 8 + 4 * nh + j;
           const int8_t* x = a.xq + i * a.cols + sb * 256 + 128 * nh + 32 * j;
           __m512i sa = dot_u8<kVnni, 4, 4>(e, x), sbv = dot_u8<kVnni, 4, 4>(e + 4, x + 16);
-          const float dx = a.xd[at];
+          const float dx = a.xr[at].d;
           if constexpr (q3) {
-            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(4 * a.xs0[at]));
-            sbv = _mm512_sub_epi32(sbv, _mm512_set1_epi32(4 * a.xs1[at]));
+            sa = _mm512_sub_epi32(sa, _mm512_set1_epi32(4 * a.xr[at].s0));
+            sbv = _mm512_sub_epi32(sbv, _mm512_set1_epi32(4 * a.xr[at].s1));
             acc[i] = step(step(acc[i], sa, dsab[0], dx), sbv, dsab[1], dx);
           } else {
-            const float ma = dx * static_cast<float>(a.xs0[at]);
-            const float mb = dx * static_cast<float>(a.xs1[at]);
+            const float ma = dx * static_cast<float>(a.xr[at].s0);
+            const float mb = dx * static_cast<float>(a.xr[at].s1);
             __m512 v = _mm512_fmadd_ps(dmab[0], _mm512_set1_ps(-ma), step(acc[i], sa, dsab[0], dx));
             acc[i] = _mm512_fmadd_ps(dmab[1], _mm512_set1_ps(-mb), step(v, sbv, dsab[1], dx));
           }

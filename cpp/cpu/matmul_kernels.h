@@ -1,10 +1,12 @@
 // Internal to cpp/cpu/matmul*.cpp: the interface between the matmul driver and the per-path
-// kernels. Per-ISA translation units include only this header, <cstdint>, <cstring> and
+// kernels. Per-ISA translation units include only this header (and cpu/act_rec.h), <cstdint>, <cstring> and
 // <immintrin.h>: a standard-library inline function compiled there with AVX-512 flags could be
 // the copy the linker keeps for the whole program (then a plain x86-64 CPU faults in it).
 #pragma once
 
 #include <cstdint>
+
+#include "cpu/act_rec.h"
 
 namespace specdec::cpu::kernels {
 
@@ -29,9 +31,7 @@ struct Args {
   int64_t rows = 0;              // weight rows (the last group may be partial)
   int n = 0;                     // activation rows of this call
   const int8_t* xq = nullptr;    // [n, cols] int8 activations (block formats)
-  const float* xd = nullptr;     // [n, cols / 32] scales
-  const int32_t* xs0 = nullptr;  // [n, cols / 32] sums of q over elements 0..15 of each block
-  const int32_t* xs1 = nullptr;  // [n, cols / 32] ... over 16..31
+  const ActRec* xr = nullptr;    // [n, cols / 32] scales and sums of q (cpu/act_rec.h)
   const float* x = nullptr;      // [n, cols] f32 activations (float formats)
   float* y = nullptr;            // [n, ldy]: y[i * ldy + r] for weight row r
   int64_t ldy = 0;

@@ -230,9 +230,9 @@ void block_group(const Args& a, int64_t g) {
       for (int u = 0; u < bs / 32; ++u) {
         const int64_t at = i * nb32 + b * (bs / 32) + u;
         const int8_t* x = a.xq + i * a.cols + (b * bs + 32 * u);
-        const float dx = a.xd[at];
+        const float dx = a.xr[at].d;
         for (int l = 0; l < L; ++l) {
-          acc[i][l] = block_step(kType, acc[i][l], dec.q[l] + 32 * u, x, dx, a.xs0[at], a.xs1[at],
+          acc[i][l] = block_step(kType, acc[i][l], dec.q[l] + 32 * u, x, dx, a.xr[at].s0, a.xr[at].s1,
                                  dec.d[l], dec.m[l], u);
         }
       }

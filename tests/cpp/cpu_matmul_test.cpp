@@ -25,7 +25,6 @@
 using namespace specdec;
 using namespace specdec::cpu;
 using specdec::quant::DeviceLayout;
-using specdec::quant::HostActivations;
 
 namespace {
 
@@ -81,13 +80,15 @@ std::vector<float> cpu_matmul(const Matrix& m, const std::vector<float>& x, int6
   std::vector<float> y(static_cast<size_t>(n * m.rows), std::numeric_limits<float>::quiet_NaN());
   MatmulInput in;
   in.n = n;
-  HostActivations xq;
+  specdec::cpu::OwnedActivations xq;
+  specdec::cpu::Activations view;
   if (is_float(m.type)) {
     in.x = x.data();
   } else {
-    xq = quant::quantize_activations_reference(x.data(), n, m.cols,
-                                               quant::activation_scale_block(m.type));
-    in.xq = &xq;
+    xq = specdec::cpu::records_of(quant::quantize_activations_reference(
+        x.data(), n, m.cols, quant::activation_scale_block(m.type)));
+    view = xq.view();
+    in.xq = &view;
   }
   matmul(m.weight(), in, group_begin, group_end, y.data(), isa);
   return y;
@@ -175,15 +176,17 @@ INSTANTIATE_TEST_SUITE_P(FormatsByPath, CpuMatmul, ::testing::ValuesIn(all_param
 TEST(CpuMatmulChecks, BadInputsAreConfigErrors) {
   const Matrix m = random_matrix(GgmlType::kQ4_K, 20, 256, 1);
   const std::vector<float> x = gaussian(256, 2);
-  HostActivations xq = quant::quantize_activations_reference(x.data(), 1, 256);
+  const auto xq = specdec::cpu::quantize_activations(x.data(), 1, 256, 32);
+  const specdec::cpu::Activations view = xq.view();
   std::vector<float> y(20);
-  MatmulInput in{1, nullptr, &xq};
+  MatmulInput in{1, nullptr, &view};
   EXPECT_THROW(matmul(m.weight(), in, 0, 3, y.data()), ConfigError);  // 2 groups
   EXPECT_THROW(matmul(m.weight(), in, 2, 1, y.data()), ConfigError);  // reversed
   EXPECT_THROW(matmul(m.weight(), MatmulInput{1, x.data(), nullptr}, y.data()), ConfigError);
-  HostActivations wide = quant::quantize_activations_reference(gaussian(512, 3).data(), 1, 512);
-  EXPECT_THROW(matmul(m.weight(), MatmulInput{1, nullptr, &wide}, y.data()), ConfigError);
-  EXPECT_THROW(matmul(m.weight(), MatmulInput{2, nullptr, &xq}, y.data()), ConfigError);  // xq.n
+  const auto wide = specdec::cpu::quantize_activations(gaussian(512, 3).data(), 1, 512, 32);
+  const specdec::cpu::Activations wide_view = wide.view();
+  EXPECT_THROW(matmul(m.weight(), MatmulInput{1, nullptr, &wide_view}, y.data()), ConfigError);
+  EXPECT_THROW(matmul(m.weight(), MatmulInput{2, nullptr, &view}, y.data()), ConfigError);  // xq.n
   EXPECT_NO_THROW(matmul(m.weight(), in, y.data()));
   for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512bw, Isa::kAvx512vnni, Isa::kAmxInt8}) {
     bool runnable = false;

@@ -1,0 +1,42 @@
+// Quantised activation rows for the native matmul (cpu/matmul.h), in the records OpenCL's
+// quantize_activations writes (cpu/act_rec.h): int8 values [n, cols] and one ActRec per 32-value
+// block. The rules are quant::quantize_activations_reference's (docs/quant.md, "Numerics"):
+// scale_block 32 (d = amax / 127, q = round half away from zero) or 256 (id = 127 / amax,
+// q = round half to even, d = 1 / id); each row on its own, so a row never depends on its batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/act_rec.h"
+#include "quant/reference.h"
+
+namespace specdec::cpu {
+
+// A view of quantised rows (memory owned elsewhere: a device buffer or an OwnedActivations).
+struct Activations {
+  int64_t n = 0, cols = 0;
+  const int8_t* q = nullptr;    // [n, cols]
+  const ActRec* rec = nullptr;  // [n, cols / 32]
+};
+
+struct OwnedActivations {
+  int64_t n = 0, cols = 0;
+  std::vector<int8_t> q;
+  std::vector<ActRec> rec;
+  Activations view() const { return {n, cols, q.data(), rec.data()}; }
+};
+
+// The reference's values as records.
+OwnedActivations records_of(const quant::HostActivations& a);
+
+// Quantises rows [row_begin, row_end) of x [.., cols] into q and rec (the whole arrays, indexed
+// by row): bitwise quant::quantize_activations_reference. ConfigError for a scale_block other than
+// 32 or 256 or cols not a positive multiple of it.
+void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, int64_t cols, int scale_block,
+                          int8_t* q, ActRec* rec);
+
+// All n rows into a new OwnedActivations.
+OwnedActivations quantize_activations(const float* x, int64_t n, int64_t cols, int scale_block);
+
+}  // namespace specdec::cpu

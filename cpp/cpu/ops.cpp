@@ -1,0 +1,121 @@
+// Norms, element-wise ops, gated activations and RoPE of the native CPU device (cpu/ops.h).
+#include "cpu/ops.h"
+
+#include <cmath>
+
+#include "cpu/activations.h"
+
+// The kernels never contract a * b + c into an FMA; neither do these (docs/ops.md, "Numerics").
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace specdec::cpu {
+namespace {
+
+// ops::ref::rms_norm of one row (squares in f32 summed in double, in order).
+void norm_row(const float* x, const float* weight, float* y, int dim, float eps, float weight_offset) {
+  double sum = 0.0;
+  for (int i = 0; i < dim; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / dim);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (weight == nullptr) {
+    for (int i = 0; i < dim; ++i) y[i] = x[i] * scale;
+  } else {
+    for (int i = 0; i < dim; ++i) y[i] = (x[i] * scale) * (weight[i] + weight_offset);
+  }
+}
+
+void quantize_row(const float* y, int64_t r, int dim, const QuantOut* q) {
+  if (q != nullptr) quantize_activations(y, r, r + 1, dim, q->scale_block, q->q, q->rec);
+}
+
+float silu(float g) { return g / (1.0f + std::exp(-g)); }
+
+float gelu_tanh(float g) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoef = 0.044715f;
+  const float z = kSqrt2OverPi * (g + kCoef * g * g * g);
+  return g / (1.0f + std::exp(-2.0f * z));
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
+              float weight_offset, const QuantOut* q) {
+  for (int64_t r = r0; r < r1; ++r) {
+    norm_row(x + r * dim, weight, y + r * dim, dim, eps, weight_offset);
+    quantize_row(y, r, dim, q);
+  }
+}
+
+void add_rms_norm(float* x, const float* residual, const float* weight, float* y, int64_t r0, int64_t r1,
+                  int dim, float eps, float weight_offset, const QuantOut* q) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* xr = x + r * dim;
+    const float* rr = residual + r * dim;
+    for (int i = 0; i < dim; ++i) xr[i] = xr[i] + rr[i];
+    norm_row(xr, weight, y + r * dim, dim, eps, weight_offset);
+    quantize_row(y, r, dim, q);
+  }
+}
+
+void add(float* x, const float* y, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) x[i] = x[i] + y[i];
+}
+
+void scale(float* x, float s, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) x[i] = x[i] * s;
+}
+
+void softcap(float* x, float cap, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void add_bias(float* x, const float* bias, int64_t r0, int64_t r1, int dim) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* xr = x + r * dim;
+    for (int i = 0; i < dim; ++i) xr[i] = xr[i] + bias[i];
+  }
+}
+
+void gated_activation(const float* gate, const float* up, float* out, int64_t r0, int64_t r1, int ff,
+                      Activation act, int64_t in_row_stride, const QuantOut* q) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* g = gate + r * in_row_stride;
+    const float* u = up + r * in_row_stride;
+    float* o = out + r * ff;
+    if (act == Activation::kSilu) {
+      for (int i = 0; i < ff; ++i) o[i] = silu(g[i]) * u[i];
+    } else {
+      for (int i = 0; i < ff; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+    }
+    quantize_row(out, r, ff, q);
+  }
+}
+
+void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
+          const float* inv_freq, int rope_dim, RopeType type, int64_t token_stride) {
+  const int half = rope_dim / 2;
+  for (int64_t t = t0; t < t1; ++t) {
+    float* row = x + t * token_stride;
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      const float theta = pos * inv_freq[i];
+      const float c = static_cast<float>(std::cos(static_cast<double>(theta)));
+      const float s = static_cast<float>(std::sin(static_cast<double>(theta)));
+      const int d0 = type == RopeType::kNeox ? i : 2 * i;
+      const int d1 = type == RopeType::kNeox ? i + half : 2 * i + 1;
+      for (int h = 0; h < num_heads; ++h) {
+        float* head = row + int64_t{h} * head_size;
+        const float x0 = head[d0], x1 = head[d1];
+        head[d0] = x0 * c - x1 * s;
+        head[d1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+}  // namespace specdec::cpu

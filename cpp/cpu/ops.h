@@ -1,0 +1,69 @@
+// The forward ops of the native CPU device on host memory: the math of ops/reference.h (the same
+// formulas, orders and roundings the OpenCL kernels implement, docs/ops.md "Numerics"), for a
+// range of rows so that a thread pool can split an op without changing any row's result. Every
+// row is computed on its own, in a shape fixed by its length: batch invariant. Arguments are
+// checked by the device-neutral dispatch (ops/<family>.cpp); these functions trust them.
+// Tested against the references in tests/cpp/cpu_ops_test.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "common/model_types.h"
+#include "cpu/act_rec.h"
+
+namespace specdec::cpu {
+
+// Where an op also writes its output rows quantised for the matmuls (cpu/activations.h's rules):
+// q [rows, dim] int8, rec [rows, dim / 32]; scale_block 32 or 256 (dim a multiple of it).
+struct QuantOut {
+  int8_t* q = nullptr;
+  ActRec* rec = nullptr;
+  int scale_block = 32;
+};
+
+// ---- norms (ops/norm.h) ----
+// Rows [r0, r1): y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset) (weight may be null).
+// y may be x. With q, y's rows are also written quantised.
+void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
+              float weight_offset, const QuantOut* q);
+// x += residual (written back), then y = rms_norm(x) as above; y may be x or residual.
+void add_rms_norm(float* x, const float* residual, const float* weight, float* y, int64_t r0, int64_t r1,
+                  int dim, float eps, float weight_offset, const QuantOut* q);
+
+// ---- element-wise (ops/elementwise.h), on the flat range [i0, i1) ----
+void add(float* x, const float* y, int64_t i0, int64_t i1);
+void scale(float* x, float s, int64_t i0, int64_t i1);
+void softcap(float* x, float cap, int64_t i0, int64_t i1);
+// rows [r0, r1) of x [rows, dim] += bias [dim]
+void add_bias(float* x, const float* bias, int64_t r0, int64_t r1, int dim);
+// rows [r0, r1): out [r, ff] = act(gate) * up, gate / up rows in_row_stride apart; with q, out's
+// rows are also written quantised.
+void gated_activation(const float* gate, const float* up, float* out, int64_t r0, int64_t r1, int ff,
+                      Activation act, int64_t in_row_stride, const QuantOut* q);
+
+// ---- RoPE (ops/rope.h), tokens [t0, t1), in place ----
+void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
+          const float* inv_freq, int rope_dim, RopeType type, int64_t token_stride);
+
+// ---- row moves (ops/rows.h) ----
+// dst rows [j0, j1) = src[idx[j]] (NaN rows for an index outside [0, num_src_rows))
+void gather_rows(const float* src, const int32_t* idx, float* dst, int64_t j0, int64_t j1, int64_t num_src_rows,
+                 int dim);
+void copy_2d(const float* src, float* dst, int64_t r0, int64_t r1, int64_t cols, int64_t src_row_stride,
+             int64_t dst_row_stride);
+void split_columns(const float* src, float* dst_a, float* dst_b, float* dst_c, int64_t r0, int64_t r1, int a,
+                   int b, int c);
+// dst[r] = src[r, cols[r]] (NaN outside [0, dim)), rows [r0, r1)
+void gather_columns(const float* src, const int32_t* cols, float* dst, int64_t r0, int64_t r1, int dim);
+
+// ---- per-head matmul (ops/heads.h): (token, head) pairs [p0, p1) of num_tokens * heads ----
+void head_matmul(const float* w, const float* x, float* y, int64_t p0, int64_t p1, int heads, int rows, int cols,
+                 int64_t x_head_stride, int64_t y_head_stride);
+
+// ---- sampling reductions (ops/sampling.h), rows [r0, r1) ----
+void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab);
+void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t r1, int vocab, int k);
+// lse[r] = log sum exp(row); with out, also out = row - lse (log_softmax)
+void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab);
+
+}  // namespace specdec::cpu

@@ -1,0 +1,144 @@
+// Row moves, the per-head matmul and the sampling reductions of the native CPU device (cpu/ops.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "cpu/ops.h"
+
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace specdec::cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The sampling ops' order (docs/ops.md): larger value -> larger key, -0 == +0, NaN lowest.
+uint32_t order_key(float f) {
+  if (std::isnan(f)) return 0u;
+  if (f == 0.0f) return 0x80000000u;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace
+
+void gather_rows(const float* src, const int32_t* idx, float* dst, int64_t j0, int64_t j1, int64_t num_src_rows,
+                 int dim) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t r = idx[j];
+    float* d = dst + j * dim;
+    if (r >= 0 && r < num_src_rows) {
+      std::memcpy(d, src + r * dim, sizeof(float) * static_cast<size_t>(dim));
+    } else {
+      std::fill(d, d + dim, kNaN);
+    }
+  }
+}
+
+void copy_2d(const float* src, float* dst, int64_t r0, int64_t r1, int64_t cols, int64_t src_row_stride,
+             int64_t dst_row_stride) {
+  for (int64_t r = r0; r < r1; ++r)
+    std::memmove(dst + r * dst_row_stride, src + r * src_row_stride, sizeof(float) * static_cast<size_t>(cols));
+}
+
+void split_columns(const float* src, float* dst_a, float* dst_b, float* dst_c, int64_t r0, int64_t r1, int a,
+                   int b, int c) {
+  const int64_t w = int64_t{a} + b + c;
+  copy_2d(src, dst_a, r0, r1, a, w, a);
+  if (b > 0) copy_2d(src + a, dst_b, r0, r1, b, w, b);
+  if (c > 0) copy_2d(src + a + b, dst_c, r0, r1, c, w, c);
+}
+
+void gather_columns(const float* src, const int32_t* cols, float* dst, int64_t r0, int64_t r1, int dim) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int c = cols[r];
+    dst[r] = (c >= 0 && c < dim) ? src[r * dim + c] : kNaN;
+  }
+}
+
+// The kernel's order (ops/heads.h): 16 lanes over the columns, then a tree over the lanes.
+void head_matmul(const float* w, const float* x, float* y, int64_t p0, int64_t p1, int heads, int rows, int cols,
+                 int64_t x_head_stride, int64_t y_head_stride) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int h = static_cast<int>(p % heads);
+    const float* xr = x + p * x_head_stride;
+    for (int r = 0; r < rows; ++r) {
+      const float* wr = w + (int64_t{h} * rows + r) * cols;
+      float lane[16] = {};
+      for (int k = 0; k < cols; k += 16) {
+        for (int j = 0; j < 16 && k + j < cols; ++j) lane[j] = lane[j] + wr[k + j] * xr[k + j];
+      }
+      float s8[8], s4[4], s2[2];
+      for (int j = 0; j < 8; ++j) s8[j] = lane[j] + lane[j + 8];
+      for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
+      for (int j = 0; j < 2; ++j) s2[j] = s4[j] + s4[j + 2];
+      y[p * y_head_stride + r] = s2[0] + s2[1];
+    }
+  }
+}
+
+void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = logits + r * vocab;
+    int best = 0;
+    uint32_t best_key = order_key(row[0]);
+    for (int i = 1; i < vocab; ++i) {
+      const uint32_t k = order_key(row[i]);
+      if (k > best_key) {
+        best = i;
+        best_key = k;
+      }
+    }
+    ids[r] = best;
+  }
+}
+
+void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t r1, int vocab, int k) {
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = logits + r * vocab;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const uint32_t ka = order_key(row[a]), kb = order_key(row[b]);
+      return ka != kb ? ka > kb : a < b;
+    });
+    for (int j = 0; j < k; ++j) {
+      values[r * k + j] = row[order[static_cast<size_t>(j)]];
+      ids[r * k + j] = order[static_cast<size_t>(j)];
+    }
+  }
+}
+
+void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = logits + r * vocab;
+    float m = -std::numeric_limits<float>::infinity();
+    bool any_nan = false;
+    for (int i = 0; i < vocab; ++i) {
+      any_nan = any_nan || std::isnan(row[i]);
+      if (row[i] > m) m = row[i];
+    }
+    float v;
+    if (any_nan || !std::isfinite(m)) {
+      v = any_nan ? kNaN : m;
+    } else {
+      double sum = 0.0;
+      for (int i = 0; i < vocab; ++i) sum += static_cast<double>(std::exp(row[i] - m));
+      v = static_cast<float>(static_cast<double>(m) + std::log(sum));
+    }
+    lse[r] = v;
+    if (out != nullptr) {
+      for (int i = 0; i < vocab; ++i) out[r * vocab + i] = row[i] - v;
+    }
+  }
+}
+
+}  // namespace specdec::cpu

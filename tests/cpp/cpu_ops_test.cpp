@@ -1,0 +1,264 @@
+// The native CPU device's forward ops (cpu/ops.h) and activation quantiser (cpu/activations.h)
+// against the plain C++ references (ops/reference.h, quant::quantize_activations_reference).
+// They use the references' formulas, orders and the same libm, so every result is required
+// bitwise equal (NaN = NaN). Also: splitting an op's rows between calls (as the thread pool
+// does) changes nothing, a row's result is the same alone and inside a batch, and the norm /
+// activation with a quantised output equals the op followed by quantize_activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "common/errors.h"
+#include "cpu/activations.h"
+#include "cpu/ops.h"
+#include "ops/reference.h"
+#include "ops/rope.h"
+#include "quant/reference.h"
+
+namespace specdec::cpu {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return false;
+  }
+  return true;
+}
+
+bool same_records(const OwnedActivations& a, const OwnedActivations& b) {
+  if (a.q != b.q || a.rec.size() != b.rec.size()) return false;
+  for (size_t i = 0; i < a.rec.size(); ++i) {
+    if (std::memcmp(&a.rec[i], &b.rec[i], sizeof(ActRec)) != 0) return false;
+  }
+  return true;
+}
+
+// ---- activation quantisation ----
+class CpuQuantize : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(CpuQuantize, BitwiseTheReference) {
+  const auto [block, cols] = GetParam();
+  const int64_t n = 5;
+  std::vector<float> x = randn(static_cast<size_t>(n * cols), 7, 3.0f);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(cols + i)] = 0.0f;  // a zero block in row 1
+  x[static_cast<size_t>(2 * cols)] = 1e-38f;                              // tiny values in row 2
+  for (int i = 1; i < block; ++i) x[static_cast<size_t>(2 * cols + i)] = 0.0f;
+  for (int i = 0; i < cols; i += 7) x[static_cast<size_t>(3 * cols + i)] = 0.5f * (i % 3 - 1);  // halves
+  const OwnedActivations want = records_of(quant::quantize_activations_reference(x.data(), n, cols, block));
+  EXPECT_TRUE(same_records(quantize_activations(x.data(), n, cols, block), want));
+  // rows quantised one call each, as a pool splits them
+  OwnedActivations split = want;
+  std::fill(split.q.begin(), split.q.end(), int8_t{0});
+  for (int64_t r = 0; r < n; ++r) quantize_activations(x.data(), r, r + 1, cols, block, split.q.data(), split.rec.data());
+  EXPECT_TRUE(same_records(split, want));
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, CpuQuantize,
+                         ::testing::Values(std::make_tuple(32, 32), std::make_tuple(32, 576), std::make_tuple(32, 1536),
+                                           std::make_tuple(256, 256), std::make_tuple(256, 1536),
+                                           std::make_tuple(256, 8960 - 8960 % 256)));
+
+TEST(CpuQuantizeChecks, BadShapesAreConfigErrors) {
+  const std::vector<float> x(64);
+  EXPECT_THROW(quantize_activations(x.data(), 1, 64, 64), ConfigError);
+  EXPECT_THROW(quantize_activations(x.data(), 1, 48, 32), ConfigError);
+  EXPECT_THROW(quantize_activations(x.data(), 1, 32, 256), ConfigError);
+}
+
+// ---- norms ----
+class CpuNorm : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(CpuNorm, RmsNormAndFusedResidualBitwise) {
+  const auto [dim, rows] = GetParam();
+  const size_t n = static_cast<size_t>(dim) * rows;
+  const std::vector<float> x = randn(n, 1, 4.0f), res = randn(n, 2), w = randn(static_cast<size_t>(dim), 3);
+  for (float offset : {0.0f, 1.0f}) {
+    std::vector<float> want(n), got(n);
+    ops::ref::rms_norm(x, w, want, rows, dim, 1e-6f, offset);
+    rms_norm(x.data(), w.data(), got.data(), 0, rows, dim, 1e-6f, offset, nullptr);
+    EXPECT_TRUE(same_bits(got, want)) << dim << " x " << rows << " offset " << offset;
+  }
+  std::vector<float> want(n), got(n);
+  ops::ref::rms_norm(x, {}, want, rows, dim, 1e-5f);
+  rms_norm(x.data(), nullptr, got.data(), 0, rows, dim, 1e-5f, 0.0f, nullptr);
+  EXPECT_TRUE(same_bits(got, want)) << "no weight";
+  // add_rms_norm = add then rms_norm, with y in place over the residual; rows in two calls
+  std::vector<float> sum = x, want_y(n);
+  ops::ref::add(sum, res);
+  ops::ref::rms_norm(sum, w, want_y, rows, dim, 1e-6f);
+  std::vector<float> xs = x, ys = res;
+  const int64_t half = rows / 2;
+  add_rms_norm(xs.data(), ys.data(), w.data(), ys.data(), 0, half, dim, 1e-6f, 0.0f, nullptr);
+  add_rms_norm(xs.data(), ys.data(), w.data(), ys.data(), half, rows, dim, 1e-6f, 0.0f, nullptr);
+  EXPECT_TRUE(same_bits(xs, sum)) << "the residual stream";
+  EXPECT_TRUE(same_bits(ys, want_y));
+}
+
+TEST_P(CpuNorm, QuantisedOutputIsTheNormQuantised) {
+  const auto [dim, rows] = GetParam();
+  const size_t n = static_cast<size_t>(dim) * rows;
+  const std::vector<float> x = randn(n, 4, 2.0f), w = randn(static_cast<size_t>(dim), 5);
+  for (int block : {32, 256}) {
+    if (dim % block != 0) continue;
+    std::vector<float> y(n);
+    OwnedActivations got;
+    got.n = rows;
+    got.cols = dim;
+    got.q.resize(n);
+    got.rec.resize(n / 32);
+    const QuantOut q{got.q.data(), got.rec.data(), block};
+    rms_norm(x.data(), w.data(), y.data(), 0, rows, dim, 1e-6f, 0.0f, &q);
+    EXPECT_TRUE(same_records(got, quantize_activations(y.data(), rows, dim, block))) << block;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuNorm,
+                         ::testing::Values(std::make_tuple(64, 1), std::make_tuple(576, 3), std::make_tuple(768, 5),
+                                           std::make_tuple(1536, 9), std::make_tuple(96, 16)));
+
+// ---- element-wise and activations ----
+TEST(CpuElementwise, BitwiseTheReference) {
+  const int64_t n = 1000;
+  const std::vector<float> x = randn(n, 11, 8.0f), y = randn(n, 12);
+  std::vector<float> want = x, got = x;
+  ops::ref::add(want, y);
+  add(got.data(), y.data(), 0, 400);
+  add(got.data(), y.data(), 400, n);
+  EXPECT_TRUE(same_bits(got, want));
+  want = x, got = x;
+  ops::ref::scale(want, 0.125f);
+  scale(got.data(), 0.125f, 0, n);
+  EXPECT_TRUE(same_bits(got, want));
+  want = x, got = x;
+  ops::ref::softcap(want, 30.0f);
+  softcap(got.data(), 30.0f, 0, n);
+  EXPECT_TRUE(same_bits(got, want));
+  want = x, got = x;
+  ops::ref::add_bias(want, std::span<const float>(y.data(), 100), 10, 100);
+  add_bias(got.data(), y.data(), 0, 10, 100);
+  EXPECT_TRUE(same_bits(got, want));
+}
+
+TEST(CpuElementwise, GatedActivationsBitwiseWithQuantisedOutput) {
+  const int rows = 6, ff = 512;
+  const std::vector<float> gu = randn(static_cast<size_t>(rows) * 2 * ff, 21, 3.0f);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    // gate and up inside one fused row [gate | up], rows 2 * ff apart
+    const std::span<const float> gate(gu.data(), gu.size()), up(gu.data() + ff, gu.size() - ff);
+    std::vector<float> want(static_cast<size_t>(rows) * ff), got(want.size());
+    ops::ref::gated_activation(gate, up, want, rows, ff, act, 2 * ff);
+    OwnedActivations q;
+    q.n = rows;
+    q.cols = ff;
+    q.q.resize(want.size());
+    q.rec.resize(want.size() / 32);
+    const QuantOut qo{q.q.data(), q.rec.data(), 256};
+    gated_activation(gu.data(), gu.data() + ff, got.data(), 0, 2, ff, act, 2 * ff, &qo);
+    gated_activation(gu.data(), gu.data() + ff, got.data(), 2, rows, ff, act, 2 * ff, &qo);
+    EXPECT_TRUE(same_bits(got, want)) << static_cast<int>(act);
+    EXPECT_TRUE(same_records(q, quantize_activations(want.data(), rows, ff, 256)));
+  }
+}
+
+// ---- RoPE ----
+TEST(CpuRope, BitwiseTheReferenceBothTypesPartialDimsAndStrides) {
+  const int64_t tokens = 7;
+  const std::vector<int32_t> pos = {0, 1, 5, 100, 4095, 65536, 131071};
+  for (RopeType type : {RopeType::kNorm, RopeType::kNeox}) {
+    for (auto [heads, head_size, rope_dim] : {std::tuple{4, 64, 64}, std::tuple{2, 128, 64}, std::tuple{3, 256, 256}}) {
+      const std::vector<float> inv = ops::rope_inv_freq(rope_dim, 10000.0);
+      const int64_t stride = int64_t{heads} * head_size + 32;  // q inside a wider fused row
+      const std::vector<float> x = randn(static_cast<size_t>(tokens * stride), 31);
+      std::vector<float> want = x, got = x;
+      ops::ref::rope(want, pos, tokens, heads, head_size, inv, type, stride);
+      rope(got.data(), pos.data(), 0, 3, heads, head_size, inv.data(), rope_dim, type, stride);
+      rope(got.data(), pos.data(), 3, tokens, heads, head_size, inv.data(), rope_dim, type, stride);
+      EXPECT_TRUE(same_bits(got, want)) << static_cast<int>(type) << " " << head_size << " " << rope_dim;
+    }
+  }
+}
+
+// ---- row moves and heads ----
+TEST(CpuRows, BitwiseTheReference) {
+  const int dim = 40;
+  const std::vector<float> src = randn(10 * dim, 41);
+  const std::vector<int32_t> idx = {3, 0, 9, -1, 10, 3};
+  std::vector<float> want(idx.size() * dim), got(want.size());
+  ops::ref::gather_rows(src, idx, want, 10, dim);
+  gather_rows(src.data(), idx.data(), got.data(), 0, static_cast<int64_t>(idx.size()), 10, dim);
+  EXPECT_TRUE(same_bits(got, want));
+  std::vector<float> a(10 * 16), b(10 * 20), c(10 * 4), ra(a.size()), rb(b.size()), rc(c.size());
+  ops::ref::split_columns(src, ra, rb, rc, 10, 16, 20, 4);
+  split_columns(src.data(), a.data(), b.data(), c.data(), 0, 10, 16, 20, 4);
+  EXPECT_TRUE(same_bits(a, ra) && same_bits(b, rb) && same_bits(c, rc));
+  const std::vector<int32_t> cols = {0, 39, 40, -2, 5, 6, 7, 8, 9, 1};
+  std::vector<float> gw(10), gg(10);
+  ops::ref::gather_columns(src, cols, gw, 10, dim);
+  gather_columns(src.data(), cols.data(), gg.data(), 0, 10, dim);
+  EXPECT_TRUE(same_bits(gg, gw));
+}
+
+TEST(CpuHeads, HeadMatmulBitwiseTheReference) {
+  const int64_t tokens = 3;
+  const int heads = 4, rows = 24, cols = 40;
+  const int64_t xs = cols + 8, ys = rows + 5;
+  const std::vector<float> w = randn(static_cast<size_t>(heads * rows * cols), 51);
+  const std::vector<float> x = randn(static_cast<size_t>(tokens * heads * xs), 52);
+  std::vector<float> want(static_cast<size_t>(tokens * heads * ys), -7.0f), got = want;
+  ops::ref::head_matmul(w, x, want, tokens, heads, rows, cols, xs, ys);
+  head_matmul(w.data(), x.data(), got.data(), 0, 5, heads, rows, cols, xs, ys);
+  head_matmul(w.data(), x.data(), got.data(), 5, tokens * heads, heads, rows, cols, xs, ys);
+  EXPECT_TRUE(same_bits(got, want)) << "padding between heads untouched too";
+}
+
+// ---- sampling reductions ----
+TEST(CpuSampling, ArgmaxTopKLogsumexpExactOnHardRows) {
+  const int vocab = 1000 + 7;
+  std::vector<float> rows = randn(static_cast<size_t>(vocab) * 6, 61, 5.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    rows[static_cast<size_t>(vocab + i)] = static_cast<float>(i % 4);   // ties
+    rows[static_cast<size_t>(2 * vocab + i)] = i % 3 == 0 ? nan : 1.0f;  // NaN every third
+    rows[static_cast<size_t>(3 * vocab + i)] = nan;                      // all NaN
+    rows[static_cast<size_t>(4 * vocab + i)] = i == 500 ? inf : -inf;    // +inf
+    rows[static_cast<size_t>(5 * vocab + i)] = i % 2 ? -0.0f : 0.0f;     // -0 / +0 ties
+  }
+  const int64_t n = 6;
+  std::vector<int32_t> want_ids(n), got_ids(n);
+  ops::ref::argmax(rows, want_ids, n, vocab);
+  argmax(rows.data(), got_ids.data(), 0, n, vocab);
+  EXPECT_EQ(got_ids, want_ids);
+  const int k = 9;
+  std::vector<float> wv(n * k), gv(n * k);
+  std::vector<int32_t> wi(n * k), gi(n * k);
+  ops::ref::top_k(rows, wv, wi, n, vocab, k);
+  top_k(rows.data(), gv.data(), gi.data(), 0, n, vocab, k);
+  EXPECT_EQ(gi, wi);
+  EXPECT_TRUE(same_bits(gv, wv));
+  std::vector<float> wl(n), gl(n), wo(rows.size()), go(rows.size());
+  ops::ref::log_softmax_rows(rows, wo, wl, n, vocab);
+  logsumexp(rows.data(), gl.data(), go.data(), 0, n, vocab);
+  EXPECT_TRUE(same_bits(gl, wl));
+  EXPECT_TRUE(same_bits(go, wo));
+  std::vector<float> only(n);
+  logsumexp(rows.data(), only.data(), nullptr, 0, n, vocab);
+  EXPECT_TRUE(same_bits(only, wl));
+}
+
+}  // namespace
+}  // namespace specdec::cpu
