@@ -312,6 +312,22 @@ std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src) {
   return packed;
 }
 
+void unpack_row(const DeviceLayout& layout, const uint8_t* packed, int64_t r, uint8_t* dst) {
+  SPECDEC_CHECK(r >= 0 && r < layout.rows, "row", r, str_cat("must be in [0, ", layout.rows, ")"));
+  const WeightFormat& f = weight_format(layout.type);
+  const int64_t nb = layout.blocks_per_row, g = r / R;
+  const int lane = static_cast<int>(r % R);
+  uint8_t* rec[8] = {};
+  SPECDEC_CHECK(layout.planes.size() <= 8, "planes", layout.planes.size(), "at most 8");
+  for (int64_t b = 0; b < nb; ++b) {
+    for (size_t p = 0; p < layout.planes.size(); ++p) {
+      const Plane& plane = layout.planes[p];
+      rec[p] = const_cast<uint8_t*>(packed) + plane.offset + (g * nb + b) * plane.record_bytes;
+    }
+    move_block(layout.type, dst + b * f.block_bytes, rec, lane, false);
+  }
+}
+
 std::vector<uint8_t> unpack(const DeviceLayout& layout, const uint8_t* packed) {
   std::vector<uint8_t> blocks(
       static_cast<size_t>(layout.rows * row_bytes(layout.type, layout.cols)));

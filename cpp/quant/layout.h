@@ -47,5 +47,8 @@ DeviceLayout device_layout(GgmlType type, int64_t rows, int64_t cols);
 std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src);
 // The inverse: the device layout -> ggml row-major blocks (tests; reading weights back).
 std::vector<uint8_t> unpack(const DeviceLayout& layout, const uint8_t* packed);
+// Row r alone: row_bytes(type, cols) ggml bytes to dst (an embedding row; ConfigError for r out
+// of [0, rows)).
+void unpack_row(const DeviceLayout& layout, const uint8_t* packed, int64_t r, uint8_t* dst);
 
 }  // namespace specdec::quant

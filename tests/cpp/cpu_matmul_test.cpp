@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "cpu/embedding.h"
 #include "cpu/isa.h"
 #include "cpu/matmul.h"
 #include "quant/dequantize.h"
@@ -271,6 +272,29 @@ TEST(CpuIsa, ThisCpu) {
   std::string names;
   for (Isa isa : isas) names += std::string(" ") + isa_name(isa);
   std::printf("cpu paths:%s; chosen %s\n", names.c_str(), isa_name(cpu_isa()));
+}
+
+
+// Embedding rows from the packed layout: bitwise quant::dequantize_row of the ggml row (times the
+// scale) for every format, rows in several groups and lanes, ids clamped to [0, rows).
+TEST(CpuEmbedding, RowsBitwiseTheDequantisedRows) {
+  for (GgmlType t : formats()) {
+    const Matrix m = random_matrix(t, 37, cols_for(t, 96), 9);
+    const std::vector<int32_t> ids = {0, 15, 16, 36, 5, -4, 99};
+    for (float scale : {1.0f, 0.125f}) {
+      std::vector<float> got(ids.size() * static_cast<size_t>(m.cols), -1.0f), want;
+      embedding(m.weight(), ids.data(), 0, 3, got.data(), scale);
+      embedding(m.weight(), ids.data(), 3, static_cast<int64_t>(ids.size()), got.data(), scale);
+      const int64_t rb = quant::row_bytes(t, m.cols);
+      for (int32_t id : ids) {
+        const int64_t r = std::clamp<int64_t>(id, 0, m.rows - 1);
+        std::vector<float> row(static_cast<size_t>(m.cols));
+        quant::dequantize_row(t, m.blocks.data() + r * rb, row.data(), m.cols);
+        for (float v : row) want.push_back(scale == 1.0f ? v : v * scale);
+      }
+      EXPECT_EQ(bit_differences(got, want), 0) << quant::weight_type_name(t) << " scale " << scale;
+    }
+  }
 }
 
 }  // namespace
