@@ -113,3 +113,31 @@ def test_no_drafting_in_the_forward_call_when_the_step_is_tight():
     want = [o.outputs[0].token_ids for o in specdec.LLM(STORIES, progress=False).generate(prompts, params)]
     assert got == want
     assert 3 not in calls  # 3 requests x (1 + 3) rows > 8: they propose first
+
+
+def test_a_prefill_in_a_fused_step_is_verified_after_the_call():
+    """The scheduler can put a prefill chunk into a step planned for drafting inside the forward's
+    call (a request it preempted comes back at once; here one arrives during scheduling): the
+    step then verifies after the call, prefill rows and all, and every output stays plain
+    decoding's."""
+    spec_cfg = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3}
+    llm = specdec.LLM(STORIES, progress=False, speculative_config=spec_cfg)
+    core = llm.engine.core
+    params = specdec.SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    original, injected = core.scheduler.schedule, []
+
+    def schedule(drafts, planned=None):
+        if planned and not injected:
+            r = llm._make_request("The dog", params)
+            core.add_request(r)
+            injected.append(r)
+        return original(drafts, planned)
+
+    core.scheduler.schedule = schedule
+    prompts = ["Once upon a time", "The cat"]
+    got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    while core.has_unfinished_requests():
+        core.step()
+    plain = specdec.LLM(STORIES, progress=False)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts + ["The dog"], params)]
+    assert injected and got + [list(injected[0].output_token_ids)] == want

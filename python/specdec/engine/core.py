@@ -214,14 +214,17 @@ class EngineCore:
 
     def _propose_and_step(self, asks, reqs, plan: SchedulerOutput, steps, need_logits: bool):
         """Proposes for the scheduled requests with planned rows, runs the forward and verifies the
-        step, in one call (every row is a decode / verify: no request waits); fills each one's
-        draft in. Returns (StepOutput, seconds proposing, seconds in the forward, outcomes)."""
+        step, in one call (when every row is a decode / verify); fills each one's draft in.
+        Returns (StepOutput, seconds proposing, seconds in the forward, outcomes or None)."""
         by_id = {r.request_id: a for (r, _), a in zip(reqs, asks)}
         rows = [i for i, s in enumerate(plan.scheduled) if s.planned]
         mine = [by_id[plan.scheduled[i].request.request_id] for i in rows]
+        # a request the scheduler preempted can come back as a prefill chunk in the same plan:
+        # then the step is verified after the call, prefill rows and all
+        inside = not any(s.is_prefill for s in plan.scheduled)
         drafts, out, seconds, forward, outcomes = self.propose_and_step(
-            self.proposer, mine, rows, self.runner, steps, need_logits, self.verifier,
-            [s.request.verify for s in plan.scheduled])
+            self.proposer, mine, rows, self.runner, steps, need_logits,
+            self.verifier if inside else None, [s.request.verify for s in plan.scheduled] if inside else None)
         scheduled = plan.scheduled
         for i, d in zip(rows, drafts):
             tokens = d.tokens
@@ -294,7 +297,8 @@ class EngineCore:
         if fused:  # drafting and verifying inside the forward's call: their time is not forward time
             out, t_draft, t_forward, outcomes = self._propose_and_step(asks, reqs, plan, steps, need_logits)
             t3 = time.perf_counter()
-            rows_dec = out.num_rows  # every row a decode / verify row with its logit row
+            rows_dec = (out.num_rows if outcomes is not None  # every row a decode / verify row
+                        else sum(len(s.tokens) for s in plan.scheduled) - rows_pre)
         else:
             out = self.runner.step(steps, return_logits=need_logits)
             t3 = time.perf_counter()
