@@ -15,6 +15,7 @@
 
 #include "attention/metadata.h"
 #include "attention/registry.h"
+#include "device/ocl_device.h"
 #include "kv/allocator.h"
 #include "kv/planner.h"
 
@@ -73,21 +74,22 @@ CommonAttentionMetadata one_request(int context, int num_new, int64_t num_blocks
   return md;
 }
 
-nlohmann::json run_case(ocl::Context& ctx, const AttentionBackend& b, const kv::KvCacheAllocation& cache,
+nlohmann::json run_case(device::Device& dev, const AttentionBackend& b, const kv::KvCacheAllocation& cache,
                         const kv::KvCacheSpec& spec, int num_q_heads, const char* what, int context, int num_new,
                         int reps, std::mt19937& rng) {
+  ocl::Context& ctx = ocl::context_of(dev);
   const auto common = one_request(context, num_new, cache.views()[0].num_blocks, rng);
-  const AttentionMetadata md = b.make_builder(spec, num_q_heads)->build(ctx, common);
+  const AttentionMetadata md = b.make_builder(spec, num_q_heads)->build(dev, common);
   const auto p = AttentionLayerParams::from_spec(spec, num_q_heads, 1.0f / std::sqrt(static_cast<float>(spec.head_size)));
   std::vector<float> q(static_cast<size_t>(num_new) * num_q_heads * p.head_size, 0.01f);
   ocl::Buffer qb(ctx, q.size() * 4), out(ctx, static_cast<size_t>(num_new) * num_q_heads * p.head_size_v * 4);
   qb.write(ctx, q.data(), q.size() * 4);
-  b.forward(ctx, md, p, cache.views()[0], cache.tensor(0), qb, out);  // warm-up (and compile)
+  b.forward(dev, md, p, cache.views()[0], cache.tensor(0), qb, out);  // warm-up (and compile)
   ctx.finish();
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    b.forward(ctx, md, p, cache.views()[0], cache.tensor(0), qb, out);
+    b.forward(dev, md, p, cache.views()[0], cache.tensor(0), qb, out);
     ctx.finish();
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
@@ -104,6 +106,7 @@ nlohmann::json run_case(ocl::Context& ctx, const AttentionBackend& b, const kv::
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   auto ctx = ocl::Context::create();
+  const auto dev = device::wrap(ctx);
   std::mt19937 rng(1);
   nlohmann::json out;
   out["device"] = ctx->device().name;
@@ -116,26 +119,26 @@ int main(int argc, char** argv) {
   const auto spec = kv::KvCacheSpec::full_attention(kBlock, kKvHeads, kHead, DType::kF16);
   const auto r = AttentionRequirements::from_spec(spec, kQHeads);
   nlohmann::json results = nlohmann::json::array();
-  for (const AttentionBackend* b : priority_list(ctx->device().type)) {
+  for (const AttentionBackend* b : priority_list(dev->info())) {
     if (!b->validate(r).empty() || !b->capabilities().on_device) continue;
     const int64_t blocks = (contexts.back() + 512) / kBlock + 8;
     const auto config = kv::plan_kv_cache({{"l", spec, ""}}, 0, 1 << 20, {2048, blocks, ""});
     kv::KvCacheAllocation cache(ctx, config, {{"l", b->kv_layout()}});
     for (int c : contexts) {
-      results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "decode", c, 1, reps, rng));
-      results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "verify_1+4", c, 5, reps, rng));
+      results.push_back(run_case(*dev, *b, cache, spec, kQHeads, "decode", c, 1, reps, rng));
+      results.push_back(run_case(*dev, *b, cache, spec, kQHeads, "verify_1+4", c, 5, reps, rng));
     }
-    results.push_back(run_case(*ctx, *b, cache, spec, kQHeads, "prefill", 0, quick ? 64 : 512, quick ? 1 : 5, rng));
+    results.push_back(run_case(*dev, *b, cache, spec, kQHeads, "prefill", 0, quick ? 64 : 512, quick ? 1 : 5, rng));
   }
   // MLA: a DeepSeek-V2-Lite-like layer (16 q heads, latent 512 + rope 64, f16)
   const auto mla = kv::KvCacheSpec::mla(kBlock, 512, 64, DType::kF16);
-  for (const AttentionBackend* b : priority_list(ctx->device().type)) {
+  for (const AttentionBackend* b : priority_list(dev->info())) {
     if (!b->validate(AttentionRequirements::from_spec(mla, 16)).empty() || !b->capabilities().on_device) continue;
     const auto config = kv::plan_kv_cache({{"m", mla, ""}}, 0, 1 << 20, {2048, (contexts.back() + 512) / kBlock + 8, ""});
     kv::KvCacheAllocation cache(ctx, config);
     for (int c : contexts) {
-      results.push_back(run_case(*ctx, *b, cache, mla, 16, "decode", c, 1, reps, rng));
-      results.push_back(run_case(*ctx, *b, cache, mla, 16, "verify_1+4", c, 5, reps, rng));
+      results.push_back(run_case(*dev, *b, cache, mla, 16, "decode", c, 1, reps, rng));
+      results.push_back(run_case(*dev, *b, cache, mla, 16, "verify_1+4", c, 5, reps, rng));
     }
   }
   out["results"] = results;

@@ -154,7 +154,10 @@ void bind_groups(py::module_& m) {
         return choice_dict(it->second);
       }, py::arg("layer_name"))
       .def("explain", &AttentionSetup::explain);
-  m.def("initialize_attention", &initialize_attention, py::arg("config"), py::arg("layers"),
+  m.def("initialize_attention",
+        static_cast<AttentionSetup (*)(const kv::KvCacheConfig&, const std::vector<LayerAttentionInfo>&,
+                                       const std::string&, const std::string&)>(&initialize_attention),
+        py::arg("config"), py::arg("layers"),
         py::arg("attention_backend") = "", py::arg("device_type") = "cpu",
         "Chooses a backend per layer and groups layers into attention groups per KV-cache group.");
 }

@@ -113,6 +113,11 @@ bool AttentionBackend::can_read(kv::KvLayout layout) const {
   return layout == c.kv_layout || std::find(c.also_reads.begin(), c.also_reads.end(), layout) != c.also_reads.end();
 }
 
+bool AttentionBackend::runs_on(device::Kind kind) const {
+  const std::vector<device::Kind>& kinds = capabilities().devices;
+  return kinds.empty() || std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
 kv::KvLayout AttentionBackend::kv_layout_for(const kv::KvCacheSpec& spec, std::optional<kv::KvLayout> required) const {
   if (spec.kind == kv::KvSpecKind::kMla) return kv::KvLayout::kMlaLatent;
   if (required && can_read(*required)) return *required;

@@ -11,6 +11,7 @@
 #include "ops/norm.h"  // ops::QuantizedOut
 #include "attention/metadata.h"
 #include "common/dtype.h"
+#include "device/device.h"
 #include "kv/layout.h"
 #include "kv/spec.h"
 #include "ocl/context.h"
@@ -65,6 +66,9 @@ struct BackendCapabilities {
   bool sinks = false;
   bool separate_head_size_v = false;   // head_size_v != head_size (attention, not MLA)
   bool on_device = true;               // false: runs on the host (REFERENCE)
+  // The device kinds it runs on (the priority lists offer it only there); empty: every kind
+  // (REFERENCE reads and writes through the Device).
+  std::vector<device::Kind> devices;
   // Writes the output quantised as well when AttentionLayerParams::quantized_output asks (the
   // output projection's int8 activations: one launch fewer per layer).
   bool quantized_output = false;
@@ -107,6 +111,12 @@ void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLay
                            const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                            const ocl::Buffer& output);
 
+// Blocking transfers of an attention buffer through `dev` (attention/ocl_buffers.cpp), for code
+// that runs on any device (REFERENCE). Until step 7 of docs/device_seam.md, when the buffers
+// become device::Buffer and these become dev.read / dev.write.
+void read_buffer(device::Device& dev, const ocl::Buffer& buffer, void* dst, size_t n);
+void write_buffer(device::Device& dev, const ocl::Buffer& buffer, const void* src, size_t n);
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
@@ -118,6 +128,8 @@ class AttentionBackend {
   kv::KvLayout kv_layout_for(const kv::KvCacheSpec& spec,
                              std::optional<kv::KvLayout> required = std::nullopt) const;
   bool can_read(kv::KvLayout layout) const;
+  // Whether it runs on devices of `kind` (capabilities().devices).
+  bool runs_on(device::Kind kind) const;
 
   // Every reason this backend cannot serve `r`, in a fixed order; empty when it can.
   std::vector<std::string> validate(const AttentionRequirements& r) const;
@@ -134,8 +146,9 @@ class AttentionBackend {
   //   view:   the layer's view of its cache tensor (in this backend's layout), cache: the tensor
   //   query:  [num_tokens, num_q_heads, head_size] f32
   //   output: [num_tokens, num_q_heads, head_size_v] f32
-  // K/V of the new tokens must already be in the cache (kv_cache_write). Enqueued on ctx's queue.
-  virtual void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+  // K/V of the new tokens must already be in the cache (kv_cache_write). Enqueued on dev, which
+  // must be of a kind the backend runs on (runs_on).
+  virtual void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
                        const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                        ocl::Buffer& output) const = 0;
 };

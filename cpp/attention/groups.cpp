@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "attention/registry.h"
 #include "kv/blocks.h"
 
 namespace specdec::attn {
@@ -59,7 +60,7 @@ std::string compress_names(const std::vector<std::string>& names) {
 }  // namespace
 
 AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::vector<LayerAttentionInfo>& layers,
-                                    const std::string& requested_backend, const std::string& device_type) {
+                                    const std::string& requested_backend, const device::Info& device) {
   const auto info = index_layers(config, layers);
   AttentionSetup setup;
   std::map<GroupKey, int> group_index;
@@ -75,7 +76,7 @@ AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::
     r.required_layout = required_layout;
     BackendChoice choice;
     try {
-      choice = select_backend(r, requested_backend, device_type);
+      choice = select_backend(r, requested_backend, device);
     } catch (const UnsupportedError& e) {
       throw UnsupportedError("layer " + layer + ": " + e.what());
     } catch (const ConfigError& e) {
@@ -106,6 +107,11 @@ AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::
   return setup;
 }
 
+AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::vector<LayerAttentionInfo>& layers,
+                                    const std::string& requested_backend, const std::string& device_type) {
+  return initialize_attention(config, layers, requested_backend, opencl_device_info(device_type));
+}
+
 std::string AttentionSetup::explain() const {
   std::string out;
   for (size_t i = 0; i < attention_groups.size(); ++i) {
@@ -128,7 +134,7 @@ std::string AttentionSetup::explain() const {
   return out;
 }
 
-std::vector<AttentionMetadata> build_step_metadata(ocl::Context& ctx, const AttentionSetup& setup,
+std::vector<AttentionMetadata> build_step_metadata(device::Device& dev, const AttentionSetup& setup,
                                                    const kv::KvCacheManager& manager,
                                                    const std::vector<ScheduledRequest>& requests) {
   std::map<std::pair<int, bool>, CommonAttentionMetadata> common;  // (kv group, causal) -> metadata
@@ -140,7 +146,7 @@ std::vector<AttentionMetadata> build_step_metadata(ocl::Context& ctx, const Atte
     if (it == common.end()) {
       it = common.emplace(key, build_common_metadata(manager, g.kv_cache_group_id, requests, g.causal)).first;
     }
-    out.push_back(g.builder->build(ctx, it->second));
+    out.push_back(g.builder->build(dev, it->second));
   }
   return out;
 }

@@ -52,14 +52,18 @@ struct AttentionSetup {
   std::string explain() const;
 };
 
-// Chooses a backend for every layer of `config` (requested: "" / "auto" or a backend name) and
-// groups them. `layers` must describe every layer of the plan (ConfigError naming the missing one).
+// Chooses a backend for every layer of `config` (requested: "" / "auto" or a backend name) from
+// the priority list of `device` and groups them. `layers` must describe every layer of the plan
+// (ConfigError naming the missing one).
+AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::vector<LayerAttentionInfo>& layers,
+                                    const std::string& requested_backend, const device::Info& device);
+// The same on an OpenCL device of `device_type` (the Python API's device_type).
 AttentionSetup initialize_attention(const kv::KvCacheConfig& config, const std::vector<LayerAttentionInfo>& layers,
                                     const std::string& requested_backend = "", const std::string& device_type = "cpu");
 
 // One step's metadata: the common metadata of each KV-cache group is built once from the block
 // tables, then each attention group's builder runs once; element i belongs to attention group i.
-std::vector<AttentionMetadata> build_step_metadata(ocl::Context& ctx, const AttentionSetup& setup,
+std::vector<AttentionMetadata> build_step_metadata(device::Device& dev, const AttentionSetup& setup,
                                                    const kv::KvCacheManager& manager,
                                                    const std::vector<ScheduledRequest>& requests);
 

@@ -126,12 +126,7 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk, const Co
   return out;
 }
 
-ocl::Buffer upload_int32s(ocl::Context& ctx, const std::vector<int32_t>& values) {
-  if (values.empty()) return ocl::Buffer(ctx, sizeof(int32_t));
-  return ocl::Buffer(ctx, values.data(), values.size() * sizeof(int32_t));
-}
-
-AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetadata& common) {
+AttentionMetadata upload_metadata(device::Device& dev, const CommonAttentionMetadata& common) {
   common.validate();
   AttentionMetadata md;
   md.host = common;
@@ -140,21 +135,21 @@ AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetada
     std::fill(md.token_request.begin() + common.query_start_loc[r],
               md.token_request.begin() + common.query_start_loc[r + 1], r);
   }
-  md.query_start_loc = upload_int32s(ctx, common.query_start_loc);
-  md.seq_lens = upload_int32s(ctx, common.seq_lens);
-  md.block_table = upload_int32s(ctx, common.block_table);
-  md.token_request_buf = upload_int32s(ctx, md.token_request);
-  md.slot_mapping = upload_int32s(ctx, common.slot_mapping);
+  md.query_start_loc = upload_int32s(dev, common.query_start_loc);
+  md.seq_lens = upload_int32s(dev, common.seq_lens);
+  md.block_table = upload_int32s(dev, common.block_table);
+  md.token_request_buf = upload_int32s(dev, md.token_request);
+  md.slot_mapping = upload_int32s(dev, common.slot_mapping);
   return md;
 }
 
-AttentionMetadata AttentionMetadataBuilder::build(ocl::Context& ctx, const CommonAttentionMetadata& common) const {
-  return upload_metadata(ctx, common);
+AttentionMetadata AttentionMetadataBuilder::build(device::Device& dev, const CommonAttentionMetadata& common) const {
+  return upload_metadata(dev, common);
 }
 
-AttentionMetadata LocalAttentionMetadataBuilder::build(ocl::Context& ctx,
+AttentionMetadata LocalAttentionMetadataBuilder::build(device::Device& dev,
                                                        const CommonAttentionMetadata& common) const {
-  return upload_metadata(ctx, make_local_attention_virtual_batches(chunk_, common));
+  return upload_metadata(dev, make_local_attention_virtual_batches(chunk_, common));
 }
 
 }  // namespace specdec::attn

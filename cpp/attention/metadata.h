@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "ocl/context.h"
 
 namespace specdec::kv {
@@ -78,22 +79,23 @@ struct AttentionMetadata {
 };
 
 // Uploads `common` (after validate()) and derives token_request.
-AttentionMetadata upload_metadata(ocl::Context& ctx, const CommonAttentionMetadata& common);
+AttentionMetadata upload_metadata(device::Device& dev, const CommonAttentionMetadata& common);
 // A device buffer created holding `values` (copied at creation, no blocking write through the
-// queue); one int32 of room when empty.
-ocl::Buffer upload_int32s(ocl::Context& ctx, const std::vector<int32_t>& values);
+// queue); one int32 of room when empty. In attention/ocl_buffers.cpp while the metadata buffers
+// are ocl::Buffer (until step 7 of docs/device_seam.md: then dev.upload(..., kStep)).
+ocl::Buffer upload_int32s(device::Device& dev, const std::vector<int32_t>& values);
 
 class AttentionMetadataBuilder {
  public:
   virtual ~AttentionMetadataBuilder() = default;
-  virtual AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const;
+  virtual AttentionMetadata build(device::Device& dev, const CommonAttentionMetadata& common) const;
 };
 
 // Builder for chunked local attention: virtual batches, then upload.
 class LocalAttentionMetadataBuilder : public AttentionMetadataBuilder {
  public:
   explicit LocalAttentionMetadataBuilder(int attention_chunk_size) : chunk_(attention_chunk_size) {}
-  AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const override;
+  AttentionMetadata build(device::Device& dev, const CommonAttentionMetadata& common) const override;
 
  private:
   int chunk_;

@@ -44,17 +44,36 @@ const AttentionBackend& get_backend(const std::string& name) {
   throw ConfigError("attention_backend", "'" + name + "'", "unknown backend; valid options are " + valid);
 }
 
-std::vector<const AttentionBackend*> priority_list(const std::string& device_type) {
-  // CPUs (PoCL): the tiled split-KV kernel first, measured 5-6x faster than OCL_PAGED there
-  // (bench/results). Other devices: OCL_FLASH's kernels use one work-item per work-group, a CPU
-  // shape, so the general kernel (64 work-items per token and head) goes first until OCL_FLASH
-  // has a GPU-shaped variant and a GPU measurement. The host reference is always last.
-  const bool cpu = device_type == "cpu";
+std::vector<const AttentionBackend*> priority_list(const device::Info& device) {
+  std::vector<const char*> names;
+  switch (device.kind) {
+    case device::Kind::kOpenCL: {
+      // CPUs (PoCL): the tiled split-KV kernel first, measured 5-6x faster than OCL_PAGED there
+      // (bench/results). Other devices: OCL_FLASH's kernels use one work-item per work-group, a
+      // CPU shape, so the general kernel (64 work-items per token and head) goes first until
+      // OCL_FLASH has a GPU-shaped variant and a GPU measurement. The host reference is always last.
+      const bool cpu = device.type == "cpu";
+      names = {cpu ? "OCL_FLASH" : "OCL_PAGED", cpu ? "OCL_PAGED" : "OCL_FLASH", "OCL_MLA", "REFERENCE"};
+      break;
+    }
+  }
   std::vector<const AttentionBackend*> out;
-  for (const char* name : {cpu ? "OCL_FLASH" : "OCL_PAGED", cpu ? "OCL_PAGED" : "OCL_FLASH", "OCL_MLA", "REFERENCE"}) {
-    out.push_back(&get_backend(name));
+  for (const char* name : names) {
+    const AttentionBackend& b = get_backend(name);
+    if (b.runs_on(device.kind)) out.push_back(&b);
   }
   return out;
+}
+
+std::vector<const AttentionBackend*> priority_list(const std::string& device_type) {
+  return priority_list(opencl_device_info(device_type));
+}
+
+device::Info opencl_device_info(const std::string& device_type) {
+  device::Info info;
+  info.kind = device::Kind::kOpenCL;
+  info.type = device_type;
+  return info;
 }
 
 }  // namespace specdec::attn

@@ -23,10 +23,14 @@ bool is_auto(const std::string& requested) {
 
 }  // namespace
 
-std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const std::string& device_type) {
+std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const device::Info& device) {
   std::vector<BackendVerdict> out;
-  for (const AttentionBackend* b : priority_list(device_type)) out.push_back({b, b->validate(r)});
+  for (const AttentionBackend* b : priority_list(device)) out.push_back({b, b->validate(r)});
   return out;
+}
+
+std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const std::string& device_type) {
+  return evaluate_backends(r, opencl_device_info(device_type));
 }
 
 std::string BackendChoice::explain() const {
@@ -46,13 +50,16 @@ std::string BackendChoice::explain() const {
 }
 
 BackendChoice select_backend(const AttentionRequirements& r, const std::string& requested,
-                             const std::string& device_type) {
+                             const device::Info& device) {
   r.validate();
   BackendChoice choice;
   if (!is_auto(requested)) {
     const AttentionBackend& b = get_backend(requested);
     choice.requested = true;
     choice.verdicts.push_back({&b, b.validate(r)});
+    if (!b.runs_on(device.kind)) {
+      choice.verdicts[0].reasons.push_back(str_cat("does not run on ", device::kind_name(device.kind), " devices"));
+    }
     if (!choice.verdicts[0].reasons.empty()) {
       throw UnsupportedError(str_cat("attention backend ", b.name(), " cannot serve this layer (",
                                      r.to_string(), "): ", join(choice.verdicts[0].reasons, "; "),
@@ -61,7 +68,7 @@ BackendChoice select_backend(const AttentionRequirements& r, const std::string& 
     choice.backend = &b;
     return choice;
   }
-  choice.verdicts = evaluate_backends(r, device_type);
+  choice.verdicts = evaluate_backends(r, device);
   for (const auto& v : choice.verdicts) {
     if (v.reasons.empty()) {
       choice.backend = v.backend;
@@ -71,6 +78,11 @@ BackendChoice select_backend(const AttentionRequirements& r, const std::string& 
   std::string why;
   for (const auto& v : choice.verdicts) why += "\n  " + v.backend->name() + ": " + join(v.reasons, "; ");
   throw UnsupportedError(str_cat("no attention backend fits this layer (", r.to_string(), "):", why));
+}
+
+BackendChoice select_backend(const AttentionRequirements& r, const std::string& requested,
+                             const std::string& device_type) {
+  return select_backend(r, requested, opencl_device_info(device_type));
 }
 
 }  // namespace specdec::attn

@@ -23,12 +23,17 @@ struct BackendChoice {
 };
 
 // Every backend of the device's priority list with its reasons for `r`.
-std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const std::string& device_type = "cpu");
+std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const device::Info& device);
 
 // requested: "" or "auto" (any case) selects automatically; otherwise a backend name (any case).
 // Throws ConfigError for an unknown name and UnsupportedError (a ValueError in Python) when the
-// requested backend does not fit (with all its reasons) or no backend fits (with every
-// backend's reasons).
+// requested backend does not fit (with all its reasons, among them a device kind it does not run
+// on) or no backend fits (with every backend's reasons).
+BackendChoice select_backend(const AttentionRequirements& r, const std::string& requested,
+                             const device::Info& device);
+
+// The same on an OpenCL device of `device_type` (the Python API's device_type).
+std::vector<BackendVerdict> evaluate_backends(const AttentionRequirements& r, const std::string& device_type = "cpu");
 BackendChoice select_backend(const AttentionRequirements& r, const std::string& requested = "",
                              const std::string& device_type = "cpu");
 

@@ -98,7 +98,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
     s.xq_out = {&s.xq.q8, &s.xq.q16, &s.xq.rec, scale_block};
     params.quantized_output = &s.xq_out;
   }
-  b.group->backend->forward(st.ctx, md, params, *b.view, *b.tensor, query, out);
+  b.group->backend->forward(st.dev, md, params, *b.view, *b.tensor, query, out);
   if (quantise) s.xq.source = out.get();
 }
 

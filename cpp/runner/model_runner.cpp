@@ -63,7 +63,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
       config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
-                                        ctx_->device().type)),
+                                        dev_->info())),
       cache_(std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts)),
       manager_(std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching)),
       requests_(*manager_) {
@@ -304,7 +304,7 @@ void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan
   }
   // Per attention group, once for every layer of the group (slot mappings, block tables, the
   // backend's launch plan).
-  plan.metadata = attn::build_step_metadata(*ctx_, setup_, *manager_, plan.sched);
+  plan.metadata = attn::build_step_metadata(*dev_, setup_, *manager_, plan.sched);
 }
 
 void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out,

@@ -103,8 +103,8 @@ std::vector<float> run_flash(const AttentionBackend& backend, const kv::KvCacheS
   const size_t n = query.size();
   ocl::Buffer q(ctx, std::max<size_t>(n, 1) * 4), out(ctx, std::max<size_t>(n, 1) * 4);
   if (n > 0) q.write(ctx, query.data(), n * 4);
-  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(ctx, common);
-  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(dev(), common);
+  backend.forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
   std::vector<float> got(n);
   if (n > 0) out.read(ctx, got.data(), n * 4);
   return got;
@@ -196,12 +196,12 @@ TEST(FlashEdgeCases, EmptyBatchWritesNothing) {
     const CommonAttentionMetadata common = random_metadata(reqs, c.bs, 8, true, rng);
     ASSERT_EQ(common.num_actual_tokens, 0);
     for (int builder_q_heads : {c.hq, 0}) {
-      const AttentionMetadata md = backend->make_builder(spec, builder_q_heads)->build(ctx, common);
+      const AttentionMetadata md = backend->make_builder(spec, builder_q_heads)->build(dev(), common);
       EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
       ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
       out.write(ctx, sentinel.data(), 64 * 4);
       EXPECT_NO_THROW(
-          backend->forward(ctx, md, params_of(c), cache.view(), cache.buffer(), q, out));
+          backend->forward(dev(), md, params_of(c), cache.view(), cache.buffer(), q, out));
       std::vector<float> got(64);
       out.read(ctx, got.data(), 64 * 4);
       EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
@@ -347,17 +347,17 @@ TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
   q.write(ctx, query.data(), n * 4);
   auto forward = [&](const AttentionMetadata& md) {
     ocl::Buffer out(ctx, n * 4);
-    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+    backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
     std::vector<float> got(n);
     out.read(ctx, got.data(), n * 4);
     return got;
   };
-  const AttentionMetadata step = backend->make_builder(spec, c.hq)->build(ctx, common);
+  const AttentionMetadata step = backend->make_builder(spec, c.hq)->build(dev(), common);
   ASSERT_TRUE(step.backend_data != nullptr);
   const auto first = forward(step);
   EXPECT_TRUE(same_bits(first, forward(step))) << "second layer on the step's plan";
   for (int heads : {0, 6}) {  // 6: the program of the gqa3 case above, no extra build
-    const AttentionMetadata other = backend->make_builder(spec, heads)->build(ctx, common);
+    const AttentionMetadata other = backend->make_builder(spec, heads)->build(dev(), common);
     EXPECT_EQ(other.backend_data != nullptr, heads != 0);
     EXPECT_TRUE(same_bits(first, forward(other))) << "metadata built for " << heads << " q heads";
   }
@@ -396,17 +396,17 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       const std::vector<float> query = random_floats(n, rng);
       ocl::Buffer q(ctx, n * 4), plain(ctx, n * 4), fused(ctx, n * 4);
       q.write(ctx, query.data(), n * 4);
-      const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(ctx, common);
-      backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, plain);
+      const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(dev(), common);
+      backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, plain);
       quant::QuantizedActivations mine;
       ASSERT_TRUE(quant::prepare_activations(dev(), t, width, mine, sb));
       const ops::QuantizedOut qo{&mine.q8, &mine.q16, &mine.rec, sb};
       p.quantized_output = &qo;
       if (c.head % sb != 0) {  // a scale group would straddle two heads
-        EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
+        EXPECT_THROW(backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
         continue;
       }
-      backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused);
+      backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, fused);
       quant::QuantizedActivations want;
       quant::quantize_activations(dev(), plain, t, width, want, sb);
       auto bytes = [&](const ocl::Buffer& b, size_t size) {
@@ -424,7 +424,7 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       ASSERT_TRUE(quant::prepare_activations(dev(), 1, width, small, sb));
       const ops::QuantizedOut too_small{&small.q8, &small.q16, &small.rec, sb};
       p.quantized_output = &too_small;
-      EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
+      EXPECT_THROW(backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, fused), ConfigError);
       ::unsetenv("SPECDEC_FLASH_SCRATCH_BYTES");
     }
    }
@@ -522,19 +522,19 @@ TEST(FlashCapabilities, ForwardRefusesWhatItDoesNotImplement) {
   auto& ctx = *context();
   ocl::Buffer q(ctx, 8 * 128 * 4), out(ctx, 8 * 128 * 4), sinks(ctx, 8 * 4);
   CommonAttentionMetadata common = random_metadata({{3, 1}}, 16, 8, false, rng);
-  const AttentionMetadata non_causal = backend->make_builder(spec)->build(ctx, common);
+  const AttentionMetadata non_causal = backend->make_builder(spec)->build(dev(), common);
   EXPECT_THROW(
-      backend->forward(ctx, non_causal, params_of(c), cache.view(), cache.buffer(), q, out),
+      backend->forward(dev(), non_causal, params_of(c), cache.view(), cache.buffer(), q, out),
       UnsupportedError);
   common.causal = true;
-  const AttentionMetadata md = backend->make_builder(spec)->build(ctx, common);
+  const AttentionMetadata md = backend->make_builder(spec)->build(dev(), common);
   AttentionLayerParams p = params_of(c);
   p.sinks = &sinks;
-  EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out),
+  EXPECT_THROW(backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out),
                UnsupportedError);
   p = params_of(c);
   p.head_size = p.head_size_v = 64;
-  EXPECT_THROW(backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out), ConfigError);
+  EXPECT_THROW(backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out), ConfigError);
 }
 
 }  // namespace

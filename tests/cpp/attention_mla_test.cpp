@@ -126,8 +126,8 @@ std::vector<float> run(const AttentionBackend& backend, const kv::KvCacheSpec& s
     sink_buf->write(ctx, sinks.data(), sinks.size() * 4);
     p.sinks = sink_buf.get();
   }
-  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(ctx, common);
-  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
+  const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(dev(), common);
+  backend.forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   std::vector<float> out(n_out);
   if (n_out > 0) out_buf.read(ctx, out.data(), n_out * 4);
   return out;
@@ -296,17 +296,17 @@ TEST(OclMla, StepPlanAndPerCallPlansAgree) {
   q.write(ctx, query.data(), n_q * 4);
   auto forward = [&](const AttentionMetadata& md) {
     ocl::Buffer out(ctx, n_out * 4);
-    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q, out);
+    backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
     std::vector<float> got(n_out);
     out.read(ctx, got.data(), n_out * 4);
     return got;
   };
-  const AttentionMetadata step = backend->make_builder(spec, c.heads)->build(ctx, common);
+  const AttentionMetadata step = backend->make_builder(spec, c.heads)->build(dev(), common);
   ASSERT_TRUE(step.backend_data != nullptr);
   const auto first = forward(step);
   EXPECT_EQ(0, std::memcmp(first.data(), forward(step).data(), n_out * 4)) << "second layer";
   for (int heads : {0, 2 * c.heads}) {
-    const AttentionMetadata other = backend->make_builder(spec, heads)->build(ctx, common);
+    const AttentionMetadata other = backend->make_builder(spec, heads)->build(dev(), common);
     EXPECT_EQ(other.backend_data != nullptr, heads != 0);
     EXPECT_EQ(0, std::memcmp(first.data(), forward(other).data(), n_out * 4))
         << "metadata built for " << heads << " q heads";
@@ -328,12 +328,12 @@ TEST(OclMla, EmptyBatchWritesNothing) {
       ASSERT_EQ(common.num_actual_tokens, 0);
       for (int builder_q_heads : {c.heads, 0}) {
         const AttentionMetadata md =
-            backend->make_builder(spec, builder_q_heads)->build(ctx, common);
+            backend->make_builder(spec, builder_q_heads)->build(dev(), common);
         EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
         ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
         out.write(ctx, sentinel.data(), 64 * 4);
         EXPECT_NO_THROW(
-            backend->forward(ctx, md, layer_params(c), cache.view(), cache.buffer(), q, out));
+            backend->forward(dev(), md, layer_params(c), cache.view(), cache.buffer(), q, out));
         std::vector<float> got(64);
         out.read(ctx, got.data(), 64 * 4);
         EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
@@ -400,14 +400,14 @@ TEST(OclMla, DISABLED_DecodeTiming) {
   const auto query = random_floats(16 * 576, rng);
   ocl::Buffer q_buf(ctx, query.size() * 4), out_buf(ctx, 16 * 512 * 4);
   q_buf.write(ctx, query.data(), query.size() * 4);
-  const AttentionMetadata md = backend->make_builder(spec, 16)->build(ctx, common);  // as a step
+  const AttentionMetadata md = backend->make_builder(spec, 16)->build(dev(), common);  // as a step
   for (int i = 0; i < 3; ++i)
-    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
+    backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   ctx.finish();
   std::vector<double> ms(50);
   for (double& m : ms) {
     const auto t0 = std::chrono::steady_clock::now();
-    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
+    backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
     ctx.finish();
     m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }

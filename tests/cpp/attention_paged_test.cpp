@@ -273,13 +273,13 @@ TEST(PagedAttentionCaps, ForwardRejectsMismatchedParams) {
   const auto spec = kv::KvCacheSpec::full_attention(16, 2, 64, DType::kF16);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kKvMajor, 8, rng);
   const auto md =
-      upload_metadata(ctx, random_metadata({{3, 2}}, 16, cache.view().num_blocks, true, rng));
+      upload_metadata(dev(), random_metadata({{3, 2}}, 16, cache.view().num_blocks, true, rng));
   ocl::Buffer q(ctx, 2 * 8 * 64 * 4), out(ctx, 2 * 8 * 64 * 4);
   AttentionLayerParams p;
   p.num_q_heads = 8;
   p.num_kv_heads = 4;  // the cache has 2
   p.head_size = p.head_size_v = 64;
-  EXPECT_THROW(make_ocl_paged_backend()->forward(ctx, md, p, cache.view(), cache.buffer(), q, out),
+  EXPECT_THROW(make_ocl_paged_backend()->forward(dev(), md, p, cache.view(), cache.buffer(), q, out),
                ConfigError);
 }
 
@@ -301,8 +301,8 @@ void expect_batch_invariant(const Case& c) {
     ocl::Buffer q_buf(ctx, static_cast<size_t>(tokens) * row_q * 4),
         o_buf(ctx, static_cast<size_t>(tokens) * row_o * 4);
     q_buf.write(ctx, q, static_cast<size_t>(tokens) * row_q * 4);
-    const AttentionMetadata md = backend->make_builder(spec)->build(ctx, common);
-    backend->forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, o_buf);
+    const AttentionMetadata md = backend->make_builder(spec)->build(dev(), common);
+    backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, o_buf);
     std::vector<float> out(static_cast<size_t>(tokens) * row_o);
     o_buf.read(ctx, out.data(), out.size() * 4);
     return out;

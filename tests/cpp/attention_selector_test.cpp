@@ -126,7 +126,7 @@ TEST(AttentionGroups, Gemma3HybridGetsTwoGroupsWithTheirOwnMetadata) {
   kv::KvCacheManager m(config);
   ASSERT_TRUE(m.allocate_slots("r", 0, 600).ok);
   ASSERT_TRUE(m.allocate_slots("r", 600, 5).ok);
-  const auto md = build_step_metadata(*ocl::Context::create(), setup, m, {{"r", 600, 5}});
+  const auto md = build_step_metadata(attn::testing::dev(), setup, m, {{"r", 600, 5}});
   ASSERT_EQ(md.size(), 2u);
   EXPECT_EQ(md[0].host.block_table, std::vector<int32_t>(m.block_table("r", 0).begin(), m.block_table("r", 0).end()));
   EXPECT_EQ(md[1].host.block_table, std::vector<int32_t>(m.block_table("r", 1).begin(), m.block_table("r", 1).end()));
@@ -225,6 +225,38 @@ TEST(Selector, PriorityDependsOnTheDeviceType) {
   EXPECT_EQ(priority_list("gpu").front()->name(), "OCL_PAGED");
   EXPECT_EQ(priority_list("gpu").back()->name(), "REFERENCE");
   EXPECT_EQ(select_backend(attention(), "", "gpu").backend->name(), "OCL_PAGED");
+}
+
+// The lists are keyed on the device's (kind, type): the same for an Info as for its type string,
+// and the device of the tests gets its type's list.
+TEST(Selector, PriorityIsKeyedOnTheDevicesKindAndType) {
+  auto names = [](const std::vector<const AttentionBackend*>& list) {
+    std::vector<std::string> out;
+    for (const auto* b : list) out.push_back(b->name());
+    return out;
+  };
+  for (const char* type : {"cpu", "gpu", "accelerator"}) {
+    const device::Info info = opencl_device_info(type);
+    EXPECT_EQ(info.kind, device::Kind::kOpenCL);
+    EXPECT_EQ(names(priority_list(info)), names(priority_list(type))) << type;
+    EXPECT_EQ(names(priority_list(info)).size(), 4u) << type;
+  }
+  const device::Info& mine = attn::testing::dev().info();
+  EXPECT_EQ(names(priority_list(mine)), names(priority_list(mine.type)));
+  EXPECT_EQ(select_backend(attention(), "", mine).backend->name(),
+            select_backend(attention(), "", mine.type).backend->name());
+}
+
+// Each backend declares the device kinds it runs on: the OpenCL ones OpenCL, REFERENCE every kind.
+TEST(Selector, BackendsDeclareTheDeviceKindsTheyRunOn) {
+  for (const auto& b : all_backends()) {
+    EXPECT_TRUE(b->runs_on(device::Kind::kOpenCL)) << b->name();
+    if (b->name() == "REFERENCE") {
+      EXPECT_TRUE(b->capabilities().devices.empty());
+    } else {
+      EXPECT_EQ(b->capabilities().devices, std::vector<device::Kind>{device::Kind::kOpenCL}) << b->name();
+    }
+  }
 }
 
 TEST(Selector, BadRequirementsAreConfigErrors) {

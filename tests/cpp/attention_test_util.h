@@ -124,8 +124,8 @@ inline float max_error_vs_reference(const AttentionBackend& backend, const kv::K
     sink_buf->write(ctx, sinks.data(), sinks.size() * 4);
     p.sinks = sink_buf.get();
   }
-  const AttentionMetadata md = backend.make_builder(spec)->build(ctx, common);
-  backend.forward(ctx, md, p, cache.view(), cache.buffer(), q_buf, out_buf);
+  const AttentionMetadata md = backend.make_builder(spec)->build(dev(), common);
+  backend.forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   std::vector<float> got(n_out);
   if (n_out > 0) out_buf.read(ctx, got.data(), n_out * 4);
   const auto want = attention_ref(common, p, sinks, cache.view(), cache.raw, query);

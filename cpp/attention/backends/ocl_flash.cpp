@@ -22,6 +22,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/cache_ops.h"
 #include "common/math.h"
 
@@ -250,8 +251,9 @@ struct FlashMetadata : BackendMetadata {
 };
 
 // The plan of `md` (at least one token) for shape `s`.
-std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, const FlashShape& s,
+std::shared_ptr<const FlashMetadata> make_flash_metadata(device::Device& dev, const FlashShape& s,
                                                          const CommonAttentionMetadata& md) {
+  ocl::Context& ctx = ocl::context_of(dev);
   auto fm = std::make_shared<FlashMetadata>();
   fm->shape = s;
   fm->tile = tile_tokens_for(ctx, s.dtype, s.num_q_heads / s.num_kv_heads, s.head_size,
@@ -261,8 +263,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(ocl::Context& ctx, cons
   fm->options_quantized32 = fm->options + " -DQUANT_OUT=32";
   fm->options_quantized256 = fm->options + " -DQUANT_OUT=256";
   fm->plan = make_plan(md, s.window, s.chunk, s.split_keys, fm->tile, s.partials_per_launch);
-  fm->items = upload_int32s(ctx, fm->plan.items);
-  fm->token_part = upload_int32s(ctx, fm->plan.token_part);
+  fm->items = upload_int32s(dev, fm->plan.items);
+  fm->token_part = upload_int32s(dev, fm->plan.token_part);
   const size_t partial_rows = static_cast<size_t>(std::max<int64_t>(fm->plan.max_partials, 1)) *
                               static_cast<size_t>(s.num_q_heads);
   fm->part_acc = ocl::Buffer(ctx, partial_rows * s.head_size * sizeof(float));
@@ -278,14 +280,16 @@ class FlashMetadataBuilder : public AttentionMetadataBuilder {
                        int num_q_heads)
       : base_(std::move(base)), spec_(spec), num_q_heads_(num_q_heads) {}
 
-  AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const override {
-    AttentionMetadata md = base_->build(ctx, common);
+  AttentionMetadata build(device::Device& dev,
+                          const CommonAttentionMetadata& common) const override {
+    AttentionMetadata md = base_->build(dev, common);
     if (!plannable() || md.host.num_actual_tokens == 0) return md;
+    ocl::Context& ctx = ocl::context_of(dev);
     const int window = spec_.kind == kv::KvSpecKind::kSlidingWindow ? spec_.sliding_window : 0;
     const int chunk = spec_.kind == kv::KvSpecKind::kChunkedLocal ? spec_.attention_chunk_size : 0;
     const FlashShape shape = shape_of(ctx, spec_.dtype, num_q_heads_, spec_.num_kv_heads,
                                       spec_.head_size, spec_.block_size, window, chunk);
-    md.backend_data = make_flash_metadata(ctx, shape, md.host);
+    md.backend_data = make_flash_metadata(dev, shape, md.host);
     return md;
   }
 
@@ -312,7 +316,7 @@ class OclFlashBackend : public AttentionBackend {
     return std::make_unique<FlashMetadataBuilder>(AttentionBackend::make_builder(spec, num_q_heads),
                                                   spec, num_q_heads);
   }
-  void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+  void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override;
 
@@ -346,6 +350,7 @@ OclFlashBackend::OclFlashBackend() {
   caps_.sinks = false;
   caps_.separate_head_size_v = false;
   caps_.on_device = true;
+  caps_.devices = {device::Kind::kOpenCL};
   caps_.quantized_output = true;  // -DQUANT_OUT=32 (head sizes 64, 128, 256), =256 (head size 256)
   caps_.kv_layout = kv::KvLayout::kBlockMajor;
 }
@@ -382,10 +387,11 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
                "must be >= 0");
 }
 
-void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
+void OclFlashBackend::forward(device::Device& dev, const AttentionMetadata& md,
                               const AttentionLayerParams& p, const kv::LayerKvView& view,
                               const ocl::Buffer& cache, const ocl::Buffer& query,
                               ocl::Buffer& output) const {
+  ocl::Context& ctx = ocl::context_of(dev);
   check_inputs(md, p, view);  // first: what OCL_FLASH cannot do at all
   check_layer_call(md.host, p, view);
   check_forward_buffers(md.host, p, view, cache, query, output);
@@ -397,7 +403,7 @@ void OclFlashBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
   std::shared_ptr<const FlashMetadata> fm =
       std::dynamic_pointer_cast<const FlashMetadata>(md.backend_data);
   if (fm == nullptr || !fm->shape.same_kernels(shape)) {
-    fm = make_flash_metadata(ctx, shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window,
+    fm = make_flash_metadata(dev, shape_of(ctx, view.spec.dtype, hq, hkv, d, bs, p.sliding_window,
                                            p.attention_chunk_size), md.host);
   }
   const ops::QuantizedOut* qo = p.quantized_output;

@@ -14,6 +14,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/cache_ops.h"
 
 namespace specdec::attn {
@@ -36,6 +37,7 @@ BackendCapabilities mla_capabilities() {
   c.logit_softcap = true;
   c.sinks = true;
   c.on_device = true;
+  c.devices = {device::Kind::kOpenCL};
   c.kv_layout = kv::KvLayout::kMlaLatent;
   return c;
 }
@@ -157,11 +159,13 @@ class MlaMetadataBuilder : public AttentionMetadataBuilder {
                      int num_q_heads)
       : base_(std::move(base)), spec_(spec), num_q_heads_(num_q_heads) {}
 
-  AttentionMetadata build(ocl::Context& ctx, const CommonAttentionMetadata& common) const override {
-    AttentionMetadata md = base_->build(ctx, common);
+  AttentionMetadata build(device::Device& dev,
+                          const CommonAttentionMetadata& common) const override {
+    AttentionMetadata md = base_->build(dev, common);
     if (num_q_heads_ >= 1 && spec_.kind == kv::KvSpecKind::kMla && spec_.kv_lora_rank >= 1 &&
         md.host.num_actual_tokens > 0) {
-      md.backend_data = make_mla_metadata(ctx, md.host, num_q_heads_, spec_.kv_lora_rank);
+      md.backend_data =
+          make_mla_metadata(ocl::context_of(dev), md.host, num_q_heads_, spec_.kv_lora_rank);
     }
     return md;
   }
@@ -182,7 +186,7 @@ class OclMlaBackend final : public AttentionBackend {
                                                 spec, num_q_heads);
   }
 
-  void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+  void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override;
 
@@ -190,10 +194,11 @@ class OclMlaBackend final : public AttentionBackend {
   BackendCapabilities caps_ = mla_capabilities();  // no other state: per-step data is in md
 };
 
-void OclMlaBackend::forward(ocl::Context& ctx, const AttentionMetadata& md,
+void OclMlaBackend::forward(device::Device& dev, const AttentionMetadata& md,
                             const AttentionLayerParams& params, const kv::LayerKvView& view,
                             const ocl::Buffer& cache, const ocl::Buffer& query,
                             ocl::Buffer& output) const {
+  ocl::Context& ctx = ocl::context_of(dev);
   check_inputs(md, params, view, cache, query, output);  // first: what OCL_MLA cannot do at all
   check_layer_call(md.host, params, view);
   const kv::KvCacheSpec& s = view.spec;

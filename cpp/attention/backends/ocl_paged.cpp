@@ -10,6 +10,7 @@
 
 #include "attention/backends/backends.h"
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "kv/cache_ops.h"
 #include "common/math.h"
 
@@ -79,6 +80,7 @@ BackendCapabilities paged_capabilities() {
   c.sinks = true;
   c.separate_head_size_v = true;
   c.on_device = true;
+  c.devices = {device::Kind::kOpenCL};
   c.kv_layout = kv::KvLayout::kKvMajor;
   c.also_reads = {kv::KvLayout::kBlockMajor};  // reads any attention layout through the view's strides
   return c;
@@ -117,9 +119,10 @@ class OclPagedBackend final : public AttentionBackend {
  public:
   const BackendCapabilities& capabilities() const override { return caps_; }
 
-  void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& p,
+  void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& p,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override {
+    ocl::Context& ctx = ocl::context_of(dev);
     check_layer_call(md.host, p, view);
     check_call(md, p, view, cache, query, output);
     if (md.host.num_actual_tokens == 0) return;

@@ -1,6 +1,7 @@
 // REFERENCE: attention_ref (attention/reference.cpp) behind the backend interface. Copies the
-// cache, the query and the sinks to the host (blocking), computes there and writes the output
-// back. Slow by design: the oracle of the tests and the backend of last resort.
+// cache, the query and the sinks to the host through the device (blocking reads: a sync point,
+// correct on any device), computes there and writes the output back. Slow by design: the oracle
+// of the tests and the backend of last resort.
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,7 @@ BackendCapabilities reference_capabilities() {
   c.sinks = true;
   c.separate_head_size_v = true;
   c.on_device = false;
+  c.devices = {};  // every kind: it only reads and writes through the device
   c.kv_layout = kv::KvLayout::kKvMajor;
   c.also_reads = {kv::KvLayout::kBlockMajor};  // attention_ref reads through the view's strides
   return c;
@@ -37,7 +39,7 @@ class ReferenceBackend final : public AttentionBackend {
  public:
   const BackendCapabilities& capabilities() const override { return caps_; }
 
-  void forward(ocl::Context& ctx, const AttentionMetadata& md, const AttentionLayerParams& params,
+  void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
                ocl::Buffer& output) const override {
     const CommonAttentionMetadata& host = md.host;
@@ -48,19 +50,19 @@ class ReferenceBackend final : public AttentionBackend {
     check_forward_buffers(host, params, view, cache, query, output);
     if (n_out == 0) return;
     std::vector<uint8_t> raw(cache.size_bytes());
-    cache.read(ctx, raw.data(), raw.size());
+    read_buffer(dev, cache, raw.data(), raw.size());
     std::vector<float> q(n_q);
-    if (n_q > 0) query.read(ctx, q.data(), n_q * sizeof(float));
+    if (n_q > 0) read_buffer(dev, query, q.data(), n_q * sizeof(float));
     std::vector<float> sinks;
     if (params.sinks != nullptr) {
       sinks.resize(static_cast<size_t>(params.num_q_heads));
       SPECDEC_CHECK(params.sinks->size_bytes() >= sinks.size() * sizeof(float), "sinks",
                    str_cat(params.sinks->size_bytes(), " bytes"),
                    str_cat("must hold num_q_heads = ", params.num_q_heads, " floats"));
-      params.sinks->read(ctx, sinks.data(), sinks.size() * sizeof(float));
+      read_buffer(dev, *params.sinks, sinks.data(), sinks.size() * sizeof(float));
     }
     const std::vector<float> out = attention_ref(host, params, sinks, view, raw, q);
-    output.write(ctx, out.data(), out.size() * sizeof(float));
+    write_buffer(dev, output, out.data(), out.size() * sizeof(float));
   }
 
  private:
