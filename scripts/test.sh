@@ -32,10 +32,10 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
 
   # ThreadSanitizer: only the self-contained tests are defined in this build (the CPU thread pool,
   # tests/cpp/CMakeLists.txt), a few seconds; libtsan2 comes with g++ (libgcc-12-dev needs it).
-  echo "== the CPU thread pool under ThreadSanitizer (CTest)"
+  echo "== the CPU thread pool and step program under ThreadSanitizer (CTest)"
   cmake -S . -B build/tsan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_TSAN=ON \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-  cmake --build build/tsan -j "$JOBS" --target cpu_thread_pool_test
+  cmake --build build/tsan -j "$JOBS" --target cpu_thread_pool_test cpu_program_test
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure -j "$JOBS"
 fi
 
