@@ -117,10 +117,21 @@ bool same_request(const StepRequest& a, const StepRequest& b) {
          a.num_committed_tokens == b.num_committed_tokens;
 }
 
-// A NumPy array of shape over data, viewing memory that `owner` (a Python object) keeps.
+// A NumPy array that owns `values` (moved, not copied; freed with the array).
 template <typename T>
-py::array_t<T> view(const T* data, const std::vector<py::ssize_t>& shape, const py::handle& owner) {
-  return py::array_t<T>(shape, data, owner);
+py::array_t<T> owning_array(std::vector<T>&& values, const std::vector<py::ssize_t>& shape) {
+  auto owner = std::make_unique<std::vector<T>>(std::move(values));
+  const T* data = owner->data();
+  const py::capsule base(owner.get(), [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  owner.release();  // the capsule frees it now
+  return py::array_t<T>(shape, data, base);
+}
+
+// The array in `slot`, made from `values` on the first call.
+template <typename T>
+py::object array_once(py::object& slot, std::vector<T>& values, const std::vector<py::ssize_t>& shape) {
+  if (!slot) slot = owning_array(std::move(values), shape);
+  return slot;
 }
 
 void bind_step_request(py::module_& m) {
@@ -202,39 +213,32 @@ void bind_step_output(py::module_& m) {
       "device, hidden {layer: float32 [tokens, hidden_size]}.")
       .def_property_readonly(
           "logits",
-          [](const py::object& self) {
-            const StepResult& r = self.cast<const StepResult&>();
-            return view(r.out.logits.data(), {r.logit_rows, r.out.vocab_size}, self);
+          [](StepResult& r) {
+            return array_once(r.logits, r.out.logits, {r.logit_rows, r.out.vocab_size});
           },
           "float32 [rows, vocab_size]; 0 rows with return_logits=False.")
       .def_property_readonly(
           "logits_start", [](const StepResult& r) { return r.out.logits_start; },
           "[num_requests + 1]: the first row of each request, then the total.")
       .def_property_readonly(
-          "argmax",
-          [](const py::object& self) {
-            const StepResult& r = self.cast<const StepResult&>();
-            return view(r.out.argmax.data(), {static_cast<py::ssize_t>(r.out.argmax.size())}, self);
-          },
+          "argmax", [](StepResult& r) { return array_once(r.argmax, r.out.argmax, {r.num_rows}); },
           "int32 [rows]: the token with the largest logit (ties: the lowest id).")
       .def_property_readonly(
           "argmax_logprob",
-          [](const py::object& self) {
-            const StepResult& r = self.cast<const StepResult&>();
-            return view(r.out.argmax_logprob.data(), {static_cast<py::ssize_t>(r.out.argmax_logprob.size())},
-                        self);
-          },
+          [](StepResult& r) { return array_once(r.argmax_logprob, r.out.argmax_logprob, {r.num_rows}); },
           "float32 [rows]: its log-probability.")
       .def_property_readonly(
           "hidden",
-          [](const py::object& self) {
-            const StepResult& r = self.cast<const StepResult&>();
-            py::dict d;
-            for (const auto& [layer, h] : r.out.hidden) {
-              d[py::int_(layer)] = view(h.data(), {static_cast<py::ssize_t>(h.size()) / r.hidden_size, r.hidden_size},
-                                        self);
+          [](StepResult& r) {
+            if (!r.hidden) {
+              py::dict d;
+              for (auto& [layer, h] : r.out.hidden) {
+                const auto tokens = static_cast<py::ssize_t>(h.size()) / r.hidden_size;
+                d[py::int_(layer)] = owning_array(std::move(h), {tokens, r.hidden_size});
+              }
+              r.hidden = d;
             }
-            return d;
+            return py::reinterpret_steal<py::dict>(PyDict_Copy(r.hidden.ptr()));
           },
           "{layer: float32 [tokens, hidden_size]}: the residual stream after the layers asked for "
           "(-1: after the final norm).")
@@ -319,8 +323,10 @@ StepResult to_python(runner::StepOutput&& out, int64_t hidden_size, bool return_
   }
   StepResult r;
   r.out = std::move(out);
+  r.rows = spec_decode::StepRows::of(r.out);
   r.hidden_size = hidden_size;
   r.logit_rows = logit_rows;
+  r.num_rows = rows;
   return r;
 }
 

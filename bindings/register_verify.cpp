@@ -38,7 +38,7 @@ std::vector<VerifyItem> items_of(const py::list& items) {
 }
 
 // The view of what ModelRunner.step returned to Python.
-StepRows rows_of(const bindings::StepResult& r) { return StepRows::of(r.out); }
+StepRows rows_of(const bindings::StepResult& r) { return r.rows; }
 
 }  // namespace
 

@@ -13,13 +13,18 @@
 
 namespace specdec::bindings {
 
-// What Python sees of a runner::StepOutput: the step's C++ vectors (moved in, not copied), shown
-// as NumPy arrays made on access that view them (each keeps the StepOutput alive): a step whose
-// arrays Python never reads makes none.
+// What Python sees of a runner::StepOutput: the step's C++ vectors (moved in, not copied). Each
+// is handed to its own NumPy array when Python first reads it (moved again, so a kept array holds
+// its own memory only, not the step's other arrays); a step whose arrays Python never reads makes
+// none. `rows` views the data wherever it lives (the moves keep the vectors' memory).
 struct StepResult {
   runner::StepOutput out;
+  spec_decode::StepRows rows;
   int64_t hidden_size = 0;  // the width of a hidden-state row
-  int64_t logit_rows = 0;   // rows of out.logits (0 without return_logits)
+  int64_t logit_rows = 0;   // rows of the logits (0 without return_logits)
+  int64_t num_rows = 0;     // argmax rows
+  pybind11::object logits, argmax, argmax_logprob;  // made on first read
+  pybind11::object hidden;                          // {layer: array}, made on first read
 };
 
 // The requests of one step, copied out of a sequence of StepRequest (so the step runs without the

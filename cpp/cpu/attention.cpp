@@ -7,9 +7,32 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "cpu/isa.h"
 
 namespace specdec::cpu {
+
+bool f16_to_f32_f16c(const uint16_t* src, float* dst, int n);  // convert_f16c.cpp
+
 namespace {
+
+bool have_f16c() {
+  static const bool yes = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.f16c && f.os_ymm;
+  }();
+  return yes;
+}
+
+// Every f16 value as f32 (256 KiB, built once; common/dtype's conversion, exact): a table read
+// per element instead of a function call with branches.
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = half_bits_to_float(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
 
 // n elements of the cache from element `index` on, as f32.
 void load_row(const uint8_t* cache, DType dt, int64_t index, int n, float* dst) {
@@ -17,13 +40,24 @@ void load_row(const uint8_t* cache, DType dt, int64_t index, int n, float* dst) 
     case DType::kF32:
       std::memcpy(dst, cache + index * 4, sizeof(float) * static_cast<size_t>(n));
       return;
-    case DType::kF16:
+    case DType::kF16: {
+      const uint8_t* src = cache + index * 2;
+      if (have_f16c() && f16_to_f32_f16c(reinterpret_cast<const uint16_t*>(src), dst, n)) return;
+      const float* table = f16_table();
+      for (int i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = table[h];
+      }
+      return;
+    }
     case DType::kBF16: {
       const uint8_t* src = cache + index * 2;
       for (int i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = dt == DType::kF16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        std::memcpy(&dst[i], &bits, 4);
       }
       return;
     }

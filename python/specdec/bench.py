@@ -260,7 +260,7 @@ def _run_one(llm, proposer, k: int, adaptive: bool, ids: List[int], max_tokens: 
                                max_num_logits=max(128, 1 + k), enable_prefix_caching=False)
     engine = LLMEngine(core)
     params = specdec.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    req = llm._make_request({"prompt_token_ids": ids}, params)
+    req = llm._make_request({"prompt_token_ids": ids}, params, final_only=True)
     out = None
     sink = engine.add_request(req)
     for item in engine.iterate(sink, [req.request_id]):

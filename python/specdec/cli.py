@@ -367,7 +367,7 @@ def _compare_plain(llm, ids, params, spec_out) -> None:
     sys.stderr.write("[plain decoding of the same prompt, for comparison]\n")
     engine = LLMEngine(llm.new_engine_core(max_num_seqs=16, max_num_batched_tokens=512, max_num_logits=128,
                                            enable_prefix_caching=False))
-    req = llm._make_request({"prompt_token_ids": ids}, params)
+    req = llm._make_request({"prompt_token_ids": ids}, params, final_only=True)
     plain_out = None
     for item in engine.iterate(engine.add_request(req), [req.request_id]):
         if item.finished:

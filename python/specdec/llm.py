@@ -328,7 +328,7 @@ class LLM:
         return text, ids
 
     def _make_request(self, prompt: Any, params: SamplingParams, field: str = "prompt",
-                      parse_special: bool = False, stream: bool = False) -> Request:
+                      parse_special: bool = False, stream: bool = False, final_only: bool = False) -> Request:
         text, ids = self._prompt_ids(prompt, field, parse_special)
         with self._id_lock:
             rid = str(self._next_id)
@@ -348,8 +348,7 @@ class LLM:
         if stream:
             req.stream = self.tokenizer.stream_decoder(special=not params.skip_special_tokens,
                                                        continuation=True)
-        else:
-            req.final_only = True  # its caller reads the finished output only: no per-step news
+        req.final_only = final_only  # its caller reads the finished output only: no per-step news
         return req
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
@@ -432,7 +431,7 @@ class LLM:
             raise RuntimeError("LLM.generate was called from inside its own on_token callback; "
                                "call it after the running generate returns")
         reqs = [self._make_request(p, sp, f"{field}[{i}]" if indexed else field, parse_special,
-                                   stream=on_token is not None)
+                                   stream=on_token is not None, final_only=on_token is None)
                 for i, (p, sp) in enumerate(zip(plist, params))]
         outputs: Dict[str, RequestOutput] = {}
         before = self.engine.core.stats.as_dict()

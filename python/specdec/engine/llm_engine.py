@@ -157,8 +157,11 @@ class LLMEngine:
     def _deliver(self, u: StepUpdate) -> Optional[StreamOutput]:
         r = u.request
         finished = r.finished
-        if r.final_only and not finished:  # nobody reads it: no output, no queue traffic
-            return None
+        if r.final_only:
+            if not finished:  # nobody reads it: no output, no queue traffic
+                return None
+            # its one output: every token and the whole text
+            u = StepUpdate(r, list(r.output_token_ids), r.text)
         out = StreamOutput(r.request_id, u.new_token_ids, u.new_text, finished,
                            request_output(r) if finished else None)
         with self._inbox_lock:  # put under the lock: pending and the sink change together

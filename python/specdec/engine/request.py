@@ -33,6 +33,7 @@ class RequestStatus(enum.Enum):
 # descriptor)
 for _status in RequestStatus:
     _status.is_finished = _status.value in ("stop", "length", "abort")
+del _status
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Request:
     ask: Any = None                      # its _core ProposeRequest for ask_k draft tokens (kept while k stays)
     ask_k: int = 0
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
-    final_only: bool = False             # its queue gets only the finished output, not each step's news
+    final_only: bool = False             # its queue gets only the finished output (all its tokens), not each step's
     num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed
     text_decoder: Any = None             # with stop strings: keeps ``text`` current per token
     arrival_time: float = field(default_factory=time.monotonic)
