@@ -9,7 +9,7 @@
 #include "ocl/context.h"
 #include "ocl/device.h"
 #include "ocl/kernel_sources.h"
-#include "quant/matmul.h"
+#include "quant/ocl_matmul.h"
 
 namespace py = pybind11;
 using specdec::ocl::DeviceInfo;

@@ -60,7 +60,7 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
     : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
-      config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
+      config_(model::config_from_gguf(file_)), weights_(load_weights(*dev_, *ctx_, file_, config_, progress)),
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         ctx_->device().type)),
