@@ -64,7 +64,7 @@ ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& p
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         ctx_->device().type)),
-      cache_(std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts)),
+      cache_(std::make_unique<kv::KvCacheAllocation>(dev_, kv_config_, setup_.layouts)),
       manager_(std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching)),
       requests_(*manager_) {
   scratch_ = std::make_unique<StepBuffers>(*ctx_, config_, options_.max_num_batched_tokens, options_.max_num_logits);
