@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     if (!b->validate(r).empty() || !b->capabilities().on_device) continue;
     const int64_t blocks = (contexts.back() + 512) / kBlock + 8;
     const auto config = kv::plan_kv_cache({{"l", spec, ""}}, 0, 1 << 20, {2048, blocks, ""});
-    kv::KvCacheAllocation cache(ctx, config, {{"l", b->kv_layout()}});
+    kv::KvCacheAllocation cache(device::wrap(ctx), config, {{"l", b->kv_layout()}});
     for (int c : contexts) {
       results.push_back(run_case(*dev, *b, cache, spec, kQHeads, "decode", c, 1, reps, rng));
       results.push_back(run_case(*dev, *b, cache, spec, kQHeads, "verify_1+4", c, 5, reps, rng));
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   for (const AttentionBackend* b : priority_list(dev->info())) {
     if (!b->validate(AttentionRequirements::from_spec(mla, 16)).empty() || !b->capabilities().on_device) continue;
     const auto config = kv::plan_kv_cache({{"m", mla, ""}}, 0, 1 << 20, {2048, (contexts.back() + 512) / kBlock + 8, ""});
-    kv::KvCacheAllocation cache(ctx, config);
+    kv::KvCacheAllocation cache(device::wrap(ctx), config);
     for (int c : contexts) {
       results.push_back(run_case(*dev, *b, cache, mla, 16, "decode", c, 1, reps, rng));
       results.push_back(run_case(*dev, *b, cache, mla, 16, "verify_1+4", c, 5, reps, rng));

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device/ocl_device.h"
 #include "kv/allocator.h"
 #include "kv/blocks.h"
 #include "kv/cache_ops.h"
@@ -64,7 +65,9 @@ nlohmann::json bench_write(ocl::Context& ctx, DType dtype, KvLayout layout, int 
   const int heads = 8, head = 128;
   std::vector<LayerKvSpec> layers = {{"l", KvCacheSpec::full_attention(16, heads, head, dtype), ""}};
   const auto config = plan_kv_cache(layers, 0, 65536, {2048, 4097, ""});
-  KvCacheAllocation cache(std::shared_ptr<ocl::Context>(&ctx, [](ocl::Context*) {}), config, {}, layout);
+  KvCacheAllocation cache(device::wrap(std::shared_ptr<ocl::Context>(&ctx, [](ocl::Context*) {})), config, {},
+                          layout);
+  device::Device& dev = cache.device();
   std::vector<int32_t> slots(num_tokens);
   for (int t = 0; t < num_tokens; ++t) slots[t] = 16 * (1 + (t / 16) * 7 % 4000) + t % 16;
   std::vector<float> src(static_cast<size_t>(num_tokens) * heads * head, 0.5f);
@@ -72,12 +75,12 @@ nlohmann::json bench_write(ocl::Context& ctx, DType dtype, KvLayout layout, int 
   slot_buf.write(ctx, slots.data(), slots.size() * 4);
   src_buf.write(ctx, src.data(), src.size() * 4);
   const auto& view = cache.view("l");
-  for (int i = 0; i < 3; ++i) kv_cache_write(ctx, cache.tensor(0), view, KvPart::kK, src_buf, slot_buf, num_tokens);
+  for (int i = 0; i < 3; ++i) kv_cache_write(dev, cache.tensor(0), view, KvPart::kK, src_buf, slot_buf, num_tokens);
   ctx.finish();
   const auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) {
-    kv_cache_write(ctx, cache.tensor(0), view, KvPart::kK, src_buf, slot_buf, num_tokens);
-    kv_cache_write(ctx, cache.tensor(0), view, KvPart::kV, src_buf, slot_buf, num_tokens);
+    kv_cache_write(dev, cache.tensor(0), view, KvPart::kK, src_buf, slot_buf, num_tokens);
+    kv_cache_write(dev, cache.tensor(0), view, KvPart::kV, src_buf, slot_buf, num_tokens);
   }
   ctx.finish();
   const double dt = seconds_since(t0) / reps;

@@ -33,6 +33,7 @@
 #include "model/gguf.h"
 #include "quant/dequantize.h"
 #include "quant/matmul.h"
+#include "quant/ocl_matmul.h"
 #include "runner/model_weights.h"
 
 using namespace specdec;
@@ -196,7 +197,7 @@ nlohmann::json bench_group(ocl::Context& ctx, DeviceReader& reader, const Group&
   std::vector<DeviceWeight> weights;
   int64_t bytes = 0, device_bytes = 0;
   for (size_t i = 0; bytes < opt.working_set_bytes && weights.size() < 4096; ++i) {
-    weights.push_back(upload_weight(ctx, runner::weight_bytes(*g.tensors[i % g.tensors.size()])));
+    weights.push_back(upload_weight(*device_of(ctx), runner::weight_bytes(*g.tensors[i % g.tensors.size()])));
     bytes += weights.back().source_bytes();
     device_bytes += weights.back().layout.total_bytes;
   }
@@ -245,7 +246,7 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
   for (const auto& t : f.tensors()) {
     if (t.dims.size() != 2 || !is_weight_type_supported(t.type)) continue;
     if (t.name == "token_embd.weight" && has_output) continue;  // a row lookup, not a matmul
-    weights.push_back(upload_weight(ctx, runner::weight_bytes(t)));
+    weights.push_back(upload_weight(*dev, runner::weight_bytes(t)));
     bytes += weights.back().source_bytes();
   }
   // matmuls of different widths and scale blocks: per (width, scale block) one activation buffer
@@ -303,7 +304,7 @@ double launch_seconds(ocl::Context& ctx) {
   const std::vector<uint8_t> q = quantize(GgmlType::kQ4_0, w.data(), 16, 256);
   std::vector<DeviceWeight> weights;
   for (int i = 0; i < 200; ++i)
-    weights.push_back(upload_weight(ctx, GgmlType::kQ4_0, q.data(), q.size(), {256, 16}));
+    weights.push_back(upload_weight(*device_of(ctx), GgmlType::kQ4_0, q.data(), q.size(), {256, 16}));
   return time_pass(ctx, weights, 1, 10) / static_cast<double>(weights.size());
 }
 
@@ -344,7 +345,7 @@ nlohmann::json quick_run(ocl::Context& ctx) {
     std::vector<float> w(static_cast<size_t>(rows * cols), 0.01f);
     const std::vector<uint8_t> q = quantize(t, w.data(), rows, cols);
     std::vector<DeviceWeight> weights;
-    weights.push_back(upload_weight(ctx, t, q.data(), q.size(), {cols, rows}, "synthetic"));
+    weights.push_back(upload_weight(*device_of(ctx), t, q.data(), q.size(), {cols, rows}, "synthetic"));
     const double t1 = time_pass(ctx, weights, 1, 2), t4 = time_pass(ctx, weights, 4, 2);
     out.push_back({{"type", weight_type_name(t)}, {"us_n1", t1 * 1e6}, {"vs_n1_4", t4 / t1}});
   }

@@ -9,6 +9,10 @@
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 
+// The device over a _core.Context (bindings/register_ocl.cpp; until step 6 of
+// docs/device_seam.md binds the Device itself).
+std::shared_ptr<specdec::device::Device> device_of(const std::shared_ptr<specdec::ocl::Context>& ctx);
+
 namespace py = pybind11;
 using namespace specdec;
 using namespace specdec::kv;
@@ -62,9 +66,9 @@ void write_part(KvCacheAllocation& cache, const std::string& layer, KvPart part,
   if (p.empty() || slots.empty()) return;
   ocl::Buffer src_buffer(cache.context(), static_cast<size_t>(src.nbytes()));
   src_buffer.write(cache.context(), src.data(), static_cast<size_t>(src.nbytes()));
-  kv_cache_write(cache.context(), cache.tensor_of(layer), view, part, src_buffer, slot_buffer,
+  kv_cache_write(cache.device(), cache.tensor_of(layer), view, part, src_buffer, slot_buffer,
                  static_cast<int>(slots.size()));
-  cache.context().finish();
+  cache.device().sync();
 }
 
 void write_kv(KvCacheAllocation& cache, const std::string& layer, const FloatArray& key,
@@ -94,7 +98,7 @@ FloatArray gather(KvCacheAllocation& cache, const std::string& layer, const std:
   ocl::Buffer slot_buffer(cache.context(), slots.size() * sizeof(int32_t));
   slot_buffer.write(cache.context(), slots.data(), slots.size() * sizeof(int32_t));
   ocl::Buffer dst(cache.context(), static_cast<size_t>(out.nbytes()));
-  kv_cache_gather(cache.context(), cache.tensor_of(layer), view, part, slot_buffer, dst,
+  kv_cache_gather(cache.device(), cache.tensor_of(layer), view, part, slot_buffer, dst,
                   static_cast<int>(slots.size()));
   dst.read(cache.context(), out.mutable_data(), static_cast<size_t>(out.nbytes()));
   return out;
@@ -142,7 +146,8 @@ void register_kv_views(py::module_& m) {
   py::class_<KvCacheAllocation>(m, "KvCache", "Device buffers of a KV-cache plan with per-layer views.")
       .def(py::init([](const KvCacheConfig& config, const std::map<std::string, std::string>& layouts,
                        const std::string& default_layout, std::shared_ptr<ocl::Context> ctx) {
-             return std::make_unique<KvCacheAllocation>(ctx, config, parse_layouts(layouts), parse_layout(default_layout));
+             return std::make_unique<KvCacheAllocation>(device_of(ctx), config, parse_layouts(layouts),
+                                                        parse_layout(default_layout));
            }),
            py::arg("config"), py::arg("layouts") = std::map<std::string, std::string>{},
            py::arg("default_layout") = "kv_major", py::arg("context"))

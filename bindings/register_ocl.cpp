@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
 #include "ocl/kernel_sources.h"
-#include "quant/matmul.h"
+#include "quant/ocl_matmul.h"
 
 namespace py = pybind11;
 using specdec::ocl::DeviceInfo;
@@ -57,6 +58,12 @@ py::dict device_dict(const DeviceInfo& d) {
 }
 
 }  // namespace
+
+// The device over a _core.Context, for bindings that take a Context and call ops on Device&
+// (declared where used; until step 6 of docs/device_seam.md binds the Device itself).
+std::shared_ptr<specdec::device::Device> device_of(const std::shared_ptr<specdec::ocl::Context>& ctx) {
+  return specdec::device::wrap(ctx);
+}
 
 void register_ocl(py::module_& m) {
   py::class_<DeviceInfo>(m, "DeviceInfo", "An OpenCL device and its main properties.")

@@ -158,8 +158,8 @@ void register_quant(py::module_& parent) {
                              [](const DeviceWeight& w) { return w.layout.total_bytes; })
       .def(
           "download",
-          [](const DeviceWeight& w, ocl::Context& ctx) {
-            const std::vector<uint8_t> b = w.download(ctx);
+          [](const DeviceWeight& w, const std::shared_ptr<ocl::Context>& ctx) {
+            const std::vector<uint8_t> b = w.download(*device::wrap(ctx));
             Bytes out(static_cast<py::ssize_t>(b.size()));
             std::memcpy(out.mutable_data(), b.data(), b.size());
             return out;
@@ -171,9 +171,9 @@ void register_quant(py::module_& parent) {
       });
   m.def(
       "upload_weight",
-      [](ocl::Context& ctx, const py::object& type, const Bytes& data,
+      [](const std::shared_ptr<ocl::Context>& ctx, const py::object& type, const Bytes& data,
          const std::vector<int64_t>& dims, const std::string& name) {
-        return upload_weight(ctx, to_type(type), data.data(), static_cast<size_t>(data.size()),
+        return upload_weight(*device::wrap(ctx), to_type(type), data.data(), static_cast<size_t>(data.size()),
                              dims, name);
       },
       py::arg("ctx"), py::arg("type"), py::arg("data"), py::arg("dims"), py::arg("name") = "",

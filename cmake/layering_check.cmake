@@ -14,7 +14,6 @@ set(ALLOWED
   cpp/attention/backend.h
   cpp/attention/metadata.h
   cpp/kv/allocator.h
-  cpp/kv/cache_ops.cpp
   cpp/kv/cache_ops.h
   cpp/ops/norm.h
   cpp/ops/rope.cpp

@@ -1,6 +1,7 @@
 #include "kv/allocator.h"
 
 #include "common/errors.h"
+#include "kv/impl.h"
 
 namespace specdec::kv {
 
@@ -36,12 +37,12 @@ std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const Lay
   return views;
 }
 
-KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const KvCacheConfig& config,
+KvCacheAllocation::KvCacheAllocation(std::shared_ptr<device::Device> dev, const KvCacheConfig& config,
                                      const LayoutMap& layouts, KvLayout default_attention_layout)
-    : ctx_(std::move(ctx)), config_(config) {
-  SPECDEC_CHECK(ctx_ != nullptr, "context", "null", "an OpenCL context is required");
+    : dev_(std::move(dev)), config_(config) {
+  SPECDEC_CHECK(dev_ != nullptr, "context", "null", "an OpenCL context is required");
   views_ = make_layer_views(config_, layouts, default_attention_layout);
-  const auto& device = ctx_->device();
+  const device::Info& device = dev_->info();
   if (config_.total_bytes() > device.global_mem_bytes) {
     throw UnsupportedError(str_cat("the KV-cache plan needs ", config_.total_bytes(), " bytes but ",
                                    device.name, " has ", device.global_mem_bytes,
@@ -50,10 +51,13 @@ KvCacheAllocation::KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const Kv
   for (size_t i = 0; i < views_.size(); ++i) view_index_[views_[i].layer_name] = i;
   buffers_.reserve(config_.tensors.size());
   for (const auto& tensor : config_.tensors) {
-    buffers_.push_back(ocl::Buffer::long_lived(*ctx_, static_cast<size_t>(tensor.size_bytes)));
-    buffers_.back().fill_zero(*ctx_);
+    switch (dev_->kind()) {
+      case device::Kind::kOpenCL:
+        buffers_.push_back(ocl_allocate_zeroed(*dev_, static_cast<size_t>(tensor.size_bytes)));
+        break;
+    }
   }
-  ctx_->finish();
+  dev_->sync();
 }
 
 const LayerKvView& KvCacheAllocation::view(const std::string& layer_name) const {
@@ -82,7 +86,9 @@ int64_t KvCacheAllocation::total_bytes() const { return config_.total_bytes(); }
 std::vector<uint8_t> KvCacheAllocation::read_tensor(int index) const {
   const ocl::Buffer& b = tensor(index);
   std::vector<uint8_t> out(b.size_bytes());
-  b.read(*ctx_, out.data(), out.size());
+  switch (dev_->kind()) {
+    case device::Kind::kOpenCL: ocl_read(*dev_, b, out.data(), out.size()); break;
+  }
   return out;
 }
 

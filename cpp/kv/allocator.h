@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "kv/config.h"
 #include "kv/layout.h"
-#include "ocl/context.h"
+#include "ocl/context.h"  // ocl::Buffer until step 7 of docs/device_seam.md
 
 namespace specdec::kv {
 
@@ -27,8 +28,8 @@ std::vector<LayerKvView> make_layer_views(const KvCacheConfig& config, const Lay
 
 class KvCacheAllocation {
  public:
-  // Allocates and zero-fills one buffer per tensor of `config` on `ctx`'s device.
-  KvCacheAllocation(std::shared_ptr<ocl::Context> ctx, const KvCacheConfig& config,
+  // Allocates and zero-fills one buffer per tensor of `config` on the device.
+  KvCacheAllocation(std::shared_ptr<device::Device> dev, const KvCacheConfig& config,
                     const LayoutMap& layouts = {},
                     KvLayout default_attention_layout = KvLayout::kKvMajor);
 
@@ -41,10 +42,13 @@ class KvCacheAllocation {
   const ocl::Buffer& tensor_of(const std::string& layer_name) const;
   int64_t total_bytes() const;
   std::vector<uint8_t> read_tensor(int index) const;  // blocking copy to the host
-  ocl::Context& context() const { return *ctx_; }
+  device::Device& device() const { return *dev_; }
+  // The device's OpenCL context, for the ocl::Buffers the ops take until step 7 of
+  // docs/device_seam.md (kv/ocl_allocator.cpp; a logic_error on another kind).
+  ocl::Context& context() const;
 
  private:
-  std::shared_ptr<ocl::Context> ctx_;
+  std::shared_ptr<device::Device> dev_;
   KvCacheConfig config_;
   std::vector<LayerKvView> views_;
   std::map<std::string, size_t> view_index_;

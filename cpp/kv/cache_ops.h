@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "kv/layout.h"
-#include "ocl/context.h"
+#include "ocl/context.h"  // ocl::Buffer until step 7 of docs/device_seam.md
 
 namespace specdec::kv {
 
@@ -21,7 +22,7 @@ const KvPartView& part_of(const LayerKvView& view, KvPart part);
 void check_slot_mapping(const LayerKvView& view, const std::vector<int32_t>& slot_mapping);
 
 // Device: writes src [num_tokens, num_heads, width] (f32) into `part` of the layer.
-void kv_cache_write(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+void kv_cache_write(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
                     KvPart part, const ocl::Buffer& src, const ocl::Buffer& slot_mapping,
                     int num_tokens);
 // Rows of new K or V values for kv_cache_write_kv: token t's heads start at element
@@ -34,7 +35,7 @@ struct KvRows {
 
 // Device: K and V in one launch (each exactly as kv_cache_write writes it), the rows read where
 // they lie (e.g. the k and v columns of a fused qkv projection). A part of width 0 is skipped.
-void kv_cache_write_kv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+void kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
                        const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
                        int num_tokens);
 // The epilogue of a fused q | k | v projection (kernels/fused_qkv.cl), one launch for what
@@ -57,11 +58,11 @@ struct QkvEpilogue {
 // Whether the fused epilogue can serve this layer: its K and V parts have kv_heads heads of
 // head_size (even) elements each.
 bool qkv_epilogue_fits(const LayerKvView& view, int kv_heads, int head_size);
-void kv_cache_write_qkv(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+void kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
                         const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens);
 
 // Device: reads `part` at each slot into dst [num_tokens, num_heads, width] (f32).
-void kv_cache_gather(ocl::Context& ctx, const ocl::Buffer& cache, const LayerKvView& view,
+void kv_cache_gather(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
                      KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,
                      int num_tokens);
 

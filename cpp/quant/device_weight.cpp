@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "quant/impl.h"
 
 namespace specdec::quant {
 
@@ -10,13 +11,15 @@ int64_t DeviceWeight::source_bytes() const {
   return layout.rows * row_bytes(layout.type, layout.cols);
 }
 
-std::vector<uint8_t> DeviceWeight::download(ocl::Context& ctx) const {
+std::vector<uint8_t> DeviceWeight::download(device::Device& dev) const {
   std::vector<uint8_t> packed(static_cast<size_t>(layout.total_bytes));
-  buffer.read(ctx, packed.data(), packed.size());
+  switch (dev.kind()) {
+    case device::Kind::kOpenCL: ocl_read_weight(dev, *this, packed); break;
+  }
   return unpack(layout, packed.data());
 }
 
-DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
+DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* data, size_t size_bytes,
                            const std::vector<int64_t>& dims, const std::string& name,
                            ocl::BufferArena* arena) {
   const std::string who = name.empty() ? std::string("weight") : name;
@@ -43,25 +46,25 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
                str_cat("must be ", expected, " for ", rows, " rows of ", dims[0], " ",
                        weight_format(type).name, " elements"));
   SPECDEC_CHECK(data != nullptr, who + ".data", "null", "must point at the tensor's bytes");
-  if (layout.total_bytes > ctx.device().max_alloc_bytes) {
+  if (layout.total_bytes > dev.info().max_alloc_bytes) {
     throw UnsupportedError(str_cat(who, ": ", layout.total_bytes, " bytes on the device exceed ",
-                                   ctx.device().name, "'s largest allocation (",
-                                   ctx.device().max_alloc_bytes,
+                                   dev.info().name, "'s largest allocation (",
+                                   dev.info().max_alloc_bytes,
                                    " bytes); on PoCL, POCL_MEMORY_LIMIT raises it"));
   }
   const std::vector<uint8_t> packed = repack(layout, data);
-  DeviceWeight w{who, layout,
-                 arena != nullptr ? arena->allocate(packed.size(), CL_MEM_READ_ONLY)
-                                  : ocl::Buffer::long_lived(ctx, packed.size(), CL_MEM_READ_ONLY)};
-  w.buffer.write(ctx, packed.data(), packed.size());
+  DeviceWeight w{who, layout, {}};
+  switch (dev.kind()) {
+    case device::Kind::kOpenCL: w.buffer = ocl_weight_buffer(dev, packed, arena); break;
+  }
   return w;
 }
 
-DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight, ocl::BufferArena* arena) {
-  return upload_weight(ctx, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name, arena);
+DeviceWeight upload_weight(device::Device& dev, const WeightBytes& weight, ocl::BufferArena* arena) {
+  return upload_weight(dev, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name, arena);
 }
 
-DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
+DeviceWeight upload_weight_stacked(device::Device& dev, const std::vector<WeightBytes>& parts,
                                    const std::string& name, ocl::BufferArena* arena) {
   SPECDEC_CHECK(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
   const WeightBytes& first = parts[0];
@@ -87,7 +90,7 @@ DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBy
     std::memcpy(data.data() + at, t.data, t.size_bytes);
     at += t.size_bytes;
   }
-  return upload_weight(ctx, first.type, data.data(), data.size(), {first.dims[0], rows}, name, arena);
+  return upload_weight(dev, first.type, data.data(), data.size(), {first.dims[0], rows}, name, arena);
 }
 
 }  // namespace specdec::quant

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/ggml_type.h"
+#include "device/device.h"
 #include "ocl/context.h"
 #include "quant/layout.h"
 
@@ -23,7 +24,7 @@ struct DeviceWeight {
   // Bytes of the matrix in its ggml format (what a GGUF file stores).
   int64_t source_bytes() const;
   // The matrix read back in ggml's row-major block format (tests, debugging).
-  std::vector<uint8_t> download(ocl::Context& ctx) const;
+  std::vector<uint8_t> download(device::Device& dev) const;
 };
 
 // A weight's bytes in its ggml format, as a GGUF file stores them (not owned): what the uploads
@@ -40,10 +41,12 @@ struct WeightBytes {
 // Uploads a weight: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
 // 1-D tensor is one row). UnsupportedError for unsupported types (naming the tensor),
 // ConfigError for shapes the type cannot hold. With an arena, the device buffer is carved out of
-// it (a model's small matrices then share huge pages, ocl::BufferArena).
-DeviceWeight upload_weight(ocl::Context& ctx, const WeightBytes& weight, ocl::BufferArena* arena = nullptr);
+// it (a model's small matrices then share huge pages, ocl::BufferArena; its buffers stay
+// ocl::Buffer until step 7 of docs/device_seam.md).
+DeviceWeight upload_weight(device::Device& dev, const WeightBytes& weight,
+                           ocl::BufferArena* arena = nullptr);
 // The same from raw ggml bytes (`size_bytes` must match the dims exactly).
-DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data, size_t size_bytes,
+DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* data, size_t size_bytes,
                            const std::vector<int64_t>& dims, const std::string& name = "",
                            ocl::BufferArena* arena = nullptr);
 
@@ -51,7 +54,7 @@ DeviceWeight upload_weight(ocl::Context& ctx, GgmlType type, const uint8_t* data
 // matmul launch computes them all (q/k/v or gate/up projections of a layer: on PoCL every launch
 // costs ~10 µs, as much as a small matrix's data). Rows of part i follow those of parts < i; each
 // output element is bitwise the same as with the part alone. ConfigError when types or cols differ.
-DeviceWeight upload_weight_stacked(ocl::Context& ctx, const std::vector<WeightBytes>& parts,
+DeviceWeight upload_weight_stacked(device::Device& dev, const std::vector<WeightBytes>& parts,
                                    const std::string& name, ocl::BufferArena* arena = nullptr);
 
 }  // namespace specdec::quant

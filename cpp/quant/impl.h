@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "device/device.h"
 #include "quant/matmul.h"
@@ -22,5 +23,12 @@ void ocl_matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x
 // n > 0
 void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
                           ocl::Buffer& out, float scale);
+
+// A weight's device buffer holding `packed` (its repacked bytes): carved from the arena when there
+// is one, else a model-lifetime buffer (quant/ocl_device_weight.cpp).
+ocl::Buffer ocl_weight_buffer(device::Device& dev, const std::vector<uint8_t>& packed,
+                              ocl::BufferArena* arena);
+// w's repacked bytes read back into `packed` (layout.total_bytes).
+void ocl_read_weight(device::Device& dev, const DeviceWeight& w, std::vector<uint8_t>& packed);
 
 }  // namespace specdec::quant

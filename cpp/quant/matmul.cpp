@@ -27,28 +27,6 @@ Family family(GgmlType type) {
   }
 }
 
-const char* quant_isa_name(QuantIsa isa) {
-  switch (isa) {
-    case QuantIsa::kPortable:
-      return "portable";
-    case QuantIsa::kAvx2:
-      return "avx2";
-    case QuantIsa::kAvx512bw:
-      return "avx512bw";
-    case QuantIsa::kAvx512vnni:
-      return "avx512vnni";
-  }
-  return "?";
-}
-
-QuantIsa parse_quant_isa(const std::string& name, const std::string& field) {
-  for (QuantIsa isa : {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
-                       QuantIsa::kAvx512vnni}) {
-    if (name == quant_isa_name(isa)) return isa;
-  }
-  throw ConfigError(field, "'" + name + "'", "must be one of portable, avx2, avx512bw, avx512vnni");
-}
-
 namespace {
 
 void check_scale_block(int scale_block) {

@@ -3,6 +3,7 @@
 #include "device/ocl_device.h"
 #include "quant/impl.h"
 #include "quant/matmul.h"
+#include "quant/ocl_matmul.h"
 
 #include <algorithm>
 #include <atomic>
@@ -182,6 +183,28 @@ void launch_2d(ocl::Context& ctx, ocl::Kernel& k, int64_t d0, int64_t d1, int64_
 }
 
 }  // namespace
+
+const char* quant_isa_name(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kPortable:
+      return "portable";
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512bw:
+      return "avx512bw";
+    case QuantIsa::kAvx512vnni:
+      return "avx512vnni";
+  }
+  return "?";
+}
+
+QuantIsa parse_quant_isa(const std::string& name, const std::string& field) {
+  for (QuantIsa isa : {QuantIsa::kPortable, QuantIsa::kAvx2, QuantIsa::kAvx512bw,
+                       QuantIsa::kAvx512vnni}) {
+    if (name == quant_isa_name(isa)) return isa;
+  }
+  throw ConfigError(field, "'" + name + "'", "must be one of portable, avx2, avx512bw, avx512vnni");
+}
 
 std::string MatmulConfig::options() const {
   const char* define = isa == QuantIsa::kAvx2        ? " -DQUANT_AVX2"

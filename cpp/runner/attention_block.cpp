@@ -85,7 +85,7 @@ void attend_fused(const LayerStep& st, int il, const LayerWeights& w, QkvWidths 
   e.kv_heads = c.num_kv_heads;
   e.head_size = c.head_size;
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
-  kv::kv_cache_write_qkv(st.ctx, *b.tensor, *b.view, e, md.slot_mapping, static_cast<int>(st.num_tokens));
+  kv::kv_cache_write_qkv(st.dev, *b.tensor, *b.view, e, md.slot_mapping, static_cast<int>(st.num_tokens));
   write_kv_and_attend(st, il, nullptr, nullptr, s.qb, scale, s.attn, &w.wo);  // K/V written
 }
 
@@ -142,7 +142,6 @@ Projected project_separate(const LayerStep& st, int il, const LayerWeights& w, Q
 void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
   const model::ModelConfig& c = st.config;
   StepBuffers& s = st.s;
-  ocl::Context& ctx = st.ctx;
   device::Device& dev = st.dev;
   const int64_t t = st.num_tokens;
   SPECDEC_CHECK(c.layers[il].kv_sharing_target < 0, str_cat("layers.", il), "a KV-sharing layer",
@@ -167,7 +166,7 @@ void gqa_write_context(const LayerStep& st, int il, const LayerWeights& w) {
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
   const kv::KvRows k{&s.kb, 0, 0}, v{&s.vb, 0, 0};
-  kv::kv_cache_write_kv(ctx, *b.tensor, *b.view, k, v, md.slot_mapping, static_cast<int>(t));
+  kv::kv_cache_write_kv(dev, *b.tensor, *b.view, k, v, md.slot_mapping, static_cast<int>(t));
 }
 
 void gqa_attention(const LayerStep& st, int il, const LayerWeights& w) {

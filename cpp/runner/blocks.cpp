@@ -81,7 +81,7 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
                          const quant::DeviceWeight* then_project) {
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
-  if (k != nullptr) kv::kv_cache_write_kv(st.ctx, *b.tensor, *b.view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
+  if (k != nullptr) kv::kv_cache_write_kv(st.dev, *b.tensor, *b.view, *k, *v, md.slot_mapping, static_cast<int>(st.num_tokens));
   attn::AttentionLayerParams params = b.params;
   params.scale = scale;
   // The output's int8 activations for the projection after it, written by the attention kernel.

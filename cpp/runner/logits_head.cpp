@@ -23,7 +23,7 @@ const model::GgufTensor& lm_head_tensor(const model::GgufFile& file, const model
 
 // The lm_head rows of `ids` (checked by the caller) as their own matrix: rows of a ggml block
 // format are independent, so row j holds token ids[j]'s bytes as they are in the file.
-quant::DeviceWeight logit_rows(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& c,
+quant::DeviceWeight logit_rows(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& c,
                                const std::vector<int32_t>& ids, const std::string& what) {
   const model::GgufTensor& t = lm_head_tensor(file, c);
   const int64_t cols = t.dims.at(0);
@@ -33,7 +33,7 @@ quant::DeviceWeight logit_rows(ocl::Context& ctx, const model::GgufFile& file, c
     std::memcpy(bytes.data() + j * static_cast<size_t>(rb), t.data + static_cast<int64_t>(ids[j]) * rb,
                 static_cast<size_t>(rb));
   }
-  return quant::upload_weight(ctx, t.type, bytes.data(), bytes.size(), {cols, static_cast<int64_t>(ids.size())},
+  return quant::upload_weight(dev, t.type, bytes.data(), bytes.size(), {cols, static_cast<int64_t>(ids.size())},
                               t.name + "[" + what + "]");
 }
 
@@ -60,7 +60,7 @@ LogitsHead::LogitsHead(device::Device& dev, const model::GgufFile& file, const m
                  str_cat("token ids in [0, ", vocab, "), strictly increasing (here in [", lo, ", ", vocab, "))"));
   }
   if (weights.output) weights.device_bytes -= weights.output->source_bytes();
-  weights.output = logit_rows(ctx_, file, config, ids, "logit_token_ids");
+  weights.output = logit_rows(dev_, file, config, ids, "logit_token_ids");
   weights.device_bytes += weights.output->source_bytes();
 }
 
@@ -88,7 +88,7 @@ void LogitsHead::set_extra_tokens(const std::vector<int32_t>& ids) {
   extra_ids_.clear();
   extra_head_.reset();
   if (ids.empty()) return;
-  extra_head_ = logit_rows(ctx_, file_, config_, ids, "extra logit tokens");
+  extra_head_ = logit_rows(dev_, file_, config_, ids, "extra logit tokens");
   if (static_cast<int64_t>(ids.size()) > extra_capacity_) {  // grows in powers of two
     int64_t cap = 256;
     while (cap < static_cast<int64_t>(ids.size())) cap *= 2;

@@ -60,11 +60,11 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
 ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
     : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
-      config_(model::config_from_gguf(file_)), weights_(load_weights(*ctx_, file_, config_, progress)),
+      config_(model::config_from_gguf(file_)), weights_(load_weights(*dev_, *ctx_, file_, config_, progress)),
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         dev_->info())),
-      cache_(std::make_unique<kv::KvCacheAllocation>(ctx_, kv_config_, setup_.layouts)),
+      cache_(std::make_unique<kv::KvCacheAllocation>(dev_, kv_config_, setup_.layouts)),
       manager_(std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching)),
       requests_(*manager_) {
   scratch_ = std::make_unique<StepBuffers>(*ctx_, config_, options_.max_num_batched_tokens, options_.max_num_logits);

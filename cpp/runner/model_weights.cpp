@@ -20,14 +20,14 @@ namespace {
 
 class Loader {
  public:
-  Loader(ocl::Context& ctx, const model::GgufFile& file, const LoadProgress& progress)
-      : ctx_(ctx), file_(file), progress_(progress), arena_(ctx) {
+  Loader(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file, const LoadProgress& progress)
+      : dev_(dev), ctx_(ctx), file_(file), progress_(progress), arena_(ctx) {
     for (const auto& t : file.tensors()) total_ += static_cast<int64_t>(t.size_bytes);
   }
 
   quant::DeviceWeight matrix(const std::string& name) {
     const model::GgufTensor& t = file_.tensor(name);
-    quant::DeviceWeight w = quant::upload_weight(ctx_, weight_bytes(t), &arena_);
+    quant::DeviceWeight w = quant::upload_weight(dev_, weight_bytes(t), &arena_);
     done(t);
     return w;
   }
@@ -42,7 +42,7 @@ class Loader {
     }
     std::vector<quant::WeightBytes> views;
     for (const auto* t : parts) views.push_back(weight_bytes(*t));
-    quant::DeviceWeight w = quant::upload_weight_stacked(ctx_, views, name, &arena_);
+    quant::DeviceWeight w = quant::upload_weight_stacked(dev_, views, name, &arena_);
     for (const auto* t : parts) done(*t);
     return w;
   }
@@ -92,7 +92,8 @@ class Loader {
     if (progress_) progress_(done_, total_);
   }
 
-  ocl::Context& ctx_;
+  device::Device& dev_;
+  ocl::Context& ctx_;  // dev_'s (buffers and the arena until step 7, docs/device_seam.md)
   const model::GgufFile& file_;
   const LoadProgress& progress_;
   ocl::BufferArena arena_;  // the small matrices share huge pages
@@ -271,10 +272,10 @@ void check_loadable(const model::GgufFile& file, const model::ModelConfig& confi
   }
 }
 
-ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
+ModelWeights load_weights(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress) {
   check_loadable(file, config);
-  Loader load(ctx, file, progress);
+  Loader load(dev, ctx, file, progress);
   ModelWeights w;
   if (config.is_dflash()) {
     w.dflash_fc = load.matrix("dflash_fc.weight");

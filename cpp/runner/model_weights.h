@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "model/config.h"
 #include "ocl/context.h"
 #include "quant/device_weight.h"
@@ -71,8 +72,9 @@ using LoadProgress = std::function<void(int64_t, int64_t)>;
 void check_loadable(const model::GgufFile& file, const model::ModelConfig& config);
 
 // Checks the tensors (check_loadable) and uploads them. UnsupportedError for an
-// architecture or weight type without a device path here.
-ModelWeights load_weights(ocl::Context& ctx, const model::GgufFile& file,
+// architecture or weight type without a device path here. ctx: dev's context, for the buffers
+// that stay ocl::Buffer until step 7 of docs/device_seam.md.
+ModelWeights load_weights(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress = {});
 
 // A GGUF tensor's bytes as quant's uploads take them (a view: valid while the GgufFile lives).

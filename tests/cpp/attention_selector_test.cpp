@@ -196,8 +196,8 @@ TEST(AttentionGroups, NonCausalDrafterGetsItsOwnBackendAndLayout) {
   const auto causal_drafter = initialize_attention(plan.drafter, infos(plan.drafter, 14));
   EXPECT_EQ(causal_drafter.attention_groups[0].backend->name(), "OCL_FLASH");
   // allocated side by side, nothing aliases across them
-  auto ctx = ocl::Context::create();
-  kv::KvCacheAllocation t(ctx, plan.target, target.layouts), d(ctx, plan.drafter, drafter.layouts);
+  auto dev = device::open();
+  kv::KvCacheAllocation t(dev, plan.target, target.layouts), d(dev, plan.drafter, drafter.layouts);
   std::set<cl_mem> buffers;
   for (size_t i = 0; i < t.num_tensors(); ++i) buffers.insert(t.tensor(static_cast<int>(i)).get());
   for (size_t i = 0; i < d.num_tensors(); ++i) buffers.insert(d.tensor(static_cast<int>(i)).get());

@@ -97,7 +97,7 @@ inline RandomCache random_cache(const kv::KvCacheSpec& spec, kv::KvLayout layout
                                 std::mt19937& rng) {
   RandomCache c;
   c.config = kv::plan_kv_cache({{"layer", spec, ""}}, 0, 1 << 20, {2048, num_blocks, ""});
-  c.alloc = std::make_unique<kv::KvCacheAllocation>(context(), c.config, kv::LayoutMap{{"layer", layout}});
+  c.alloc = std::make_unique<kv::KvCacheAllocation>(device::wrap(context()), c.config, kv::LayoutMap{{"layer", layout}});
   const int64_t num_elems = c.config.tensors[0].size_bytes / static_cast<int64_t>(dtype_size(spec.dtype));
   c.raw.assign(static_cast<size_t>(c.config.tensors[0].size_bytes), 0);
   std::normal_distribution<float> dist(0.0f, 1.0f);

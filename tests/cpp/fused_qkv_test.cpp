@@ -31,10 +31,12 @@ std::shared_ptr<ocl::Context> context() {
   return ctx;
 }
 
-device::Device& dev() {  // context() through the device seam
+const std::shared_ptr<device::Device>& shared_dev() {  // context() through the device seam
   static const auto d = device::wrap(context());
-  return *d;
+  return d;
 }
+
+device::Device& dev() { return *shared_dev(); }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float sd) {
   std::normal_distribution<float> dist(0.0f, sd);
@@ -68,7 +70,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   std::vector<LayerKvSpec> layers = {
       {"layers.0", KvCacheSpec::full_attention(block_size, kv_heads, head, dtype), ""}};
   const auto config = plan_kv_cache(layers, 0, 512, {2048, 32, ""});
-  KvCacheAllocation fused_cache(context(), config, {}, layout), split_cache(context(), config, {}, layout);
+  KvCacheAllocation fused_cache(shared_dev(), config, {}, layout), split_cache(shared_dev(), config, {}, layout);
   ocl::Context& ctx = fused_cache.context();
   const LayerKvView& view = fused_cache.view("layers.0");
   ASSERT_TRUE(qkv_epilogue_fits(view, kv_heads, head));
@@ -130,7 +132,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   e.q_heads = q_heads;
   e.kv_heads = kv_heads;
   e.head_size = head;
-  kv_cache_write_qkv(ctx, fused_cache.tensor_of("layers.0"), view, e, sb, num_tokens);
+  kv_cache_write_qkv(dev(), fused_cache.tensor_of("layers.0"), view, e, sb, num_tokens);
   EXPECT_TRUE(same_bits(download(ctx, qb, q_ref.size()), q_ref)) << "q differs from the reference";
   EXPECT_TRUE(fused_cache.read_tensor(view.tensor_index) == cache_ref) << "cache differs from the reference";
 
@@ -143,7 +145,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   }
   if (table) ops::rope(dev(), xs, pb, num_tokens, q_heads + kv_heads, head, *table, stride);
   const LayerKvView& sview = split_cache.view("layers.0");
-  kv_cache_write_kv(ctx, split_cache.tensor_of("layers.0"), sview, {&xs, nq, stride}, {&xs, nq + nk, stride}, sb,
+  kv_cache_write_kv(dev(), split_cache.tensor_of("layers.0"), sview, {&xs, nq, stride}, {&xs, nq + nk, stride}, sb,
                     num_tokens);
   const auto xs_host = download(ctx, xs, x.size());
   std::vector<float> q_split(q_ref.size());
@@ -169,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(QkvEpilogueErrors, RefusesWhatItCannotServe) {
   std::vector<LayerKvSpec> layers = {{"layers.0", KvCacheSpec::full_attention(16, 2, 64, DType::kF16), ""}};
   const auto config = plan_kv_cache(layers, 0, 256, {2048, 4, ""});
-  KvCacheAllocation cache(context(), config);
+  KvCacheAllocation cache(shared_dev(), config);
   ocl::Context& ctx = cache.context();
   const LayerKvView& view = cache.view("layers.0");
   EXPECT_FALSE(qkv_epilogue_fits(view, 2, 128));  // head size of another model
@@ -187,13 +189,13 @@ TEST(QkvEpilogueErrors, RefusesWhatItCannotServe) {
   e.q_heads = 6;
   e.kv_heads = 2;
   e.head_size = 64;
-  EXPECT_NO_THROW(kv_cache_write_qkv(ctx, cache.tensor_of("layers.0"), view, e, slots, 1));
+  EXPECT_NO_THROW(kv_cache_write_qkv(dev(), cache.tensor_of("layers.0"), view, e, slots, 1));
   e.x_stride = 100;  // shorter than a row
-  EXPECT_THROW(kv_cache_write_qkv(ctx, cache.tensor_of("layers.0"), view, e, slots, 1), ConfigError);
+  EXPECT_THROW(kv_cache_write_qkv(dev(), cache.tensor_of("layers.0"), view, e, slots, 1), ConfigError);
   e.x_stride = 6 * 64 + 4 * 64;
-  EXPECT_THROW(kv_cache_write_qkv(ctx, cache.tensor_of("layers.0"), view, e, slots, 2), ConfigError);  // 1 token held
+  EXPECT_THROW(kv_cache_write_qkv(dev(), cache.tensor_of("layers.0"), view, e, slots, 2), ConfigError);  // 1 token held
   e.head_size = 128;
-  EXPECT_THROW(kv_cache_write_qkv(ctx, cache.tensor_of("layers.0"), view, e, slots, 1), ConfigError);
+  EXPECT_THROW(kv_cache_write_qkv(dev(), cache.tensor_of("layers.0"), view, e, slots, 1), ConfigError);
 }
 
 }  // namespace

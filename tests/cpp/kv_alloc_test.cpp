@@ -19,9 +19,9 @@ using namespace specdec::kv;
 
 namespace {
 
-std::shared_ptr<ocl::Context> context() {
-  static auto ctx = ocl::Context::create();
-  return ctx;
+std::shared_ptr<device::Device> device_ptr() {
+  static auto dev = device::open();
+  return dev;
 }
 
 // Slots for num_tokens tokens of one request whose blocks are shuffled over the pool, with a
@@ -69,13 +69,13 @@ void round_trip(KvCacheAllocation& cache, const std::string& writer, const std::
     const auto src = random_rows(static_cast<size_t>(num_tokens) * p.num_heads * p.width, rng);
     ocl::Buffer src_buf(ctx, src.size() * 4);
     src_buf.write(ctx, src.data(), src.size() * 4);
-    kv_cache_write(ctx, cache.tensor_of(writer), w, part, src_buf, slot_buf, num_tokens);
+    kv_cache_write(cache.device(), cache.tensor_of(writer), w, part, src_buf, slot_buf, num_tokens);
     kv_cache_write_ref(expected, w, part, src, slots);
 
     // read back through the second layer's view, on the device and with the reference
     const KvPartView& rp = part_of(r, part);
     ocl::Buffer dst(ctx, src.size() * 4);
-    kv_cache_gather(ctx, cache.tensor_of(reader), r, part, slot_buf, dst, num_tokens);
+    kv_cache_gather(cache.device(), cache.tensor_of(reader), r, part, slot_buf, dst, num_tokens);
     std::vector<float> got(src.size());
     dst.read(ctx, got.data(), got.size() * 4);
     const int64_t row = int64_t{rp.num_heads} * rp.width;
@@ -100,7 +100,7 @@ class SharedTensorRoundTrip : public ::testing::TestWithParam<AllocCase> {};
 TEST_P(SharedTensorRoundTrip, Gemma3nLike) {
   const auto [dtype, layout] = GetParam();
   const auto config = plan_kv_cache(example_model_layers("gemma3n-like", 16, dtype), 0, 1024, {2048, 12, ""});
-  KvCacheAllocation cache(context(), config, {}, layout);
+  KvCacheAllocation cache(device_ptr(), config, {}, layout);
   EXPECT_EQ(cache.num_tensors(), 20u);
   std::mt19937 rng(42);
   round_trip(cache, "layers.18", "layers.23", 150, rng);  // sliding owner -> sharing reader
@@ -125,7 +125,7 @@ TEST(KvAlloc, MlaLatentRoundTripIncludingZeroSizedPart) {
     std::vector<LayerKvSpec> layers = {{"mla.0", KvCacheSpec::mla(16, lora, rope, DType::kF16), ""},
                                        {"mla.1", KvCacheSpec::mla(16, lora, rope, DType::kF16), "mla.0"}};
     const auto config = plan_kv_cache(layers, 0, 512, {2048, 6, ""});
-    KvCacheAllocation cache(context(), config);
+    KvCacheAllocation cache(device_ptr(), config);
     EXPECT_EQ(cache.view("mla.1").layout, KvLayout::kMlaLatent);
     std::mt19937 rng(7);
     round_trip(cache, "mla.0", "mla.1", 70, rng);
@@ -134,7 +134,7 @@ TEST(KvAlloc, MlaLatentRoundTripIncludingZeroSizedPart) {
 
 TEST(KvAlloc, HybridGroupsDoNotOverlap) {
   const auto config = plan_kv_cache(example_model_layers("gemma3-270m", 8, DType::kF16), 64 << 20, 1024);
-  KvCacheAllocation cache(context(), config, {{"layers.5", KvLayout::kBlockMajor}});
+  KvCacheAllocation cache(device_ptr(), config, {{"layers.5", KvLayout::kBlockMajor}});
   EXPECT_EQ(cache.view("layers.5").layout, KvLayout::kBlockMajor);
   EXPECT_EQ(cache.total_bytes(), config.total_bytes());
   std::mt19937 rng(3);
@@ -155,7 +155,7 @@ class WriteKvFusedRows : public ::testing::TestWithParam<WriteKvCase> {};
 TEST_P(WriteKvFusedRows, MatchesTwoReferenceWrites) {
   const auto [dtype, layout, example] = GetParam();
   const auto config = plan_kv_cache(example_model_layers(example, 16, dtype), 0, 1024, {2048, 12, ""});
-  KvCacheAllocation cache(context(), config, {}, layout);  // MLA layers take mla_latent anyway
+  KvCacheAllocation cache(device_ptr(), config, {}, layout);  // MLA layers take mla_latent anyway
   auto& ctx = cache.context();
   const std::string layer = "layers.1";
   const LayerKvView& w = cache.view(layer);
@@ -174,14 +174,15 @@ TEST_P(WriteKvFusedRows, MatchesTwoReferenceWrites) {
   }
   ocl::Buffer src(ctx, fused.size() * 4);
   src.write(ctx, fused.data(), fused.size() * 4);
-  kv_cache_write_kv(ctx, cache.tensor_of(layer), w, {&src, q, row}, {&src, q + kw, row}, slot_buf, num_tokens);
+  kv_cache_write_kv(cache.device(), cache.tensor_of(layer), w, {&src, q, row}, {&src, q + kw, row}, slot_buf,
+                    num_tokens);
   std::vector<uint8_t> expected(cache.tensor_of(layer).size_bytes(), 0);
   kv_cache_write_ref(expected, w, KvPart::kK, k, slots);
   kv_cache_write_ref(expected, w, KvPart::kV, v, slots);
   EXPECT_TRUE(cache.read_tensor(w.tensor_index) == expected) << "raw bytes differ from the reference";
   // a token stride below the row is refused, naming the field
   try {
-    kv_cache_write_kv(ctx, cache.tensor_of(layer), w, {&src, q, kw - 1}, {&src, q + kw, row}, slot_buf, 1);
+    kv_cache_write_kv(cache.device(), cache.tensor_of(layer), w, {&src, q, kw - 1}, {&src, q + kw, row}, slot_buf, 1);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("token_stride"), std::string::npos) << e.what();
@@ -207,9 +208,10 @@ TEST(KvAlloc, BadSlotsAndDtypes) {
   EXPECT_THROW(check_slot_mapping(views[0], {-2}), ConfigError);
   EXPECT_NO_THROW(check_slot_mapping(views[0], {-1, 0, 63}));
   const auto i8 = plan_kv_cache(example_model_layers("smollm2-135m", 16, DType::kI8), 0, 256, {2048, 4, ""});
-  KvCacheAllocation cache(context(), i8);
+  KvCacheAllocation cache(device_ptr(), i8);
   ocl::Buffer b(cache.context(), 64);
-  EXPECT_THROW(kv_cache_write(cache.context(), cache.tensor(0), cache.views()[0], KvPart::kK, b, b, 1), UnsupportedError);
+  EXPECT_THROW(kv_cache_write(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, b, b, 1),
+               UnsupportedError);
 }
 
 }  // namespace
@@ -225,19 +227,19 @@ TEST(KvAlloc, DeviceConversionMatchesReferenceOnEdgeValues) {
     const int width = static_cast<int>(values.size());
     std::vector<LayerKvSpec> layers = {{"l", KvCacheSpec::full_attention(4, 1, width, dtype), ""}};
     const auto config = plan_kv_cache(layers, 0, 64, {2048, 3, ""});
-    KvCacheAllocation cache(context(), config);
+    KvCacheAllocation cache(device_ptr(), config);
     auto& ctx = cache.context();
     const std::vector<int32_t> slots = {5};
     ocl::Buffer slot_buf(ctx, 4), src_buf(ctx, values.size() * 4);
     slot_buf.write(ctx, slots.data(), 4);
     src_buf.write(ctx, values.data(), values.size() * 4);
-    kv_cache_write(ctx, cache.tensor(0), cache.views()[0], KvPart::kK, src_buf, slot_buf, 1);
+    kv_cache_write(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, src_buf, slot_buf, 1);
     std::vector<uint8_t> expected(cache.tensor(0).size_bytes(), 0);
     kv_cache_write_ref(expected, cache.views()[0], KvPart::kK, values, slots);
     EXPECT_TRUE(cache.read_tensor(0) == expected) << dtype_name(dtype);
     // and the device read converts back like the reference
     ocl::Buffer dst(ctx, values.size() * 4);
-    kv_cache_gather(ctx, cache.tensor(0), cache.views()[0], KvPart::kK, slot_buf, dst, 1);
+    kv_cache_gather(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, slot_buf, dst, 1);
     std::vector<float> got(values.size());
     dst.read(ctx, got.data(), got.size() * 4);
     const auto want = kv_cache_gather_ref(expected, cache.views()[0], KvPart::kK, slots);

@@ -277,11 +277,11 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
   EXPECT_THROW(matmul(dev(), w, x, 2, y), ConfigError);  // x too small for n = 2
   EXPECT_THROW(matmul(dev(), w, x, -1, y), ConfigError);
   EXPECT_NO_THROW(matmul(dev(), w, x, 0, y));
-  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}),
+  EXPECT_THROW(upload_weight(dev(), GgmlType::kQ4_0, wq.data(), wq.size() - 1, {64, 32}),
                ConfigError);
-  EXPECT_THROW(upload_weight(ctx, GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
+  EXPECT_THROW(upload_weight(dev(), GgmlType::kQ4_0, wq.data(), wq.size(), {48, 32}), ConfigError);
   try {
-    upload_weight(ctx, GgmlType::kIQ2_XS, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
+    upload_weight(dev(), GgmlType::kIQ2_XS, wq.data(), wq.size(), {64, 32}, "blk.0.ffn_up.weight");
     FAIL();
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
@@ -370,7 +370,7 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
     tensors[i].data = bytes[i].data();
   }
   const DeviceWeight stacked =
-      upload_weight_stacked(*context(), {tensors[0], tensors[1], tensors[2]}, "qkv");
+      upload_weight_stacked(dev(), {tensors[0], tensors[1], tensors[2]}, "qkv");
   EXPECT_EQ(stacked.rows(), 76);
   const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 31);
   const std::vector<float> y = device_matmul(stacked, x, n);
@@ -387,17 +387,17 @@ TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
   }
   WeightBytes other = tensors[1];
   other.type = GgmlType::kQ6_K;
-  EXPECT_THROW(upload_weight_stacked(*context(), {tensors[0], other}, "bad"), ConfigError);
+  EXPECT_THROW(upload_weight_stacked(dev(), {tensors[0], other}, "bad"), ConfigError);
   other = tensors[1];
   other.dims = {256, 18};
-  EXPECT_THROW(upload_weight_stacked(*context(), {tensors[0], other}, "bad"), ConfigError);
+  EXPECT_THROW(upload_weight_stacked(dev(), {tensors[0], other}, "bad"), ConfigError);
 }
 
 TEST(QuantMatmulChecks, DownloadGivesTheUploadedBlocks) {
   for (GgmlType t : supported_weight_types()) {
     const int64_t cols = cols_for(t, 512);
     const std::vector<uint8_t> wq = random_weights(t, 19, cols, 4);
-    EXPECT_EQ(upload(t, wq, 19, cols).download(*context()), wq) << weight_type_name(t);
+    EXPECT_EQ(upload(t, wq, 19, cols).download(dev()), wq) << weight_type_name(t);
   }
 }
 

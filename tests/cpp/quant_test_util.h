@@ -17,6 +17,7 @@
 #include "quant/dequantize.h"
 #include "quant/device_weight.h"
 #include "quant/matmul.h"
+#include "quant/ocl_matmul.h"
 
 namespace specdec::quant::testing {
 
@@ -48,7 +49,7 @@ inline std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t 
 
 inline DeviceWeight upload(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows,
                            int64_t cols) {
-  return upload_weight(*context(), type, bytes.data(), bytes.size(), {cols, rows}, "w");
+  return upload_weight(dev(), type, bytes.data(), bytes.size(), {cols, rows}, "w");
 }
 
 // y [n, rows] = x [n, cols] . W^T on the device.
