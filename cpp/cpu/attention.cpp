@@ -7,24 +7,34 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "cpu/isa.h"
+#include "cpu/attention_kernels.h"
 
 namespace specdec::cpu {
-
-bool f16_to_f32_f16c(const uint16_t* src, float* dst, int n);  // convert_f16c.cpp
-
 namespace {
 
-bool have_f16c() {
-  static const bool yes = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.f16c && f.os_ymm;
-  }();
-  return yes;
+using attn_kernels::Kernels;
+
+// ---- the portable inner loops (16 lanes, then the lanes in order) ----
+void dots_portable(const float* q, int m, int64_t q_stride, const float* k, int d, float* out) {
+  for (int i = 0; i < m; ++i) {
+    const float* qi = q + i * q_stride;
+    float lane[16] = {};
+    for (int j = 0; j < d; ++j) lane[j % 16] += qi[j] * k[j];
+    float s = 0.0f;
+    for (float v : lane) s += v;
+    out[i] = s;
+  }
 }
 
-// Every f16 value as f32 (256 KiB, built once; common/dtype's conversion, exact): a table read
-// per element instead of a function call with branches.
+void axpys_portable(float* acc, int m, int64_t acc_stride, const float* w, const float* v, int dv) {
+  for (int i = 0; i < m; ++i) {
+    if (w[i] == 0.0f) continue;
+    float* a = acc + i * acc_stride;
+    for (int j = 0; j < dv; ++j) a[j] += w[i] * v[j];
+  }
+}
+
+// Every f16 value as f32 (256 KiB, built once; common/dtype's exact conversion).
 const float* f16_table() {
   static const std::vector<float> table = [] {
     std::vector<float> t(65536);
@@ -34,127 +44,191 @@ const float* f16_table() {
   return table.data();
 }
 
+void f16_row_portable(const uint16_t* src, float* dst, int n) {
+  const float* table = f16_table();
+  for (int i = 0; i < n; ++i) dst[i] = table[src[i]];
+}
+
+const Kernels& kernels_for(Isa isa) {
+  static const Kernels portable{dots_portable, axpys_portable, f16_row_portable};
+  static const Kernels avx2 = [] {
+    Kernels k = portable;
+    attn_kernels::avx2_kernels(k);
+    return k;
+  }();
+  static const Kernels avx512 = [] {
+    Kernels k = avx2;
+    attn_kernels::avx512_kernels(k);
+    return k;
+  }();
+  if (isa >= Isa::kAvx512bw) return avx512;
+  if (isa >= Isa::kAvx2) return avx2;
+  return portable;
+}
+
 // n elements of the cache from element `index` on, as f32.
-void load_row(const uint8_t* cache, DType dt, int64_t index, int n, float* dst) {
+void load_row(const Kernels& kern, const uint8_t* cache, DType dt, int64_t index, int n, float* dst) {
   switch (dt) {
     case DType::kF32:
       std::memcpy(dst, cache + index * 4, sizeof(float) * static_cast<size_t>(n));
       return;
     case DType::kF16: {
+      uint16_t tmp[512];
       const uint8_t* src = cache + index * 2;
-      if (have_f16c() && f16_to_f32_f16c(reinterpret_cast<const uint16_t*>(src), dst, n)) return;
-      const float* table = f16_table();
-      for (int i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = table[h];
+      for (int i = 0; i < n; i += 512) {
+        const int c = std::min(512, n - i);
+        std::memcpy(tmp, src + 2 * i, 2 * static_cast<size_t>(c));
+        kern.f16_row(tmp, dst + i, c);
       }
       return;
     }
-    case DType::kBF16: {
-      const uint8_t* src = cache + index * 2;
+    case DType::kBF16:
       for (int i = 0; i < n; ++i) {
         uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
+        std::memcpy(&h, cache + (index + i) * 2, 2);
         const uint32_t bits = static_cast<uint32_t>(h) << 16;
         std::memcpy(&dst[i], &bits, 4);
       }
       return;
-    }
     case DType::kI8:
       for (int i = 0; i < n; ++i) dst[i] = static_cast<float>(static_cast<int8_t>(cache[index + i]));
       return;
   }
 }
 
-// q . k over n elements: 16 lanes, then the lanes in order.
-float dot(const float* q, const float* k, int n) {
-  float lane[16] = {};
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) lane[l] += q[i + l] * k[i + l];
-  }
-  for (; i < n; ++i) lane[i % 16] += q[i] * k[i];
-  float s = 0.0f;
-  for (float v : lane) s += v;
-  return s;
-}
-
 struct Scratch {
-  std::vector<float> k, v, scores, acc, m, denom;
+  std::vector<float> k, v, scores, acc, m, denom, s, w;
+  std::vector<int> lo, hi;
 };
 
-// The request of token t: query_start_loc[r] <= t < query_start_loc[r + 1].
-int request_of(const attn::CommonAttentionMetadata& md, int t) {
-  const auto it = std::upper_bound(md.query_start_loc.begin(), md.query_start_loc.begin() + md.num_reqs + 1, t);
-  return static_cast<int>(it - md.query_start_loc.begin()) - 1;
+// The query tokens of one item: request r's tokens [t0, t1) (at most kTokens), kv head g.
+constexpr int kTokens = 8;
+struct Item {
+  int r = 0, t0 = 0, t1 = 0, g = 0;
+};
+
+int64_t blocks_of(const attn::CommonAttentionMetadata& md, int r) {
+  return (md.query_len(r) + kTokens - 1) / kTokens;
 }
 
 }  // namespace
 
 int64_t attention_items(const AttentionCall& c) {
-  return int64_t{c.md->num_actual_tokens} * c.params->num_kv_heads;
+  int64_t blocks = 0;
+  for (int r = 0; r < c.md->num_reqs; ++r) blocks += blocks_of(*c.md, r);
+  return blocks * c.params->num_kv_heads;
 }
 
-void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
+namespace {
+
+// One item: every q head of kv head g for tokens [t0, t1) of request r, each key and value row
+// read once for them. A q row's scores, softmax and sums are its own (the others only share the
+// loads): the result of a token never depends on the tokens beside it.
+void run_item(const AttentionCall& c, const Kernels& kern, const Item& it, Scratch& s) {
   const attn::CommonAttentionMetadata& md = *c.md;
   const attn::AttentionLayerParams& p = *c.params;
   const kv::LayerKvView& view = *c.view;
   const bool mla = view.spec.kind == kv::KvSpecKind::kMla;
-  const int hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_size, dv = p.head_size_v;
-  const int group = hq / hkv, bs = view.spec.block_size;
+  const int hq = p.num_q_heads, group = hq / p.num_kv_heads, d = p.head_size, dv = p.head_size_v;
+  const int bs = view.spec.block_size, nt = it.t1 - it.t0, m = nt * group;
   const DType dt = view.spec.dtype;
-  thread_local Scratch s;
-  s.k.resize(static_cast<size_t>(d));
-  s.v.resize(static_cast<size_t>(dv));
-  s.acc.resize(static_cast<size_t>(group) * dv);
-  s.m.resize(static_cast<size_t>(group));
-  s.denom.resize(static_cast<size_t>(group));
-  for (int64_t item = i0; item < i1; ++item) {
-    const int t = static_cast<int>(item / hkv), g = static_cast<int>(item % hkv);
-    float* out = c.out + (int64_t{t} * hq + int64_t{g} * group) * dv;
-    std::fill(out, out + int64_t{group} * dv, 0.0f);
-    const int r = request_of(md, t);
-    const int pos = md.num_computed_tokens[r] + (t - md.query_start_loc[r]);
-    const int hi = md.causal ? pos : md.seq_lens[r] - 1;
+  s.lo.assign(static_cast<size_t>(nt), 0);
+  s.hi.assign(static_cast<size_t>(nt), -1);
+  int lo_all = std::numeric_limits<int>::max(), hi_all = -1;
+  for (int t = 0; t < nt; ++t) {
+    const int pos = md.num_computed_tokens[it.r] + (it.t0 + t - md.query_start_loc[it.r]);
     int lo = 0;
     if (p.sliding_window > 0) lo = std::max(lo, pos - p.sliding_window + 1);
     if (p.attention_chunk_size > 0) lo = std::max(lo, pos / p.attention_chunk_size * p.attention_chunk_size);
-    if (hi < lo) continue;
-    const int n = hi - lo + 1;
-    s.scores.resize(static_cast<size_t>(group) * n);
-    const float* q = c.query + (int64_t{t} * hq + int64_t{g} * group) * d;
-    const int32_t* blocks = md.block_table.data() + static_cast<size_t>(r) * md.max_blocks_per_req;
-    for (int h = 0; h < group; ++h)
-      s.m[h] = c.sinks ? c.sinks[g * group + h] : -std::numeric_limits<float>::infinity();
-    for (int j = lo; j <= hi; ++j) {  // scores, each key row read once for the group
-      const int64_t block = blocks[j / bs];
-      load_row(c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.k.index(block, j % bs, g, 0), d,
-               s.k.data());
+    s.lo[t] = lo;
+    s.hi[t] = md.causal ? pos : md.seq_lens[it.r] - 1;
+    if (s.hi[t] >= lo) {
+      lo_all = std::min(lo_all, lo);
+      hi_all = std::max(hi_all, s.hi[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    float* out = c.out + (int64_t{it.t0 + t} * hq + int64_t{it.g} * group) * dv;
+    std::fill(out, out + int64_t{group} * dv, 0.0f);
+  }
+  if (hi_all < 0) return;
+  const int n = hi_all - lo_all + 1;
+  s.scores.resize(static_cast<size_t>(m) * n);
+  s.s.resize(static_cast<size_t>(m));
+  s.w.resize(static_cast<size_t>(m));
+  s.m.resize(static_cast<size_t>(m));
+  s.denom.resize(static_cast<size_t>(m));
+  s.acc.assign(static_cast<size_t>(m) * dv, 0.0f);
+  const float* q = c.query + int64_t{it.g} * group * d;  // row (t, h): q + ((t0 + t) * hq + h) * d
+  const int32_t* blocks = md.block_table.data() + static_cast<size_t>(it.r) * md.max_blocks_per_req;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < nt; ++t) {
+    for (int h = 0; h < group; ++h) s.m[t * group + h] = c.sinks ? c.sinks[it.g * group + h] : ninf;
+  }
+  for (int j = lo_all; j <= hi_all; ++j) {  // scores
+    const int64_t block = blocks[j / bs];
+    load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.k.index(block, j % bs, it.g, 0), d,
+             s.k.data());
+    for (int t = 0; t < nt; ++t) {
+      float* sc = s.scores.data() + static_cast<size_t>(t) * group * n + (j - lo_all);
+      if (j < s.lo[t] || j > s.hi[t]) {
+        for (int h = 0; h < group; ++h) sc[static_cast<size_t>(h) * n] = ninf;
+        continue;
+      }
+      kern.dots(q + int64_t{it.t0 + t} * hq * d, group, d, s.k.data(), d, s.s.data());
       for (int h = 0; h < group; ++h) {
-        float v = dot(q + int64_t{h} * d, s.k.data(), d) * p.scale;
+        float v = s.s[h] * p.scale;
         if (p.logit_softcap > 0) v = p.logit_softcap * std::tanh(v / p.logit_softcap);
-        s.scores[static_cast<size_t>(h) * n + (j - lo)] = v;
-        s.m[h] = std::max(s.m[h], v);
+        sc[static_cast<size_t>(h) * n] = v;
+        s.m[t * group + h] = std::max(s.m[t * group + h], v);
       }
     }
-    std::fill(s.acc.begin(), s.acc.end(), 0.0f);
-    for (int h = 0; h < group; ++h) s.denom[h] = c.sinks ? std::exp(c.sinks[g * group + h] - s.m[h]) : 0.0f;
-    for (int j = lo; j <= hi; ++j) {  // values, each row read once for the group
-      const int64_t block = blocks[j / bs];
-      load_row(c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.v.index(block, j % bs, g, 0), dv,
-               s.v.data());
-      for (int h = 0; h < group; ++h) {
-        const float w = std::exp(s.scores[static_cast<size_t>(h) * n + (j - lo)] - s.m[h]);
-        s.denom[h] += w;
-        float* acc = s.acc.data() + static_cast<size_t>(h) * dv;
-        for (int i = 0; i < dv; ++i) acc[i] += w * s.v[i];
-      }
+  }
+  for (int i = 0; i < m; ++i) s.denom[i] = c.sinks ? std::exp(c.sinks[it.g * group + i % group] - s.m[i]) : 0.0f;
+  for (int j = lo_all; j <= hi_all; ++j) {  // values
+    const int64_t block = blocks[j / bs];
+    load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.v.index(block, j % bs, it.g, 0), dv,
+             s.v.data());
+    for (int i = 0; i < m; ++i) {
+      const float sc = s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
+      s.w[i] = sc == ninf ? 0.0f : std::exp(sc - s.m[i]);
+      s.denom[i] += s.w[i];
     }
+    kern.axpys(s.acc.data(), m, dv, s.w.data(), s.v.data(), dv);
+  }
+  for (int t = 0; t < nt; ++t) {
+    if (s.hi[t] < s.lo[t]) continue;
+    float* out = c.out + (int64_t{it.t0 + t} * hq + int64_t{it.g} * group) * dv;
     for (int h = 0; h < group; ++h) {
-      const float* acc = s.acc.data() + static_cast<size_t>(h) * dv;
-      for (int i = 0; i < dv; ++i) out[int64_t{h} * dv + i] = acc[i] / s.denom[h];
+      const float* acc = s.acc.data() + static_cast<size_t>(t * group + h) * dv;
+      const float den = s.denom[t * group + h];
+      for (int i = 0; i < dv; ++i) out[int64_t{h} * dv + i] = acc[i] / den;
     }
+  }
+}
+
+}  // namespace
+
+void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
+  const attn::CommonAttentionMetadata& md = *c.md;
+  const int hkv = c.params->num_kv_heads;
+  const Kernels& kern = kernels_for(c.isa);
+  thread_local Scratch s;
+  s.k.resize(static_cast<size_t>(c.params->head_size));
+  s.v.resize(static_cast<size_t>(c.params->head_size_v));
+  // item = (token block b over all requests, kv head g): b = item / hkv
+  int64_t first = 0;  // the first token block of request r
+  int r = 0;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t b = item / hkv;
+    while (r < md.num_reqs && b >= first + blocks_of(md, r)) first += blocks_of(md, r++);
+    if (r >= md.num_reqs) break;
+    Item it;
+    it.r = r;
+    it.g = static_cast<int>(item % hkv);
+    it.t0 = md.query_start_loc[r] + static_cast<int>(b - first) * kTokens;
+    it.t1 = std::min(md.query_start_loc[r + 1], it.t0 + kTokens);
+    run_item(c, kern, it, s);
   }
 }
 

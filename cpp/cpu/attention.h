@@ -1,9 +1,10 @@
 // Paged attention of the native CPU device on host memory: attn::attention_ref's math (the same
 // visible keys, scale, softcap, sinks, GQA and MLA rules, cpp/attention/reference.h) in f32, for
 // any KV layout the cache views describe (kv_major, block_major, mla_latent) and any cache dtype
-// (f32, f16, bf16). Work is split into items (token, kv head): an item computes every q head of
-// its kv head for its token, reading each key and value row once for the group, so a thread pool
-// can hand out item ranges; an item's result never depends on the others (batch invariant).
+// (f32, f16, bf16). Work is split into items (up to 8 query tokens of one request, kv head): an
+// item computes every q head of its kv head for its tokens, reading each key and value row once
+// for all of them (a verify's k + 1 rows share the loads), so a thread pool can hand out item
+// ranges; a token's result never depends on the tokens or requests beside it (batch invariant).
 // Arguments are checked by the caller (attn::check_layer_call and the backend's buffer checks).
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "attention/backend.h"
 #include "attention/metadata.h"
+#include "cpu/isa.h"
 #include "kv/layout.h"
 
 namespace specdec::cpu {
@@ -23,12 +25,14 @@ struct AttentionCall {
   const float* sinks = nullptr;    // [num_q_heads] or null
   const float* query = nullptr;    // [num_tokens, num_q_heads, head_size]
   float* out = nullptr;            // [num_tokens, num_q_heads, head_size_v]
+  Isa isa = cpu_isa();             // the inner loops' path: portable, AVX2 or AVX-512
 };
 
-// num_actual_tokens * num_kv_heads (MLA: one latent head, so num_actual_tokens).
+// The items of a call: (sum over requests of ceil(query tokens / 8)) * num_kv_heads.
 int64_t attention_items(const AttentionCall& c);
 
-// Items [i0, i1): item i = (token i / kv heads, kv head i % kv heads).
+// Items [i0, i1): item i = (token block i / kv heads, kv head i % kv heads), the blocks of the
+// requests in order.
 void attention(const AttentionCall& c, int64_t i0, int64_t i1);
 
 }  // namespace specdec::cpu

@@ -78,7 +78,7 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-void run_case(const Case& c, uint32_t seed) {
+void run_case(const Case& c, uint32_t seed, Isa isa) {
   std::mt19937 rng(seed);
   const int64_t num_blocks = 64;
   const kv::LayerKvView view =
@@ -97,16 +97,33 @@ void run_case(const Case& c, uint32_t seed) {
       randn(static_cast<size_t>(md.num_actual_tokens) * p.num_q_heads * p.head_size, rng);
   const std::vector<float> want = attn::attention_ref(md, p, sinks, view, raw, query);
   std::vector<float> got(want.size(), -1.0f), split(want.size(), -1.0f);
-  AttentionCall call{&md, &p, &view, raw.data(), sinks.empty() ? nullptr : sinks.data(), query.data(), got.data()};
+  AttentionCall call{&md, &p, &view, raw.data(), sinks.empty() ? nullptr : sinks.data(), query.data(), got.data(), isa};
   attention(call, 0, attention_items(call));
   float err = 0.0f;
   for (size_t i = 0; i < want.size(); ++i)
     err = std::max(err, std::fabs(got[i] - want[i]) / std::max(1.0f, std::fabs(want[i])));
-  EXPECT_LE(err, 1e-5f) << c.name;
+  EXPECT_LE(err, 1e-5f) << c.name << " " << isa_name(isa);
   call.out = split.data();
   const int64_t items = attention_items(call);
-  for (int64_t i0 = 0; i0 < items; i0 += 7) attention(call, i0, std::min(items, i0 + 7));
+  for (int64_t i0 = 0; i0 < items; i0 += 3) attention(call, i0, std::min(items, i0 + 3));
   EXPECT_EQ(std::memcmp(split.data(), got.data(), got.size() * 4), 0) << c.name << ": split items";
+  // batch invariance: the verify request's 5 tokens alone (their own metadata) give the same bits
+  attn::CommonAttentionMetadata one = md;
+  one.num_reqs = 1;
+  const int r = 2, t0 = md.query_start_loc[r], nt = md.query_len(r);
+  one.query_start_loc = {0, nt};
+  one.seq_lens = {md.seq_lens[r]};
+  one.num_computed_tokens = {md.num_computed_tokens[r]};
+  one.block_table.assign(md.block_table.begin() + r * md.max_blocks_per_req,
+                         md.block_table.begin() + (r + 1) * md.max_blocks_per_req);
+  one.slot_mapping.assign(md.slot_mapping.begin() + t0, md.slot_mapping.begin() + t0 + nt);
+  one.num_actual_tokens = nt;
+  const size_t qrow = static_cast<size_t>(p.num_q_heads) * p.head_size, orow = static_cast<size_t>(p.num_q_heads) * p.head_size_v;
+  const std::vector<float> q1(query.begin() + t0 * qrow, query.begin() + (t0 + nt) * qrow);
+  std::vector<float> alone(nt * orow);
+  AttentionCall c1{&one, &p, &view, raw.data(), call.sinks, q1.data(), alone.data(), isa};
+  attention(c1, 0, attention_items(c1));
+  EXPECT_EQ(std::memcmp(alone.data(), got.data() + t0 * orow, alone.size() * 4), 0) << c.name << ": alone";
 }
 
 std::vector<Case> cases() {
@@ -132,12 +149,21 @@ std::vector<Case> cases() {
   return out;
 }
 
-class CpuAttention : public ::testing::TestWithParam<Case> {};
+class CpuAttention : public ::testing::TestWithParam<std::tuple<Case, Isa>> {};
 
-TEST_P(CpuAttention, MatchesTheReference) { run_case(GetParam(), 3); }
+TEST_P(CpuAttention, MatchesTheReference) {
+  const auto& [c, isa] = GetParam();
+  const std::vector<Isa>& runnable = cpu_isas();
+  if (std::find(runnable.begin(), runnable.end(), isa) == runnable.end()) GTEST_SKIP() << "this CPU cannot run it";
+  run_case(c, 3, isa);
+}
 
-INSTANTIATE_TEST_SUITE_P(Specs, CpuAttention, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Specs, CpuAttention,
+                         ::testing::Combine(::testing::ValuesIn(cases()),
+                                            ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512bw)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + isa_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace specdec::cpu
