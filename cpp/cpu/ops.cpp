@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/activations.h"
+#include "cpu/vmath.h"
 
 // The kernels never contract a * b + c into an FMA; neither do these (docs/ops.md, "Numerics").
 #if defined(__clang__)
@@ -41,7 +42,38 @@ float gelu_tanh(float g) {
   return g / (1.0f + std::exp(-2.0f * z));
 }
 
+void silu_mul_portable(const float* g, const float* u, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
+}
+
+void gelu_mul_portable(const float* g, const float* u, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = gelu_tanh(g[i]) * u[i];
+}
+
+double exp_sum_portable(const float* x, float m, int n) {
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += static_cast<double>(std::exp(x[i] - m));
+  return sum;
+}
+
 }  // namespace
+
+const vmath::Kernels& vmath_for(Isa isa) {
+  static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable};
+  static const vmath::Kernels avx2 = [] {
+    vmath::Kernels k = portable;
+    vmath::avx2_kernels(k);
+    return k;
+  }();
+  static const vmath::Kernels avx512 = [] {
+    vmath::Kernels k = avx2;
+    vmath::avx512_kernels(k);
+    return k;
+  }();
+  if (isa >= Isa::kAvx512bw) return avx512;
+  if (isa >= Isa::kAvx2) return avx2;
+  return portable;
+}
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
               float weight_offset, const QuantOut* q) {
@@ -82,16 +114,11 @@ void add_bias(float* x, const float* bias, int64_t r0, int64_t r1, int dim) {
 }
 
 void gated_activation(const float* gate, const float* up, float* out, int64_t r0, int64_t r1, int ff,
-                      Activation act, int64_t in_row_stride, const QuantOut* q) {
+                      Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
+  const auto row = act == Activation::kSilu ? k.silu_mul : k.gelu_mul;
   for (int64_t r = r0; r < r1; ++r) {
-    const float* g = gate + r * in_row_stride;
-    const float* u = up + r * in_row_stride;
-    float* o = out + r * ff;
-    if (act == Activation::kSilu) {
-      for (int i = 0; i < ff; ++i) o[i] = silu(g[i]) * u[i];
-    } else {
-      for (int i = 0; i < ff; ++i) o[i] = gelu_tanh(g[i]) * u[i];
-    }
+    row(gate + r * in_row_stride, up + r * in_row_stride, out + r * ff, ff);
     quantize_row(out, r, ff, q);
   }
 }

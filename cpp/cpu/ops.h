@@ -10,6 +10,7 @@
 
 #include "common/model_types.h"
 #include "cpu/act_rec.h"
+#include "cpu/isa.h"
 
 namespace specdec::cpu {
 
@@ -37,9 +38,11 @@ void softcap(float* x, float cap, int64_t i0, int64_t i1);
 // rows [r0, r1) of x [rows, dim] += bias [dim]
 void add_bias(float* x, const float* bias, int64_t r0, int64_t r1, int dim);
 // rows [r0, r1): out [r, ff] = act(gate) * up, gate / up rows in_row_stride apart; with q, out's
-// rows are also written quantised.
+// rows are also written quantised. The portable path is bitwise the reference (glibc's expf); the
+// AVX2 / AVX-512 paths use a vector exp (cpu/vmath_kernels.h): within 5e-7 relative, the OpenCL
+// kernels' tolerance.
 void gated_activation(const float* gate, const float* up, float* out, int64_t r0, int64_t r1, int ff,
-                      Activation act, int64_t in_row_stride, const QuantOut* q);
+                      Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa = cpu_isa());
 
 // ---- RoPE (ops/rope.h), tokens [t0, t1), in place ----
 void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
@@ -63,7 +66,9 @@ void head_matmul(const float* w, const float* x, float* y, int64_t p0, int64_t p
 // ---- sampling reductions (ops/sampling.h), rows [r0, r1) ----
 void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab);
 void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t r1, int vocab, int k);
-// lse[r] = log sum exp(row); with out, also out = row - lse (log_softmax)
-void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab);
+// lse[r] = log sum exp(row); with out, also out = row - lse (log_softmax). Portable: bitwise the
+// reference; AVX2 / AVX-512: vector exp summed in double lanes, within 2e-7 * max(1, |lse|).
+void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab,
+               Isa isa = cpu_isa());
 
 }  // namespace specdec::cpu

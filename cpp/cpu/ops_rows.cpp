@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/ops.h"
+#include "cpu/vmath.h"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -117,7 +118,8 @@ void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t
   }
 }
 
-void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab) {
+void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = logits + r * vocab;
     float m = -std::numeric_limits<float>::infinity();
@@ -130,9 +132,7 @@ void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t 
     if (any_nan || !std::isfinite(m)) {
       v = any_nan ? kNaN : m;
     } else {
-      double sum = 0.0;
-      for (int i = 0; i < vocab; ++i) sum += static_cast<double>(std::exp(row[i] - m));
-      v = static_cast<float>(static_cast<double>(m) + std::log(sum));
+      v = static_cast<float>(static_cast<double>(m) + std::log(k.exp_sum(row, m, vocab)));
     }
     lse[r] = v;
     if (out != nullptr) {

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -15,6 +17,7 @@
 
 #include "common/errors.h"
 #include "cpu/activations.h"
+#include "cpu/isa.h"
 #include "cpu/ops.h"
 #include "ops/reference.h"
 #include "ops/rope.h"
@@ -154,24 +157,49 @@ TEST(CpuElementwise, BitwiseTheReference) {
   EXPECT_TRUE(same_bits(got, want));
 }
 
-TEST(CpuElementwise, GatedActivationsBitwiseWithQuantisedOutput) {
+// Every path this CPU runs: the portable one bitwise the reference, the vector-exp ones within the
+// OpenCL kernels' tolerance (5e-7 relative); the quantised output is the output quantised.
+std::vector<Isa> paths() { return cpu_isas(); }
+
+TEST(CpuElementwise, GatedActivationsOnEveryPathWithQuantisedOutput) {
   const int rows = 6, ff = 512;
-  const std::vector<float> gu = randn(static_cast<size_t>(rows) * 2 * ff, 21, 3.0f);
-  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
-    // gate and up inside one fused row [gate | up], rows 2 * ff apart
-    const std::span<const float> gate(gu.data(), gu.size()), up(gu.data() + ff, gu.size() - ff);
-    std::vector<float> want(static_cast<size_t>(rows) * ff), got(want.size());
-    ops::ref::gated_activation(gate, up, want, rows, ff, act, 2 * ff);
-    OwnedActivations q;
-    q.n = rows;
-    q.cols = ff;
-    q.q.resize(want.size());
-    q.rec.resize(want.size() / 32);
-    const QuantOut qo{q.q.data(), q.rec.data(), 256};
-    gated_activation(gu.data(), gu.data() + ff, got.data(), 0, 2, ff, act, 2 * ff, &qo);
-    gated_activation(gu.data(), gu.data() + ff, got.data(), 2, rows, ff, act, 2 * ff, &qo);
-    EXPECT_TRUE(same_bits(got, want)) << static_cast<int>(act);
-    EXPECT_TRUE(same_records(q, quantize_activations(want.data(), rows, ff, 256)));
+  std::vector<float> gu = randn(static_cast<size_t>(rows) * 2 * ff, 21, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float edges[] = {0.0f, -0.0f, 88.0f, -88.0f, 88.5f, -88.5f, 90.0f, -90.0f, 120.0f, -120.0f,
+                         1e-30f, -1e-30f, 1e-45f, 20.0f, -20.0f, 5.0f, -5.0f, inf, -inf};
+  for (size_t i = 0; i < std::size(edges); ++i) gu[3 * 2 * ff + i] = edges[i];  // row 3's gate
+  for (Isa isa : paths()) {
+    for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+      const std::span<const float> gate(gu.data(), gu.size()), up(gu.data() + ff, gu.size() - ff);
+      std::vector<float> want(static_cast<size_t>(rows) * ff), got(want.size());
+      ops::ref::gated_activation(gate, up, want, rows, ff, act, 2 * ff);
+      OwnedActivations q;
+      q.n = rows;
+      q.cols = ff;
+      q.q.resize(want.size());
+      q.rec.resize(want.size() / 32);
+      const QuantOut qo{q.q.data(), q.rec.data(), 256};
+      gated_activation(gu.data(), gu.data() + ff, got.data(), 0, 2, ff, act, 2 * ff, &qo, isa);
+      gated_activation(gu.data(), gu.data() + ff, got.data(), 2, rows, ff, act, 2 * ff, &qo, isa);
+      const std::string what = std::string(isa_name(isa)) + (act == Activation::kSilu ? " silu" : " gelu");
+      if (isa == Isa::kPortable) {
+        EXPECT_TRUE(same_bits(got, want)) << what;
+      } else {
+        double worst = 0.0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (std::isnan(want[i]) || std::isinf(want[i])) {
+            EXPECT_TRUE(same_bits({got[i]}, {want[i]}) || (std::isnan(got[i]) && std::isnan(want[i])))
+                << what << " at " << i << ": " << got[i] << " vs " << want[i];
+            continue;
+          }
+          const double err = std::fabs(double{got[i]} - want[i]) / std::max(1e-30, std::fabs(double{want[i]}));
+          if (std::fabs(want[i]) > 1e-30f) worst = std::max(worst, err);
+          else EXPECT_LE(std::fabs(got[i]), 1e-30f) << what << " at " << i;
+        }
+        EXPECT_LE(worst, 5e-7) << what;
+      }
+      EXPECT_TRUE(same_records(q, quantize_activations(got.data(), rows, ff, 256))) << what;
+    }
   }
 }
 
@@ -250,14 +278,26 @@ TEST(CpuSampling, ArgmaxTopKLogsumexpExactOnHardRows) {
   top_k(rows.data(), gv.data(), gi.data(), 0, n, vocab, k);
   EXPECT_EQ(gi, wi);
   EXPECT_TRUE(same_bits(gv, wv));
-  std::vector<float> wl(n), gl(n), wo(rows.size()), go(rows.size());
+  std::vector<float> wl(n), wo(rows.size());
   ops::ref::log_softmax_rows(rows, wo, wl, n, vocab);
-  logsumexp(rows.data(), gl.data(), go.data(), 0, n, vocab);
-  EXPECT_TRUE(same_bits(gl, wl));
-  EXPECT_TRUE(same_bits(go, wo));
-  std::vector<float> only(n);
-  logsumexp(rows.data(), only.data(), nullptr, 0, n, vocab);
-  EXPECT_TRUE(same_bits(only, wl));
+  for (Isa isa : paths()) {
+    std::vector<float> gl(n), go(rows.size()), only(n);
+    logsumexp(rows.data(), gl.data(), go.data(), 0, n, vocab, isa);
+    logsumexp(rows.data(), only.data(), nullptr, 0, n, vocab, isa);
+    EXPECT_TRUE(same_bits(only, gl)) << isa_name(isa);
+    if (isa == Isa::kPortable) {
+      EXPECT_TRUE(same_bits(gl, wl));
+      EXPECT_TRUE(same_bits(go, wo));
+      continue;
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      if (std::isnan(wl[r]) || std::isinf(wl[r])) {
+        EXPECT_TRUE(same_bits({gl[r]}, {wl[r]})) << isa_name(isa) << " row " << r;
+      } else {
+        EXPECT_LE(std::fabs(gl[r] - wl[r]), 2e-7 * std::max(1.0f, std::fabs(wl[r]))) << isa_name(isa) << " row " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

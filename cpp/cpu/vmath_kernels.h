@@ -1,0 +1,24 @@
+// Internal to cpp/cpu/ops*.cpp: vector exp-based row loops, one set per ISA path (vmath_avx2.cpp,
+// vmath_avx512.cpp with their own flags; the portable set, glibc's expf, in ops.cpp). The vector
+// exp is Cody-Waite range reduction and a degree-6 polynomial (Cephes' expf coefficients, explicit
+// FMA), within 2 ulp of the correctly rounded value on [-87.3, 88.7], +inf above, 0 below, NaN
+// kept. Per-ISA files include only this header, <cstdint> and <immintrin.h>.
+#pragma once
+
+#include <cstdint>
+
+namespace specdec::cpu::vmath {
+
+struct Kernels {
+  // out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u
+  void (*silu_mul)(const float* g, const float* u, float* out, int n) = nullptr;
+  // out[i] = gelu_tanh(g[i]) * u[i] = g / (1 + exp(-2z)) * u, z = sqrt(2/pi) (g + 0.044715 g^3)
+  void (*gelu_mul)(const float* g, const float* u, float* out, int n) = nullptr;
+  // sum of exp(x[i] - m), accumulated in double
+  double (*exp_sum)(const float* x, float m, int n) = nullptr;
+};
+
+bool avx2_kernels(Kernels& k);
+bool avx512_kernels(Kernels& k);
+
+}  // namespace specdec::cpu::vmath
