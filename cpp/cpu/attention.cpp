@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "cpu/attention_kernels.h"
+#include "cpu/vmath.h"
 
 namespace specdec::cpu {
 namespace {
@@ -124,7 +125,7 @@ namespace {
 // One item: every q head of kv head g for tokens [t0, t1) of request r, each key and value row
 // read once for them. A q row's scores, softmax and sums are its own (the others only share the
 // loads): the result of a token never depends on the tokens beside it.
-void run_item(const AttentionCall& c, const Kernels& kern, const Item& it, Scratch& s) {
+void run_item(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& vm, const Item& it, Scratch& s) {
   const attn::CommonAttentionMetadata& md = *c.md;
   const attn::AttentionLayerParams& p = *c.params;
   const kv::LayerKvView& view = *c.view;
@@ -184,16 +185,19 @@ void run_item(const AttentionCall& c, const Kernels& kern, const Item& it, Scrat
       }
     }
   }
-  for (int i = 0; i < m; ++i) s.denom[i] = c.sinks ? std::exp(c.sinks[it.g * group + i % group] - s.m[i]) : 0.0f;
+  // each row's weights exp(s - m) in place (masked keys: exp(-inf) = 0), summed in key order
+  for (int i = 0; i < m; ++i) {
+    float* row = s.scores.data() + static_cast<size_t>(i) * n;
+    vm.exp_shift(row, s.m[i], row, n);
+    float den = c.sinks ? std::exp(c.sinks[it.g * group + i % group] - s.m[i]) : 0.0f;
+    for (int j = 0; j < n; ++j) den += row[j];
+    s.denom[i] = den;
+  }
   for (int j = lo_all; j <= hi_all; ++j) {  // values
     const int64_t block = blocks[j / bs];
     load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.v.index(block, j % bs, it.g, 0), dv,
              s.v.data());
-    for (int i = 0; i < m; ++i) {
-      const float sc = s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
-      s.w[i] = sc == ninf ? 0.0f : std::exp(sc - s.m[i]);
-      s.denom[i] += s.w[i];
-    }
+    for (int i = 0; i < m; ++i) s.w[i] = s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
     kern.axpys(s.acc.data(), m, dv, s.w.data(), s.v.data(), dv);
   }
   for (int t = 0; t < nt; ++t) {
@@ -213,6 +217,7 @@ void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
   const attn::CommonAttentionMetadata& md = *c.md;
   const int hkv = c.params->num_kv_heads;
   const Kernels& kern = kernels_for(c.isa);
+  const vmath::Kernels& vm = vmath_for(c.isa);
   thread_local Scratch s;
   s.k.resize(static_cast<size_t>(c.params->head_size));
   s.v.resize(static_cast<size_t>(c.params->head_size_v));
@@ -228,7 +233,7 @@ void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
     it.g = static_cast<int>(item % hkv);
     it.t0 = md.query_start_loc[r] + static_cast<int>(b - first) * kTokens;
     it.t1 = std::min(md.query_start_loc[r + 1], it.t0 + kTokens);
-    run_item(c, kern, it, s);
+    run_item(c, kern, vm, it, s);
   }
 }
 

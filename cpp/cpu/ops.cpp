@@ -56,10 +56,15 @@ double exp_sum_portable(const float* x, float m, int n) {
   return sum;
 }
 
+void exp_shift_portable(const float* x, float m, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = std::exp(x[i] - m);
+}
+
 }  // namespace
 
 const vmath::Kernels& vmath_for(Isa isa) {
-  static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable};
+  static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable,
+                                       exp_shift_portable};
   static const vmath::Kernels avx2 = [] {
     vmath::Kernels k = portable;
     vmath::avx2_kernels(k);

@@ -96,12 +96,27 @@ double exp_sum(const float* x, float mx, int n) {
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+void exp_shift(const float* x, float mx, float* out, int n) {
+  const __m256 mv = _mm256_set1_ps(mx);
+  for (int i = 0; i < n; i += 8) {
+    const int left = n - i;
+    const __m256 xv = left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f);
+    const __m256 e = exp_ps(_mm256_sub_ps(xv, mv));
+    if (left >= 8) {
+      _mm256_storeu_ps(out + i, e);
+    } else {
+      store_part(out + i, e, left);
+    }
+  }
+}
+
 }  // namespace
 
 bool avx2_kernels(Kernels& k) {
   k.silu_mul = silu_mul;
   k.gelu_mul = gelu_mul;
   k.exp_sum = exp_sum;
+  k.exp_shift = exp_shift;
   return true;
 }
 

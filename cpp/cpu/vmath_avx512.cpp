@@ -70,12 +70,21 @@ double exp_sum(const float* x, float mx, int n) {
   return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
 }
 
+void exp_shift(const float* x, float mx, float* out, int n) {
+  const __m512 mv = _mm512_set1_ps(mx);
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = tail(n - i);
+    _mm512_mask_storeu_ps(out + i, m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv)));
+  }
+}
+
 }  // namespace
 
 bool avx512_kernels(Kernels& k) {
   k.silu_mul = silu_mul;
   k.gelu_mul = gelu_mul;
   k.exp_sum = exp_sum;
+  k.exp_shift = exp_shift;
   return true;
 }
 

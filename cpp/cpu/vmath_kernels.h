@@ -16,6 +16,8 @@ struct Kernels {
   void (*gelu_mul)(const float* g, const float* u, float* out, int n) = nullptr;
   // sum of exp(x[i] - m), accumulated in double
   double (*exp_sum)(const float* x, float m, int n) = nullptr;
+  // out[i] = exp(x[i] - m) (x[i] = -inf gives 0); out may be x
+  void (*exp_shift)(const float* x, float m, float* out, int n) = nullptr;
 };
 
 bool avx2_kernels(Kernels& k);
