@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/errors.h"
+#include "cpu/vmath.h"
 
 // The rules multiply and round without contraction, as the reference and the OpenCL kernel do.
 #if defined(__clang__)
@@ -59,20 +60,22 @@ OwnedActivations records_of(const quant::HostActivations& a) {
   return o;
 }
 
-void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, int64_t cols, int scale_block,
-                          int8_t* q, ActRec* rec) {
-  check(cols, scale_block);
-  const int64_t nb = cols / 32;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    for (int64_t g = 0; g < cols; g += scale_block) {
-      const int64_t at = r * cols + g;
-      if (scale_block == 32) {
-        quantize_group<32>(x + at, q + at, rec + r * nb + g / 32);
-      } else {
-        quantize_group<256>(x + at, q + at, rec + r * nb + g / 32);
-      }
+void quantize_row_portable(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) {
+  for (int64_t g = 0; g < cols; g += scale_block) {
+    if (scale_block == 32) {
+      quantize_group<32>(x + g, q + g, rec + g / 32);
+    } else {
+      quantize_group<256>(x + g, q + g, rec + g / 32);
     }
   }
+}
+
+void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, int64_t cols, int scale_block,
+                          int8_t* q, ActRec* rec, Isa isa) {
+  check(cols, scale_block);
+  const int64_t nb = cols / 32;
+  const auto row = vmath_for(isa).quantize_row;
+  for (int64_t r = row_begin; r < row_end; ++r) row(x + r * cols, cols, scale_block, q + r * cols, rec + r * nb);
 }
 
 OwnedActivations quantize_activations(const float* x, int64_t n, int64_t cols, int scale_block) {

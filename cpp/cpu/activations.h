@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/act_rec.h"
+#include "cpu/isa.h"
 #include "quant/reference.h"
 
 namespace specdec::cpu {
@@ -31,10 +32,13 @@ struct OwnedActivations {
 OwnedActivations records_of(const quant::HostActivations& a);
 
 // Quantises rows [row_begin, row_end) of x [.., cols] into q and rec (the whole arrays, indexed
-// by row): bitwise quant::quantize_activations_reference. ConfigError for a scale_block other than
-// 32 or 256 or cols not a positive multiple of it.
+// by row): bitwise quant::quantize_activations_reference on every path (AVX-512: vector max,
+// multiply and rounding, exact operations). ConfigError for a scale_block other than 32 or 256
+// or cols not a positive multiple of it.
 void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, int64_t cols, int scale_block,
-                          int8_t* q, ActRec* rec);
+                          int8_t* q, ActRec* rec, Isa isa = cpu_isa());
+// The portable row (the vmath table's portable entry; cpu/ops.cpp).
+void quantize_row_portable(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec);
 
 // All n rows into a new OwnedActivations.
 OwnedActivations quantize_activations(const float* x, int64_t n, int64_t cols, int scale_block);

@@ -64,7 +64,7 @@ void exp_shift_portable(const float* x, float m, float* out, int n) {
 
 const vmath::Kernels& vmath_for(Isa isa) {
   static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable,
-                                       exp_shift_portable};
+                                       exp_shift_portable, quantize_row_portable};
   static const vmath::Kernels avx2 = [] {
     vmath::Kernels k = portable;
     vmath::avx2_kernels(k);

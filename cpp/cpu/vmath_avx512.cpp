@@ -78,6 +78,62 @@ void exp_shift(const float* x, float mx, float* out, int n) {
   }
 }
 
+// One group of 16 * nv values at x: |x| max, then q = round(x * id) (half away from zero for 32,
+// half to even for 256), the 16-value sums of q.
+template <int kBlock>
+void quantize_group(const float* x, int8_t* q, ActRec* rec) {
+  constexpr int nv = kBlock / 16;
+  __m512 v[nv];
+  __m512 amax = _mm512_setzero_ps();
+  for (int j = 0; j < nv; ++j) {
+    v[j] = _mm512_loadu_ps(x + 16 * j);
+    amax = _mm512_max_ps(_mm512_abs_ps(v[j]), amax);  // a NaN value is skipped, as fmax skips it
+  }
+  const float a = _mm512_reduce_max_ps(amax);
+  float d = 0.0f, id = 0.0f;
+  if (kBlock == 32) {
+    d = a / 127.0f;
+    const float inv = 1.0f / d;
+    id = d != 0.0f && inv - inv == 0.0f ? inv : 0.0f;  // inv finite
+    if (id == 0.0f) d = 0.0f;
+  } else {
+    const float inv = 127.0f / a;
+    id = a != 0.0f && inv - inv == 0.0f ? inv : 0.0f;
+    d = id != 0.0f ? 1.0f / id : 0.0f;
+  }
+  const __m512 idv = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f);
+  int32_t sums[nv];
+  for (int j = 0; j < nv; ++j) {
+    const __m512 y = _mm512_mul_ps(v[j], idv);
+    __m512 r;
+    if (kBlock == 32) {  // round half away from zero: trunc, then a step away when |y - t| >= 0.5
+      const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, t)), half, _CMP_GE_OQ);
+      const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(
+          _mm512_castps_si512(_mm512_set1_ps(1.0f)),
+          _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
+      r = _mm512_mask_add_ps(t, up, t, step);
+    } else {
+      r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    const __m512i qi = _mm512_cvttps_epi32(r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * j), _mm512_cvtsepi32_epi8(qi));
+    sums[j] = _mm512_reduce_add_epi32(qi);
+  }
+  for (int b = 0; b < kBlock / 32; ++b) {
+    const int32_t s0 = sums[2 * b], s1 = sums[2 * b + 1];
+    rec[b] = ActRec{d, d * static_cast<float>(s0 + s1), s0, s1};
+  }
+}
+
+void quantize_row(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) {
+  if (scale_block == 32) {
+    for (int64_t g = 0; g < cols; g += 32) quantize_group<32>(x + g, q + g, rec + g / 32);
+  } else {
+    for (int64_t g = 0; g < cols; g += 256) quantize_group<256>(x + g, q + g, rec + g / 32);
+  }
+}
+
 }  // namespace
 
 bool avx512_kernels(Kernels& k) {
@@ -85,6 +141,7 @@ bool avx512_kernels(Kernels& k) {
   k.gelu_mul = gelu_mul;
   k.exp_sum = exp_sum;
   k.exp_shift = exp_shift;
+  k.quantize_row = quantize_row;
   return true;
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cpu/act_rec.h"
+
 namespace specdec::cpu::vmath {
 
 struct Kernels {
@@ -18,6 +20,9 @@ struct Kernels {
   double (*exp_sum)(const float* x, float m, int n) = nullptr;
   // out[i] = exp(x[i] - m) (x[i] = -inf gives 0); out may be x
   void (*exp_shift)(const float* x, float m, float* out, int n) = nullptr;
+  // One row of cols values quantised with scale_block 32 or 256 (cpu/activations.h's rules,
+  // bitwise on every path: max, one multiply and a rounding per value are exact operations).
+  void (*quantize_row)(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) = nullptr;
 };
 
 bool avx2_kernels(Kernels& k);

@@ -62,13 +62,22 @@ TEST_P(CpuQuantize, BitwiseTheReference) {
   x[static_cast<size_t>(2 * cols)] = 1e-38f;                              // tiny values in row 2
   for (int i = 1; i < block; ++i) x[static_cast<size_t>(2 * cols + i)] = 0.0f;
   for (int i = 0; i < cols; i += 7) x[static_cast<size_t>(3 * cols + i)] = 0.5f * (i % 3 - 1);  // halves
+  // exact ties: amax 127 makes the scale 1, so q = round(x) of values k + 0.5 (half away from zero
+  // for 32-blocks, half to even for 256-groups)
+  for (int g = 0; g < cols; g += block) {
+    for (int j = 0; j < block; ++j)
+      x[static_cast<size_t>(4 * cols + g + j)] = j == 0 ? 127.0f : (j % 2 ? 1.0f : -1.0f) * ((j % 60) + 0.5f);
+  }
   const OwnedActivations want = records_of(quant::quantize_activations_reference(x.data(), n, cols, block));
   EXPECT_TRUE(same_records(quantize_activations(x.data(), n, cols, block), want));
-  // rows quantised one call each, as a pool splits them
-  OwnedActivations split = want;
-  std::fill(split.q.begin(), split.q.end(), int8_t{0});
-  for (int64_t r = 0; r < n; ++r) quantize_activations(x.data(), r, r + 1, cols, block, split.q.data(), split.rec.data());
-  EXPECT_TRUE(same_records(split, want));
+  // rows quantised one call each, as a pool splits them, on every path
+  for (Isa isa : cpu_isas()) {
+    OwnedActivations split = want;
+    std::fill(split.q.begin(), split.q.end(), int8_t{0});
+    for (int64_t r = 0; r < n; ++r)
+      quantize_activations(x.data(), r, r + 1, cols, block, split.q.data(), split.rec.data(), isa);
+    EXPECT_TRUE(same_records(split, want)) << isa_name(isa);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Blocks, CpuQuantize,
