@@ -8,7 +8,7 @@
 // spent waiting at barriers (the pool's RegionStats). JSON on stdout, a table on stderr.
 //
 // Usage: cpu_step_bench [--model smollm2|qwen1.5b] [--threads N] [--steps N] [--context L]
-//                       [--rows 1,2,4,8,16] [--quick]
+//                       [--rows 1,2,4,8,16] [--key-chunk 64] [--quick]
 // Not the runner: no embedding lookup, sampling or Python; a measurement of the device's step.
 #include <algorithm>
 #include <chrono>
@@ -101,6 +101,7 @@ struct Options {
   int steps = 20;
   int context = 256;
   std::vector<int> rows = {1, 2, 4, 8, 16};
+  int key_chunk = 64;  // attention split over keys in chunks of this many (0: never)
 };
 
 std::string cpu_model() {
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
       opt.threads = std::stoi(next());
     } else if (a == "--steps") {
       opt.steps = std::stoi(next());
+    } else if (a == "--key-chunk") {
+      opt.key_chunk = std::stoi(next());
     } else if (a == "--context") {
       opt.context = std::stoi(next());
     } else if (a == "--rows") {
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
       for (std::string t; std::getline(ss, t, ',');) opt.rows.push_back(std::stoi(t));
     } else {
       std::fprintf(stderr, "usage: cpu_step_bench [--model smollm2|qwen1.5b] [--threads N] [--steps N] "
-                           "[--context L] [--rows 1,2,4] [--quick]\n");
+                           "[--context L] [--rows 1,2,4] [--key-chunk K] [--quick]\n");
       return 2;
     }
   }
@@ -222,6 +225,12 @@ int main(int argc, char** argv) {
     md.slot_mapping = slots;
     attn::AttentionLayerParams ap = attn::AttentionLayerParams::from_spec(spec, s.heads, 0.125f);
 
+    // one attention plan per step (the metadata is every layer's): split over keys when the
+    // (token block, kv head) pairs are fewer than twice the threads
+    const AttentionCall plan_call{&md, &ap, &view, layers[0].cache.data(), nullptr, q.data(), att.data()};
+    const AttentionPlan plan = plan_attention(plan_call, opt.key_chunk);
+    const bool split = opt.key_chunk > 0 && static_cast<int>(plan.outs.size()) < 2 * pool.num_threads();
+    std::vector<float> partials(static_cast<size_t>(plan.partial_floats));
     Program prog;
     prog.set_profiling(true);
     auto record = [&]() {
@@ -247,10 +256,22 @@ int main(int argc, char** argv) {
                           q.data(), hq, s.heads, s.kv_heads, s.head};
           qkv_epilogue(l.cache.data(), view, a, slots.data(), lo, hi);
         });
-        prog.add("attention", int64_t{n} * s.kv_heads, 1, [&](int64_t lo, int64_t hi) {
-          const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
-          attention(c, lo, hi);
-        });
+        if (split) {  // few (token block, kv head) pairs for the threads: split over keys too
+          prog.add("attention", static_cast<int64_t>(plan.items.size()), 1, [&](int64_t lo, int64_t hi) {
+            const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
+            attention_partial(c, plan, partials.data(), lo, hi);
+          });
+          prog.add("attention_combine", static_cast<int64_t>(plan.outs.size()), 1, [&](int64_t lo, int64_t hi) {
+            const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
+            attention_combine(c, plan, partials.data(), lo, hi);
+          });
+        } else {
+          const AttentionCall c0{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
+          prog.add("attention", attention_items(c0), 1, [&](int64_t lo, int64_t hi) {
+            const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
+            attention(c, lo, hi);
+          });
+        }
         prog.add("quantize", n, 1, [&](int64_t lo, int64_t hi) {
           quantize_activations(att.data(), lo, hi, hq, attq.out.scale_block, attq.q.data(), attq.rec.data());
         });
@@ -314,6 +335,7 @@ int main(int argc, char** argv) {
                        {"weights_GBps", weight_bytes / (med / 1e3) / 1e9}, {"ops", ops}});
   }
   const nlohmann::json doc = {{"cpu", cpu_model()},    {"isa", isa_name(isa)},   {"threads", pool.num_threads()},
+                              {"key_chunk", opt.key_chunk},
                               {"model", s.name},       {"context", opt.context}, {"steps", opt.steps},
                               {"weight_bytes", weight_bytes}, {"results", results}};
   std::printf("%s\n", doc.dump(1).c_str());

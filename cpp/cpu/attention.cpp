@@ -98,7 +98,7 @@ void load_row(const Kernels& kern, const uint8_t* cache, DType dt, int64_t index
 }
 
 struct Scratch {
-  std::vector<float> k, v, scores, acc, m, denom, s, w;
+  std::vector<float> k, v, scores, acc, m, denom, s, w, part;
   std::vector<int> lo, hi;
 };
 
@@ -112,6 +112,23 @@ int64_t blocks_of(const attn::CommonAttentionMetadata& md, int r) {
   return (md.query_len(r) + kTokens - 1) / kTokens;
 }
 
+// Each token's visible keys [lo, hi] (the reference's rule) into s.lo / s.hi.
+void visible_range(const AttentionCall& c, const Item& it, Scratch& s) {
+  const attn::CommonAttentionMetadata& md = *c.md;
+  const attn::AttentionLayerParams& p = *c.params;
+  const int nt = it.t1 - it.t0;
+  s.lo.assign(static_cast<size_t>(nt), 0);
+  s.hi.assign(static_cast<size_t>(nt), -1);
+  for (int t = 0; t < nt; ++t) {
+    const int pos = md.num_computed_tokens[it.r] + (it.t0 + t - md.query_start_loc[it.r]);
+    int lo = 0;
+    if (p.sliding_window > 0) lo = std::max(lo, pos - p.sliding_window + 1);
+    if (p.attention_chunk_size > 0) lo = std::max(lo, pos / p.attention_chunk_size * p.attention_chunk_size);
+    s.lo[t] = lo;
+    s.hi[t] = md.causal ? pos : md.seq_lens[it.r] - 1;
+  }
+}
+
 }  // namespace
 
 int64_t attention_items(const AttentionCall& c) {
@@ -122,10 +139,13 @@ int64_t attention_items(const AttentionCall& c) {
 
 namespace {
 
-// One item: every q head of kv head g for tokens [t0, t1) of request r, each key and value row
-// read once for them. A q row's scores, softmax and sums are its own (the others only share the
-// loads): the result of a token never depends on the tokens beside it.
-void run_item(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& vm, const Item& it, Scratch& s) {
+// Every q head of kv head g for tokens [t0, t1) of request r over the keys [klo, khi] (each key
+// and value row read once for all of them): per row i, m = its largest visible score, den = the
+// sum of exp(s - m), acc = the sum of exp(s - m) v (sinks not included; a row with no visible key
+// in the range gets m = -inf, den = 0, acc = 0). A q row's numbers are its own (the others only
+// share the loads): a token's result never depends on the tokens beside it.
+void compute(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& vm, const Item& it, int klo,
+             int khi, Scratch& s) {
   const attn::CommonAttentionMetadata& md = *c.md;
   const attn::AttentionLayerParams& p = *c.params;
   const kv::LayerKvView& view = *c.view;
@@ -133,39 +153,26 @@ void run_item(const AttentionCall& c, const Kernels& kern, const vmath::Kernels&
   const int hq = p.num_q_heads, group = hq / p.num_kv_heads, d = p.head_size, dv = p.head_size_v;
   const int bs = view.spec.block_size, nt = it.t1 - it.t0, m = nt * group;
   const DType dt = view.spec.dtype;
-  s.lo.assign(static_cast<size_t>(nt), 0);
-  s.hi.assign(static_cast<size_t>(nt), -1);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  visible_range(c, it, s);
   int lo_all = std::numeric_limits<int>::max(), hi_all = -1;
   for (int t = 0; t < nt; ++t) {
-    const int pos = md.num_computed_tokens[it.r] + (it.t0 + t - md.query_start_loc[it.r]);
-    int lo = 0;
-    if (p.sliding_window > 0) lo = std::max(lo, pos - p.sliding_window + 1);
-    if (p.attention_chunk_size > 0) lo = std::max(lo, pos / p.attention_chunk_size * p.attention_chunk_size);
-    s.lo[t] = lo;
-    s.hi[t] = md.causal ? pos : md.seq_lens[it.r] - 1;
-    if (s.hi[t] >= lo) {
+    const int lo = std::max(s.lo[t], klo), hi = std::min(s.hi[t], khi);
+    if (hi >= lo) {
       lo_all = std::min(lo_all, lo);
-      hi_all = std::max(hi_all, s.hi[t]);
+      hi_all = std::max(hi_all, hi);
     }
   }
-  for (int t = 0; t < nt; ++t) {
-    float* out = c.out + (int64_t{it.t0 + t} * hq + int64_t{it.g} * group) * dv;
-    std::fill(out, out + int64_t{group} * dv, 0.0f);
-  }
+  s.m.assign(static_cast<size_t>(m), ninf);
+  s.denom.assign(static_cast<size_t>(m), 0.0f);
+  s.acc.assign(static_cast<size_t>(m) * dv, 0.0f);
   if (hi_all < 0) return;
   const int n = hi_all - lo_all + 1;
   s.scores.resize(static_cast<size_t>(m) * n);
   s.s.resize(static_cast<size_t>(m));
   s.w.resize(static_cast<size_t>(m));
-  s.m.resize(static_cast<size_t>(m));
-  s.denom.resize(static_cast<size_t>(m));
-  s.acc.assign(static_cast<size_t>(m) * dv, 0.0f);
   const float* q = c.query + int64_t{it.g} * group * d;  // row (t, h): q + ((t0 + t) * hq + h) * d
   const int32_t* blocks = md.block_table.data() + static_cast<size_t>(it.r) * md.max_blocks_per_req;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  for (int t = 0; t < nt; ++t) {
-    for (int h = 0; h < group; ++h) s.m[t * group + h] = c.sinks ? c.sinks[it.g * group + h] : ninf;
-  }
   for (int j = lo_all; j <= hi_all; ++j) {  // scores
     const int64_t block = blocks[j / bs];
     load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.k.index(block, j % bs, it.g, 0), d,
@@ -187,9 +194,10 @@ void run_item(const AttentionCall& c, const Kernels& kern, const vmath::Kernels&
   }
   // each row's weights exp(s - m) in place (masked keys: exp(-inf) = 0), summed in key order
   for (int i = 0; i < m; ++i) {
+    if (s.m[i] == ninf) continue;  // no visible key: weights stay out (den 0, acc 0)
     float* row = s.scores.data() + static_cast<size_t>(i) * n;
     vm.exp_shift(row, s.m[i], row, n);
-    float den = c.sinks ? std::exp(c.sinks[it.g * group + i % group] - s.m[i]) : 0.0f;
+    float den = 0.0f;
     for (int j = 0; j < n; ++j) den += row[j];
     s.denom[i] = den;
   }
@@ -197,30 +205,68 @@ void run_item(const AttentionCall& c, const Kernels& kern, const vmath::Kernels&
     const int64_t block = blocks[j / bs];
     load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.v.index(block, j % bs, it.g, 0), dv,
              s.v.data());
-    for (int i = 0; i < m; ++i) s.w[i] = s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
+    for (int i = 0; i < m; ++i)
+      s.w[i] = s.m[i] == ninf ? 0.0f : s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
     kern.axpys(s.acc.data(), m, dv, s.w.data(), s.v.data(), dv);
   }
+}
+
+// out for the item's rows from parts partial results (m, den, acc of each row, `stride` floats
+// apart per part: [row][2 + dv]), with the sinks: M = the largest of the parts' m and the sink,
+// out = sum acc exp(m - M) / (sum den exp(m - M) + exp(sink - M)). Rows without a visible key
+// (hi < lo) get zeros, as the reference.
+void finish(const AttentionCall& c, const Item& it, const float* parts, int nparts, int64_t part_stride,
+            const Scratch& s) {
+  const attn::AttentionLayerParams& p = *c.params;
+  const int hq = p.num_q_heads, group = hq / p.num_kv_heads, dv = p.head_size_v;
+  const int nt = it.t1 - it.t0;
+  const int64_t row = 2 + dv;
   for (int t = 0; t < nt; ++t) {
-    if (s.hi[t] < s.lo[t]) continue;
     float* out = c.out + (int64_t{it.t0 + t} * hq + int64_t{it.g} * group) * dv;
+    std::fill(out, out + int64_t{group} * dv, 0.0f);
+    if (s.hi[t] < s.lo[t]) continue;
     for (int h = 0; h < group; ++h) {
-      const float* acc = s.acc.data() + static_cast<size_t>(t * group + h) * dv;
-      const float den = s.denom[t * group + h];
-      for (int i = 0; i < dv; ++i) out[int64_t{h} * dv + i] = acc[i] / den;
+      const int i = t * group + h;
+      float big = c.sinks ? c.sinks[it.g * group + h] : -std::numeric_limits<float>::infinity();
+      for (int k = 0; k < nparts; ++k) big = std::max(big, parts[k * part_stride + i * row]);
+      float den = c.sinks ? std::exp(c.sinks[it.g * group + h] - big) : 0.0f;
+      float* o = out + int64_t{h} * dv;
+      for (int k = 0; k < nparts; ++k) {
+        const float* part = parts + k * part_stride + i * row;
+        if (part[1] == 0.0f) continue;  // no visible key in this part
+        const float f = std::exp(part[0] - big);
+        den += part[1] * f;
+        for (int e = 0; e < dv; ++e) o[e] += part[2 + e] * f;
+      }
+      for (int e = 0; e < dv; ++e) o[e] = o[e] / den;
     }
   }
+}
+
+// The scratch's (m, den, acc) as one part at dst ([row][2 + dv]).
+void store_part(const Scratch& s, int m, int dv, float* dst) {
+  for (int i = 0; i < m; ++i) {
+    float* r = dst + static_cast<int64_t>(i) * (2 + dv);
+    r[0] = s.m[i];
+    r[1] = s.denom[i];
+    std::memcpy(r + 2, s.acc.data() + static_cast<size_t>(i) * dv, sizeof(float) * static_cast<size_t>(dv));
+  }
+}
+
+void prepare(const AttentionCall& c, Scratch& s) {
+  s.k.resize(static_cast<size_t>(c.params->head_size));
+  s.v.resize(static_cast<size_t>(c.params->head_size_v));
 }
 
 }  // namespace
 
 void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
   const attn::CommonAttentionMetadata& md = *c.md;
-  const int hkv = c.params->num_kv_heads;
+  const int hkv = c.params->num_kv_heads, group = c.params->num_q_heads / hkv, dv = c.params->head_size_v;
   const Kernels& kern = kernels_for(c.isa);
   const vmath::Kernels& vm = vmath_for(c.isa);
   thread_local Scratch s;
-  s.k.resize(static_cast<size_t>(c.params->head_size));
-  s.v.resize(static_cast<size_t>(c.params->head_size_v));
+  prepare(c, s);
   // item = (token block b over all requests, kv head g): b = item / hkv
   int64_t first = 0;  // the first token block of request r
   int r = 0;
@@ -233,7 +279,74 @@ void attention(const AttentionCall& c, int64_t i0, int64_t i1) {
     it.g = static_cast<int>(item % hkv);
     it.t0 = md.query_start_loc[r] + static_cast<int>(b - first) * kTokens;
     it.t1 = std::min(md.query_start_loc[r + 1], it.t0 + kTokens);
-    run_item(c, kern, vm, it, s);
+    compute(c, kern, vm, it, 0, std::numeric_limits<int>::max(), s);
+    const int m = (it.t1 - it.t0) * group;
+    s.part.resize(static_cast<size_t>(m) * (2 + dv));
+    store_part(s, m, dv, s.part.data());
+    finish(c, it, s.part.data(), 1, 0, s);
+  }
+}
+
+AttentionPlan plan_attention(const AttentionCall& c, int key_chunk) {
+  const attn::CommonAttentionMetadata& md = *c.md;
+  const int hkv = c.params->num_kv_heads, group = c.params->num_q_heads / hkv, dv = c.params->head_size_v;
+  AttentionPlan plan;
+  plan.key_chunk = key_chunk;
+  Scratch s;
+  for (int r = 0; r < md.num_reqs; ++r) {
+    for (int t0 = md.query_start_loc[r]; t0 < md.query_start_loc[r + 1]; t0 += kTokens) {
+      for (int g = 0; g < hkv; ++g) {
+        AttentionPlan::Out o{r, t0, std::min(md.query_start_loc[r + 1], t0 + kTokens), g,
+                             static_cast<int64_t>(plan.items.size()), 0};
+        visible_range(c, Item{o.r, o.t0, o.t1, o.g}, s);
+        int lo = std::numeric_limits<int>::max(), hi = -1;
+        for (size_t t = 0; t < s.lo.size(); ++t) {
+          if (s.hi[t] >= s.lo[t]) {
+            lo = std::min(lo, s.lo[t]);
+            hi = std::max(hi, s.hi[t]);
+          }
+        }
+        const int64_t rows = int64_t{o.t1 - o.t0} * group;
+        // key chunks at absolute positions (a token's parts never depend on the batch)
+        for (int k0 = hi < 0 ? 0 : lo / key_chunk * key_chunk; k0 <= hi; k0 += key_chunk) {
+          plan.items.push_back({o.r, o.t0, o.t1, o.g, std::max(k0, lo), std::min(k0 + key_chunk - 1, hi),
+                                plan.partial_floats});
+          plan.partial_floats += rows * (2 + dv);
+          ++o.num_items;
+        }
+        plan.outs.push_back(o);
+      }
+    }
+  }
+  return plan;
+}
+
+void attention_partial(const AttentionCall& c, const AttentionPlan& plan, float* partials, int64_t i0,
+                       int64_t i1) {
+  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
+  const Kernels& kern = kernels_for(c.isa);
+  const vmath::Kernels& vm = vmath_for(c.isa);
+  thread_local Scratch s;
+  prepare(c, s);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttentionPlan::Item& pi = plan.items[static_cast<size_t>(i)];
+    const Item it{pi.r, pi.t0, pi.t1, pi.g};
+    compute(c, kern, vm, it, pi.k0, pi.k1, s);
+    store_part(s, (it.t1 - it.t0) * group, dv, partials + pi.partial);
+  }
+}
+
+void attention_combine(const AttentionCall& c, const AttentionPlan& plan, const float* partials, int64_t o0,
+                       int64_t o1) {
+  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
+  thread_local Scratch s;
+  for (int64_t i = o0; i < o1; ++i) {
+    const AttentionPlan::Out& o = plan.outs[static_cast<size_t>(i)];
+    const Item it{o.r, o.t0, o.t1, o.g};
+    visible_range(c, it, s);
+    const int64_t stride = int64_t{o.t1 - o.t0} * group * (2 + dv);
+    const float* first = o.num_items ? partials + plan.items[static_cast<size_t>(o.first_item)].partial : partials;
+    finish(c, it, first, static_cast<int>(o.num_items), stride, s);
   }
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "attention/backend.h"
 #include "attention/metadata.h"
@@ -34,5 +35,29 @@ int64_t attention_items(const AttentionCall& c);
 // Items [i0, i1): item i = (token block i / kv heads, kv head i % kv heads), the blocks of the
 // requests in order.
 void attention(const AttentionCall& c, int64_t i0, int64_t i1);
+
+// The same split over keys as well (flash-decoding), for steps with fewer (token block, kv head)
+// pairs than threads: items (token block, kv head, key_chunk keys at absolute positions) write
+// partial results, then one combine per (token block, kv head) writes out. Chunks sit at
+// absolute key positions, so a token's result never depends on the batch. The plan depends on
+// the metadata and the layer's heads / window / chunk only: one per step and KV-cache group.
+struct AttentionPlan {
+  struct Item {
+    int r, t0, t1, g, k0, k1;  // request, tokens [t0, t1), kv head, keys [k0, k1]
+    int64_t partial;           // its partial results at partials + partial ([row][2 + dv])
+  };
+  struct Out {
+    int r, t0, t1, g;
+    int64_t first_item, num_items;  // its items, consecutive
+  };
+  int key_chunk = 0;
+  std::vector<Item> items;
+  std::vector<Out> outs;
+  int64_t partial_floats = 0;  // the partials buffer's size
+};
+AttentionPlan plan_attention(const AttentionCall& c, int key_chunk = 128);
+void attention_partial(const AttentionCall& c, const AttentionPlan& plan, float* partials, int64_t i0, int64_t i1);
+void attention_combine(const AttentionCall& c, const AttentionPlan& plan, const float* partials, int64_t o0,
+                       int64_t o1);
 
 }  // namespace specdec::cpu

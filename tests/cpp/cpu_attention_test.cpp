@@ -124,6 +124,28 @@ void run_case(const Case& c, uint32_t seed, Isa isa) {
   AttentionCall c1{&one, &p, &view, raw.data(), call.sinks, q1.data(), alone.data(), isa};
   attention(c1, 0, attention_items(c1));
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + t0 * orow, alone.size() * 4), 0) << c.name << ": alone";
+  // split over keys too (flash-decoding): within the tolerance, items in pieces, and a request
+  // alone gives the same bits as in the batch
+  for (int chunk : {16, 48, 128}) {
+    const AttentionPlan plan = plan_attention(call, chunk);
+    std::vector<float> parts(static_cast<size_t>(plan.partial_floats)), sp(want.size(), -1.0f);
+    AttentionCall cs = call;
+    cs.out = sp.data();
+    const auto n_items = static_cast<int64_t>(plan.items.size()), n_outs = static_cast<int64_t>(plan.outs.size());
+    for (int64_t i0 = 0; i0 < n_items; i0 += 5) attention_partial(cs, plan, parts.data(), i0, std::min(n_items, i0 + 5));
+    attention_combine(cs, plan, parts.data(), 0, n_outs);
+    float e = 0.0f;
+    for (size_t i = 0; i < want.size(); ++i) e = std::max(e, std::fabs(sp[i] - want[i]) / std::max(1.0f, std::fabs(want[i])));
+    EXPECT_LE(e, 1e-5f) << c.name << " split " << chunk;
+    const AttentionPlan plan1 = plan_attention(c1, chunk);
+    std::vector<float> parts1(static_cast<size_t>(plan1.partial_floats)), sp1(alone.size());
+    AttentionCall cs1 = c1;
+    cs1.out = sp1.data();
+    attention_partial(cs1, plan1, parts1.data(), 0, static_cast<int64_t>(plan1.items.size()));
+    attention_combine(cs1, plan1, parts1.data(), 0, static_cast<int64_t>(plan1.outs.size()));
+    EXPECT_EQ(std::memcmp(sp1.data(), sp.data() + t0 * orow, sp1.size() * 4), 0) << c.name << " split " << chunk
+                                                                                  << ": alone";
+  }
 }
 
 std::vector<Case> cases() {
