@@ -17,7 +17,7 @@ namespace specdec::cpu {
 namespace {
 
 // ops::ref::rms_norm of one row (squares in f32 summed in double, in order).
-void norm_row(const float* x, const float* weight, float* y, int dim, float eps, float weight_offset) {
+void norm_row_portable(const float* x, const float* weight, float* y, int dim, float eps, float weight_offset) {
   double sum = 0.0;
   for (int i = 0; i < dim; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum / dim);
@@ -29,8 +29,8 @@ void norm_row(const float* x, const float* weight, float* y, int dim, float eps,
   }
 }
 
-void quantize_row(const float* y, int64_t r, int dim, const QuantOut* q) {
-  if (q != nullptr) quantize_activations(y, r, r + 1, dim, q->scale_block, q->q, q->rec);
+void quantize_row(const float* y, int64_t r, int dim, const QuantOut* q, Isa isa) {
+  if (q != nullptr) quantize_activations(y, r, r + 1, dim, q->scale_block, q->q, q->rec, isa);
 }
 
 float silu(float g) { return g / (1.0f + std::exp(-g)); }
@@ -64,7 +64,7 @@ void exp_shift_portable(const float* x, float m, float* out, int n) {
 
 const vmath::Kernels& vmath_for(Isa isa) {
   static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable,
-                                       exp_shift_portable, quantize_row_portable};
+                                       exp_shift_portable, quantize_row_portable, norm_row_portable};
   static const vmath::Kernels avx2 = [] {
     vmath::Kernels k = portable;
     vmath::avx2_kernels(k);
@@ -81,21 +81,23 @@ const vmath::Kernels& vmath_for(Isa isa) {
 }
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
-              float weight_offset, const QuantOut* q) {
+              float weight_offset, const QuantOut* q, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {
-    norm_row(x + r * dim, weight, y + r * dim, dim, eps, weight_offset);
-    quantize_row(y, r, dim, q);
+    k.norm_row(x + r * dim, weight, y + r * dim, dim, eps, weight_offset);
+    quantize_row(y, r, dim, q, isa);
   }
 }
 
 void add_rms_norm(float* x, const float* residual, const float* weight, float* y, int64_t r0, int64_t r1,
-                  int dim, float eps, float weight_offset, const QuantOut* q) {
+                  int dim, float eps, float weight_offset, const QuantOut* q, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {
     float* xr = x + r * dim;
     const float* rr = residual + r * dim;
     for (int i = 0; i < dim; ++i) xr[i] = xr[i] + rr[i];
-    norm_row(xr, weight, y + r * dim, dim, eps, weight_offset);
-    quantize_row(y, r, dim, q);
+    k.norm_row(xr, weight, y + r * dim, dim, eps, weight_offset);
+    quantize_row(y, r, dim, q, isa);
   }
 }
 
@@ -124,7 +126,7 @@ void gated_activation(const float* gate, const float* up, float* out, int64_t r0
   const auto row = act == Activation::kSilu ? k.silu_mul : k.gelu_mul;
   for (int64_t r = r0; r < r1; ++r) {
     row(gate + r * in_row_stride, up + r * in_row_stride, out + r * ff, ff);
-    quantize_row(out, r, ff, q);
+    quantize_row(out, r, ff, q, isa);
   }
 }
 

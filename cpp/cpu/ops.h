@@ -24,12 +24,13 @@ struct QuantOut {
 
 // ---- norms (ops/norm.h) ----
 // Rows [r0, r1): y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset) (weight may be null).
-// y may be x. With q, y's rows are also written quantised.
+// y may be x. With q, y's rows are also written quantised. Portable path: bitwise the reference;
+// AVX-512: the double sum in lanes, within 1e-6 relative (the OpenCL kernels' tolerance).
 void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
-              float weight_offset, const QuantOut* q);
+              float weight_offset, const QuantOut* q, Isa isa = cpu_isa());
 // x += residual (written back), then y = rms_norm(x) as above; y may be x or residual.
 void add_rms_norm(float* x, const float* residual, const float* weight, float* y, int64_t r0, int64_t r1,
-                  int dim, float eps, float weight_offset, const QuantOut* q);
+                  int dim, float eps, float weight_offset, const QuantOut* q, Isa isa = cpu_isa());
 
 // ---- element-wise (ops/elementwise.h), on the flat range [i0, i1) ----
 void add(float* x, const float* y, int64_t i0, int64_t i1);

@@ -134,6 +134,27 @@ void quantize_row(const float* x, int64_t cols, int scale_block, int8_t* q, ActR
   }
 }
 
+void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  for (int i = 0; i < dim; i += 16) {
+    const __mmask16 m = tail(dim - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 sq = _mm512_mul_ps(v, v);  // squares in f32, as the reference
+    a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+    a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+  }
+  const double sum = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  const float mean = static_cast<float>(sum / dim);
+  const __m512 sc = _mm512_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps))));
+  const __m512 offv = _mm512_set1_ps(off);
+  for (int i = 0; i < dim; i += 16) {
+    const __mmask16 m = tail(dim - i);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sc);
+    if (w != nullptr) v = _mm512_mul_ps(v, _mm512_add_ps(_mm512_maskz_loadu_ps(m, w + i), offv));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+
 }  // namespace
 
 bool avx512_kernels(Kernels& k) {
@@ -142,6 +163,7 @@ bool avx512_kernels(Kernels& k) {
   k.exp_sum = exp_sum;
   k.exp_shift = exp_shift;
   k.quantize_row = quantize_row;
+  k.norm_row = norm_row;
   return true;
 }
 

@@ -23,6 +23,9 @@ struct Kernels {
   // One row of cols values quantised with scale_block 32 or 256 (cpu/activations.h's rules,
   // bitwise on every path: max, one multiply and a rounding per value are exact operations).
   void (*quantize_row)(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) = nullptr;
+  // y = x / sqrt(mean(x^2) + eps) * (w + off) (w null: no weight), squares in f32 summed in double
+  // (portable: in order, bitwise the reference; vector paths: in lanes, within 1e-6 relative)
+  void (*norm_row)(const float* x, const float* w, float* y, int dim, float eps, float off) = nullptr;
 };
 
 bool avx2_kernels(Kernels& k);
