@@ -4,13 +4,7 @@
 
 #include "common/errors.h"
 #include "cpu/vmath.h"
-
-// The rules multiply and round without contraction, as the reference and the OpenCL kernel do.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "cpu/strict_fp.h"
 
 namespace specdec::cpu {
 namespace {

@@ -5,12 +5,7 @@
 
 #include "quant/dequantize.h"
 #include "quant/formats.h"
-
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "cpu/strict_fp.h"
 
 namespace specdec::cpu {
 

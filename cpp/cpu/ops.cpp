@@ -5,13 +5,7 @@
 
 #include "cpu/activations.h"
 #include "cpu/vmath.h"
-
-// The kernels never contract a * b + c into an FMA; neither do these (docs/ops.md, "Numerics").
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "cpu/strict_fp.h"
 
 namespace specdec::cpu {
 namespace {

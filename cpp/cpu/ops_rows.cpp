@@ -8,12 +8,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/vmath.h"
-
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "cpu/strict_fp.h"
 
 namespace specdec::cpu {
 namespace {
