@@ -116,9 +116,10 @@ void quantize_group(const float* x, int8_t* q, ActRec* rec) {
     } else {
       r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
-    const __m512i qi = _mm512_cvttps_epi32(r);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * j), _mm512_cvtsepi32_epi8(qi));
-    sums[j] = _mm512_reduce_add_epi32(qi);
+    // saturated to int8 (only a non-finite input leaves [-127, 127]); the sums from the stored bytes
+    const __m128i q8 = _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(r));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * j), q8);
+    sums[j] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
   }
   for (int b = 0; b < kBlock / 32; ++b) {
     const int32_t s0 = sums[2 * b], s1 = sums[2 * b + 1];
