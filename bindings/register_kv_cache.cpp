@@ -9,10 +9,6 @@
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 
-// The device over a _core.Context (bindings/register_ocl.cpp; until step 6 of
-// docs/device_seam.md binds the Device itself).
-std::shared_ptr<specdec::device::Device> device_of(const std::shared_ptr<specdec::ocl::Context>& ctx);
-
 namespace py = pybind11;
 using namespace specdec;
 using namespace specdec::kv;
@@ -145,8 +141,8 @@ void register_kv_views(py::module_& m) {
 
   py::class_<KvCacheAllocation>(m, "KvCache", "Device buffers of a KV-cache plan with per-layer views.")
       .def(py::init([](const KvCacheConfig& config, const std::map<std::string, std::string>& layouts,
-                       const std::string& default_layout, std::shared_ptr<ocl::Context> ctx) {
-             return std::make_unique<KvCacheAllocation>(device_of(ctx), config, parse_layouts(layouts),
+                       const std::string& default_layout, std::shared_ptr<device::Device> dev) {
+             return std::make_unique<KvCacheAllocation>(std::move(dev), config, parse_layouts(layouts),
                                                         parse_layout(default_layout));
            }),
            py::arg("config"), py::arg("layouts") = std::map<std::string, std::string>{},

@@ -1,4 +1,5 @@
-// OpenCL devices and contexts.
+// OpenCL devices, and _core.Context: a device::Device (docs/device_seam.md, step 6), with the
+// OpenCL context's extras (device info, program builds) on an OpenCL device.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -57,13 +58,69 @@ py::dict device_dict(const DeviceInfo& d) {
   return out;
 }
 
-}  // namespace
-
-// The device over a _core.Context, for bindings that take a Context and call ops on Device&
-// (declared where used; until step 6 of docs/device_seam.md binds the Device itself).
-std::shared_ptr<specdec::device::Device> device_of(const std::shared_ptr<specdec::ocl::Context>& ctx) {
-  return specdec::device::wrap(ctx);
+// The OpenCL context under a Context's device, for what only OpenCL has (device info, builds).
+specdec::ocl::Context& ocl_context(specdec::device::Device& dev, const char* what) {
+  if (dev.kind() != specdec::device::Kind::kOpenCL) {
+    throw specdec::UnsupportedError(specdec::str_cat("Context.", what, " is for OpenCL devices; this is a ",
+                                                     specdec::device::kind_name(dev.kind()), " device"));
+  }
+  return specdec::ocl::context_of(dev);
 }
+
+py::dict profile_dict(const specdec::device::Profile& p) {
+  py::list kernels;
+  for (const auto& op : p.ops) {
+    py::dict d;
+    d["kernel"] = op.name;
+    d["launches"] = op.launches;
+    d["device_us"] = op.device_us;
+    kernels.append(d);
+  }
+  py::dict out;
+  out["kernels"] = kernels;
+  out["span_us"] = p.span_us;
+  out["dropped"] = p.dropped;
+  return out;
+}
+
+void register_context(py::module_& m) {
+  using specdec::device::Device;
+  py::class_<Device, std::shared_ptr<Device>>(
+      m, "Context", "A device (device::open): on OpenCL a context and queue with a program cache.")
+      .def(py::init([](const std::string& device) { return specdec::device::open(device); }),
+           py::arg("device") = "")
+      .def_property_readonly("device", [](Device& d) { return ocl_context(d, "device").device(); },
+                             "The OpenCL device's DeviceInfo.")
+      .def("build", [](Device& d, const std::string& name, const std::string& source,
+                       const std::string& options) { ocl_context(d, "build").build(name, source, options); },
+           py::arg("name"), py::arg("source"), py::arg("options") = "",
+           "Builds OpenCL C source (cached by name and options); OpenCLError with the build log on failure.")
+      .def_property_readonly("num_cached_programs",
+                             [](Device& d) { return ocl_context(d, "num_cached_programs").num_cached_programs(); })
+      .def("build_logs", [](Device& d) { return ocl_context(d, "build_logs").build_logs(); },
+           "(program [options], log) of every program built so far whose build log is not empty.")
+      .def("finish", &Device::sync, "Waits for every op enqueued so far.")
+      .def_property_readonly("profiling", &Device::profiling,
+                             "Whether kernels are timed (SPECDEC_PROFILE set at creation).")
+      .def("take_profile", [](Device& d) { return profile_dict(d.take_profile()); },
+           "Waits for the queue; per kernel (first-launch order) the launches and device "
+           "microseconds since the last call, and the span first queued -> last ended. Empty "
+           "unless SPECDEC_PROFILE was set when the context was created.");
+  m.def("quant_isa", [](Device& d) {
+        return std::string(specdec::quant::quant_isa_name(specdec::quant::device_quant_isa(ocl_context(d, "quant_isa"))));
+      }, py::arg("context"),
+        "The integer-dot path the quantized matmuls use on the context's device (portable, avx2, "
+        "avx512bw, avx512vnni): SPECDEC_QUANT_ISA, else the fastest the device runs.");
+  m.def("quant_isas", [](Device& d) {
+        std::vector<std::string> out;
+        for (auto isa : specdec::quant::device_quant_isas(ocl_context(d, "quant_isas"))) {
+          out.emplace_back(specdec::quant::quant_isa_name(isa));
+        }
+        return out;
+      }, py::arg("context"), "Every integer-dot path the context's device runs, fastest last.");
+}
+
+}  // namespace
 
 void register_ocl(py::module_& m) {
   py::class_<DeviceInfo>(m, "DeviceInfo", "An OpenCL device and its main properties.")
@@ -107,48 +164,5 @@ void register_ocl(py::module_& m) {
   m.def("kernel_programs", &specdec::ocl::kernel_program_names,
         "Names of the OpenCL programs embedded at build time.");
 
-  py::class_<specdec::ocl::Context, std::shared_ptr<specdec::ocl::Context>>(
-      m, "Context", "An OpenCL context and queue on one device, with a program cache.")
-      .def(py::init([](const std::string& device) { return specdec::ocl::Context::create(device); }),
-           py::arg("device") = "")
-      .def_property_readonly("device", &specdec::ocl::Context::device)
-      .def("build", [](specdec::ocl::Context& c, const std::string& name, const std::string& source,
-                       const std::string& options) { c.build(name, source, options); },
-           py::arg("name"), py::arg("source"), py::arg("options") = "",
-           "Builds OpenCL C source (cached by name and options); OpenCLError with the build log on failure.")
-      .def_property_readonly("num_cached_programs", &specdec::ocl::Context::num_cached_programs)
-      .def("build_logs", &specdec::ocl::Context::build_logs,
-           "(program [options], log) of every program built so far whose build log is not empty.")
-      .def("finish", &specdec::ocl::Context::finish)
-      .def_property_readonly("profiling", &specdec::ocl::Context::profiling,
-                             "Whether kernels are timed (SPECDEC_PROFILE set at creation).")
-      .def("take_profile", [](specdec::ocl::Context& c) {
-            const auto p = c.take_profile();
-            py::list kernels;
-            for (const auto& k : p.kernels) {
-              py::dict d;
-              d["kernel"] = k.kernel;
-              d["launches"] = k.launches;
-              d["device_us"] = k.device_us;
-              kernels.append(d);
-            }
-            py::dict out;
-            out["kernels"] = kernels;
-            out["span_us"] = p.span_us;
-            out["dropped"] = p.dropped;
-            return out;
-          },
-          "Waits for the queue; per kernel (first-launch order) the launches and device "
-          "microseconds since the last call, and the span first queued -> last ended. Empty "
-          "unless SPECDEC_PROFILE was set when the context was created.");
-  m.def("quant_isa", [](specdec::ocl::Context& c) {
-        return std::string(specdec::quant::quant_isa_name(specdec::quant::device_quant_isa(c)));
-      }, py::arg("context"),
-        "The integer-dot path the quantized matmuls use on the context's device (portable, avx2, "
-        "avx512bw, avx512vnni): SPECDEC_QUANT_ISA, else the fastest the device runs.");
-  m.def("quant_isas", [](specdec::ocl::Context& c) {
-        std::vector<std::string> out;
-        for (auto isa : specdec::quant::device_quant_isas(c)) out.emplace_back(specdec::quant::quant_isa_name(isa));
-        return out;
-      }, py::arg("context"), "Every integer-dot path the context's device runs, fastest last.");
+  register_context(m);
 }

@@ -70,8 +70,8 @@ Bytes quantize_py(const py::object& type, const Floats& x) {
   return out;
 }
 
-Floats matmul_py(const std::shared_ptr<ocl::Context>& context, const DeviceWeight& w, const Floats& x) {
-  ocl::Context& ctx = *context;
+Floats matmul_py(device::Device& dev, const DeviceWeight& w, const Floats& x) {
+  ocl::Context& ctx = ocl::context_of(dev);  // the ocl::Buffers until step 7 (docs/device_seam.md)
   const auto [n, cols] = rows_cols(x);
   SPECDEC_CHECK(cols == w.cols(), "x.shape[1]", cols,
                str_cat("must equal the weight's cols ", w.cols()));
@@ -80,20 +80,20 @@ Floats matmul_py(const std::shared_ptr<ocl::Context>& context, const DeviceWeigh
     ocl::Buffer xb(ctx, static_cast<size_t>(n * cols) * sizeof(float));
     xb.write(ctx, x.data(), static_cast<size_t>(n * cols) * sizeof(float));
     ocl::Buffer yb(ctx, y.size() * sizeof(float));
-    matmul(*device::wrap(context), w, xb, n, yb);
+    matmul(dev, w, xb, n, yb);
     yb.read(ctx, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.rows());
 }
 
-Floats embedding_py(const std::shared_ptr<ocl::Context>& context, const DeviceWeight& w,
-                    const std::vector<int32_t>& ids, float scale) {
-  ocl::Context& ctx = *context;
+Floats embedding_py(device::Device& dev, const DeviceWeight& w, const std::vector<int32_t>& ids,
+                    float scale) {
+  ocl::Context& ctx = ocl::context_of(dev);  // the ocl::Buffer until step 7
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<float> y(static_cast<size_t>(n * w.cols()));
   if (n > 0) {
     ocl::Buffer out(ctx, y.size() * sizeof(float));
-    embedding_lookup(*device::wrap(context), w, std::span<const int32_t>(ids), out, scale);
+    embedding_lookup(dev, w, std::span<const int32_t>(ids), out, scale);
     out.read(ctx, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.cols());
@@ -158,8 +158,8 @@ void register_quant(py::module_& parent) {
                              [](const DeviceWeight& w) { return w.layout.total_bytes; })
       .def(
           "download",
-          [](const DeviceWeight& w, const std::shared_ptr<ocl::Context>& ctx) {
-            const std::vector<uint8_t> b = w.download(*device::wrap(ctx));
+          [](const DeviceWeight& w, device::Device& dev) {
+            const std::vector<uint8_t> b = w.download(dev);
             Bytes out(static_cast<py::ssize_t>(b.size()));
             std::memcpy(out.mutable_data(), b.data(), b.size());
             return out;
@@ -171,9 +171,9 @@ void register_quant(py::module_& parent) {
       });
   m.def(
       "upload_weight",
-      [](const std::shared_ptr<ocl::Context>& ctx, const py::object& type, const Bytes& data,
-         const std::vector<int64_t>& dims, const std::string& name) {
-        return upload_weight(*device::wrap(ctx), to_type(type), data.data(), static_cast<size_t>(data.size()),
+      [](device::Device& dev, const py::object& type, const Bytes& data, const std::vector<int64_t>& dims,
+         const std::string& name) {
+        return upload_weight(dev, to_type(type), data.data(), static_cast<size_t>(data.size()),
                              dims, name);
       },
       py::arg("ctx"), py::arg("type"), py::arg("data"), py::arg("dims"), py::arg("name") = "",

@@ -44,7 +44,7 @@ void register_runner(py::module_& m) {
   py::class_<runner::ModelRunner, std::shared_ptr<runner::ModelRunner>>(m, "ModelRunner",
                                   "One model on one device: weights, KV cache, attention backends, "
                                   "and one forward per step over a ragged batch.")
-      .def(py::init([](std::shared_ptr<ocl::Context> ctx, const std::string& path,
+      .def(py::init([](std::shared_ptr<device::Device> dev, const std::string& path,
                        const std::string& attention_backend, int64_t max_model_len,
                        int64_t kv_cache_memory_bytes, int block_size, const std::string& kv_cache_dtype,
                        int64_t max_num_batched_tokens, int64_t max_num_logits,
@@ -70,7 +70,7 @@ void register_runner(py::module_& m) {
                };
              }
              py::gil_scoped_release release;
-             return std::make_shared<runner::ModelRunner>(ctx, path, o, cb);
+             return std::make_shared<runner::ModelRunner>(std::move(dev), path, o, cb);
            }),
            py::arg("context"), py::arg("path"), py::arg("attention_backend") = "",
            py::arg("max_model_len") = 0, py::arg("kv_cache_memory_bytes") = int64_t{1} << 30,

@@ -73,8 +73,7 @@ std::vector<LayerBinding> bind_layers(const model::ModelConfig& config, const at
 
 // What a block needs of the step.
 struct LayerStep {
-  ocl::Context& ctx;
-  device::Device& dev;  // the same device through the seam: the ops take it (docs/device_seam.md)
+  device::Device& dev;
   const model::ModelConfig& config;
   const std::vector<LayerBinding>& layers;
   const std::vector<attn::AttentionMetadata>& metadata;  // per attention group

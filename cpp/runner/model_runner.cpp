@@ -55,24 +55,33 @@ kv::KvCacheConfig plan(const model::ModelConfig& c, const RunnerOptions& o) {
                            o.kv_cache_memory_bytes, len, po);
 }
 
+std::shared_ptr<device::Device> required(std::shared_ptr<device::Device> dev) {
+  SPECDEC_CHECK(dev != nullptr, "device", "null", "a device is required (device::open)");
+  return dev;
+}
+
 }  // namespace
 
-ModelRunner::ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
+ModelRunner::ModelRunner(std::shared_ptr<device::Device> dev, const std::string& path,
                          const RunnerOptions& options, const LoadProgress& progress)
-    : ctx_(std::move(ctx)), dev_(device::wrap(ctx_)), options_(options), file_(model::open_model_file(path)),
-      config_(model::config_from_gguf(file_)), weights_(load_weights(*dev_, *ctx_, file_, config_, progress)),
+    : dev_(required(std::move(dev))), options_(options), file_(model::open_model_file(path)),
+      config_(model::config_from_gguf(file_)),
+      weights_(load_weights(*dev_, ocl_context(), file_, config_, progress)),
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         dev_->info())),
       cache_(std::make_unique<kv::KvCacheAllocation>(dev_, kv_config_, setup_.layouts)),
       manager_(std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching)),
       requests_(*manager_) {
-  scratch_ = std::make_unique<StepBuffers>(*ctx_, config_, options_.max_num_batched_tokens, options_.max_num_logits);
+  ocl::Context& ctx = ocl_context();
+  scratch_ = std::make_unique<StepBuffers>(ctx, config_, options_.max_num_batched_tokens, options_.max_num_logits);
   layers_ = bind_layers(config_, setup_, *cache_);
-  build_rope_tables(*ctx_, file_, config_, kv_config_.max_model_len, *scratch_);
+  build_rope_tables(ctx, file_, config_, kv_config_.max_model_len, *scratch_);
 }
 
 ModelRunner::~ModelRunner() = default;
+
+ocl::Context& ModelRunner::ocl_context() const { return ocl::context_of(*dev_); }
 
 int64_t ModelRunner::num_logit_columns() const {
   std::lock_guard<std::mutex> guard(mu_);
@@ -115,7 +124,7 @@ void ModelRunner::set_dflash_target(std::shared_ptr<ModelRunner> target) {
 
 uint64_t ModelRunner::set_hidden_sink(const std::vector<int>& layers, HiddenSink sink) {
   std::lock_guard<std::mutex> guard(mu_);
-  return dflash_.set_sink(*ctx_, config_, options_.max_num_batched_tokens, layers, std::move(sink));
+  return dflash_.set_sink(ocl_context(), config_, options_.max_num_batched_tokens, layers, std::move(sink));
 }
 
 void ModelRunner::clear_hidden_sink(uint64_t token) {
@@ -154,7 +163,7 @@ void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, con
       manager_->record_tokens(r->request_id, r->first_position, r->tokens, r->first_position);
     }
   }
-  write_context_layers(LayerStep{*ctx_, *dev_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
+  write_context_layers(LayerStep{*dev_, config_, layers_, plan.metadata, *scratch_, plan.num_tokens}, weights_, in);
   for (const auto& r : reqs) {
     requests_.set_length(r.request_id, r.num_computed_tokens + static_cast<int64_t>(r.tokens.size()));
   }
@@ -223,11 +232,10 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
   const auto& c = config_;
   const LayerWeights& w = weights_.layers[il];
   StepBuffers& s = *scratch_;
-  ocl::Context& ctx = *ctx_;
   device::Device& dev = *dev_;
   const int d = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
-  const LayerStep step{ctx, *dev_, c, layers_, md, s, t};
+  const LayerStep step{dev, c, layers_, md, s, t};
 
   if (c.layers[il].attention == model::LayerAttention::kMla) mla_attention(step, il, w);
   else gqa_attention(step, il, w);
@@ -296,11 +304,12 @@ void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan
   }
   plan.num_tokens = static_cast<int64_t>(ids.size());
   StepBuffers& s = *scratch_;
+  ocl::Context& ctx = ocl_context();
   // copied when created: no blocking write through the queue (each costs a round trip on PoCL)
-  s.ids = ocl::Buffer(*ctx_, ids.data(), ids.size() * 4);
-  s.positions = ocl::Buffer(*ctx_, positions.data(), positions.size() * 4);
+  s.ids = ocl::Buffer(ctx, ids.data(), ids.size() * 4);
+  s.positions = ocl::Buffer(ctx, positions.data(), positions.size() * 4);
   if (!plan.logit_rows.empty()) {
-    s.rows = ocl::Buffer(*ctx_, plan.logit_rows.data(), plan.logit_rows.size() * 4);
+    s.rows = ocl::Buffer(ctx, plan.logit_rows.data(), plan.logit_rows.size() * 4);
   }
   // Per attention group, once for every layer of the group (slot mappings, block tables, the
   // backend's launch plan).
@@ -310,7 +319,6 @@ void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan
 void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidden_layers, StepOutput& out,
                              int exit) {
   StepBuffers& s = *scratch_;
-  ocl::Context& ctx = *ctx_;
   device::Device& dev = *dev_;
   const int64_t t = plan.num_tokens;
   const int d = config_.hidden_size;
@@ -320,7 +328,7 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
     for (int l : hidden_layers) {
       if (l != layer) continue;
       std::vector<float> h(static_cast<size_t>(t * d));
-      from.read(ctx, h.data(), h.size() * 4);
+      from.read(ocl_context(), h.data(), h.size() * 4);
       out.hidden[layer] = std::move(h);
     }
   };
@@ -349,7 +357,7 @@ double ModelRunner::warm_up() {
   const auto start = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> guard(mu_);
   WarmUp(*this).run();
-  ctx_->finish();
+  dev_->sync();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -1,5 +1,5 @@
 // ModelRunner: one forward pass over a ragged batch of requests (prefill chunks and decodes
-// together) on OpenCL, through the per-group KV cache, block tables and attention groups.
+// together) on a device, through the per-group KV cache, block tables and attention groups.
 //
 // Per step: every request's slots are allocated in each KV-cache group, the metadata of each
 // attention group is built once, and every layer writes its new K/V through its group's slot
@@ -37,7 +37,7 @@ struct StepBuffers;
 struct LayerBinding;
 
 // Thread-safe: step and the request calls below are serialised by the runner's own lock (one step
-// at a time; several runners on one Context interleave their launches safely, see Context).
+// at a time; several runners on one Device interleave their ops safely, see Device::lock).
 class ModelRunner {
  public:
   using PrefixCacheStats = runner::PrefixCacheStats;
@@ -45,9 +45,9 @@ class ModelRunner {
   using HiddenSink = runner::HiddenSink;
   static constexpr int64_t kMaxExtraLogitTokens = LogitsHead::kMaxExtraTokens;
 
-  // Loads the GGUF model at `path` onto ctx's device, plans and allocates its KV cache and
-  // chooses attention backends. progress(bytes done, bytes total) during the weight upload.
-  ModelRunner(std::shared_ptr<ocl::Context> ctx, const std::string& path,
+  // Loads the GGUF model at `path` onto `dev`, plans and allocates its KV cache and chooses
+  // attention backends. progress(bytes done, bytes total) during the weight upload.
+  ModelRunner(std::shared_ptr<device::Device> dev, const std::string& path,
               const RunnerOptions& options = {}, const LoadProgress& progress = {});
   ~ModelRunner();
 
@@ -115,7 +115,7 @@ class ModelRunner {
   std::vector<int32_t> extra_logit_tokens() const;
   // Token ids the lm_head has rows for: min(its rows, vocab_size).
   int64_t num_lm_head_rows() const;
-  ocl::Context& context() { return *ctx_; }
+  device::Device& device() { return *dev_; }
 
   // ---- DFlash (a target's hidden states, a drafter's context; see DFlashContext) ----
   // A target: after every step, the residual stream after each of `layers` (the last layer's:
@@ -162,9 +162,11 @@ class ModelRunner {
   const quant::DeviceWeight& embedding() const;
   const quant::DeviceWeight& head() const;
   void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
+  // The OpenCL context under dev_, for the ocl::Buffers the runner still makes itself (step
+  // buffers, RoPE tables, weights, per-step ids and positions) until step 7 of docs/device_seam.md.
+  ocl::Context& ocl_context() const;
 
-  std::shared_ptr<ocl::Context> ctx_;
-  std::shared_ptr<device::Device> dev_;  // the device seam over ctx_ (docs/device_seam.md)
+  std::shared_ptr<device::Device> dev_;  // first: the members below are made on it
   RunnerOptions options_;
   model::GgufFile file_;
   model::ModelConfig config_;

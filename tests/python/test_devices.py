@@ -38,3 +38,19 @@ def test_build_errors_carry_the_build_log(context):
     assert "not_declared" in str(info.value)
     assert isinstance(info.value, RuntimeError)
     assert "kv_cache" in specdec.kernel_programs()
+
+
+def test_context_keeps_its_api_over_the_device(context):
+    """_core.Context binds device::Device (docs/device_seam.md, step 6) with the API it had over
+    the OpenCL context: device info, builds and their cache, finish, profile, quantisation path."""
+    assert context.device.type in ("cpu", "gpu", "accelerator", "other")
+    assert context.device.global_mem_bytes > 0
+    before = context.num_cached_programs
+    context.build("context_api_probe", "__kernel void f(__global int* x) { x[0] = 2; }")
+    assert context.num_cached_programs == before + 1
+    assert isinstance(context.build_logs(), list)
+    context.finish()
+    profile = context.take_profile()
+    assert set(profile) == {"kernels", "span_us", "dropped"}
+    assert isinstance(context.profiling, bool)
+    assert specdec._core.quant_isa(context) in specdec._core.quant_isas(context)
