@@ -34,16 +34,11 @@ spec = _core.spec_decode
 
 @dataclass
 class StepTimes:
+    """Seconds per part of the engine's steps, added up by EngineCore.step."""
     draft: float = 0.0
     forward: float = 0.0
     sampling: float = 0.0
     host: float = 0.0
-
-    def add(self, o: "StepTimes") -> None:
-        self.draft += o.draft
-        self.forward += o.forward
-        self.sampling += o.sampling
-        self.host += o.host
 
 
 @dataclass
