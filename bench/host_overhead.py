@@ -88,6 +88,24 @@ def measure(model: str, method: str, n: int, k: int, tokens: int, temperature: f
             call[0] += wall - seconds - (got[3] if len(got) > 3 else wall - seconds)
             return got
         core.propose_and_step = timed_fused
+    if hasattr(core, "decode_step"):  # a decode / verify step scheduled and verified in one call
+        whole = core.decode_step
+
+        def timed_whole(proposer, runner, *rest):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            got = whole(proposer._inner, runner._inner, *rest)
+            wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            if got is None:
+                call[0] += wall  # scheduling found a request short of blocks: host time
+                return got
+            seconds, forward = got[2], got[3]
+            prop[0] += seconds
+            prop[1] += seconds
+            fwd[0] += forward
+            fwd[1] += cpu - seconds
+            call[0] += wall - seconds - forward
+            return got
+        core.decode_step = timed_whole
     engine = llm.engine
     rows, step = [], engine._step_locked  # the engine's step: core.step and the outputs it delivers
 

@@ -13,6 +13,7 @@
 #include "sampling/sampler.h"
 #include "spec_decode/adaptive.h"
 #include "spec_decode/config.h"
+#include "spec_decode/decode_step.h"
 #include "spec_decode/metrics.h"
 #include "spec_decode/proposer.h"
 #include "spec_decode/proposers/draft_model.h"
@@ -164,6 +165,39 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
                         forward_seconds, std::move(outcomes));
 }
 
+// A decode / verify step of the running requests scheduled, drafted, run and verified in one call
+// (spec_decode/decode_step.h): verifies[i] the i-th request's VerifyRequest, asks[i] its
+// ProposeRequest or None. Returns None (nothing run) when a request cannot get the KV blocks of its
+// one decode token, else (draft lengths, StepOutput, seconds proposing, seconds in the forward,
+// outcomes).
+py::object decode_step(Proposer& p, runner::ModelRunner& runner, StepVerifier& verifier, const py::list& verifies,
+                       const py::list& asks, bool return_logits) {
+  SPECDEC_CHECK(py::len(asks) == py::len(verifies), "asks", str_cat(py::len(asks), " items"),
+                str_cat(py::len(verifies), " (one per VerifyRequest, None for no draft)"));
+  std::vector<DecodeRow> rows(py::len(verifies));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const py::handle v = verifies[i], a = asks[i];
+    SPECDEC_CHECK(py::isinstance<VerifyRequest>(v), str_cat("verifies[", i, "]"), short_repr(v), "a VerifyRequest");
+    SPECDEC_CHECK(a.is_none() || py::isinstance<ProposeRequest>(a), str_cat("asks[", i, "]"), short_repr(a),
+                  "a ProposeRequest or None");
+    rows[i].verify = v.cast<VerifyRequest*>();
+    if (!a.is_none()) rows[i].ask = a.cast<const ProposeRequest*>();
+  }
+  std::optional<DecodeStep> step;
+  {
+    py::gil_scoped_release release;
+    step = run_decode_step(p, runner, verifier, rows, return_logits);
+  }
+  if (!step) return py::none();
+  py::list lens(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) lens[i] = py::int_(step->drafts[i].tokens.size());
+  py::object outcomes =
+      bindings::to_python(verifier.commit(step->items, std::move(step->decided), StepRows::of(step->out)));
+  const int64_t hidden = runner.config().hidden_size;
+  return py::make_tuple(std::move(lens), bindings::to_python(std::move(step->out), hidden, return_logits),
+                        step->propose_seconds, step->forward_seconds, std::move(outcomes));
+}
+
 }  // namespace
 
 void register_spec_decode(py::module_& root) {
@@ -302,6 +336,12 @@ void register_spec_decode(py::module_& root) {
       .def("finish", &Proposer::finish, py::arg("sequence"), "The request ended: drop its state.")
       .def_property_readonly("drafts_full_length", &Proposer::drafts_full_length,
                              "Drafts come as long as asked (a drafting model): propose_and_step applies.");
+  m.def("decode_step", &decode_step, py::arg("proposer"), py::arg("runner"), py::arg("verifier"),
+        py::arg("verifies"), py::arg("asks"), py::arg("return_logits"),
+        "A decode / verify step of the running requests in one call: KV blocks reserved (a draft that "
+        "does not fit is dropped), drafts proposed, the forward run and verified. None (nothing run) "
+        "when a request cannot get the blocks of one token; else (draft lengths, StepOutput, seconds "
+        "proposing, seconds in the forward, outcomes).");
   m.def("propose_and_step", &propose_and_step, py::arg("proposer"), py::arg("asks"), py::arg("rows"),
         py::arg("runner"), py::arg("steps"), py::arg("return_logits") = false, py::arg("verifier") = nullptr,
         py::arg("verifies") = py::none(),

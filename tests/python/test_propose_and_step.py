@@ -24,8 +24,11 @@ def test_engine_drafts_in_the_forward_call_and_stays_lossless(temperature):
     spec_cfg = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3}
     llm = specdec.LLM(STORIES, progress=False, speculative_config=spec_cfg)
     calls = []
-    fused = llm.engine.core.propose_and_step
-    llm.engine.core.propose_and_step = lambda *a: calls.append(len(a[1])) or fused(*a)
+    core = llm.engine.core
+    fused, whole = core.propose_and_step, core.decode_step
+    core.propose_and_step = lambda *a: calls.append(len(a[1])) or fused(*a)
+    # nothing waiting: the step is scheduled in the same call too
+    core.decode_step = lambda *a: calls.append(sum(x is not None for x in a[4])) or whole(*a)
     params = specdec.SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=7)
     prompts = ["Once upon a time", "The cat", "A girl named Lily"]
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
@@ -105,8 +108,11 @@ def test_no_drafting_in_the_forward_call_when_the_step_is_tight():
     spec_cfg = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3}
     llm = specdec.LLM(STORIES, progress=False, speculative_config=spec_cfg, max_num_batched_tokens=8)
     calls = []
-    fused = llm.engine.core.propose_and_step
-    llm.engine.core.propose_and_step = lambda *a: calls.append(len(a[1])) or fused(*a)
+    core = llm.engine.core
+    fused, whole = core.propose_and_step, core.decode_step
+    core.propose_and_step = lambda *a: calls.append(len(a[1])) or fused(*a)
+    # nothing waiting: the step is scheduled in the same call too
+    core.decode_step = lambda *a: calls.append(sum(x is not None for x in a[4])) or whole(*a)
     params = specdec.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     prompts = ["Once upon a time", "The cat", "A girl named Lily"]
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
@@ -134,6 +140,8 @@ def test_a_prefill_in_a_fused_step_is_verified_after_the_call():
         return original(drafts, planned)
 
     core.scheduler.schedule = schedule
+    # as when a request is short of KV blocks: the C++ decode step declines, the scheduler plans
+    core.decode_step = lambda *a: None
     prompts = ["Once upon a time", "The cat"]
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
     while core.has_unfinished_requests():
@@ -141,3 +149,81 @@ def test_a_prefill_in_a_fused_step_is_verified_after_the_call():
     plain = specdec.LLM(STORIES, progress=False)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts + ["The dog"], params)]
     assert injected and got + [list(injected[0].output_token_ids)] == want
+
+
+def test_decode_step_equals_propose_and_step_then_verify(context):
+    """spec_decode.decode_step (schedule, draft, forward and verify in one call) gives the tokens,
+    counters, rollback and sequences of propose_and_step with verification; a request without an
+    ask decodes plainly in the same step."""
+    results = []
+    for whole in (False, True):
+        runner = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+        drafter = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+        proposer = spec.DraftModelProposer(drafter, drafter.config.vocab_size)
+        verifier = spec.StepVerifier(runner, [], 128)
+        seqs = [spec.Sequence("a", [1, 2, 3]), spec.Sequence("b", [1, 5, 6, 7]), spec.Sequence("c", [1, 9])]
+        vreqs = [spec.VerifyRequest(s, 0.0, on_argmax=True) for s in seqs]
+        for s in seqs:
+            runner.step([StepRequest(s.request_id, s.token_ids[:-1], num_computed_tokens=0, num_logits=0)])
+        asks = [spec.ProposeRequest(seqs[0], 3), None, spec.ProposeRequest(seqs[2], 2)]
+        for _ in range(3):
+            if whole:
+                lens, out, seconds, forward, outcomes = spec.decode_step(proposer, runner, verifier, vreqs, asks,
+                                                                         False)
+                assert seconds >= 0 and forward > 0
+            else:
+                steps = [StepRequest(s.request_id, [s.token_ids[-1]], num_computed_tokens=len(s) - 1, num_logits=1)
+                         for s in seqs]
+                drafts, out, _, _, outcomes = spec.propose_and_step(
+                    proposer, [asks[0], asks[2]], [0, 2], runner, steps, False, verifier, vreqs)
+                lens = [len(drafts[0]), 0, len(drafts[1])]
+            assert lens == [3, 0, 2]
+            results.append((whole, lens, [tuple(o[:2]) + tuple(o[3:]) for o in outcomes]))
+        results.append(([s.token_ids for s in seqs], [runner.num_cached_tokens(s.request_id) for s in seqs],
+                        verifier.stats.num_accepted_tokens, verifier.stats.num_draft_tokens))
+    n = len(results) // 2
+    assert [r[1:] for r in results[:n - 1]] == [r[1:] for r in results[n:-1]]
+    assert results[n - 1] == results[-1]
+    assert results[-1][2] > 0  # the stories model drafting for itself: drafts accepted
+
+
+def test_decode_step_short_of_blocks(context):
+    """A draft whose KV blocks do not fit is dropped (the request decodes without it); a request
+    that cannot get the block of its one decode token makes the call decline: None, nothing run,
+    nothing changed (the scheduler preempts)."""
+    runner = _core.ModelRunner(context, STORIES, "", 32, 32768)  # 2 blocks of 16 tokens
+    drafter = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+    proposer = spec.DraftModelProposer(drafter, drafter.config.vocab_size)
+    verifier = spec.StepVerifier(runner, [], 32)
+    assert runner.num_free_blocks() == [2]
+    seq = spec.Sequence("a", list(range(1, 17)))
+    runner.step([StepRequest("a", seq.token_ids[:-1], num_computed_tokens=0, num_logits=0)])
+    runner.step([StepRequest("z", [1], num_computed_tokens=0, num_logits=0)])  # the last free block
+    assert runner.num_free_blocks() == [0]
+    vreq = spec.VerifyRequest(seq, 0.0, on_argmax=True)
+    ask = spec.ProposeRequest(seq, 3)
+    lens, out, _, _, outcomes = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
+    assert lens == [0] and out.num_rows == 1  # the draft's positions 16.. need a block: dropped
+    assert len(outcomes[0][0]) == 1 and outcomes[0][4] == 16 and len(seq) == 17
+    assert verifier.stats.num_draft_tokens == 0
+    assert spec.decode_step(proposer, runner, verifier, [vreq], [ask], False) is None  # position 16: no block
+    assert len(seq) == 17 and runner.num_cached_tokens("a") == 16 and not drafter.has_request("a")
+    runner.free("z")
+    lens, out, _, _, outcomes = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
+    assert lens == [3] and outcomes[0][4] >= 17
+
+
+def test_decode_step_refuses_bad_rows_naming_the_field(context):
+    runner = _core.ModelRunner(context, STORIES, "", 128, 8 << 20)
+    proposer = spec.DraftModelProposer(runner, runner.config.vocab_size)
+    verifier = spec.StepVerifier(runner, [], 128)
+    a, b = spec.Sequence("a", [1, 2, 3]), spec.Sequence("b", [1, 2])
+    va = spec.VerifyRequest(a, 0.0, on_argmax=True)
+    with pytest.raises(ValueError, match=r"asks = 0 items.*1 \(one per VerifyRequest"):
+        spec.decode_step(proposer, runner, verifier, [va], [], False)
+    with pytest.raises(ValueError, match=r"asks\[0\] = b.*ProposeRequest of a or None"):
+        spec.decode_step(proposer, runner, verifier, [va], [spec.ProposeRequest(b, 2)], False)
+    with pytest.raises(ValueError, match=r"verifies\[0\] = 'a': a VerifyRequest"):
+        spec.decode_step(proposer, runner, verifier, ["a"], [None], False)
+    with pytest.raises(ValueError, match=r"asks\[0\] = 3: a ProposeRequest or None"):
+        spec.decode_step(proposer, runner, verifier, [va], [3], False)

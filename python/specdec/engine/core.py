@@ -9,7 +9,10 @@
 
 A drafting model (draft_model, layer_skip, dflash: drafts as long as asked) is scheduled first,
 with k + 1 rows reserved, and proposes inside the forward's call (spec_decode.propose_and_step):
-one return to Python per step, whose first statements after a forward run from cold caches.
+one return to Python per step, whose first statements after a forward run from cold caches. When
+nothing waits and every row fits the step's budgets, the same call schedules too
+(spec_decode.decode_step: the KV blocks of each request's rows reserved in C++); it declines
+(nothing run) when a request is short of blocks, and the Python scheduler plans the step.
 
 Plain decoding is this same step with no proposer (every draft empty: k = 0, one row per request).
 Greedy requests without logprobs are verified on the device's per-row argmax: no logits cross to
@@ -108,7 +111,8 @@ class EngineCore:
         self.verifier = spec.StepVerifier(runner, list(tokenizer.eog_token_ids), self.max_model_len,
                                           self.adaptive)
         self.stats = EngineStats(spec=self.verifier.stats)
-        self.propose_and_step = spec.propose_and_step  # an attribute: benchmarks time it
+        self.propose_and_step = spec.propose_and_step  # attributes: benchmarks time them
+        self.decode_step = spec.decode_step
 
     # ---- requests ----
     def add_request(self, r: Request) -> None:
@@ -117,6 +121,7 @@ class EngineCore:
             r.sequence, p.temperature, p.top_k, p.top_p, p.min_p, r.generator,
             on_argmax=p.greedy and p.logprobs is None, ignore_eos=p.ignore_eos,
             stop_token_ids=list(p.stop_token_ids), max_tokens=p.max_tokens, append=not p.stop)
+        r.needs_logits = not p.greedy or p.logprobs is not None
         if p.stop:  # stop strings are looked for in the text of new tokens only
             r.text_decoder = self.tokenizer.stream_decoder(special=not p.skip_special_tokens,
                                                            continuation=True)
@@ -165,17 +170,19 @@ class EngineCore:
         return k
 
     def _asks(self):
-        """(ProposeRequests, [(request, k)]) for the running requests that draft this step. A
-        request keeps its ProposeRequest while its k stays (one object per request, not per step)."""
+        """(ProposeRequests, [(request, k)], per running request its ProposeRequest or None) for the
+        running requests that draft this step. A request keeps its ProposeRequest while its k stays
+        (one object per request, not per step)."""
         if self.proposer is None or not self.k:
-            return [], []
+            return [], [], None
         running = self.scheduler.running
         if self.disable_by_batch_size and len(running) >= self.disable_by_batch_size:
-            return [], []
-        asks, reqs = [], []
+            return [], [], None
+        asks, reqs, per = [], [], []
         for r in running:
             k = self._num_draft_tokens(r, len(running))
             if k <= 0:
+                per.append(None)
                 continue
             if r.ask_k != k:
                 p = r.params
@@ -183,8 +190,9 @@ class EngineCore:
                                             r.generator)
                 r.ask_k = k
             asks.append(r.ask)
+            per.append(r.ask)
             reqs.append((r, k))
-        return asks, reqs
+        return asks, reqs, per
 
     def _room_for(self, reqs) -> bool:
         """Whether every running request's step, with its whole draft, fits the step's budgets and
@@ -264,11 +272,18 @@ class EngineCore:
     # ---- the step ----
     def step(self) -> List[StepUpdate]:
         t0 = time.perf_counter()
-        asks, reqs = self._asks()
+        asks, reqs, per = self._asks()
+        # Nothing waits and every row fits the step's budgets, whole drafts and all: a C++ proposer
+        # drafts, and the step is scheduled, run and verified in one call (unless a request is
+        # short of KV blocks: then the scheduler below plans it, with preemption).
+        whole = bool(asks) and not self._is_custom and self._room_for(reqs)
+        if whole:
+            kept = self._decode_step(t0, reqs, per)
+            if kept is not None:
+                return kept
         # A drafting model (drafts as long as asked) proposes inside the forward's call, after the
         # schedule reserved its rows, and the same call verifies: one return to Python per step.
-        fused = (bool(asks) and not self._is_custom and self.proposer.drafts_full_length
-                 and self._room_for(reqs))
+        fused = whole and self.proposer.drafts_full_length
         drafts = {} if fused else self._propose(asks, reqs)
         t1 = time.perf_counter()
         plan: SchedulerOutput = self.scheduler.schedule(
@@ -286,22 +301,51 @@ class EngineCore:
             if s.is_prefill:
                 rows_pre += len(s.tokens)
                 need_logits = need_logits or (r.prompt_logprobs is not None and not r.prompt_logprobs_done)
-            need_logits = need_logits or not r.params.greedy or r.params.logprobs is not None
+            need_logits = need_logits or r.needs_logits
             steps.append(s.as_step())
         t2 = time.perf_counter()
         if fused:  # drafting and verifying inside the forward's call: their time is not forward time
             out, t_draft, t_forward, outcomes = self._propose_and_step(asks, reqs, plan, steps, need_logits)
-            t3 = time.perf_counter()
             rows_dec = (out.num_rows if outcomes is not None  # every row a decode / verify row
                         else sum(len(s.tokens) for s in plan.scheduled) - rows_pre)
         else:
             out = self.runner.step(steps, return_logits=need_logits)
-            t3 = time.perf_counter()
-            t_draft, t_forward, outcomes = 0.0, t3 - t2, None
+            t_draft, t_forward, outcomes = 0.0, time.perf_counter() - t2, None
             rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
+        if outcomes is None:
+            outcomes = self._verify(plan, out)
+        kept, decoded = self._update(((i, s.request, len(s.draft.tokens) if s.draft is not None else 0,
+                                       s.is_prefill) for i, s in enumerate(plan.scheduled)), out, outcomes)
+        self._count(t0, t1, t2, t_draft, t_forward, rows_pre, rows_dec, decoded)
+        return kept
+
+    def _decode_step(self, t0: float, reqs, per) -> Optional[List[StepUpdate]]:
+        """The step of running requests that all decode or verify, scheduled, drafted, run and
+        verified in one C++ call; None (nothing run) when a request is short of KV blocks."""
+        running = list(self.scheduler.running)  # finishing a request takes it out of the list
+        need_logits = False
+        for r in running:
+            if r.needs_logits:
+                need_logits = True
+                break
+        t1 = time.perf_counter()
+        got = self.decode_step(self.proposer, self.runner, self.verifier, [r.verify for r in running],
+                               per, need_logits)
+        if got is None:
+            return None
+        lens, out, t_draft, t_forward, outcomes = got
+        if self.adaptive is not None:
+            self.adaptive.observe_proposer(sum(k for _, k in reqs), t_draft)
+        kept, decoded = self._update(((i, r, n, False) for i, (r, n) in enumerate(zip(running, lens))),
+                                     out, outcomes)
+        self._count(t0, t1, t1, t_draft, t_forward, 0, out.num_rows, decoded)
+        return kept
+
+    def _count(self, t0, t1, t2, t_draft, t_forward, rows_pre, rows_dec, decoded) -> None:
+        """The step's times and counters: t0 the step's start, t1 after proposing outside the
+        forward's call, t2 when the forward's call began."""
         if self.adaptive is not None and not rows_pre:
             self.adaptive.observe_forward(rows_dec, t_forward)
-        kept, decoded = self._update(plan, out, outcomes)
         t4 = time.perf_counter()
         st = self.stats
         times = st.times
@@ -316,37 +360,41 @@ class EngineCore:
         st.prefill_seconds += dt * rows_pre / (rows_pre + rows_dec)
         st.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
         st.decode_tokens += decoded
-        return kept
 
-    def _update(self, plan: SchedulerOutput, out: _core.StepOutput, outcomes=None):
-        """Verification, counters, rollback and token-level stops in one C++ call (or their
-        outcomes, verified inside the forward's call); then what needs Python: prefill
-        bookkeeping, logprobs, stop strings, streamed text, finishing. Returns (the updates of
-        requests that got tokens or finished, in the plan's order; decode / verify tokens)."""
+    def _verify(self, plan: SchedulerOutput, out: _core.StepOutput):
+        """Verification, counters, rollback and token-level stops in one C++ call, after the prefill
+        bookkeeping (prompt logprobs, a finished prompt starts running)."""
         starts = out.logits_start
-        if outcomes is None:
-            items, reqs = [], []
-            for i, s in enumerate(plan.scheduled):
-                r = s.request
-                if s.is_prefill:
-                    if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
-                        self._prompt_logprobs(r, out.logits[starts[i]:starts[i + 1]], s.num_computed)
-                    r.num_computed_tokens = s.num_computed + len(s.tokens)
-                    if r.num_computed_tokens < r.num_tokens:
-                        continue
-                    r.prompt_logprobs_done = True
-                    r.status = RequestStatus.RUNNING
-                    self.scheduler.waiting.remove(r)
-                    self.scheduler.running.append(r)
-                items.append((r.verify, s.draft, starts[i + 1], -1 if s.is_prefill else s.num_computed))
-                reqs.append((i, s))
-            outcomes = self.verifier.verify(items, out)
-        else:  # every row a decode / verify row, verified in order
-            reqs = enumerate(plan.scheduled)
+        items = []
+        for i, s in enumerate(plan.scheduled):
+            r = s.request
+            if s.is_prefill:
+                if r.prompt_logprobs is not None and not r.prompt_logprobs_done:
+                    self._prompt_logprobs(r, out.logits[starts[i]:starts[i + 1]], s.num_computed)
+                r.num_computed_tokens = s.num_computed + len(s.tokens)
+                if r.num_computed_tokens < r.num_tokens:
+                    items.append(None)  # a prompt chunk with more to come: no outcome
+                    continue
+                r.prompt_logprobs_done = True
+                r.status = RequestStatus.RUNNING
+                self.scheduler.waiting.remove(r)
+                self.scheduler.running.append(r)
+            items.append((r.verify, s.draft, starts[i + 1], -1 if s.is_prefill else s.num_computed))
+        got = iter(self.verifier.verify([x for x in items if x is not None], out))
+        return [None if x is None else next(got) for x in items]
+
+    def _update(self, rows, out: _core.StepOutput, outcomes):
+        """What needs Python after verification: logprobs, stop strings, streamed text, finishing.
+        rows: (row index, request, draft length, is_prefill) per outcome (None: no tokens yet).
+        Returns (the updates of requests that got tokens or finished, in the plan's order; decode /
+        verify tokens)."""
+        starts = out.logits_start
         now = time.monotonic()
         kept, decoded = [], 0
-        for (i, s), (tokens, accepted, argmax_lp, finish, num_computed) in zip(reqs, outcomes):
-            r = s.request
+        for (i, r, ndraft, is_prefill), outcome in zip(rows, outcomes):
+            if outcome is None:
+                continue
+            tokens, accepted, argmax_lp, finish, num_computed = outcome
             r.num_computed_tokens = num_computed
             if r.first_token_time is None:
                 r.first_token_time = now
@@ -363,17 +411,17 @@ class EngineCore:
                 if len(tokens) == kept_tokens:
                     r.cumulative_logprob += argmax_lp
                 else:
-                    row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
+                    row0 = starts[i + 1] - 1 - ndraft
                     r.cumulative_logprob += float(out.argmax_logprob[row0:row0 + len(tokens)].astype(float).sum())
             else:
-                row0 = starts[i + 1] - 1 - (len(s.draft.tokens) if s.draft is not None else 0)
+                row0 = starts[i + 1] - 1 - ndraft
                 for j, tid in enumerate(tokens):
                     self._logprobs(r, out.logits[row0 + j], tid)
             if status is not None:
                 self._finish(r, status)
             if r.stream is not None:
                 text = self.stream_text(r, text)
-            if not s.is_prefill:
+            if not is_prefill:
                 decoded += len(tokens)
             if tokens or r.finished:
                 kept.append(StepUpdate(r, tokens, text))
