@@ -169,7 +169,7 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
 // (spec_decode/decode_step.h): verifies[i] the i-th request's VerifyRequest, asks[i] its
 // ProposeRequest or None. Returns None (nothing run) when a request cannot get the KV blocks of its
 // one decode token, else (draft lengths, StepOutput, seconds proposing, seconds in the forward,
-// outcomes).
+// outcomes, draft tokens asked of the proposer).
 py::object decode_step(Proposer& p, runner::ModelRunner& runner, StepVerifier& verifier, const py::list& verifies,
                        const py::list& asks, bool return_logits) {
   SPECDEC_CHECK(py::len(asks) == py::len(verifies), "asks", str_cat(py::len(asks), " items"),
@@ -195,7 +195,7 @@ py::object decode_step(Proposer& p, runner::ModelRunner& runner, StepVerifier& v
       bindings::to_python(verifier.commit(step->items, std::move(step->decided), StepRows::of(step->out)));
   const int64_t hidden = runner.config().hidden_size;
   return py::make_tuple(std::move(lens), bindings::to_python(std::move(step->out), hidden, return_logits),
-                        step->propose_seconds, step->forward_seconds, std::move(outcomes));
+                        step->propose_seconds, step->forward_seconds, std::move(outcomes), step->num_asked);
 }
 
 }  // namespace
@@ -341,7 +341,7 @@ void register_spec_decode(py::module_& root) {
         "A decode / verify step of the running requests in one call: KV blocks reserved (a draft that "
         "does not fit is dropped), drafts proposed, the forward run and verified. None (nothing run) "
         "when a request cannot get the blocks of one token; else (draft lengths, StepOutput, seconds "
-        "proposing, seconds in the forward, outcomes).");
+        "proposing, seconds in the forward, outcomes, draft tokens asked of the proposer).");
   m.def("propose_and_step", &propose_and_step, py::arg("proposer"), py::arg("asks"), py::arg("rows"),
         py::arg("runner"), py::arg("steps"), py::arg("return_logits") = false, py::arg("verifier") = nullptr,
         py::arg("verifies") = py::none(),

@@ -48,6 +48,7 @@ std::optional<DecodeStep> run_decode_step(Proposer& proposer, runner::ModelRunne
   }
   DecodeStep step;
   step.drafts.resize(rows.size());
+  for (const ProposeRequest& a : asks) step.num_asked += a.num_speculative_tokens;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Draft> drafts = asks.empty() ? std::vector<Draft>{} : proposer.propose(asks);
   step.propose_seconds = since(t0);

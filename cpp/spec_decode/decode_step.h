@@ -27,6 +27,7 @@ struct DecodeStep {
   std::vector<VerifyItem> items;  // point into drafts: keep this object while they are used
   std::vector<VerifyResult> decided;
   double propose_seconds = 0, forward_seconds = 0;
+  int64_t num_asked = 0;  // draft tokens asked of the proposer (drafts dropped for blocks not counted)
 };
 
 // nullopt (nothing run, nothing reserved): some request cannot get the KV blocks of even its one

@@ -168,9 +168,9 @@ def test_decode_step_equals_propose_and_step_then_verify(context):
         asks = [spec.ProposeRequest(seqs[0], 3), None, spec.ProposeRequest(seqs[2], 2)]
         for _ in range(3):
             if whole:
-                lens, out, seconds, forward, outcomes = spec.decode_step(proposer, runner, verifier, vreqs, asks,
-                                                                         False)
-                assert seconds >= 0 and forward > 0
+                lens, out, seconds, forward, outcomes, asked = spec.decode_step(proposer, runner, verifier,
+                                                                                vreqs, asks, False)
+                assert seconds >= 0 and forward > 0 and asked == 5
             else:
                 steps = [StepRequest(s.request_id, [s.token_ids[-1]], num_computed_tokens=len(s) - 1, num_logits=1)
                          for s in seqs]
@@ -185,6 +185,20 @@ def test_decode_step_equals_propose_and_step_then_verify(context):
     assert [r[1:] for r in results[:n - 1]] == [r[1:] for r in results[n:-1]]
     assert results[n - 1] == results[-1]
     assert results[-1][2] > 0  # the stories model drafting for itself: drafts accepted
+
+
+def test_one_call_steps_count_their_scheduling_and_verification_as_host_time():
+    """The one-call decode step schedules and verifies inside the call: that time is host time in
+    the engine's step times (not sampling, not zero)."""
+    spec_cfg = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3}
+    llm = specdec.LLM(STORIES, progress=False, speculative_config=spec_cfg)
+    calls = []
+    core = llm.engine.core
+    whole = core.decode_step
+    core.decode_step = lambda *a: calls.append(1) or whole(*a)
+    llm.generate(["Once upon a time"], specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
+    times = core.stats.times
+    assert len(calls) >= 3 and times.host > 0 and times.sampling > 0 and times.forward > times.host
 
 
 def test_decode_step_short_of_blocks(context):
@@ -202,15 +216,15 @@ def test_decode_step_short_of_blocks(context):
     assert runner.num_free_blocks() == [0]
     vreq = spec.VerifyRequest(seq, 0.0, on_argmax=True)
     ask = spec.ProposeRequest(seq, 3)
-    lens, out, _, _, outcomes = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
-    assert lens == [0] and out.num_rows == 1  # the draft's positions 16.. need a block: dropped
+    lens, out, _, _, outcomes, asked = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
+    assert lens == [0] and out.num_rows == 1 and asked == 0  # the draft's positions 16.. need a block: dropped
     assert len(outcomes[0][0]) == 1 and outcomes[0][4] == 16 and len(seq) == 17
     assert verifier.stats.num_draft_tokens == 0
     assert spec.decode_step(proposer, runner, verifier, [vreq], [ask], False) is None  # position 16: no block
     assert len(seq) == 17 and runner.num_cached_tokens("a") == 16 and not drafter.has_request("a")
     runner.free("z")
-    lens, out, _, _, outcomes = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
-    assert lens == [3] and outcomes[0][4] >= 17
+    lens, out, _, _, outcomes, asked = spec.decode_step(proposer, runner, verifier, [vreq], [ask], False)
+    assert lens == [3] and asked == 3 and outcomes[0][4] >= 17
 
 
 def test_decode_step_refuses_bad_rows_naming_the_field(context):

@@ -331,19 +331,24 @@ class EngineCore:
         t1 = time.perf_counter()
         got = self.decode_step(self.proposer, self.runner, self.verifier, [r.verify for r in running],
                                per, need_logits)
+        t2 = time.perf_counter()
         if got is None:
             return None
-        lens, out, t_draft, t_forward, outcomes = got
-        if self.adaptive is not None:
-            self.adaptive.observe_proposer(sum(k for _, k in reqs), t_draft)
+        lens, out, t_draft, t_forward, outcomes, asked = got
+        if self.adaptive is not None and asked:
+            self.adaptive.observe_proposer(asked, t_draft)
         kept, decoded = self._update(((i, r, n, False) for i, (r, n) in enumerate(zip(running, lens))),
                                      out, outcomes)
-        self._count(t0, t1, t1, t_draft, t_forward, 0, out.num_rows, decoded)
+        # the call's own time beside drafting and the forward (scheduling, binding, verification)
+        # is host time; what follows it, sampling's post-processing
+        self._count(t0, t1, t1, t_draft, t_forward, 0, out.num_rows, decoded,
+                    in_call=t2 - t1 - t_draft - t_forward)
         return kept
 
-    def _count(self, t0, t1, t2, t_draft, t_forward, rows_pre, rows_dec, decoded) -> None:
+    def _count(self, t0, t1, t2, t_draft, t_forward, rows_pre, rows_dec, decoded, in_call=0.0) -> None:
         """The step's times and counters: t0 the step's start, t1 after proposing outside the
-        forward's call, t2 when the forward's call began."""
+        forward's call, t2 when the forward's call began; in_call: host time inside that call
+        (the one-call decode step schedules and verifies there)."""
         if self.adaptive is not None and not rows_pre:
             self.adaptive.observe_forward(rows_dec, t_forward)
         t4 = time.perf_counter()
@@ -351,8 +356,8 @@ class EngineCore:
         times = st.times
         times.draft += t1 - t0 + t_draft
         times.forward += t_forward
-        times.sampling += t4 - t2 - t_draft - t_forward
-        times.host += t2 - t1
+        times.sampling += t4 - t2 - t_draft - t_forward - in_call
+        times.host += t2 - t1 + in_call
         st.num_steps += 1
         # the step's wall time split between prefill and decode/verify rows
         dt = t4 - t0
