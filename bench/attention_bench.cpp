@@ -82,8 +82,9 @@ nlohmann::json run_case(device::Device& dev, const AttentionBackend& b, const kv
   const AttentionMetadata md = b.make_builder(spec, num_q_heads)->build(dev, common);
   const auto p = AttentionLayerParams::from_spec(spec, num_q_heads, 1.0f / std::sqrt(static_cast<float>(spec.head_size)));
   std::vector<float> q(static_cast<size_t>(num_new) * num_q_heads * p.head_size, 0.01f);
-  ocl::Buffer qb(ctx, q.size() * 4), out(ctx, static_cast<size_t>(num_new) * num_q_heads * p.head_size_v * 4);
-  qb.write(ctx, q.data(), q.size() * 4);
+  device::Buffer qb = dev.allocate(q.size() * 4),
+                 out = dev.allocate(static_cast<size_t>(num_new) * num_q_heads * p.head_size_v * 4);
+  dev.write(qb, q.data(), q.size() * 4);
   b.forward(dev, md, p, cache.views()[0], cache.tensor(0), qb, out);  // warm-up (and compile)
   ctx.finish();
   std::vector<double> times;

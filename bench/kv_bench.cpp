@@ -71,9 +71,9 @@ nlohmann::json bench_write(ocl::Context& ctx, DType dtype, KvLayout layout, int 
   std::vector<int32_t> slots(num_tokens);
   for (int t = 0; t < num_tokens; ++t) slots[t] = 16 * (1 + (t / 16) * 7 % 4000) + t % 16;
   std::vector<float> src(static_cast<size_t>(num_tokens) * heads * head, 0.5f);
-  ocl::Buffer slot_buf(ctx, slots.size() * 4), src_buf(ctx, src.size() * 4);
-  slot_buf.write(ctx, slots.data(), slots.size() * 4);
-  src_buf.write(ctx, src.data(), src.size() * 4);
+  device::Buffer slot_buf = dev.allocate(slots.size() * 4), src_buf = dev.allocate(src.size() * 4);
+  dev.write(slot_buf, slots.data(), slots.size() * 4);
+  dev.write(src_buf, src.data(), src.size() * 4);
   const auto& view = cache.view("l");
   for (int i = 0; i < 3; ++i) kv_cache_write(dev, cache.tensor(0), view, KvPart::kK, src_buf, slot_buf, num_tokens);
   ctx.finish();

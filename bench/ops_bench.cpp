@@ -30,13 +30,13 @@ using nlohmann::json;
 
 namespace {
 
-ocl::Buffer random_buffer(ocl::Context& ctx, size_t n, std::mt19937& rng, float stddev = 1.0f,
+device::Buffer random_buffer(device::Device& dev, size_t n, std::mt19937& rng, float stddev = 1.0f,
                           float mean = 0.0f) {
   std::normal_distribution<float> dist(mean, stddev);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
-  ocl::Buffer b(ctx, n * sizeof(float));
-  b.write(ctx, v.data(), n * sizeof(float));
+  device::Buffer b = dev.allocate(n * sizeof(float));
+  dev.write(b, v.data(), n * sizeof(float));
   return b;
 }
 
@@ -75,7 +75,7 @@ void add_entry(json& out, ocl::Context& ctx, int reps, const std::string& op,
 
 json bench_launch(device::Device& dev, int reps) {
   ocl::Context& ctx = ocl::context_of(dev);
-  ocl::Buffer x(ctx, 64);
+  device::Buffer x = dev.allocate(64);
   const double pipelined = time_us(ctx, reps, [&] { scale(dev, x, 1, 1.0f); });
   const double blocking = time_us(ctx, reps / 4, [&] {
     scale(dev, x, 1, 1.0f);
@@ -101,14 +101,14 @@ json bench_ops(device::Device& dev, int reps, bool quick) {
   const int dim = 1536, heads = 12, head = 128, ff = 8960, qkv = dim + 2 * 2 * head;
   for (int rows : {1, 5, 16, 64}) {
     const std::string r = std::to_string(rows) + "x";
-    const auto x = random_buffer(ctx, size_t(rows) * ff * 2, rng),
-               y = random_buffer(ctx, size_t(rows) * ff * 2, rng);
-    const auto w = random_buffer(ctx, dim, rng, 0.1f, 1.0f);
+    const auto x = random_buffer(dev, size_t(rows) * ff * 2, rng),
+               y = random_buffer(dev, size_t(rows) * ff * 2, rng);
+    const auto w = random_buffer(dev, dim, rng, 0.1f, 1.0f);
     std::vector<int32_t> pos(rows);
     for (int i = 0; i < rows; ++i) pos[i] = 1000 + i;
-    ocl::Buffer pb(ctx, pos.size() * 4);
-    pb.write(ctx, pos.data(), pos.size() * 4);
-    const RopeTable table(ctx, RopeType::kNeox, head, 1e6);
+    device::Buffer pb = dev.allocate(pos.size() * 4);
+    dev.write(pb, pos.data(), pos.size() * 4);
+    const RopeTable table(dev, RopeType::kNeox, head, 1e6);
     const double n = double(rows) * dim, nh = double(rows) * heads * head, nf = double(rows) * ff;
     const std::string hs = r + std::to_string(heads) + "x" + std::to_string(head);
     add_entry(out, ctx, reps, "rms_norm", r + std::to_string(dim), 8 * n,
@@ -135,9 +135,9 @@ json bench_ops(device::Device& dev, int reps, bool quick) {
     for (int rows : {1, 5, 16}) {
       if (quick && rows > 1) continue;
       const std::string s = std::to_string(rows) + "x" + std::to_string(vocab);
-      const auto logits = random_buffer(ctx, size_t(rows) * vocab, rng, 3.0f);
-      ocl::Buffer ids(ctx, size_t(rows) * 128 * 4), vals(ctx, size_t(rows) * 128 * 4),
-          lse(ctx, size_t(rows) * 4), lp(ctx, size_t(rows) * vocab * 4);
+      const auto logits = random_buffer(dev, size_t(rows) * vocab, rng, 3.0f);
+      device::Buffer ids = dev.allocate(size_t(rows) * 128 * 4), vals = dev.allocate(size_t(rows) * 128 * 4),
+          lse = dev.allocate(size_t(rows) * 4), lp = dev.allocate(size_t(rows) * vocab * 4);
       const double bytes = 4.0 * rows * vocab;
       const int r2 = std::max(2, reps / 10);
       add_entry(out, ctx, r2, "argmax", s, bytes, [&] { argmax(dev, logits, ids, rows, vocab); });

@@ -174,11 +174,11 @@ double time_pass(ocl::Context& ctx, const std::vector<DeviceWeight>& weights, in
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
   for (float& v : x) v = dist(rng);
-  ocl::Buffer xb(ctx, x.size() * sizeof(float)),
-      yb(ctx, static_cast<size_t>(n * rows) * sizeof(float));
-  xb.write(ctx, x.data(), x.size() * sizeof(float));
-  QuantizedActivations xq;
   const auto dev = device_of(ctx);
+  device::Buffer xb = dev->allocate(x.size() * sizeof(float)),
+                 yb = dev->allocate(static_cast<size_t>(n * rows) * sizeof(float));
+  dev->write(xb, x.data(), x.size() * sizeof(float));
+  QuantizedActivations xq;
   quantize_activations_for(*dev, xb, n, weights[0], xq);  // all of one type
   matmul(*dev, weights[0], xb, xq, n, yb);  // build the program outside the timing
   ctx.finish();
@@ -254,7 +254,7 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
   int64_t max_rows = 0;
   for (const DeviceWeight& w : weights) max_rows = std::max(max_rows, w.rows());
   auto pass = [&](int64_t n) {
-    std::map<std::pair<int64_t, int>, std::pair<ocl::Buffer, QuantizedActivations>> acts;
+    std::map<std::pair<int64_t, int>, std::pair<device::Buffer, QuantizedActivations>> acts;
     auto key = [](const DeviceWeight& w) {
       return std::pair{w.cols(), activation_scale_block(w.type())};
     };
@@ -265,11 +265,11 @@ nlohmann::json bench_step(ocl::Context& ctx, DeviceReader& reader, const model::
       std::normal_distribution<float> dist;
       for (float& e : v) e = dist(rng);
       auto& [xb, xq] = acts[key(w)];
-      xb = ocl::Buffer(ctx, v.size() * sizeof(float));
-      xb.write(ctx, v.data(), v.size() * sizeof(float));
+      xb = dev->allocate(v.size() * sizeof(float));
+      dev->write(xb, v.data(), v.size() * sizeof(float));
       quantize_activations_for(*dev, xb, n, w, xq);
     }
-    ocl::Buffer yb(ctx, static_cast<size_t>(n * max_rows) * sizeof(float));
+    device::Buffer yb = dev->allocate(static_cast<size_t>(n * max_rows) * sizeof(float));
     double best = 1e30;
     for (int rep = 0; rep < opt.reps + 1; ++rep) {  // the first pass builds the programs
       const auto t0 = Clock::now();

@@ -55,13 +55,14 @@ void check_rows(const FloatArray& src, const KvPartView& p, size_t num_tokens, c
 
 // Writes `src` rows into one part of a layer through the slot mapping on the device.
 void write_part(KvCacheAllocation& cache, const std::string& layer, KvPart part, const FloatArray& src,
-                const std::vector<int32_t>& slots, const ocl::Buffer& slot_buffer) {
+                const std::vector<int32_t>& slots, const device::Buffer& slot_buffer) {
   const LayerKvView& view = cache.view(layer);
   const KvPartView& p = part_of(view, part);
   check_rows(src, p, slots.size(), part == KvPart::kK ? "key" : "value");
   if (p.empty() || slots.empty()) return;
-  ocl::Buffer src_buffer(cache.context(), static_cast<size_t>(src.nbytes()));
-  src_buffer.write(cache.context(), src.data(), static_cast<size_t>(src.nbytes()));
+  device::Device& dev = cache.device();
+  const device::Buffer src_buffer = dev.allocate(static_cast<size_t>(src.nbytes()), device::Lifetime::kStep);
+  dev.write(src_buffer, src.data(), static_cast<size_t>(src.nbytes()));
   kv_cache_write(cache.device(), cache.tensor_of(layer), view, part, src_buffer, slot_buffer,
                  static_cast<int>(slots.size()));
   cache.device().sync();
@@ -75,8 +76,9 @@ void write_kv(KvCacheAllocation& cache, const std::string& layer, const FloatArr
   check_rows(key, view.k, slots.size(), "key");  // both checked before anything is written
   check_rows(value, view.v, slots.size(), "value");
   if (slots.empty()) return;
-  ocl::Buffer slot_buffer(cache.context(), slots.size() * sizeof(int32_t));
-  slot_buffer.write(cache.context(), slots.data(), slots.size() * sizeof(int32_t));
+  device::Device& dev = cache.device();
+  const device::Buffer slot_buffer = dev.allocate(slots.size() * sizeof(int32_t), device::Lifetime::kStep);
+  dev.write(slot_buffer, slots.data(), slots.size() * sizeof(int32_t));
   write_part(cache, layer, KvPart::kK, key, slots, slot_buffer);
   write_part(cache, layer, KvPart::kV, value, slots, slot_buffer);
 }
@@ -91,12 +93,13 @@ FloatArray gather(KvCacheAllocation& cache, const std::string& layer, const std:
   FloatArray out({static_cast<py::ssize_t>(slots.size()), static_cast<py::ssize_t>(p.num_heads),
                   static_cast<py::ssize_t>(p.width)});
   if (p.empty() || slots.empty()) return out;
-  ocl::Buffer slot_buffer(cache.context(), slots.size() * sizeof(int32_t));
-  slot_buffer.write(cache.context(), slots.data(), slots.size() * sizeof(int32_t));
-  ocl::Buffer dst(cache.context(), static_cast<size_t>(out.nbytes()));
+  device::Device& dev = cache.device();
+  const device::Buffer slot_buffer = dev.allocate(slots.size() * sizeof(int32_t), device::Lifetime::kStep);
+  dev.write(slot_buffer, slots.data(), slots.size() * sizeof(int32_t));
+  const device::Buffer dst = dev.allocate(static_cast<size_t>(out.nbytes()), device::Lifetime::kStep);
   kv_cache_gather(cache.device(), cache.tensor_of(layer), view, part, slot_buffer, dst,
                   static_cast<int>(slots.size()));
-  dst.read(cache.context(), out.mutable_data(), static_cast<size_t>(out.nbytes()));
+  dev.read(dst, out.mutable_data(), static_cast<size_t>(out.nbytes()));
   return out;
 }
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "device/ocl_device.h"
 #include "quant/dequantize.h"
 #include "quant/matmul.h"
 #include "quant/reference.h"
@@ -71,30 +70,29 @@ Bytes quantize_py(const py::object& type, const Floats& x) {
 }
 
 Floats matmul_py(device::Device& dev, const DeviceWeight& w, const Floats& x) {
-  ocl::Context& ctx = ocl::context_of(dev);  // the ocl::Buffers until step 7 (docs/device_seam.md)
   const auto [n, cols] = rows_cols(x);
   SPECDEC_CHECK(cols == w.cols(), "x.shape[1]", cols,
                str_cat("must equal the weight's cols ", w.cols()));
   std::vector<float> y(static_cast<size_t>(n * w.rows()));
   if (n > 0) {
-    ocl::Buffer xb(ctx, static_cast<size_t>(n * cols) * sizeof(float));
-    xb.write(ctx, x.data(), static_cast<size_t>(n * cols) * sizeof(float));
-    ocl::Buffer yb(ctx, y.size() * sizeof(float));
+    const device::Buffer xb =
+        dev.allocate(static_cast<size_t>(n * cols) * sizeof(float), device::Lifetime::kStep);
+    dev.write(xb, x.data(), static_cast<size_t>(n * cols) * sizeof(float));
+    device::Buffer yb = dev.allocate(y.size() * sizeof(float), device::Lifetime::kStep);
     matmul(dev, w, xb, n, yb);
-    yb.read(ctx, y.data(), y.size() * sizeof(float));
+    dev.read(yb, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.rows());
 }
 
 Floats embedding_py(device::Device& dev, const DeviceWeight& w, const std::vector<int32_t>& ids,
                     float scale) {
-  ocl::Context& ctx = ocl::context_of(dev);  // the ocl::Buffer until step 7
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<float> y(static_cast<size_t>(n * w.cols()));
   if (n > 0) {
-    ocl::Buffer out(ctx, y.size() * sizeof(float));
+    device::Buffer out = dev.allocate(y.size() * sizeof(float), device::Lifetime::kStep);
     embedding_lookup(dev, w, std::span<const int32_t>(ids), out, scale);
-    out.read(ctx, y.data(), y.size() * sizeof(float));
+    dev.read(out, y.data(), y.size() * sizeof(float));
   }
   return to_numpy(y, n, w.cols());
 }

@@ -10,30 +10,7 @@ endif()
 
 set(ALLOWED
   bindings/register_common.cpp
-  bindings/register_quant.cpp
-  cpp/attention/backend.h
-  cpp/attention/metadata.h
-  cpp/kv/allocator.h
-  cpp/kv/cache_ops.h
-  cpp/ops/norm.h
-  cpp/ops/rope.cpp
-  cpp/ops/rope.h
-  cpp/ops/slice.h
-  cpp/quant/device_weight.h
-  cpp/quant/matmul.cpp
-  cpp/quant/matmul.h
-  cpp/runner/blocks.h
-  cpp/runner/dflash_context.cpp
-  cpp/runner/dflash_context.h
-  cpp/runner/logits_head.cpp
-  cpp/runner/logits_head.h
-  cpp/runner/model_runner.cpp
-  cpp/runner/model_runner.h
-  cpp/runner/model_weights.h
-  tests/cpp/attention_selector_test.cpp
   tests/cpp/attention_test_util.h
-  tests/cpp/fused_qkv_test.cpp
-  tests/cpp/ops_test_util.h
   tests/cpp/quant_test_util.h
 )
 

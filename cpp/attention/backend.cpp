@@ -91,8 +91,8 @@ void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerPar
 }
 
 void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLayerParams& p,
-                           const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-                           const ocl::Buffer& output) {
+                           const kv::LayerKvView& view, const device::Buffer& cache,
+                           const device::Buffer& query, const device::Buffer& output) {
   const size_t rows = static_cast<size_t>(md.num_actual_tokens) * static_cast<size_t>(p.num_q_heads);
   const size_t n_q = rows * static_cast<size_t>(p.head_size), n_out = rows * static_cast<size_t>(p.head_size_v);
   SPECDEC_CHECK(query.size_bytes() >= n_q * sizeof(float), "query", str_cat(query.size_bytes(), " bytes"),

@@ -14,7 +14,6 @@
 #include "device/device.h"
 #include "kv/layout.h"
 #include "kv/spec.h"
-#include "ocl/context.h"
 
 namespace specdec::attn {
 
@@ -89,7 +88,7 @@ struct AttentionLayerParams {
   int sliding_window = 0;      // 0: none; else a query at position p sees keys >= p - window + 1
   int attention_chunk_size = 0;  // 0: none; else a query at p sees keys >= floor(p / C) * C
   // [num_q_heads] f32 sink logits (an extra softmax term with no value), or null for none.
-  const ocl::Buffer* sinks = nullptr;
+  const device::Buffer* sinks = nullptr;
   // Where a backend with capabilities().quantized_output also writes the output quantised with
   // one scale per QuantizedOut::scale_block values ([num_tokens, num_q_heads * head_size_v], the
   // bytes quant::quantize_activations would write); null: not asked. Others ignore it (the caller checks the capability).
@@ -108,14 +107,8 @@ void check_layer_call(const CommonAttentionMetadata& md, const AttentionLayerPar
 // head_size], output [num_tokens, num_q_heads, head_size_v] (f32), the cache tensor for the
 // view, and the sinks when given; ConfigError naming the buffer.
 void check_forward_buffers(const CommonAttentionMetadata& md, const AttentionLayerParams& params,
-                           const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-                           const ocl::Buffer& output);
-
-// Blocking transfers of an attention buffer through `dev` (attention/ocl_buffers.cpp), for code
-// that runs on any device (REFERENCE). Until step 7 of docs/device_seam.md, when the buffers
-// become device::Buffer and these become dev.read / dev.write.
-void read_buffer(device::Device& dev, const ocl::Buffer& buffer, void* dst, size_t n);
-void write_buffer(device::Device& dev, const ocl::Buffer& buffer, const void* src, size_t n);
+                           const kv::LayerKvView& view, const device::Buffer& cache,
+                           const device::Buffer& query, const device::Buffer& output);
 
 class AttentionBackend {
  public:
@@ -149,8 +142,8 @@ class AttentionBackend {
   // K/V of the new tokens must already be in the cache (kv_cache_write). Enqueued on dev, which
   // must be of a kind the backend runs on (runs_on).
   virtual void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
-                       const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-                       ocl::Buffer& output) const = 0;
+                       const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+                       device::Buffer& output) const = 0;
 };
 
 }  // namespace specdec::attn

@@ -152,4 +152,9 @@ AttentionMetadata LocalAttentionMetadataBuilder::build(device::Device& dev,
   return upload_metadata(dev, make_local_attention_virtual_batches(chunk_, common));
 }
 
+device::Buffer upload_int32s(device::Device& dev, const std::vector<int32_t>& values) {
+  if (values.empty()) return dev.allocate(sizeof(int32_t), device::Lifetime::kStep);
+  return dev.upload(values.data(), values.size() * sizeof(int32_t), device::Lifetime::kStep);
+}
+
 }  // namespace specdec::attn

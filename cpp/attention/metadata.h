@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "device/device.h"
-#include "ocl/context.h"
 
 namespace specdec::kv {
 class KvCacheManager;
@@ -70,20 +69,19 @@ struct BackendMetadata {
 struct AttentionMetadata {
   CommonAttentionMetadata host;        // what was uploaded
   std::vector<int32_t> token_request;  // [num_actual_tokens] request index of each token
-  ocl::Buffer query_start_loc;         // [num_reqs + 1] int32
-  ocl::Buffer seq_lens;                // [num_reqs] int32
-  ocl::Buffer block_table;             // [num_reqs, max_blocks_per_req] int32
-  ocl::Buffer token_request_buf;       // [num_actual_tokens] int32
-  ocl::Buffer slot_mapping;            // [num_actual_tokens] int32
+  device::Buffer query_start_loc;         // [num_reqs + 1] int32
+  device::Buffer seq_lens;                // [num_reqs] int32
+  device::Buffer block_table;             // [num_reqs, max_blocks_per_req] int32
+  device::Buffer token_request_buf;       // [num_actual_tokens] int32
+  device::Buffer slot_mapping;            // [num_actual_tokens] int32
   std::shared_ptr<const BackendMetadata> backend_data;  // set by a backend's own builder, or null
 };
 
 // Uploads `common` (after validate()) and derives token_request.
 AttentionMetadata upload_metadata(device::Device& dev, const CommonAttentionMetadata& common);
 // A device buffer created holding `values` (copied at creation, no blocking write through the
-// queue); one int32 of room when empty. In attention/ocl_buffers.cpp while the metadata buffers
-// are ocl::Buffer (until step 7 of docs/device_seam.md: then dev.upload(..., kStep)).
-ocl::Buffer upload_int32s(device::Device& dev, const std::vector<int32_t>& values);
+// queue; Lifetime::kStep); one int32 of room when empty.
+device::Buffer upload_int32s(device::Device& dev, const std::vector<int32_t>& values);
 
 class AttentionMetadataBuilder {
  public:

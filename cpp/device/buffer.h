@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "device/kind.h"
@@ -53,5 +55,19 @@ class Buffer {
   size_t size_ = 0;
   std::shared_ptr<void> keep_;
 };
+
+// A device buffer from an element offset on (ops::Slice). Every op element is 4 bytes (f32
+// activations, int32 ids and positions), so offsets count elements. Converts implicitly from a
+// Buffer, so a whole buffer can be passed where a Slice is expected; {buffer, offset} selects a
+// later part (one row of a batch, the k part of a fused projection).
+struct Slice {
+  Slice(const Buffer& b, int64_t offset_elems = 0) : buffer(&b), offset(offset_elems) {}  // NOLINT
+
+  const Buffer* buffer;
+  int64_t offset;  // in 4-byte elements
+};
+
+// ConfigError naming `what` unless elements [offset, offset + num_elems) lie inside the buffer.
+void check_slice(const Slice& s, int64_t num_elems, const std::string& what);
 
 }  // namespace specdec::device

@@ -1,11 +1,18 @@
 // A device: its memory, transfers, ordering and profile. Runner, ops, quant, KV-cache ops and
 // attention backends are to see only this (docs/device_seam.md; /work/shared/DESIGN.md section 2).
 //
-// The ordering contract, which every device meets:
-// 1. Ops run as if one after another in enqueue order; a transfer waits for all earlier ops.
+// The ordering contract, which every device meets (code above the seam relies on it by name
+// where it reuses or replaces a buffer right after enqueuing ops on it):
+// 1. Ops run as if one after another in enqueue order; a transfer waits for all earlier ops. So a
+//    buffer may be overwritten by an op enqueued after the ops that read it (runner/blocks.cpp
+//    reuses the step's quantised activations this way).
 // 2. A Buffer may be destroyed or reassigned right after enqueuing ops that read it; the device
-//    keeps the memory until they ran.
+//    keeps the memory until they ran (the runner replaces its per-step ids and positions, and
+//    quant::prepare_activations regrows buffers matmuls may still read).
 // 3. Host code sees results only through read, sync or take_profile.
+// OpenCL meets it with its in-order queue (clReleaseMemObject defers the free). A device that
+// records ops meets (1) with a barrier between them and (2) by deferring every free until the
+// recorded ops ran.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +59,10 @@ class Device {
   virtual Buffer region(const Buffer& parent, size_t origin, size_t size_bytes,
                         Access access = Access::kReadWrite) = 0;
   virtual size_t region_alignment() const = 0;
+  // Whether kModel buffers of huge_page_min_bytes or more take huge pages (OpenCL: a CPU-type
+  // device with SPECDEC_HUGE_PAGES not 0): then an Arena packs small ones into shared chunks.
+  virtual bool huge_pages() const = 0;
+  static constexpr size_t huge_page_min_bytes = size_t{1} << 20;
 
   // Transfers: blocking, ordered after every op enqueued before them.
   virtual void write(const Buffer& buffer, const void* src, size_t n, size_t offset_bytes = 0) = 0;

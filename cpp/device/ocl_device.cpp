@@ -55,26 +55,34 @@ OclDevice::OclDevice(std::shared_ptr<ocl::Context> ctx) : Device(info_of(ctx->de
   cl_uint bits = 0;
   if (clGetDeviceInfo(ctx_->device().id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, nullptr) == CL_SUCCESS &&
       bits >= 8)
-    region_alignment_ = std::max<size_t>(bits / 8, 64);  // as ocl::BufferArena aligns
+    region_alignment_ = std::max<size_t>(bits / 8, 64);  // device::Arena aligns regions to it
 }
 
 Buffer OclDevice::adopt(ocl::Buffer buffer) {
-  cl_mem mem = buffer.get();
+  const size_t size = buffer.size_bytes();
+  cl_mem mem = buffer.release();
   if (mem == nullptr) return Buffer();
-  SPECDEC_CL_CHECK(clRetainMemObject(mem));  // `buffer` releases its own reference on return
-  return Buffer(Kind::kOpenCL, mem, host_ptr_of(mem), buffer.size_bytes(), keep_mem(mem));
+  return Buffer(Kind::kOpenCL, mem, host_ptr_of(mem), size, keep_mem(mem));
+}
+
+// A plain buffer (no USE_HOST_PTR memory): taken over without asking OpenCL for its host pointer,
+// as these are made per step too.
+Buffer OclDevice::adopt_plain(ocl::Buffer buffer) {
+  const size_t size = buffer.size_bytes();
+  cl_mem mem = buffer.release();
+  return Buffer(Kind::kOpenCL, mem, nullptr, size, keep_mem(mem));
 }
 
 Buffer OclDevice::allocate(size_t size_bytes, Lifetime lifetime, Access access) {
   if (lifetime == Lifetime::kModel) return adopt(ocl::Buffer::long_lived(*ctx_, size_bytes, flags_of(access)));
-  return adopt(ocl::Buffer(*ctx_, size_bytes, flags_of(access)));
+  return adopt_plain(ocl::Buffer(*ctx_, size_bytes, flags_of(access)));
 }
 
 Buffer OclDevice::upload(const void* src, size_t size_bytes, Lifetime lifetime, Access access) {
   if (lifetime == Lifetime::kModel) {
     return adopt(ocl::Buffer::long_lived(*ctx_, size_bytes, flags_of(access), src));
   }
-  return adopt(ocl::Buffer(*ctx_, src, size_bytes, flags_of(access)));
+  return adopt_plain(ocl::Buffer(*ctx_, src, size_bytes, flags_of(access)));
 }
 
 Buffer OclDevice::region(const Buffer& parent, size_t origin, size_t size_bytes, Access access) {

@@ -23,6 +23,7 @@ class OclDevice final : public Device {
   Buffer region(const Buffer& parent, size_t origin, size_t size_bytes,
                 Access access = Access::kReadWrite) override;
   size_t region_alignment() const override { return region_alignment_; }
+  bool huge_pages() const override { return ocl::uses_huge_pages(*ctx_); }
   void write(const Buffer& buffer, const void* src, size_t n, size_t offset_bytes = 0) override;
   void read(const Buffer& buffer, void* dst, size_t n, size_t offset_bytes = 0) override;
   void fill_zero(const Buffer& buffer) override;
@@ -36,6 +37,7 @@ class OclDevice final : public Device {
   static Buffer adopt(ocl::Buffer buffer);
 
  private:
+  static Buffer adopt_plain(ocl::Buffer buffer);
   std::shared_ptr<ocl::Context> ctx_;
   size_t region_alignment_ = 128;
 };

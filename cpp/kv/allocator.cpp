@@ -1,7 +1,6 @@
 #include "kv/allocator.h"
 
 #include "common/errors.h"
-#include "kv/impl.h"
 
 namespace specdec::kv {
 
@@ -51,11 +50,8 @@ KvCacheAllocation::KvCacheAllocation(std::shared_ptr<device::Device> dev, const 
   for (size_t i = 0; i < views_.size(); ++i) view_index_[views_[i].layer_name] = i;
   buffers_.reserve(config_.tensors.size());
   for (const auto& tensor : config_.tensors) {
-    switch (dev_->kind()) {
-      case device::Kind::kOpenCL:
-        buffers_.push_back(ocl_allocate_zeroed(*dev_, static_cast<size_t>(tensor.size_bytes)));
-        break;
-    }
+    buffers_.push_back(dev_->allocate(static_cast<size_t>(tensor.size_bytes), device::Lifetime::kModel));
+    dev_->fill_zero(buffers_.back());
   }
   dev_->sync();
 }
@@ -67,28 +63,26 @@ const LayerKvView& KvCacheAllocation::view(const std::string& layer_name) const 
   return views_[it->second];
 }
 
-const ocl::Buffer& KvCacheAllocation::tensor(int index) const {
+const device::Buffer& KvCacheAllocation::tensor(int index) const {
   SPECDEC_CHECK(index >= 0 && index < static_cast<int>(buffers_.size()), "tensor_index", index,
                str_cat("must be in [0, ", buffers_.size(), ")"));
   return buffers_[index];
 }
 
-ocl::Buffer& KvCacheAllocation::tensor(int index) {
-  return const_cast<ocl::Buffer&>(static_cast<const KvCacheAllocation*>(this)->tensor(index));
+device::Buffer& KvCacheAllocation::tensor(int index) {
+  return const_cast<device::Buffer&>(static_cast<const KvCacheAllocation*>(this)->tensor(index));
 }
 
-const ocl::Buffer& KvCacheAllocation::tensor_of(const std::string& layer_name) const {
+const device::Buffer& KvCacheAllocation::tensor_of(const std::string& layer_name) const {
   return buffers_[view(layer_name).tensor_index];
 }
 
 int64_t KvCacheAllocation::total_bytes() const { return config_.total_bytes(); }
 
 std::vector<uint8_t> KvCacheAllocation::read_tensor(int index) const {
-  const ocl::Buffer& b = tensor(index);
+  const device::Buffer& b = tensor(index);
   std::vector<uint8_t> out(b.size_bytes());
-  switch (dev_->kind()) {
-    case device::Kind::kOpenCL: ocl_read(*dev_, b, out.data(), out.size()); break;
-  }
+  dev_->read(b, out.data(), out.size());
   return out;
 }
 

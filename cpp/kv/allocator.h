@@ -12,7 +12,6 @@
 #include "device/device.h"
 #include "kv/config.h"
 #include "kv/layout.h"
-#include "ocl/context.h"  // ocl::Buffer until step 7 of docs/device_seam.md
 
 namespace specdec::kv {
 
@@ -37,22 +36,19 @@ class KvCacheAllocation {
   const std::vector<LayerKvView>& views() const { return views_; }
   const LayerKvView& view(const std::string& layer_name) const;
   size_t num_tensors() const { return buffers_.size(); }
-  ocl::Buffer& tensor(int index);
-  const ocl::Buffer& tensor(int index) const;
-  const ocl::Buffer& tensor_of(const std::string& layer_name) const;
+  device::Buffer& tensor(int index);
+  const device::Buffer& tensor(int index) const;
+  const device::Buffer& tensor_of(const std::string& layer_name) const;
   int64_t total_bytes() const;
   std::vector<uint8_t> read_tensor(int index) const;  // blocking copy to the host
   device::Device& device() const { return *dev_; }
-  // The device's OpenCL context, for the ocl::Buffers the ops take until step 7 of
-  // docs/device_seam.md (kv/ocl_allocator.cpp; a logic_error on another kind).
-  ocl::Context& context() const;
 
  private:
   std::shared_ptr<device::Device> dev_;
   KvCacheConfig config_;
   std::vector<LayerKvView> views_;
   std::map<std::string, size_t> view_index_;
-  std::vector<ocl::Buffer> buffers_;
+  std::vector<device::Buffer> buffers_;
 };
 
 }  // namespace specdec::kv

@@ -33,8 +33,8 @@ void check_slot_mapping(const LayerKvView& view, const std::vector<int32_t>& slo
   }
 }
 
-void kv_cache_write(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                    KvPart part, const ocl::Buffer& src, const ocl::Buffer& slot_mapping,
+void kv_cache_write(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                    KvPart part, const device::Buffer& src, const device::Buffer& slot_mapping,
                     int num_tokens) {
   const KvPartView& p = part_of(view, part);
   if (p.empty() || num_tokens == 0) return;  // a zero-sized part has nothing to write
@@ -50,13 +50,13 @@ int64_t token_stride(const KvRows& r, const KvPartView& p) {
   return r.token_stride == 0 ? row : r.token_stride;
 }
 
-void kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                       const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
+void kv_cache_write_kv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                       const KvRows& k, const KvRows& v, const device::Buffer& slot_mapping,
                        int num_tokens) {
   if (num_tokens == 0 || (view.k.empty() && view.v.empty())) return;
   auto check_rows = [&](const KvRows& r, const KvPartView& p, const char* what) {
     if (p.empty()) return;
-    SPECDEC_CHECK(r.buffer != nullptr && r.buffer->get() != nullptr, what, "none", "a device buffer");
+    SPECDEC_CHECK(r.buffer != nullptr && !r.buffer->empty(), what, "none", "a device buffer");
     const int64_t need = (r.offset + int64_t{num_tokens - 1} * token_stride(r, p) + int64_t{p.num_heads} * p.width) * 4;
     SPECDEC_CHECK(r.offset >= 0 && static_cast<int64_t>(r.buffer->size_bytes()) >= need, what,
                  str_cat(r.buffer->size_bytes(), " bytes"), str_cat("at least ", need, " bytes"));
@@ -73,8 +73,8 @@ bool qkv_epilogue_fits(const LayerKvView& view, int kv_heads, int head_size) {
   return head_size > 0 && head_size % 2 == 0 && kv_heads > 0 && fits(view.k) && fits(view.v);
 }
 
-void kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                        const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens) {
+void kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                        const QkvEpilogue& e, const device::Buffer& slot_mapping, int num_tokens) {
   if (num_tokens == 0) return;
   SPECDEC_CHECK(qkv_epilogue_fits(view, e.kv_heads, e.head_size), "kv_cache_write_qkv.view",
                str_cat(view.k.num_heads, " x ", view.k.width, " K, ", view.v.num_heads, " x ", view.v.width, " V"),
@@ -84,8 +84,8 @@ void kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const Lay
   const int64_t nq = int64_t{e.q_heads} * e.head_size;
   SPECDEC_CHECK(e.x_stride >= width, "kv_cache_write_qkv.x_stride", e.x_stride, str_cat(">= ", width));
   SPECDEC_CHECK(e.q_stride >= nq, "kv_cache_write_qkv.q_stride", e.q_stride, str_cat(">= ", nq));
-  auto holds = [&](const ocl::Buffer* b, int64_t bytes, const char* what) {
-    SPECDEC_CHECK(b != nullptr && b->get() != nullptr && static_cast<int64_t>(b->size_bytes()) >= bytes, what,
+  auto holds = [&](const device::Buffer* b, int64_t bytes, const char* what) {
+    SPECDEC_CHECK(b != nullptr && !b->empty() && static_cast<int64_t>(b->size_bytes()) >= bytes, what,
                  b == nullptr ? std::string("none") : str_cat(b->size_bytes(), " bytes"), str_cat("at least ", bytes, " bytes"));
   };
   const int64_t t = num_tokens;
@@ -100,8 +100,8 @@ void kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const Lay
   }
 }
 
-void kv_cache_gather(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                     KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,
+void kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                     KvPart part, const device::Buffer& slot_mapping, const device::Buffer& dst,
                      int num_tokens) {
   const KvPartView& p = part_of(view, part);
   if (p.empty() || num_tokens == 0) return;

@@ -9,7 +9,6 @@
 
 #include "device/device.h"
 #include "kv/layout.h"
-#include "ocl/context.h"  // ocl::Buffer until step 7 of docs/device_seam.md
 
 namespace specdec::kv {
 
@@ -22,21 +21,21 @@ const KvPartView& part_of(const LayerKvView& view, KvPart part);
 void check_slot_mapping(const LayerKvView& view, const std::vector<int32_t>& slot_mapping);
 
 // Device: writes src [num_tokens, num_heads, width] (f32) into `part` of the layer.
-void kv_cache_write(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                    KvPart part, const ocl::Buffer& src, const ocl::Buffer& slot_mapping,
+void kv_cache_write(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                    KvPart part, const device::Buffer& src, const device::Buffer& slot_mapping,
                     int num_tokens);
 // Rows of new K or V values for kv_cache_write_kv: token t's heads start at element
 // offset + t * token_stride of buffer (token_stride 0: num_heads * width, contiguous).
 struct KvRows {
-  const ocl::Buffer* buffer = nullptr;
+  const device::Buffer* buffer = nullptr;
   int64_t offset = 0;
   int64_t token_stride = 0;
 };
 
 // Device: K and V in one launch (each exactly as kv_cache_write writes it), the rows read where
 // they lie (e.g. the k and v columns of a fused qkv projection). A part of width 0 is skipped.
-void kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                       const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
+void kv_cache_write_kv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                       const KvRows& k, const KvRows& v, const device::Buffer& slot_mapping,
                        int num_tokens);
 // The epilogue of a fused q | k | v projection (kernels/fused_qkv.cl), one launch for what
 // add_bias + rope + split_columns + kv_cache_write_kv do: x [num_tokens, x_stride] holds each
@@ -45,25 +44,25 @@ void kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const Laye
 // q goes to q_out [num_tokens, q_stride] and k, v into the layer's cache through the slot mapping.
 // Bitwise what the separate kernels give.
 struct QkvEpilogue {
-  const ocl::Buffer* x = nullptr;
+  const device::Buffer* x = nullptr;
   int64_t x_stride = 0;
-  const ocl::Buffer* bias = nullptr;       // [q + k + v] f32, or null
-  const ocl::Buffer* positions = nullptr;  // int32 [num_tokens]
-  const ocl::Buffer* inv_freq = nullptr;   // f32 [head_size / 2] (ops::RopeTable), or null: no RoPE
+  const device::Buffer* bias = nullptr;       // [q + k + v] f32, or null
+  const device::Buffer* positions = nullptr;  // int32 [num_tokens]
+  const device::Buffer* inv_freq = nullptr;   // f32 [head_size / 2] (ops::RopeTable), or null: no RoPE
   bool neox = false;                       // NEOX pairs (i, i + head_size / 2), else adjacent
-  ocl::Buffer* q_out = nullptr;
+  device::Buffer* q_out = nullptr;
   int64_t q_stride = 0;
   int q_heads = 0, kv_heads = 0, head_size = 0;
 };
 // Whether the fused epilogue can serve this layer: its K and V parts have kv_heads heads of
 // head_size (even) elements each.
 bool qkv_epilogue_fits(const LayerKvView& view, int kv_heads, int head_size);
-void kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                        const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens);
+void kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                        const QkvEpilogue& e, const device::Buffer& slot_mapping, int num_tokens);
 
 // Device: reads `part` at each slot into dst [num_tokens, num_heads, width] (f32).
-void kv_cache_gather(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                     KvPart part, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,
+void kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                     KvPart part, const device::Buffer& slot_mapping, const device::Buffer& dst,
                      int num_tokens);
 
 // Host reference of kv_cache_write on the raw bytes of the layer's tensor.

@@ -45,8 +45,8 @@ void set_part_args(ocl::Kernel& k, cl_uint first, const LayerKvView& view, const
 
 }  // namespace
 
-void ocl_kv_cache_write(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                        const KvPartView& p, const ocl::Buffer& src, const ocl::Buffer& slot_mapping,
+void ocl_kv_cache_write(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                        const KvPartView& p, const device::Buffer& src, const device::Buffer& slot_mapping,
                         int num_tokens) {
   ocl::Context& ctx = ocl::context_of(dev);
   ocl::Kernel k = ctx.kernel("kv_cache", "kv_cache_write", cache_define(view.spec.dtype, lanes(ctx)));
@@ -59,8 +59,8 @@ void ocl_kv_cache_write(device::Device& dev, const ocl::Buffer& cache, const Lay
   k.launch(ctx, 2, global, local);
 }
 
-void ocl_kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                           const KvRows& k, const KvRows& v, const ocl::Buffer& slot_mapping,
+void ocl_kv_cache_write_kv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                           const KvRows& k, const KvRows& v, const device::Buffer& slot_mapping,
                            int num_tokens) {
   ocl::Context& ctx = ocl::context_of(dev);
   const KvRows& any = view.k.empty() ? v : k;
@@ -92,8 +92,8 @@ void ocl_kv_cache_write_kv(device::Device& dev, const ocl::Buffer& cache, const 
   kern.launch(ctx, 3, global, local);
 }
 
-void ocl_kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                            const QkvEpilogue& e, const ocl::Buffer& slot_mapping, int num_tokens) {
+void ocl_kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                            const QkvEpilogue& e, const device::Buffer& slot_mapping, int num_tokens) {
   ocl::Context& ctx = ocl::context_of(dev);
   std::string options = cache_dtype_define(view.spec.dtype, "kv_cache_write_qkv");
   if (ctx.device().fp64) options += " -DUSE_FP64";  // cos / sin as the rope kernel takes them
@@ -116,8 +116,8 @@ void ocl_kv_cache_write_qkv(device::Device& dev, const ocl::Buffer& cache, const
   k.launch(ctx, 2, global, local);
 }
 
-void ocl_kv_cache_gather(device::Device& dev, const ocl::Buffer& cache, const LayerKvView& view,
-                         const KvPartView& p, const ocl::Buffer& slot_mapping, const ocl::Buffer& dst,
+void ocl_kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                         const KvPartView& p, const device::Buffer& slot_mapping, const device::Buffer& dst,
                          int num_tokens) {
   ocl::Context& ctx = ocl::context_of(dev);
   ocl::Kernel k = ctx.kernel("kv_cache", "kv_cache_gather", cache_define(view.spec.dtype, lanes(ctx)));

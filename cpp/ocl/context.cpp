@@ -240,27 +240,6 @@ Buffer Buffer::region(const Buffer& parent, size_t origin, size_t size_bytes, cl
 
 bool uses_huge_pages(const Context& ctx) { return ctx.device().type == "cpu" && huge_pages_enabled(); }
 
-BufferArena::BufferArena(const Context& ctx, size_t chunk_bytes)
-    : ctx_(ctx), chunk_bytes_(std::max(chunk_bytes, kHugePageMinBytes)), pooled_(uses_huge_pages(ctx)) {
-  cl_uint bits = 0;
-  if (clGetDeviceInfo(ctx.device().id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, nullptr) == CL_SUCCESS &&
-      bits >= 8)
-    align_ = std::max<size_t>(bits / 8, 64);
-}
-
-Buffer BufferArena::allocate(size_t size_bytes, cl_mem_flags flags) {
-  if (!pooled_ || size_bytes == 0 || size_bytes >= chunk_bytes_ / 4) return Buffer::long_lived(ctx_, size_bytes, flags);
-  const size_t origin = (used_ + align_ - 1) / align_ * align_;
-  if (chunk_.get() == nullptr || origin + size_bytes > chunk_.size_bytes()) {
-    chunk_ = Buffer::long_lived(ctx_, chunk_bytes_, CL_MEM_READ_WRITE);
-    ++chunks_;
-    used_ = size_bytes;
-    return Buffer::region(chunk_, 0, size_bytes, flags);
-  }
-  used_ = origin + size_bytes;
-  return Buffer::region(chunk_, origin, size_bytes, flags);
-}
-
 Buffer::~Buffer() {
   if (mem_ != nullptr) clReleaseMemObject(mem_);
 }

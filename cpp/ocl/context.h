@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "device/buffer.h"
 #include "ocl/cl.h"
 #include "ocl/device.h"
 #include "ocl/error.h"
@@ -144,6 +145,11 @@ class Buffer {
 
   cl_mem get() const { return mem_; }
   size_t size_bytes() const { return size_bytes_; }
+  // Hands the memory object (and its reference) to the caller; the Buffer is empty after.
+  cl_mem release() {
+    size_bytes_ = 0;
+    return std::exchange(mem_, nullptr);
+  }
   // Blocking transfers of [offset_bytes, offset_bytes + n) on the context's queue.
   void write(const Context& ctx, const void* src, size_t n, size_t offset_bytes = 0);
   void read(const Context& ctx, void* dst, size_t n, size_t offset_bytes = 0) const;
@@ -156,30 +162,8 @@ class Buffer {
 };
 
 // Whether this context's long-lived large buffers live in huge-page host memory (a CPU device,
-// and SPECDEC_HUGE_PAGES is not 0): see Buffer::long_lived.
+// and SPECDEC_HUGE_PAGES is not 0): see Buffer::long_lived (device::Arena pools small ones then).
 bool uses_huge_pages(const Context& ctx);
-
-// Many small read-only buffers (a model's weights) carved out of a few large ones, so that they
-// too live in huge pages on a CPU device (a buffer below 1 MiB gets the runtime's 4 KiB pages).
-// Requests of a quarter of a chunk or more get a buffer of their own; the others are placed one
-// after the other, aligned to the device's base-address alignment, in chunks of `chunk_bytes`.
-// Without huge pages (another device type, or turned off) every request is its own buffer. Not
-// thread-safe (one loader owns one); the chunks live until their last region is released.
-class BufferArena {
- public:
-  explicit BufferArena(const Context& ctx, size_t chunk_bytes = size_t{8} << 20);
-  Buffer allocate(size_t size_bytes, cl_mem_flags flags = CL_MEM_READ_ONLY);
-  size_t chunks() const { return chunks_; }
-
- private:
-  const Context& ctx_;
-  size_t chunk_bytes_;
-  size_t align_ = 128;
-  bool pooled_ = false;
-  Buffer chunk_;
-  size_t used_ = 0;
-  size_t chunks_ = 0;
-};
 
 // A kernel object with typed argument setting. Move-only.
 class Kernel {
@@ -202,6 +186,10 @@ class Kernel {
     return *this;
   }
   Kernel& arg(cl_uint index, const Buffer& buffer) { return arg(index, buffer.get()); }
+  // An OpenCL device's buffer (device/buffer.h): its memory object.
+  Kernel& arg(cl_uint index, const device::Buffer& buffer) {
+    return arg(index, static_cast<cl_mem>(buffer.native()));
+  }
   // Enqueues over `global` work-items in up to 3 dims. local = nullptr: the driver's choice on a
   // GPU; on a CPU device 1 in every dimension except, in a launch of 2 or 3 dims (whose dim 0 is
   // a width of the model by the kernels' convention), the largest power of two <= 64 dividing

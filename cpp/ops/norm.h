@@ -6,7 +6,6 @@
 #include <string>
 
 #include "device/device.h"
-#include "ocl/context.h"  // QuantizedOut holds ocl::Buffer (device::Buffer: docs/device_seam.md, step 7)
 #include "ops/slice.h"
 
 namespace specdec::ops {
@@ -17,9 +16,9 @@ namespace specdec::ops {
 // Needs dim % scale_block == 0 and y at offset 0; the buffers must hold [rows, dim] (and
 // [rows, dim / 32] records).
 struct QuantizedOut {
-  const ocl::Buffer* q8 = nullptr;   // [rows, dim] int8
-  const ocl::Buffer* q16 = nullptr;  // [rows, dim] int16
-  const ocl::Buffer* rec = nullptr;  // [rows, dim / 32] float4
+  const device::Buffer* q8 = nullptr;   // [rows, dim] int8
+  const device::Buffer* q16 = nullptr;  // [rows, dim] int16
+  const device::Buffer* rec = nullptr;  // [rows, dim / 32] float4
   int scale_block = 32;
 };
 

@@ -17,7 +17,7 @@ void ocl_rms_norm(device::Device& dev, Slice x, std::optional<Slice> residual, s
   k.arg(6, *y.buffer).arg(7, cl_long{y.offset});
   k.arg(8, cl_int{dim}).arg(9, cl_float{eps}).arg(10, cl_float{weight_offset});
   k.arg(11, cl_int{weight ? 1 : 0}).arg(12, cl_int{residual ? 1 : 0});
-  const ocl::Buffer& dummy = *y.buffer;  // never written without quantize
+  const device::Buffer& dummy = *y.buffer;  // never written without quantize
   k.arg(13, q ? *q->q8 : dummy).arg(14, q ? *q->q16 : dummy).arg(15, q ? *q->rec : dummy);
   k.arg(16, cl_int{q != nullptr ? q->scale_block : 0});
   launch_rows(ctx, k, rows, reduction_local_size(ctx), 17);

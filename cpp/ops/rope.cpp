@@ -4,7 +4,6 @@
 
 #include "common/errors.h"
 #include "common/math.h"
-#include "device/ocl_device.h"
 #include "ops/impl.h"
 
 namespace specdec::ops {
@@ -20,7 +19,7 @@ std::vector<float> rope_inv_freq(int rope_dim, double base, double freq_scale,
   return out;
 }
 
-RopeTable::RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base,
+RopeTable::RopeTable(device::Device& dev, RopeType type, int rope_dim, double base,
                      double freq_scale, std::span<const float> freq_factors)
     : type_(type), rope_dim_(rope_dim) {
   SPECDEC_CHECK(type != RopeType::kNone, "rope_type", rope_type_name(type),
@@ -37,8 +36,9 @@ RopeTable::RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base
                  str_cat("rope_freqs[", i, "]"), freq_factors[i], "must be finite and > 0");
   }
   inv_freq_ = rope_inv_freq(rope_dim, base, freq_scale, freq_factors);
-  buffer_ = ocl::Buffer(ctx, inv_freq_.size() * sizeof(float), CL_MEM_READ_ONLY);
-  buffer_.write(ctx, inv_freq_.data(), inv_freq_.size() * sizeof(float));
+  buffer_ = dev.allocate(inv_freq_.size() * sizeof(float), device::Lifetime::kWorkspace,
+                         device::Access::kReadOnly);
+  dev.write(buffer_, inv_freq_.data(), inv_freq_.size() * sizeof(float));
 }
 
 void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
@@ -63,8 +63,7 @@ void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int
 
 void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
           int head_size, int rope_dim, RopeType type, double base, double freq_scale) {
-  // RopeTable holds an ocl::Buffer until device::Buffer replaces it (docs/device_seam.md, step 7)
-  const RopeTable table(ocl::context_of(dev), type, rope_dim, base, freq_scale);
+  const RopeTable table(dev, type, rope_dim, base, freq_scale);
   rope(dev, x, positions, num_tokens, num_heads, head_size, table);
 }
 

@@ -7,7 +7,6 @@
 
 #include "common/model_types.h"
 #include "device/device.h"
-#include "ocl/context.h"
 #include "ops/slice.h"
 
 namespace specdec::ops {
@@ -24,19 +23,19 @@ class RopeTable {
  public:
   // ConfigError naming the field for type none, an odd / non-positive rope_dim, a base <= 1,
   // a freq_scale <= 0 or freq_factors of the wrong size.
-  RopeTable(ocl::Context& ctx, RopeType type, int rope_dim, double base,
+  RopeTable(device::Device& dev, RopeType type, int rope_dim, double base,
             double freq_scale = 1.0, std::span<const float> freq_factors = {});
 
   RopeType type() const { return type_; }
   int rope_dim() const { return rope_dim_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rope_dim / 2]
-  const ocl::Buffer& buffer() const { return buffer_; }             // inv_freq on the device
+  const device::Buffer& buffer() const { return buffer_; }          // inv_freq on the device
 
  private:
   RopeType type_;
   int rope_dim_;
   std::vector<float> inv_freq_;
-  ocl::Buffer buffer_;
+  device::Buffer buffer_;
 };
 
 // Rotates the first table.rope_dim() dims of every head of x in place by the token's position

@@ -13,15 +13,13 @@ int64_t DeviceWeight::source_bytes() const {
 
 std::vector<uint8_t> DeviceWeight::download(device::Device& dev) const {
   std::vector<uint8_t> packed(static_cast<size_t>(layout.total_bytes));
-  switch (dev.kind()) {
-    case device::Kind::kOpenCL: ocl_read_weight(dev, *this, packed); break;
-  }
+  dev.read(buffer, packed.data(), packed.size());
   return unpack(layout, packed.data());
 }
 
 DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* data, size_t size_bytes,
                            const std::vector<int64_t>& dims, const std::string& name,
-                           ocl::BufferArena* arena) {
+                           device::Arena* arena) {
   const std::string who = name.empty() ? std::string("weight") : name;
   if (!is_weight_type_supported(type)) {
     throw UnsupportedError(str_cat(who, ": weight format ", weight_type_name(type),
@@ -54,18 +52,19 @@ DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* da
   }
   const std::vector<uint8_t> packed = repack(layout, data);
   DeviceWeight w{who, layout, {}};
-  switch (dev.kind()) {
-    case device::Kind::kOpenCL: w.buffer = ocl_weight_buffer(dev, packed, arena); break;
-  }
+  w.buffer = arena != nullptr
+                 ? arena->allocate(packed.size(), device::Access::kReadOnly)
+                 : dev.allocate(packed.size(), device::Lifetime::kModel, device::Access::kReadOnly);
+  dev.write(w.buffer, packed.data(), packed.size());
   return w;
 }
 
-DeviceWeight upload_weight(device::Device& dev, const WeightBytes& weight, ocl::BufferArena* arena) {
+DeviceWeight upload_weight(device::Device& dev, const WeightBytes& weight, device::Arena* arena) {
   return upload_weight(dev, weight.type, weight.data, weight.size_bytes, weight.dims, weight.name, arena);
 }
 
 DeviceWeight upload_weight_stacked(device::Device& dev, const std::vector<WeightBytes>& parts,
-                                   const std::string& name, ocl::BufferArena* arena) {
+                                   const std::string& name, device::Arena* arena) {
   SPECDEC_CHECK(!parts.empty(), name + ".parts", 0, "must name at least one tensor");
   const WeightBytes& first = parts[0];
   SPECDEC_CHECK(!first.dims.empty(), first.name + ".dims", 0, "must have at least one dim");

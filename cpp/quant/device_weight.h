@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/ggml_type.h"
+#include "device/arena.h"
 #include "device/device.h"
-#include "ocl/context.h"
 #include "quant/layout.h"
 
 namespace specdec::quant {
@@ -16,7 +16,7 @@ namespace specdec::quant {
 struct DeviceWeight {
   std::string name;
   DeviceLayout layout;  // type, rows (out_features), cols (in_features), planes
-  ocl::Buffer buffer;   // layout.total_bytes
+  device::Buffer buffer;  // layout.total_bytes (kModel, kReadOnly)
 
   GgmlType type() const { return layout.type; }
   int64_t rows() const { return layout.rows; }
@@ -41,20 +41,19 @@ struct WeightBytes {
 // Uploads a weight: dims [ne0 = cols, ne1 = rows, ...] (further dims multiply the rows; a
 // 1-D tensor is one row). UnsupportedError for unsupported types (naming the tensor),
 // ConfigError for shapes the type cannot hold. With an arena, the device buffer is carved out of
-// it (a model's small matrices then share huge pages, ocl::BufferArena; its buffers stay
-// ocl::Buffer until step 7 of docs/device_seam.md).
+// it (a model's small matrices then share huge pages, device::Arena).
 DeviceWeight upload_weight(device::Device& dev, const WeightBytes& weight,
-                           ocl::BufferArena* arena = nullptr);
+                           device::Arena* arena = nullptr);
 // The same from raw ggml bytes (`size_bytes` must match the dims exactly).
 DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* data, size_t size_bytes,
                            const std::vector<int64_t>& dims, const std::string& name = "",
-                           ocl::BufferArena* arena = nullptr);
+                           device::Arena* arena = nullptr);
 
 // Several matrices of one type and one cols stacked by rows into one device matrix, so that one
 // matmul launch computes them all (q/k/v or gate/up projections of a layer: on PoCL every launch
 // costs ~10 µs, as much as a small matrix's data). Rows of part i follow those of parts < i; each
 // output element is bitwise the same as with the part alone. ConfigError when types or cols differ.
 DeviceWeight upload_weight_stacked(device::Device& dev, const std::vector<WeightBytes>& parts,
-                                   const std::string& name, ocl::BufferArena* arena = nullptr);
+                                   const std::string& name, device::Arena* arena = nullptr);
 
 }  // namespace specdec::quant

@@ -15,20 +15,13 @@ enum class Family { kFloat, kQ32, kK };
 Family family(GgmlType type);
 
 // n > 0; out prepared for [n, cols] with cols % scale_block == 0
-void ocl_quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
+void ocl_quantize_activations(device::Device& dev, const device::Buffer& x, int64_t n, int64_t cols,
                               QuantizedActivations& out, int scale_block);
 // n > 0; y row i at y_offset + i * ldy
-void ocl_matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
-                const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, int64_t y_offset, int64_t ldy);
+void ocl_matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
+                const QuantizedActivations& xq, int64_t n, device::Buffer& y, int64_t y_offset, int64_t ldy);
 // n > 0
-void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
-                          ocl::Buffer& out, float scale);
-
-// A weight's device buffer holding `packed` (its repacked bytes): carved from the arena when there
-// is one, else a model-lifetime buffer (quant/ocl_device_weight.cpp).
-ocl::Buffer ocl_weight_buffer(device::Device& dev, const std::vector<uint8_t>& packed,
-                              ocl::BufferArena* arena);
-// w's repacked bytes read back into `packed` (layout.total_bytes).
-void ocl_read_weight(device::Device& dev, const DeviceWeight& w, std::vector<uint8_t>& packed);
+void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids, int64_t n,
+                          device::Buffer& out, float scale);
 
 }  // namespace specdec::quant

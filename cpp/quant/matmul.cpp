@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "common/errors.h"
-#include "device/ocl_device.h"
 #include "quant/impl.h"
 
 namespace specdec::quant {
@@ -34,11 +33,11 @@ void check_scale_block(int scale_block) {
                 "must be 32 or 256 (values per activation scale)");
 }
 
-void check_holds(const ocl::Buffer& buf, int64_t n, int64_t width, size_t elem_bytes,
+void check_holds(const device::Buffer& buf, int64_t n, int64_t width, size_t elem_bytes,
                  const std::string& field, const std::string& shape) {
   const auto need = static_cast<size_t>(n) * static_cast<size_t>(width) * elem_bytes;
   SPECDEC_CHECK(
-      buf.get() != nullptr && buf.size_bytes() >= need, field, str_cat(buf.size_bytes(), " bytes"),
+      !buf.empty() && buf.size_bytes() >= need, field, str_cat(buf.size_bytes(), " bytes"),
       str_cat("must hold ", shape, " = ", n, " x ", width, " elements (", need, " bytes)"));
 }
 
@@ -52,18 +51,18 @@ bool prepare_activations(device::Device& dev, int64_t n, int64_t cols, Quantized
   out.n = n;
   out.cols = cols;
   out.scale_block = scale_block;
-  out.source = nullptr;
+  clear_source(out);
   if (n == 0 || cols % scale_block != 0) return false;
   const auto elems = static_cast<size_t>(n * cols);
-  // the buffers stay ocl::Buffer until device::Buffer replaces them (docs/device_seam.md, step 7)
-  ocl::Context& ctx = ocl::context_of(dev);
-  if (out.q8.size_bytes() < elems) out.q8 = ocl::Buffer(ctx, elems);
-  if (out.q16.size_bytes() < elems * 2) out.q16 = ocl::Buffer(ctx, elems * 2);
-  if (out.rec.size_bytes() < elems / 32 * 16) out.rec = ocl::Buffer(ctx, elems / 32 * 16);
+  // Replacing a buffer while matmuls may still read the old one: the ordering contract's rule 2
+  // (device/device.h).
+  if (out.q8.size_bytes() < elems) out.q8 = dev.allocate(elems);
+  if (out.q16.size_bytes() < elems * 2) out.q16 = dev.allocate(elems * 2);
+  if (out.rec.size_bytes() < elems / 32 * 16) out.rec = dev.allocate(elems / 32 * 16);
   return true;
 }
 
-void quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
+void quantize_activations(device::Device& dev, const device::Buffer& x, int64_t n, int64_t cols,
                           QuantizedActivations& out, int scale_block) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   SPECDEC_CHECK(cols > 0, "cols", cols, "must be > 0");
@@ -74,26 +73,26 @@ void quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t n, 
   switch (dev.kind()) {
     case device::Kind::kOpenCL: ocl_quantize_activations(dev, x, n, cols, out, scale_block); break;
   }
-  out.source = x.get();
+  set_source(out, x);  // just quantised from x
 }
 
-void quantize_activations_of(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
+void quantize_activations_of(device::Device& dev, const device::Buffer& x, int64_t n, int64_t cols,
                              QuantizedActivations& out, int scale_block) {
-  if (out.source != nullptr && out.source == x.get() && out.n == n && out.cols == cols &&
+  if (out.source != device::BufferId{} && out.source == x.id() && out.n == n && out.cols == cols &&
       out.scale_block == scale_block) {
     return;
   }
   quantize_activations(dev, x, n, cols, out, scale_block);
 }
 
-void quantize_activations_for(device::Device& dev, const ocl::Buffer& x, int64_t n,
+void quantize_activations_for(device::Device& dev, const device::Buffer& x, int64_t n,
                               const DeviceWeight& w, QuantizedActivations& out) {
   const int scale_block = activation_scale_block(w.type());
   if (scale_block != 0 && n > 0) quantize_activations_of(dev, x, n, w.cols(), out, scale_block);
 }
 
-void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
-            const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out) {
+void matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
+            const QuantizedActivations& xq, int64_t n, device::Buffer& y, OutputColumns out) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   const int64_t rows = w.rows(), cols = w.cols();
   const int64_t ldy = out.stride == 0 ? rows : out.stride;
@@ -104,7 +103,7 @@ void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
                   str_cat("must place the ", rows, " columns inside each row: 0 <= offset <= stride - ",
                           rows, ", stride < 2^31 (stride 0: ", rows, ", contiguous)"));
     const auto need = static_cast<size_t>(n > 0 ? (n - 1) * ldy + out.offset + rows : 0) * sizeof(float);
-    SPECDEC_CHECK(y.get() != nullptr && y.size_bytes() >= need, "y", str_cat(y.size_bytes(), " bytes"),
+    SPECDEC_CHECK(!y.empty() && y.size_bytes() >= need, "y", str_cat(y.size_bytes(), " bytes"),
                   str_cat("must hold ", n, " rows of stride ", ldy, " from column ", out.offset, " (",
                           need, " bytes)"));
   } else {
@@ -128,21 +127,21 @@ void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
   }
 }
 
-void matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x, int64_t n,
-            ocl::Buffer& y) {
+void matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x, int64_t n,
+            device::Buffer& y) {
   QuantizedActivations xq;
   quantize_activations_for(dev, x, n, w, xq);
   matmul(dev, w, x, xq, n, y);
 }
 
-void matmul_reusing(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
-                    QuantizedActivations& xq, int64_t n, ocl::Buffer& y, OutputColumns out) {
+void matmul_reusing(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
+                    QuantizedActivations& xq, int64_t n, device::Buffer& y, OutputColumns out) {
   quantize_activations_for(dev, x, n, w, xq);
   matmul(dev, w, x, xq, n, y, out);
 }
 
-void embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
-                      ocl::Buffer& out, float scale) {
+void embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids, int64_t n,
+                      device::Buffer& out, float scale) {
   SPECDEC_CHECK(n >= 0, "n", n, "must be >= 0");
   check_holds(ids, n, 1, sizeof(int32_t), "ids", "[n]");
   check_holds(out, n, w.cols(), sizeof(float), "out", "[n, cols]");
@@ -153,15 +152,15 @@ void embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buf
 }
 
 void embedding_lookup(device::Device& dev, const DeviceWeight& w, std::span<const int32_t> ids,
-                      ocl::Buffer& out, float scale) {
+                      device::Buffer& out, float scale) {
   for (size_t i = 0; i < ids.size(); ++i) {
     SPECDEC_CHECK(ids[i] >= 0 && ids[i] < w.rows(), str_cat("ids[", i, "]"), ids[i],
                  str_cat("must be a row of ", w.name, " in [0, ", w.rows(), ")"));
   }
   if (ids.empty()) return;
-  ocl::Context& ctx = ocl::context_of(dev);  // an ocl::Buffer until step 7 (docs/device_seam.md)
-  ocl::Buffer buf(ctx, ids.size() * sizeof(int32_t), CL_MEM_READ_ONLY);
-  buf.write(ctx, ids.data(), ids.size() * sizeof(int32_t));
+  const device::Buffer buf =
+      dev.allocate(ids.size() * sizeof(int32_t), device::Lifetime::kStep, device::Access::kReadOnly);
+  dev.write(buf, ids.data(), ids.size() * sizeof(int32_t));
   embedding_lookup(dev, w, buf, static_cast<int64_t>(ids.size()), out, scale);
 }
 

@@ -317,7 +317,7 @@ MatmulConfig matmul_config(ocl::Context& ctx, int64_t n) {
   return cfg;
 }
 
-void ocl_quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t n, int64_t cols,
+void ocl_quantize_activations(device::Device& dev, const device::Buffer& x, int64_t n, int64_t cols,
                               QuantizedActivations& out, int scale_block) {
   ocl::Context& ctx = ocl::context_of(dev);
   // correctly rounded divisions on every device (OpenCL allows 2.5 ulp otherwise: an int8 value
@@ -330,8 +330,8 @@ void ocl_quantize_activations(device::Device& dev, const ocl::Buffer& x, int64_t
   launch_2d(ctx, k, cols / scale_block, n);
 }
 
-void ocl_matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x,
-                const QuantizedActivations& xq, int64_t n, ocl::Buffer& y, int64_t y_offset, int64_t ldy) {
+void ocl_matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
+                const QuantizedActivations& xq, int64_t n, device::Buffer& y, int64_t y_offset, int64_t ldy) {
   ocl::Context& ctx = ocl::context_of(dev);
   const int64_t rows = w.rows(), cols = w.cols();
   const cl_int y_off = static_cast<cl_int>(y_offset), y_ld = static_cast<cl_int>(ldy);
@@ -375,8 +375,8 @@ void ocl_matmul(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& x
   }
 }
 
-void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const ocl::Buffer& ids, int64_t n,
-                          ocl::Buffer& out, float scale) {
+void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids, int64_t n,
+                          device::Buffer& out, float scale) {
   ocl::Context& ctx = ocl::context_of(dev);
   ocl::Kernel k = ctx.kernel("quant_embedding", "embedding_lookup", weight_define(w.type()));
   k.arg(0, w.buffer);

@@ -33,7 +33,7 @@ struct QkvWidths {
 // What the q / k / v projections leave for the attention: the query, the new K and V rows, and
 // whether QK norm and RoPE were already applied.
 struct Projected {
-  const ocl::Buffer* query;
+  const device::Buffer* query;
   kv::KvRows k_rows, v_rows;
   bool normed = false, rotated = false;
 };

@@ -11,8 +11,8 @@
 
 namespace specdec::runner {
 
-StepBuffers::StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t t, int64_t max_logits) {
-  auto f32 = [&](int64_t n) { return ocl::Buffer(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
+StepBuffers::StepBuffers(device::Device& dev, const model::ModelConfig& c, int64_t t, int64_t max_logits) {
+  auto f32 = [&](int64_t n) { return dev.allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4); };
   const int64_t heads = c.num_q_heads;
   int64_t q = heads * c.head_size, k = int64_t{c.num_kv_heads} * c.head_size;
   int64_t v = int64_t{c.num_kv_heads} * c.head_size_v, o = heads * c.head_size_v;
@@ -77,7 +77,7 @@ bool fused_attention_quantisation() {
 }  // namespace
 
 void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const kv::KvRows* v,
-                         const ocl::Buffer& query, float scale, ocl::Buffer& out,
+                         const device::Buffer& query, float scale, device::Buffer& out,
                          const quant::DeviceWeight* then_project) {
   const LayerBinding& b = st.layers[static_cast<size_t>(il)];
   const attn::AttentionMetadata& md = st.metadata[static_cast<size_t>(b.attention_group)];
@@ -86,7 +86,8 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
   params.scale = scale;
   // The output's int8 activations for the projection after it, written by the attention kernel.
   // s.xq is taken over only now: the matmuls that read the layer input's quantisation from it
-  // were enqueued before (the in-order queue runs them first).
+  // were enqueued before, so they run first (the ordering contract's rule 1, device/device.h; a
+  // regrown xq buffer stays alive for them by its rule 2).
   StepBuffers& s = st.s;
   const int64_t width = int64_t{params.num_q_heads} * params.head_size_v;
   const int scale_block = then_project != nullptr ? quant::activation_scale_block(then_project->type()) : 0;
@@ -99,10 +100,11 @@ void write_kv_and_attend(const LayerStep& st, int il, const kv::KvRows* k, const
     params.quantized_output = &s.xq_out;
   }
   b.group->backend->forward(st.dev, md, params, *b.view, *b.tensor, query, out);
-  if (quantise) s.xq.source = out.get();
+  // the backend wrote out and its quantisation into s.xq in the same launch
+  if (quantise) quant::set_source(s.xq, out);
 }
 
-void project(const LayerStep& st, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y) {
+void project(const LayerStep& st, const quant::DeviceWeight& w, const device::Buffer& x, device::Buffer& y) {
   quant::matmul_reusing(st.dev, w, x, st.s.xq, st.num_tokens, y);
 }
 
@@ -112,8 +114,8 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
   const int64_t t = st.num_tokens;
   const int ff = st.config.intermediate_size;
   // the activation also quantises its output for the down projection (one launch fewer); s.xq
-  // is reused for it only after the gate / up matmuls were enqueued (the in-order queue runs
-  // them before the activation overwrites it)
+  // is reused for it only after the gate / up matmuls were enqueued, so they read it before the
+  // activation overwrites it (the ordering contract's rule 1, device/device.h)
   auto quantize_gate = [&]() -> const ops::QuantizedOut* {
     const int scale_block = quant::activation_scale_block(w.down.type());
     if (scale_block == 0 || !quant::prepare_activations(dev, t, ff, s.xq, scale_block)) {
@@ -134,7 +136,13 @@ void gated_ffn(const LayerStep& st, const LayerWeights& w) {
     q = quantize_gate();
     ops::gated_activation(dev, s.gate, s.up, s.gate, t, ff, st.config.activation, 0, q);
   }
-  s.xq.source = q != nullptr ? s.gate.get() : nullptr;
+  // with q, the activation wrote s.gate and its quantisation into s.xq in the same launch;
+  // without, xq holds no quantisation of s.gate (the down projection makes its own if it needs one)
+  if (q != nullptr) {
+    quant::set_source(s.xq, s.gate);
+  } else {
+    quant::clear_source(s.xq);
+  }
   project(st, w.down, s.gate, s.proj);
 }
 

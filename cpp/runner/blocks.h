@@ -19,7 +19,6 @@
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "model/config.h"
-#include "ocl/context.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "quant/matmul.h"
@@ -27,23 +26,24 @@
 
 namespace specdec::runner {
 
-// Device buffers of one step, sized for max_num_batched_tokens tokens (f32 unless noted).
+// Device buffers of one step, sized for max_num_batched_tokens tokens (f32 unless noted;
+// Lifetime::kWorkspace, except ids / positions / rows: kStep).
 struct StepBuffers {
-  StepBuffers(ocl::Context& ctx, const model::ModelConfig& c, int64_t max_tokens, int64_t max_logits);
+  StepBuffers(device::Device& dev, const model::ModelConfig& c, int64_t max_tokens, int64_t max_logits);
 
-  ocl::Buffer x;          // [t, hidden] residual stream
-  ocl::Buffer h;          // [t, hidden] normed input of the next block
-  ocl::Buffer proj;       // [t, hidden] output of a block
-  ocl::Buffer fused;      // [t, widest stacked projection] (qkv, gate_up, MLA's q / kv_a)
-  ocl::Buffer qb, kb, vb; // [t, q], [t, k], [t, v] (MLA: query [t, heads, lora + rope], c_kv, k_rope)
-  ocl::Buffer attn;       // [t, heads * head_size_v] attention output (MLA: latent output)
-  ocl::Buffer attn_v;     // MLA: [t, heads * v_head_dim]
-  ocl::Buffer gate, up;   // [t, ff]
-  ocl::Buffer ids, positions;  // int32 [t]: created with their contents by each step
-  ocl::Buffer rows;       // int32 [logit rows]: likewise
-  ocl::Buffer xs;         // [max_logits, hidden]
-  ocl::Buffer logits;     // [max_logits, vocab]
-  ocl::Buffer reduced;    // [2][3, max_logits]: argmax (int32), logsumexp, logit at argmax
+  device::Buffer x;          // [t, hidden] residual stream
+  device::Buffer h;          // [t, hidden] normed input of the next block
+  device::Buffer proj;       // [t, hidden] output of a block
+  device::Buffer fused;      // [t, widest stacked projection] (qkv, gate_up, MLA's q / kv_a)
+  device::Buffer qb, kb, vb; // [t, q], [t, k], [t, v] (MLA: query [t, heads, lora + rope], c_kv, k_rope)
+  device::Buffer attn;       // [t, heads * head_size_v] attention output (MLA: latent output)
+  device::Buffer attn_v;     // MLA: [t, heads * v_head_dim]
+  device::Buffer gate, up;   // [t, ff]
+  device::Buffer ids, positions;  // int32 [t]: created with their contents by each step
+  device::Buffer rows;       // int32 [logit rows]: likewise
+  device::Buffer xs;         // [max_logits, hidden]
+  device::Buffer logits;     // [max_logits, vocab]
+  device::Buffer reduced;    // [2][3, max_logits]: argmax (int32), logsumexp, logit at argmax
   quant::QuantizedActivations xq;
   ops::QuantizedOut xq_out;  // xq's buffers, for a norm that quantises its output (into_h)
   std::vector<ops::RopeTable> rope_tables;  // one per distinct model::RopeFrequencies
@@ -54,7 +54,7 @@ struct StepBuffers {
 // The RoPE tables of every layer (model/rope_scaling.h; rope_freqs, or LongRoPE's long factors
 // when max_model_len > rope_original_context_length and its short ones otherwise, read from the
 // file) into s.rope_tables, s.rope_qk_scale and s.layer_rope.
-void build_rope_tables(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& c,
+void build_rope_tables(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& c,
                        int64_t max_model_len, StepBuffers& s);
 
 // A layer's attention as resolved once at load (layer -> attention group -> KV view, cache tensor,
@@ -63,7 +63,7 @@ struct LayerBinding {
   int attention_group = 0;
   const attn::AttentionGroup* group = nullptr;
   const kv::LayerKvView* view = nullptr;
-  const ocl::Buffer* tensor = nullptr;
+  const device::Buffer* tensor = nullptr;
   attn::AttentionLayerParams params;  // the scale is the block's (set per call)
 };
 
@@ -99,11 +99,11 @@ void gated_ffn(const LayerStep& step, const LayerWeights& w);
 // the backend also writes out's quantisation into step.s.xq, so project() launches no quantisation
 // of its own; SPECDEC_FUSED_ATTN_QUANT=0 turns it off (read once: for measuring both).
 void write_kv_and_attend(const LayerStep& step, int il, const kv::KvRows* k, const kv::KvRows* v,
-                         const ocl::Buffer& query, float scale, ocl::Buffer& out,
+                         const device::Buffer& query, float scale, device::Buffer& out,
                          const quant::DeviceWeight* then_project = nullptr);
 
 // y [t, w.rows()] = x [t, w.cols()] . W^T with x quantised first (one launch more for quantised
 // weights; F32 / F16 / BF16 weights read x directly).
-void project(const LayerStep& step, const quant::DeviceWeight& w, const ocl::Buffer& x, ocl::Buffer& y);
+void project(const LayerStep& step, const quant::DeviceWeight& w, const device::Buffer& x, device::Buffer& y);
 
 }  // namespace specdec::runner

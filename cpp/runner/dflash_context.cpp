@@ -1,7 +1,6 @@
 #include "runner/dflash_context.h"
 
 #include "common/errors.h"
-#include "device/ocl_device.h"
 #include "ops/norm.h"
 #include "ops/rows.h"
 #include "quant/matmul.h"
@@ -10,7 +9,7 @@
 
 namespace specdec::runner {
 
-uint64_t DFlashContext::set_sink(ocl::Context& ctx, const model::ModelConfig& config,
+uint64_t DFlashContext::set_sink(device::Device& dev, const model::ModelConfig& config,
                                  int64_t max_num_batched_tokens, const std::vector<int>& layers, HiddenSink sink) {
   SPECDEC_CHECK(!layers.empty() && sink, "hidden sink", "empty", "target layers and a sink");
   SPECDEC_CHECK(!sink_, "hidden sink", "a second one",
@@ -20,8 +19,8 @@ uint64_t DFlashContext::set_sink(ocl::Context& ctx, const model::ModelConfig& co
   }
   capture_layers_ = layers;
   sink_ = std::move(sink);
-  captured_ = ocl::Buffer(ctx, static_cast<size_t>(max_num_batched_tokens * static_cast<int64_t>(layers.size()) *
-                                                   config.hidden_size) * 4);
+  captured_ = dev.allocate(static_cast<size_t>(max_num_batched_tokens * static_cast<int64_t>(layers.size()) *
+                                               config.hidden_size) * 4);
   sink_token_ = ++next_sink_token_;
   return sink_token_;
 }
@@ -30,11 +29,12 @@ void DFlashContext::clear_sink(uint64_t token) {
   if (token == 0 || token != sink_token_) return;
   capture_layers_.clear();
   sink_ = {};
-  captured_ = ocl::Buffer{};
+  captured_ = device::Buffer{};
   sink_token_ = 0;
 }
 
-void DFlashContext::capture(device::Device& dev, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden) {
+void DFlashContext::capture(device::Device& dev, int layer, const device::Buffer& from,
+                            int64_t num_tokens, int hidden) {
   const int64_t width = static_cast<int64_t>(capture_layers_.size()) * hidden;
   for (size_t j = 0; j < capture_layers_.size(); ++j) {
     if (capture_layers_[j] != layer) continue;
@@ -107,8 +107,8 @@ std::vector<StepRequest> context_requests(const std::vector<const ContextRows*>&
   return reqs;
 }
 
-const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
-                                   const ocl::Buffer& hidden, int64_t width, ocl::Buffer& gathered) {
+const device::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
+                                   const device::Buffer& hidden, int64_t width, device::Buffer& gathered) {
   int64_t next = 0;
   bool contiguous = true;
   for (const ContextRows* r : kept) {
@@ -116,7 +116,7 @@ const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const 
     next += r->num_rows;
   }
   if (contiguous) return hidden;
-  gathered = ocl::Buffer(ocl::context_of(dev), static_cast<size_t>(next * width) * 4);
+  gathered = dev.allocate(static_cast<size_t>(next * width) * 4, device::Lifetime::kStep);
   int64_t at = 0;
   for (const ContextRows* r : kept) {
     ops::copy_2d(dev, ops::Slice(hidden, r->first_row * width), ops::Slice(gathered, at * width), r->num_rows,
@@ -126,13 +126,13 @@ const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const 
   return gathered;
 }
 
-void write_context_layers(const LayerStep& step, const ModelWeights& weights, const ocl::Buffer& hidden) {
+void write_context_layers(const LayerStep& step, const ModelWeights& weights, const device::Buffer& hidden) {
   const model::ModelConfig& c = step.config;
   StepBuffers& s = step.s;
   const float eps = static_cast<float>(c.norm_eps), off = static_cast<float>(c.norm_weight_offset);
   quant::matmul_reusing(step.dev, *weights.dflash_fc, hidden, s.xq, step.num_tokens, s.x);
   ops::rms_norm(step.dev, s.x, weights.dflash_hidden_norm, s.h, step.num_tokens, c.hidden_size, eps, off);
-  s.xq.source = nullptr;  // s.h has no quantisation of its own yet
+  quant::clear_source(s.xq);  // the norm wrote s.h without quantising it: xq holds none of it
   for (int il = 0; il < c.num_layers; ++il) gqa_write_context(step, il, weights.layers[il]);
 }
 

@@ -12,7 +12,6 @@
 
 #include "device/device.h"
 #include "model/config.h"
-#include "ocl/context.h"
 #include "runner/model_weights.h"
 #include "runner/request_table.h"
 #include "runner/step_io.h"
@@ -35,20 +34,20 @@ struct ContextRows {
 };
 
 // (requests, hidden [rows, n * hidden_size] on the device, rows)
-using HiddenSink = std::function<void(const std::vector<ContextRows>&, const ocl::Buffer&, int64_t)>;
+using HiddenSink = std::function<void(const std::vector<ContextRows>&, const device::Buffer&, int64_t)>;
 
 class DFlashContext {
  public:
   // ---- a target ----
   // ModelRunner::set_hidden_sink / clear_hidden_sink (documented there); the capture buffer holds
   // max_num_batched_tokens rows.
-  uint64_t set_sink(ocl::Context& ctx, const model::ModelConfig& config, int64_t max_num_batched_tokens,
+  uint64_t set_sink(device::Device& dev, const model::ModelConfig& config, int64_t max_num_batched_tokens,
                     const std::vector<int>& layers, HiddenSink sink);
   void clear_sink(uint64_t token);
   bool has_sink() const { return static_cast<bool>(sink_); }
   // In a full step, after layer `layer`: `from` [num_tokens, hidden] into that layer's columns
   // when it is captured.
-  void capture(device::Device& dev, int layer, const ocl::Buffer& from, int64_t num_tokens, int hidden);
+  void capture(device::Device& dev, int layer, const device::Buffer& from, int64_t num_tokens, int hidden);
   // After a full step: its rows, request by request, to the sink.
   void send(const std::vector<StepRequest>& requests, int64_t num_tokens) const;
 
@@ -62,7 +61,7 @@ class DFlashContext {
   std::vector<int> capture_layers_;
   HiddenSink sink_;
   uint64_t sink_token_ = 0, next_sink_token_ = 0;
-  ocl::Buffer captured_;  // [max_num_batched_tokens, n * hidden]
+  device::Buffer captured_;  // [max_num_batched_tokens, n * hidden]
   std::shared_ptr<ModelRunner> target_;
 };
 
@@ -75,10 +74,10 @@ std::vector<const ContextRows*> keep_context_rows(const std::vector<ContextRows>
 std::vector<StepRequest> context_requests(const std::vector<const ContextRows*>& kept);
 // The kept rows of `hidden` [rows, width], contiguous: `hidden` itself, or (when one was dropped
 // or rows were reordered) a copy in `gathered`.
-const ocl::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
-                                   const ocl::Buffer& hidden, int64_t width, ocl::Buffer& gathered);
+const device::Buffer& contiguous_rows(device::Device& dev, const std::vector<const ContextRows*>& kept,
+                                   const device::Buffer& hidden, int64_t width, device::Buffer& gathered);
 // The context K/V of every layer from `hidden` [step.num_tokens, n * hidden_size]: the drafter's
 // hidden_norm(fc(hidden)), the same input for every layer.
-void write_context_layers(const LayerStep& step, const ModelWeights& weights, const ocl::Buffer& hidden);
+void write_context_layers(const LayerStep& step, const ModelWeights& weights, const device::Buffer& hidden);
 
 }  // namespace specdec::runner

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "common/errors.h"
-#include "device/ocl_device.h"
 #include "ops/elementwise.h"
 #include "ops/rows.h"
 #include "ops/sampling.h"
@@ -46,7 +45,7 @@ int64_t lm_head_rows(const model::GgufFile& file, const model::ModelConfig& c) {
 
 LogitsHead::LogitsHead(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& config,
                        const RunnerOptions& options, ModelWeights& weights)
-    : dev_(dev), ctx_(ocl::context_of(dev)), file_(file), config_(config), logit_token_ids_(options.logit_token_ids),
+    : dev_(dev), file_(file), config_(config), logit_token_ids_(options.logit_token_ids),
       max_num_logits_(options.max_num_logits) {
   const auto& ids = logit_token_ids_;
   SPECDEC_CHECK(!config.is_dflash() || ids.empty(), "logit_token_ids", str_cat(ids.size(), " ids"),
@@ -92,7 +91,7 @@ void LogitsHead::set_extra_tokens(const std::vector<int32_t>& ids) {
   if (static_cast<int64_t>(ids.size()) > extra_capacity_) {  // grows in powers of two
     int64_t cap = 256;
     while (cap < static_cast<int64_t>(ids.size())) cap *= 2;
-    extra_logits_ = ocl::Buffer(ctx_, static_cast<size_t>(max_num_logits_ * cap) * 4);
+    extra_logits_ = dev_.allocate(static_cast<size_t>(max_num_logits_ * cap) * 4);
     extra_capacity_ = cap;
   }
   extra_ids_ = ids;
@@ -103,20 +102,20 @@ void LogitsHead::compute(const quant::DeviceWeight& head, StepBuffers& s, int64_
   const int64_t m = num_rows;
   const int64_t vocab = out.vocab_size;
   ops::gather_rows(dev_, s.h, s.rows, s.xs, num_tokens, m, config_.hidden_size);
-  s.xq.source = nullptr;  // s.xs holds this step's rows: quantised anew by the first head's matmul
+  quant::clear_source(s.xq);  // s.xs holds this step's rows: quantised anew by the first head's matmul
   const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());  // the lm_head's columns
   reduce(head, s, m, s.logits, base, 0);
   const bool two = !extra_ids_.empty();
   if (two) reduce(*extra_head_, s, m, extra_logits_, vocab - base, 3 * m);
   // both parts' reductions come back in one transfer
   std::vector<float> reduced(static_cast<size_t>((two ? 6 : 3) * m));
-  s.reduced.read(ctx_, reduced.data(), reduced.size() * 4);
+  dev_.read(s.reduced, reduced.data(), reduced.size() * 4);
   pick(reduced, m, out);
   if (return_logits) read_logits(s, m, out);
 }
 
-void LogitsHead::reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m, ocl::Buffer& logits, int64_t n,
-                        int64_t at) {
+void LogitsHead::reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m,
+                        device::Buffer& logits, int64_t n, int64_t at) {
   quant::matmul_reusing(dev_, w, s.xs, s.xq, m, logits);
   if (config_.final_logit_softcap > 0) {
     ops::softcap(dev_, logits, m * n, static_cast<float>(config_.final_logit_softcap));
@@ -163,14 +162,14 @@ void LogitsHead::read_logits(StepBuffers& s, int64_t m, StepOutput& out) {
   const int64_t vocab = out.vocab_size;
   out.logits.resize(static_cast<size_t>(m * vocab));
   if (extra_ids_.empty()) {
-    s.logits.read(ctx_, out.logits.data(), out.logits.size() * 4);
+    dev_.read(s.logits, out.logits.data(), out.logits.size() * 4);
     return;
   }
   // [m, base] and [m, extra] -> rows of [base | extra]
   const int64_t base = vocab - static_cast<int64_t>(extra_ids_.size());
   std::vector<float> a(static_cast<size_t>(m * base)), b(static_cast<size_t>(m * (vocab - base)));
-  s.logits.read(ctx_, a.data(), a.size() * 4);
-  extra_logits_.read(ctx_, b.data(), b.size() * 4);
+  dev_.read(s.logits, a.data(), a.size() * 4);
+  dev_.read(extra_logits_, b.data(), b.size() * 4);
   for (int64_t i = 0; i < m; ++i) {
     std::copy_n(a.data() + i * base, base, out.logits.data() + i * vocab);
     std::copy_n(b.data() + i * (vocab - base), vocab - base, out.logits.data() + i * vocab + base);

@@ -11,7 +11,6 @@
 #include "device/device.h"
 #include "model/config.h"
 #include "model/gguf.h"
-#include "ocl/context.h"
 #include "quant/device_weight.h"
 #include "runner/model_weights.h"
 #include "runner/step_io.h"
@@ -46,7 +45,7 @@ class LogitsHead {
  private:
   // logits of `w` into `logits` [m, n], then [argmax column | logsumexp | logit there] into
   // s.reduced from element `at`
-  void reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m, ocl::Buffer& logits, int64_t n,
+  void reduce(const quant::DeviceWeight& w, StepBuffers& s, int64_t m, device::Buffer& logits, int64_t n,
               int64_t at);
   // out.argmax and out.argmax_logprob from the reductions of the head (and of the extra tokens)
   void pick(const std::vector<float>& reduced, int64_t m, StepOutput& out) const;
@@ -56,7 +55,6 @@ class LogitsHead {
   int32_t token(int32_t column, bool in_extra) const;
 
   device::Device& dev_;
-  ocl::Context& ctx_;  // dev_'s (buffers, matmuls: docs/device_seam.md, steps 3 and 7)
   const model::GgufFile& file_;
   const model::ModelConfig& config_;
   std::vector<int32_t> logit_token_ids_;
@@ -64,7 +62,7 @@ class LogitsHead {
   // set_extra_tokens: the rows and their logits [max_num_logits, capacity]
   std::vector<int32_t> extra_ids_;
   std::optional<quant::DeviceWeight> extra_head_;
-  ocl::Buffer extra_logits_;
+  device::Buffer extra_logits_;
   int64_t extra_capacity_ = 0;
 };
 

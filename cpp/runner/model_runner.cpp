@@ -4,7 +4,6 @@
 
 #include "attention/registry.h"
 #include "common/errors.h"
-#include "device/ocl_device.h"
 #include "kv/planner.h"
 #include "model/dflash.h"
 #include "ops/norm.h"
@@ -66,22 +65,19 @@ ModelRunner::ModelRunner(std::shared_ptr<device::Device> dev, const std::string&
                          const RunnerOptions& options, const LoadProgress& progress)
     : dev_(required(std::move(dev))), options_(options), file_(model::open_model_file(path)),
       config_(model::config_from_gguf(file_)),
-      weights_(load_weights(*dev_, ocl_context(), file_, config_, progress)),
+      weights_(load_weights(*dev_, file_, config_, progress)),
       logits_head_(*dev_, file_, config_, options_, weights_), kv_config_(plan(config_, options_)),
       setup_(attn::initialize_attention(kv_config_, layer_infos(config_), options_.attention_backend,
                                         dev_->info())),
       cache_(std::make_unique<kv::KvCacheAllocation>(dev_, kv_config_, setup_.layouts)),
       manager_(std::make_unique<kv::KvCacheManager>(kv_config_, options_.enable_prefix_caching)),
       requests_(*manager_) {
-  ocl::Context& ctx = ocl_context();
-  scratch_ = std::make_unique<StepBuffers>(ctx, config_, options_.max_num_batched_tokens, options_.max_num_logits);
+  scratch_ = std::make_unique<StepBuffers>(*dev_, config_, options_.max_num_batched_tokens, options_.max_num_logits);
   layers_ = bind_layers(config_, setup_, *cache_);
-  build_rope_tables(ctx, file_, config_, kv_config_.max_model_len, *scratch_);
+  build_rope_tables(*dev_, file_, config_, kv_config_.max_model_len, *scratch_);
 }
 
 ModelRunner::~ModelRunner() = default;
-
-ocl::Context& ModelRunner::ocl_context() const { return ocl::context_of(*dev_); }
 
 int64_t ModelRunner::num_logit_columns() const {
   std::lock_guard<std::mutex> guard(mu_);
@@ -124,7 +120,7 @@ void ModelRunner::set_dflash_target(std::shared_ptr<ModelRunner> target) {
 
 uint64_t ModelRunner::set_hidden_sink(const std::vector<int>& layers, HiddenSink sink) {
   std::lock_guard<std::mutex> guard(mu_);
-  return dflash_.set_sink(ocl_context(), config_, options_.max_num_batched_tokens, layers, std::move(sink));
+  return dflash_.set_sink(*dev_, config_, options_.max_num_batched_tokens, layers, std::move(sink));
 }
 
 void ModelRunner::clear_hidden_sink(uint64_t token) {
@@ -132,20 +128,20 @@ void ModelRunner::clear_hidden_sink(uint64_t token) {
   dflash_.clear_sink(token);
 }
 
-void ModelRunner::write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows) {
+void ModelRunner::write_context(const std::vector<ContextRows>& rows, const device::Buffer& hidden, int64_t num_rows) {
   std::lock_guard<std::mutex> guard(mu_);
   write_context_locked(rows, hidden, num_rows);
 }
 
-void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden,
+void ModelRunner::write_context_locked(const std::vector<ContextRows>& rows, const device::Buffer& hidden,
                                        int64_t num_rows) {
   SPECDEC_CHECK(config_.is_dflash(), "write_context", config_.name, "only for a DFlash drafter");
   const std::vector<const ContextRows*> kept = keep_context_rows(rows, num_rows, max_model_len(), requests_);
   if (kept.empty()) return;
   const std::vector<StepRequest> reqs = context_requests(kept);
   const int64_t width = static_cast<int64_t>(config_.dflash_target_layers.size()) * config_.hidden_size;
-  ocl::Buffer gathered;
-  const ocl::Buffer& in = contiguous_rows(*dev_, kept, hidden, width, gathered);
+  device::Buffer gathered;
+  const device::Buffer& in = contiguous_rows(*dev_, kept, hidden, width, gathered);
   StepPlan plan;
   try {
     plan = plan_step(reqs);
@@ -220,8 +216,16 @@ const quant::DeviceWeight& attention_input_reader(const model::ModelConfig& c, c
   return w.wqkv ? *w.wqkv : w.wqk ? *w.wqk : w.wq;
 }
 
-// After a norm wrote s.h: s.xq holds its quantisation when `q` was passed.
-void mark_h(StepBuffers& s, const ops::QuantizedOut* q) { s.xq.source = q != nullptr ? s.h.get() : nullptr; }
+// After a norm wrote s.h: s.xq holds its quantisation when `q` was passed (the norm wrote both in
+// one launch); otherwise xq holds no quantisation of the new s.h (a stale one of the same buffer
+// must not be taken for it).
+void mark_h(StepBuffers& s, const ops::QuantizedOut* q) {
+  if (q != nullptr) {
+    quant::set_source(s.xq, s.h);
+  } else {
+    quant::clear_source(s.xq);
+  }
+}
 
 }  // namespace
 
@@ -246,7 +250,7 @@ void ModelRunner::run_layer(int il, const std::vector<attn::AttentionMetadata>& 
 
   gated_ffn(step, w);
   if (present(w.post_ffn_norm)) ops::rms_norm(dev, s.proj, w.post_ffn_norm, s.proj, t, d, eps, off);
-  const ocl::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
+  const device::Buffer& next_norm = il + 1 < exit ? weights_.layers[il + 1].attn_norm : weights_.output_norm;
   // the last layer's output norm feeds the logits rows only (gathered, quantised there)
   q = il + 1 < exit ? quantize_h(dev, s, t, d, attention_input_reader(c, weights_.layers[il + 1], il + 1))
                     : nullptr;
@@ -304,12 +308,13 @@ void ModelRunner::plan_inputs(const std::vector<StepRequest>& requests, StepPlan
   }
   plan.num_tokens = static_cast<int64_t>(ids.size());
   StepBuffers& s = *scratch_;
-  ocl::Context& ctx = ocl_context();
-  // copied when created: no blocking write through the queue (each costs a round trip on PoCL)
-  s.ids = ocl::Buffer(ctx, ids.data(), ids.size() * 4);
-  s.positions = ocl::Buffer(ctx, positions.data(), positions.size() * 4);
+  // copied when created: no blocking write through the queue (each costs a round trip on PoCL).
+  // The previous step's buffers go now, while its ops may still read them: the ordering
+  // contract's rule 2 (device/device.h) keeps their memory until then.
+  s.ids = dev_->upload(ids.data(), ids.size() * 4, device::Lifetime::kStep);
+  s.positions = dev_->upload(positions.data(), positions.size() * 4, device::Lifetime::kStep);
   if (!plan.logit_rows.empty()) {
-    s.rows = ocl::Buffer(ctx, plan.logit_rows.data(), plan.logit_rows.size() * 4);
+    s.rows = dev_->upload(plan.logit_rows.data(), plan.logit_rows.size() * 4, device::Lifetime::kStep);
   }
   // Per attention group, once for every layer of the group (slot mappings, block tables, the
   // backend's launch plan).
@@ -324,11 +329,11 @@ void ModelRunner::run_layers(const StepPlan& plan, const std::vector<int>& hidde
   const int d = config_.hidden_size;
   const double embedding_scale = config_.is_dflash() ? config_.dflash_embedding_scale : config_.embedding_scale;
   quant::embedding_lookup(dev, embedding(), s.ids, t, s.x, static_cast<float>(embedding_scale));
-  auto capture = [&](int layer, const ocl::Buffer& from) {
+  auto capture = [&](int layer, const device::Buffer& from) {
     for (int l : hidden_layers) {
       if (l != layer) continue;
       std::vector<float> h(static_cast<size_t>(t * d));
-      from.read(ocl_context(), h.data(), h.size() * 4);
+      dev.read(from, h.data(), h.size() * 4);
       out.hidden[layer] = std::move(h);
     }
   };

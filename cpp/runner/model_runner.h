@@ -24,7 +24,6 @@
 #include "kv/config.h"
 #include "model/config.h"
 #include "model/gguf.h"
-#include "ocl/context.h"
 #include "runner/dflash_context.h"
 #include "runner/logits_head.h"
 #include "runner/model_weights.h"
@@ -133,7 +132,7 @@ class ModelRunner {
   // each request is first rolled back to first_position (freed at 0), then its cache holds
   // first_position + num_rows tokens. A request whose cache is shorter than first_position
   // (rows it never saw) is dropped instead: it has no context until its next prefill.
-  void write_context(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
+  void write_context(const std::vector<ContextRows>& rows, const device::Buffer& hidden, int64_t num_rows);
 
  private:
   friend class WarmUp;  // runs throwaway steps through the parts below
@@ -161,10 +160,7 @@ class ModelRunner {
   // This model's, or a DFlash drafter's target's
   const quant::DeviceWeight& embedding() const;
   const quant::DeviceWeight& head() const;
-  void write_context_locked(const std::vector<ContextRows>& rows, const ocl::Buffer& hidden, int64_t num_rows);
-  // The OpenCL context under dev_, for the ocl::Buffers the runner still makes itself (step
-  // buffers, RoPE tables, weights, per-step ids and positions) until step 7 of docs/device_seam.md.
-  ocl::Context& ocl_context() const;
+  void write_context_locked(const std::vector<ContextRows>& rows, const device::Buffer& hidden, int64_t num_rows);
 
   std::shared_ptr<device::Device> dev_;  // first: the members below are made on it
   RunnerOptions options_;

@@ -20,8 +20,8 @@ namespace {
 
 class Loader {
  public:
-  Loader(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file, const LoadProgress& progress)
-      : dev_(dev), ctx_(ctx), file_(file), progress_(progress), arena_(ctx) {
+  Loader(device::Device& dev, const model::GgufFile& file, const LoadProgress& progress)
+      : dev_(dev), file_(file), progress_(progress), arena_(dev) {
     for (const auto& t : file.tensors()) total_ += static_cast<int64_t>(t.size_bytes);
   }
 
@@ -56,9 +56,10 @@ class Loader {
   }
 
   // f32 data uploaded as one buffer; `sources` are counted as loaded.
-  ocl::Buffer upload(const std::vector<float>& v, const std::vector<std::string>& sources) {
-    ocl::Buffer b(ctx_, v.size() * sizeof(float));
-    b.write(ctx_, v.data(), v.size() * sizeof(float));
+  // (A plain buffer, kWorkspace: vectors and biases are small, and never took huge pages.)
+  device::Buffer upload(const std::vector<float>& v, const std::vector<std::string>& sources) {
+    device::Buffer b = dev_.allocate(v.size() * sizeof(float));
+    dev_.write(b, v.data(), v.size() * sizeof(float));
     for (const auto& n : sources) done(file_.tensor(n), false);
     device_ += static_cast<int64_t>(v.size() * sizeof(float));
     return b;
@@ -71,13 +72,13 @@ class Loader {
 
   // A 1-D f32 vector (norm weight, bias), dequantized on the host when stored otherwise;
   // empty when the tensor is absent.
-  ocl::Buffer vector(const std::string& name) {
+  device::Buffer vector(const std::string& name) {
     const model::GgufTensor* t = file_.find_tensor(name);
     if (t == nullptr) return {};
     std::vector<float> v(static_cast<size_t>(t->num_elements));
     quant::dequantize_row(t->type, t->data, v.data(), t->num_elements);
-    ocl::Buffer b(ctx_, v.size() * sizeof(float));
-    b.write(ctx_, v.data(), v.size() * sizeof(float));
+    device::Buffer b = dev_.allocate(v.size() * sizeof(float));  // plain, as upload() above
+    dev_.write(b, v.data(), v.size() * sizeof(float));
     done(*t);
     return b;
   }
@@ -93,10 +94,9 @@ class Loader {
   }
 
   device::Device& dev_;
-  ocl::Context& ctx_;  // dev_'s (buffers and the arena until step 7, docs/device_seam.md)
   const model::GgufFile& file_;
   const LoadProgress& progress_;
-  ocl::BufferArena arena_;  // the small matrices share huge pages
+  device::Arena arena_;  // the small matrices share huge pages
   int64_t total_ = 0;
   int64_t done_ = 0;
   int64_t device_ = 0;
@@ -272,10 +272,10 @@ void check_loadable(const model::GgufFile& file, const model::ModelConfig& confi
   }
 }
 
-ModelWeights load_weights(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file,
+ModelWeights load_weights(device::Device& dev, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress) {
   check_loadable(file, config);
-  Loader load(dev, ctx, file, progress);
+  Loader load(dev, file, progress);
   ModelWeights w;
   if (config.is_dflash()) {
     w.dflash_fc = load.matrix("dflash_fc.weight");

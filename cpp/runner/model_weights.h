@@ -11,7 +11,6 @@
 
 #include "device/device.h"
 #include "model/config.h"
-#include "ocl/context.h"
 #include "quant/device_weight.h"
 
 namespace specdec::model {
@@ -22,9 +21,9 @@ struct GgufTensor;
 namespace specdec::runner {
 
 struct LayerWeights {
-  ocl::Buffer attn_norm, ffn_norm;             // [hidden]
-  ocl::Buffer q_norm, k_norm;                  // [head_size] (QK norm), else empty
-  ocl::Buffer post_attn_norm, post_ffn_norm;   // [hidden] (Gemma 3), else empty
+  device::Buffer attn_norm, ffn_norm;             // [hidden]
+  device::Buffer q_norm, k_norm;                  // [head_size] (QK norm), else empty
+  device::Buffer post_attn_norm, post_ffn_norm;   // [hidden] (Gemma 3), else empty
 
   // Attention (GQA). q, k and v of one weight type are stacked into wqkv ([q + k + v, hidden],
   // one launch) and the separate wq / wk / wv stay empty. When only q and k share a type (a
@@ -34,14 +33,14 @@ struct LayerWeights {
   std::optional<quant::DeviceWeight> wqkv;
   std::optional<quant::DeviceWeight> wqk;      // [q + k, hidden] beside wv, else empty
   quant::DeviceWeight wq, wk, wv, wo;          // [q, hidden], [kv, hidden], [v, hidden], [hidden, o]
-  ocl::Buffer bq, bk, bv, bo;                  // biases, else empty
-  ocl::Buffer bqkv;                            // [q + k + v] with wqkv or wqk and biases, else empty
+  device::Buffer bq, bk, bv, bo;                  // biases, else empty
+  device::Buffer bqkv;                            // [q + k + v] with wqkv or wqk and biases, else empty
 
   // Attention (MLA, DeepSeek-V2). wq is attn_q_b after wq_a / q_a_norm (q LoRA) or attn_q.
   quant::DeviceWeight wq_a, wkv_a;             // [q_lora, hidden] (or empty), [lora + rope, hidden]
-  ocl::Buffer q_a_norm, kv_a_norm;             // [q_lora], [kv_lora]
-  ocl::Buffer w_uk;  // f32 [heads, kv_lora, nope]: q_nope -> latent (absorbed into the query)
-  ocl::Buffer w_uv;  // f32 [heads, v, kv_lora]: latent attention output -> v
+  device::Buffer q_a_norm, kv_a_norm;             // [q_lora], [kv_lora]
+  device::Buffer w_uk;  // f32 [heads, kv_lora, nope]: q_nope -> latent (absorbed into the query)
+  device::Buffer w_uv;  // f32 [heads, v, kv_lora]: latent attention output -> v
 
   // Gated FFN: gate and up of one type stacked into gate_up ([2 ff, hidden]), else apart.
   std::optional<quant::DeviceWeight> gate_up;
@@ -51,13 +50,13 @@ struct LayerWeights {
 struct ModelWeights {
   quant::DeviceWeight token_embd;              // [vocab, hidden]
   std::optional<quant::DeviceWeight> output;   // [vocab, hidden]; empty when tied
-  ocl::Buffer output_norm;                     // [hidden]
+  device::Buffer output_norm;                     // [hidden]
   std::vector<LayerWeights> layers;
   int64_t device_bytes = 0;
   // A DFlash drafter (ModelConfig::is_dflash): the context projection [hidden, n * hidden] and
   // its norm; token_embd and output stay empty (the target's are used).
   std::optional<quant::DeviceWeight> dflash_fc;
-  ocl::Buffer dflash_hidden_norm;
+  device::Buffer dflash_hidden_norm;
 
   const quant::DeviceWeight& lm_head() const { return output ? *output : token_embd; }
 };
@@ -72,15 +71,14 @@ using LoadProgress = std::function<void(int64_t, int64_t)>;
 void check_loadable(const model::GgufFile& file, const model::ModelConfig& config);
 
 // Checks the tensors (check_loadable) and uploads them. UnsupportedError for an
-// architecture or weight type without a device path here. ctx: dev's context, for the buffers
-// that stay ocl::Buffer until step 7 of docs/device_seam.md.
-ModelWeights load_weights(device::Device& dev, ocl::Context& ctx, const model::GgufFile& file,
+// architecture or weight type without a device path here.
+ModelWeights load_weights(device::Device& dev, const model::GgufFile& file,
                           const model::ModelConfig& config, const LoadProgress& progress = {});
 
 // A GGUF tensor's bytes as quant's uploads take them (a view: valid while the GgufFile lives).
 quant::WeightBytes weight_bytes(const model::GgufTensor& tensor);
 
 // Whether a buffer was loaded (optional tensors leave it empty).
-inline bool present(const ocl::Buffer& b) { return b.get() != nullptr; }
+inline bool present(const device::Buffer& b) { return !b.empty(); }
 
 }  // namespace specdec::runner

@@ -24,7 +24,7 @@ std::vector<float> read_factors(const model::GgufFile& file, const std::string& 
 
 }  // namespace
 
-void build_rope_tables(ocl::Context& ctx, const model::GgufFile& file, const model::ModelConfig& c,
+void build_rope_tables(device::Device& dev, const model::GgufFile& file, const model::ModelConfig& c,
                        int64_t max_model_len, StepBuffers& s) {
   // llama_model::get_rope_factors: rope_freqs, else LongRoPE's long factors past the original
   // context and its short ones within it.
@@ -44,7 +44,7 @@ void build_rope_tables(ocl::Context& ctx, const model::GgufFile& file, const mod
     size_t i = 0;
     while (i < keys.size() && !(keys[i] == f)) ++i;
     if (i == keys.size()) {
-      s.rope_tables.emplace_back(ctx, c.rope_type, c.rope_dim, f.base, f.freq_scale, f.factors);
+      s.rope_tables.emplace_back(dev, c.rope_type, c.rope_dim, f.base, f.freq_scale, f.factors);
       s.rope_qk_scale.push_back(static_cast<float>(f.mscale * f.mscale));
       keys.push_back(std::move(f));
     }

@@ -75,7 +75,7 @@ void WarmUp::write_context(int64_t n) {
   ModelRunner& r = runner_;
   const int64_t width = static_cast<int64_t>(r.config_.dflash_target_layers.size()) * r.config_.hidden_size;
   const std::vector<float> zeros(static_cast<size_t>(n * width), 0.0f);
-  const ocl::Buffer hidden(r.ocl_context(), zeros.data(), zeros.size() * 4);
+  const device::Buffer hidden = r.dev_->upload(zeros.data(), zeros.size() * 4, device::Lifetime::kStep);
   r.write_context_locked({{id_, 0, n, 0, {}}}, hidden, n);
   r.requests_.drop(id_);
 }

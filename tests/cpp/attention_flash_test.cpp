@@ -99,14 +99,14 @@ std::vector<float> run_flash(const AttentionBackend& backend, const kv::KvCacheS
                              const CommonAttentionMetadata& common, const std::vector<float>& query,
                              const AttentionLayerParams& p, const RandomCache& cache,
                              int builder_q_heads) {
-  auto& ctx = *context();
   const size_t n = query.size();
-  ocl::Buffer q(ctx, std::max<size_t>(n, 1) * 4), out(ctx, std::max<size_t>(n, 1) * 4);
-  if (n > 0) q.write(ctx, query.data(), n * 4);
+  device::Buffer q = dev().allocate(std::max<size_t>(n, 1) * 4),
+                 out = dev().allocate(std::max<size_t>(n, 1) * 4);
+  if (n > 0) dev().write(q, query.data(), n * 4);
   const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(dev(), common);
   backend.forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
   std::vector<float> got(n);
-  if (n > 0) out.read(ctx, got.data(), n * 4);
+  if (n > 0) dev().read(out, got.data(), n * 4);
   return got;
 }
 
@@ -190,7 +190,6 @@ TEST(FlashEdgeCases, EmptyBatchWritesNothing) {
   const Case c{"empty", DType::kF16, 128, 8, 2, 16, &kDecode};
   const kv::KvCacheSpec spec = spec_of(c);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, 8, rng);
-  auto& ctx = *context();
   const std::vector<float> sentinel(64, 7.0f);
   for (const std::vector<Req>& reqs : {std::vector<Req>{}, std::vector<Req>{{0, 0}, {20, 0}}}) {
     const CommonAttentionMetadata common = random_metadata(reqs, c.bs, 8, true, rng);
@@ -198,12 +197,12 @@ TEST(FlashEdgeCases, EmptyBatchWritesNothing) {
     for (int builder_q_heads : {c.hq, 0}) {
       const AttentionMetadata md = backend->make_builder(spec, builder_q_heads)->build(dev(), common);
       EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
-      ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
-      out.write(ctx, sentinel.data(), 64 * 4);
+      device::Buffer q = dev().allocate(64 * 4), out = dev().allocate(64 * 4);
+      dev().write(out, sentinel.data(), 64 * 4);
       EXPECT_NO_THROW(
           backend->forward(dev(), md, params_of(c), cache.view(), cache.buffer(), q, out));
       std::vector<float> got(64);
-      out.read(ctx, got.data(), 64 * 4);
+      dev().read(out, got.data(), 64 * 4);
       EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
     }
   }
@@ -222,7 +221,7 @@ TEST(FlashWindow, FreedBlocksAreNeverRead) {
   const int64_t page_elems = spec.page_size_bytes() / 2;
   for (int64_t i = 0; i < page_elems; ++i)
     kv::store_element(cache.raw, spec.dtype, i, NAN);  // null block
-  cache.alloc->tensor(0).write(*context(), cache.raw.data(), cache.raw.size());
+  dev().write(cache.alloc->tensor(0), cache.raw.data(), cache.raw.size());
   CommonAttentionMetadata md = random_metadata(reqs, c.bs, num_blocks, true, rng);
   int freed = 0;
   for (int r = 0; r < md.num_reqs; ++r) {
@@ -340,16 +339,15 @@ TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
   const int64_t num_blocks = blocks_needed(kMixed, c.bs);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, num_blocks, rng);
   const CommonAttentionMetadata common = random_metadata(kMixed, c.bs, num_blocks, true, rng);
-  auto& ctx = *context();
   const size_t n = static_cast<size_t>(common.num_actual_tokens) * c.hq * c.head;
   const std::vector<float> query = random_floats(n, rng);
-  ocl::Buffer q(ctx, n * 4);
-  q.write(ctx, query.data(), n * 4);
+  device::Buffer q = dev().allocate(n * 4);
+  dev().write(q, query.data(), n * 4);
   auto forward = [&](const AttentionMetadata& md) {
-    ocl::Buffer out(ctx, n * 4);
+    device::Buffer out = dev().allocate(n * 4);
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
     std::vector<float> got(n);
-    out.read(ctx, got.data(), n * 4);
+    dev().read(out, got.data(), n * 4);
     return got;
   };
   const AttentionMetadata step = backend->make_builder(spec, c.hq)->build(dev(), common);
@@ -376,7 +374,6 @@ TEST(FlashPlan, StepPlanAndPerCallPlansAgree) {
 // 32 values, and per 256 where the head holds whole groups (head 256; others refused).
 TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
   std::mt19937 rng(123);
-  auto& ctx = *context();
   const auto backend = make_ocl_flash_backend();
   ASSERT_TRUE(backend->capabilities().quantized_output);
   const std::vector<Req> reqs = {{0, 1}, {250, 8}, {800, 1}, {40, 5}, {1500, 1}, {254, 5}, {0, 16}};
@@ -394,8 +391,8 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       const int64_t t = common.num_actual_tokens, width = int64_t{c.hq} * c.head;
       const size_t n = static_cast<size_t>(t * width);
       const std::vector<float> query = random_floats(n, rng);
-      ocl::Buffer q(ctx, n * 4), plain(ctx, n * 4), fused(ctx, n * 4);
-      q.write(ctx, query.data(), n * 4);
+      device::Buffer q = dev().allocate(n * 4), plain = dev().allocate(n * 4), fused = dev().allocate(n * 4);
+      dev().write(q, query.data(), n * 4);
       const AttentionMetadata md = backend->make_builder(spec, c.hq)->build(dev(), common);
       backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, plain);
       quant::QuantizedActivations mine;
@@ -409,9 +406,9 @@ TEST(FlashQuantizedOutput, SameOutputAndTheActivationsQuantizeWouldWrite) {
       backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, fused);
       quant::QuantizedActivations want;
       quant::quantize_activations(dev(), plain, t, width, want, sb);
-      auto bytes = [&](const ocl::Buffer& b, size_t size) {
+      auto bytes = [&](const device::Buffer& b, size_t size) {
         std::vector<uint8_t> v(size);
-        b.read(ctx, v.data(), size);
+        dev().read(b, v.data(), size);
         return v;
       };
       const std::string what = c.name + " scale block " + std::to_string(sb) +
@@ -519,8 +516,7 @@ TEST(FlashCapabilities, ForwardRefusesWhatItDoesNotImplement) {
   const Case c{"refuse", DType::kF16, 128, 8, 2, 16, &kMixed};
   const kv::KvCacheSpec spec = spec_of(c);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kBlockMajor, 8, rng);
-  auto& ctx = *context();
-  ocl::Buffer q(ctx, 8 * 128 * 4), out(ctx, 8 * 128 * 4), sinks(ctx, 8 * 4);
+  device::Buffer q = dev().allocate(8 * 128 * 4), out = dev().allocate(8 * 128 * 4), sinks = dev().allocate(8 * 4);
   CommonAttentionMetadata common = random_metadata({{3, 1}}, 16, 8, false, rng);
   const AttentionMetadata non_causal = backend->make_builder(spec)->build(dev(), common);
   EXPECT_THROW(

@@ -113,23 +113,22 @@ std::vector<float> run(const AttentionBackend& backend, const kv::KvCacheSpec& s
                        const RandomCache& cache, const CommonAttentionMetadata& common,
                        const AttentionLayerParams& params, const std::vector<float>& query,
                        const std::vector<float>& sinks, int builder_q_heads) {
-  auto& ctx = *context();
   const size_t n_out =
       static_cast<size_t>(common.num_actual_tokens) * params.num_q_heads * params.head_size_v;
-  ocl::Buffer q_buf(ctx, std::max<size_t>(query.size(), 1) * 4);
-  ocl::Buffer out_buf(ctx, std::max<size_t>(n_out, 1) * 4);
-  if (!query.empty()) q_buf.write(ctx, query.data(), query.size() * 4);
+  device::Buffer q_buf = dev().allocate(std::max<size_t>(query.size(), 1) * 4);
+  device::Buffer out_buf = dev().allocate(std::max<size_t>(n_out, 1) * 4);
+  if (!query.empty()) dev().write(q_buf, query.data(), query.size() * 4);
   AttentionLayerParams p = params;
-  std::unique_ptr<ocl::Buffer> sink_buf;
+  std::unique_ptr<device::Buffer> sink_buf;
   if (!sinks.empty()) {
-    sink_buf = std::make_unique<ocl::Buffer>(ctx, sinks.size() * 4);
-    sink_buf->write(ctx, sinks.data(), sinks.size() * 4);
+    sink_buf = std::make_unique<device::Buffer>(dev().allocate(sinks.size() * 4));
+    dev().write(*sink_buf, sinks.data(), sinks.size() * 4);
     p.sinks = sink_buf.get();
   }
   const AttentionMetadata md = backend.make_builder(spec, builder_q_heads)->build(dev(), common);
   backend.forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   std::vector<float> out(n_out);
-  if (n_out > 0) out_buf.read(ctx, out.data(), n_out * 4);
+  if (n_out > 0) dev().read(out_buf, out.data(), n_out * 4);
   return out;
 }
 
@@ -287,18 +286,17 @@ TEST(OclMla, StepPlanAndPerCallPlansAgree) {
   const RandomCache cache = random_cache(spec, kv::KvLayout::kMlaLatent, num_blocks, rng);
   const CommonAttentionMetadata common = random_metadata(reqs, c.block_size, num_blocks, true, rng);
   const AttentionLayerParams p = layer_params(c);
-  auto& ctx = *context();
   const size_t n_q = static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size;
   const size_t n_out =
       static_cast<size_t>(common.num_actual_tokens) * p.num_q_heads * p.head_size_v;
   const std::vector<float> query = random_floats(n_q, rng);
-  ocl::Buffer q(ctx, n_q * 4);
-  q.write(ctx, query.data(), n_q * 4);
+  device::Buffer q = dev().allocate(n_q * 4);
+  dev().write(q, query.data(), n_q * 4);
   auto forward = [&](const AttentionMetadata& md) {
-    ocl::Buffer out(ctx, n_out * 4);
+    device::Buffer out = dev().allocate(n_out * 4);
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q, out);
     std::vector<float> got(n_out);
-    out.read(ctx, got.data(), n_out * 4);
+    dev().read(out, got.data(), n_out * 4);
     return got;
   };
   const AttentionMetadata step = backend->make_builder(spec, c.heads)->build(dev(), common);
@@ -320,7 +318,6 @@ TEST(OclMla, EmptyBatchWritesNothing) {
   const MlaCase c{32, 16, 16, 16, DType::kF16};
   const kv::KvCacheSpec spec = kv::KvCacheSpec::mla(c.block_size, c.lora, c.rope, c.dtype);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kMlaLatent, 8, rng);
-  auto& ctx = *context();
   const std::vector<float> sentinel(64, 7.0f);
   for (const std::vector<Req>& reqs : {std::vector<Req>{}, std::vector<Req>{{0, 0}, {20, 0}}}) {
     for (bool causal : {true, false}) {
@@ -330,12 +327,12 @@ TEST(OclMla, EmptyBatchWritesNothing) {
         const AttentionMetadata md =
             backend->make_builder(spec, builder_q_heads)->build(dev(), common);
         EXPECT_TRUE(md.backend_data == nullptr);  // nothing to plan
-        ocl::Buffer q(ctx, 64 * 4), out(ctx, 64 * 4);
-        out.write(ctx, sentinel.data(), 64 * 4);
+        device::Buffer q = dev().allocate(64 * 4), out = dev().allocate(64 * 4);
+        dev().write(out, sentinel.data(), 64 * 4);
         EXPECT_NO_THROW(
             backend->forward(dev(), md, layer_params(c), cache.view(), cache.buffer(), q, out));
         std::vector<float> got(64);
-        out.read(ctx, got.data(), 64 * 4);
+        dev().read(out, got.data(), 64 * 4);
         EXPECT_EQ(got, sentinel) << reqs.size() << " requests, builder q heads " << builder_q_heads;
       }
     }
@@ -396,19 +393,18 @@ TEST(OclMla, DISABLED_DecodeTiming) {
   const CommonAttentionMetadata common =
       random_metadata(reqs, 16, blocks_needed(reqs, 16), true, rng);
   const AttentionLayerParams p = layer_params({512, 64, 16, 16});
-  auto& ctx = *context();
   const auto query = random_floats(16 * 576, rng);
-  ocl::Buffer q_buf(ctx, query.size() * 4), out_buf(ctx, 16 * 512 * 4);
-  q_buf.write(ctx, query.data(), query.size() * 4);
+  device::Buffer q_buf = dev().allocate(query.size() * 4), out_buf = dev().allocate(16 * 512 * 4);
+  dev().write(q_buf, query.data(), query.size() * 4);
   const AttentionMetadata md = backend->make_builder(spec, 16)->build(dev(), common);  // as a step
   for (int i = 0; i < 3; ++i)
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
-  ctx.finish();
+  dev().sync();
   std::vector<double> ms(50);
   for (double& m : ms) {
     const auto t0 = std::chrono::steady_clock::now();
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
-    ctx.finish();
+    dev().sync();
     m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   std::sort(ms.begin(), ms.end());

@@ -268,13 +268,12 @@ TEST(PagedAttentionCaps, RejectsWhatItCannotServe) {
 }
 
 TEST(PagedAttentionCaps, ForwardRejectsMismatchedParams) {
-  auto& ctx = *context();
   std::mt19937 rng(5);
   const auto spec = kv::KvCacheSpec::full_attention(16, 2, 64, DType::kF16);
   const RandomCache cache = random_cache(spec, kv::KvLayout::kKvMajor, 8, rng);
   const auto md =
       upload_metadata(dev(), random_metadata({{3, 2}}, 16, cache.view().num_blocks, true, rng));
-  ocl::Buffer q(ctx, 2 * 8 * 64 * 4), out(ctx, 2 * 8 * 64 * 4);
+  device::Buffer q = dev().allocate(2 * 8 * 64 * 4), out = dev().allocate(2 * 8 * 64 * 4);
   AttentionLayerParams p;
   p.num_q_heads = 8;
   p.num_kv_heads = 4;  // the cache has 2
@@ -285,7 +284,6 @@ TEST(PagedAttentionCaps, ForwardRejectsMismatchedParams) {
 
 // Output rows of request `target` computed alone and inside a batch are bitwise equal.
 void expect_batch_invariant(const Case& c) {
-  auto& ctx = *context();
   const auto backend = make_ocl_paged_backend();
   std::mt19937 rng(77);
   const std::vector<Req> batch = {{40, 24}, {120, 1}, {250, 1}, {77, 5}, {0, 9}};
@@ -298,13 +296,13 @@ void expect_batch_invariant(const Case& c) {
   const auto query = random_floats(static_cast<size_t>(full.num_actual_tokens) * row_q, rng);
 
   auto run = [&](const CommonAttentionMetadata& common, const float* q, int tokens) {
-    ocl::Buffer q_buf(ctx, static_cast<size_t>(tokens) * row_q * 4),
-        o_buf(ctx, static_cast<size_t>(tokens) * row_o * 4);
-    q_buf.write(ctx, q, static_cast<size_t>(tokens) * row_q * 4);
+    device::Buffer q_buf = dev().allocate(static_cast<size_t>(tokens) * row_q * 4),
+        o_buf = dev().allocate(static_cast<size_t>(tokens) * row_o * 4);
+    dev().write(q_buf, q, static_cast<size_t>(tokens) * row_q * 4);
     const AttentionMetadata md = backend->make_builder(spec)->build(dev(), common);
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, o_buf);
     std::vector<float> out(static_cast<size_t>(tokens) * row_o);
-    o_buf.read(ctx, out.data(), out.size() * 4);
+    dev().read(o_buf, out.data(), out.size() * 4);
     return out;
   };
   // Tokens [i0, i0 + n) of request r as a batch of their own (causal: the keys after them are

@@ -198,9 +198,9 @@ TEST(AttentionGroups, NonCausalDrafterGetsItsOwnBackendAndLayout) {
   // allocated side by side, nothing aliases across them
   auto dev = device::open();
   kv::KvCacheAllocation t(dev, plan.target, target.layouts), d(dev, plan.drafter, drafter.layouts);
-  std::set<cl_mem> buffers;
-  for (size_t i = 0; i < t.num_tensors(); ++i) buffers.insert(t.tensor(static_cast<int>(i)).get());
-  for (size_t i = 0; i < d.num_tensors(); ++i) buffers.insert(d.tensor(static_cast<int>(i)).get());
+  std::set<const void*> buffers;
+  for (size_t i = 0; i < t.num_tensors(); ++i) buffers.insert(t.tensor(static_cast<int>(i)).id().value);
+  for (size_t i = 0; i < d.num_tensors(); ++i) buffers.insert(d.tensor(static_cast<int>(i)).id().value);
   EXPECT_EQ(buffers.size(), t.num_tensors() + d.num_tensors());
   EXPECT_EQ(t.view("layers.0").layout, tb->kv_layout());
   EXPECT_EQ(d.view("layers.0").layout, db->kv_layout());

@@ -90,7 +90,7 @@ struct RandomCache {
   std::vector<uint8_t> raw;  // host copy of the tensor
 
   const kv::LayerKvView& view() const { return alloc->views()[0]; }
-  const ocl::Buffer& buffer() const { return alloc->tensor(0); }
+  const device::Buffer& buffer() const { return alloc->tensor(0); }
 };
 
 inline RandomCache random_cache(const kv::KvCacheSpec& spec, kv::KvLayout layout, int64_t num_blocks,
@@ -102,7 +102,7 @@ inline RandomCache random_cache(const kv::KvCacheSpec& spec, kv::KvLayout layout
   c.raw.assign(static_cast<size_t>(c.config.tensors[0].size_bytes), 0);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int64_t i = 0; i < num_elems; ++i) kv::store_element(c.raw, spec.dtype, i, dist(rng));
-  c.alloc->tensor(0).write(*context(), c.raw.data(), c.raw.size());
+  dev().write(c.alloc->tensor(0), c.raw.data(), c.raw.size());
   return c;
 }
 
@@ -111,23 +111,23 @@ inline RandomCache random_cache(const kv::KvCacheSpec& spec, kv::KvLayout layout
 inline float max_error_vs_reference(const AttentionBackend& backend, const kv::KvCacheSpec& spec,
                                     const CommonAttentionMetadata& common, const AttentionLayerParams& params,
                                     const RandomCache& cache, const std::vector<float>& sinks, std::mt19937& rng) {
-  auto& ctx = *context();
   const size_t n_q = static_cast<size_t>(common.num_actual_tokens) * params.num_q_heads * params.head_size;
   const size_t n_out = static_cast<size_t>(common.num_actual_tokens) * params.num_q_heads * params.head_size_v;
   const auto query = random_floats(n_q, rng);
-  ocl::Buffer q_buf(ctx, std::max<size_t>(n_q, 1) * 4), out_buf(ctx, std::max<size_t>(n_out, 1) * 4);
-  if (n_q > 0) q_buf.write(ctx, query.data(), n_q * 4);
-  std::unique_ptr<ocl::Buffer> sink_buf;
+  device::Buffer q_buf = dev().allocate(std::max<size_t>(n_q, 1) * 4),
+                 out_buf = dev().allocate(std::max<size_t>(n_out, 1) * 4);
+  if (n_q > 0) dev().write(q_buf, query.data(), n_q * 4);
+  std::unique_ptr<device::Buffer> sink_buf;
   AttentionLayerParams p = params;
   if (!sinks.empty()) {
-    sink_buf = std::make_unique<ocl::Buffer>(ctx, sinks.size() * 4);
-    sink_buf->write(ctx, sinks.data(), sinks.size() * 4);
+    sink_buf = std::make_unique<device::Buffer>(dev().allocate(sinks.size() * 4));
+    dev().write(*sink_buf, sinks.data(), sinks.size() * 4);
     p.sinks = sink_buf.get();
   }
   const AttentionMetadata md = backend.make_builder(spec)->build(dev(), common);
   backend.forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, out_buf);
   std::vector<float> got(n_out);
-  if (n_out > 0) out_buf.read(ctx, got.data(), n_out * 4);
+  if (n_out > 0) dev().read(out_buf, got.data(), n_out * 4);
   const auto want = attention_ref(common, p, sinks, cache.view(), cache.raw, query);
   float err = 0.0f;
   for (size_t i = 0; i < n_out; ++i) {

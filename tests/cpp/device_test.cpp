@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "device/arena.h"
 #include "device/device.h"
 #include "device/ocl_device.h"
 #include "ocl/context.h"
@@ -149,4 +150,52 @@ TEST(Device, ProfileCountsLaunchesPerKernel) {
   std::vector<int32_t> back(64);
   dev->read(b, back.data(), back.size() * 4);
   EXPECT_EQ(back, std::vector<int32_t>(64, 3));
+}
+
+// Small model buffers carved out of shared chunks (regions), each with its own bytes; large ones
+// apart; the regions outlive the arena and its chunks' Buffer objects (ocl::BufferArena's test,
+// moved with it).
+TEST(Device, ArenaPacksSmallBuffersIntoChunks) {
+  REQUIRE_DEVICE();
+  const auto dev = device::open();
+  std::vector<device::Buffer> small;
+  std::vector<std::vector<uint8_t>> data;
+  size_t chunks = 0;
+  device::Buffer big;
+  {
+    device::Arena arena(*dev, size_t{2} << 20);
+    for (int i = 0; i < 14; ++i) {
+      const size_t n = 100000 + static_cast<size_t>(i) * 333;
+      data.emplace_back(n);
+      for (size_t j = 0; j < n; ++j) data.back()[j] = static_cast<uint8_t>(j * 13 + static_cast<size_t>(i) * 101);
+      small.push_back(arena.allocate(n));
+      dev->write(small.back(), data.back().data(), n);
+      EXPECT_EQ(small.back().size_bytes(), n);
+    }
+    big = arena.allocate(size_t{1} << 20);  // a quarter of a chunk or more: its own buffer
+    chunks = arena.chunks();
+  }
+  EXPECT_EQ(dev->huge_pages(), ocl::uses_huge_pages(ocl::context_of(*dev)));
+  if (dev->huge_pages()) {
+    EXPECT_EQ(chunks, 1u);
+    cl_mem parent = nullptr, big_parent = nullptr;
+    ASSERT_EQ(clGetMemObjectInfo(ocl::mem(small[3]), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent),
+                                 &parent, nullptr),
+              CL_SUCCESS);
+    ASSERT_EQ(clGetMemObjectInfo(ocl::mem(big), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(big_parent), &big_parent, nullptr),
+              CL_SUCCESS);
+    EXPECT_NE(parent, nullptr);
+    EXPECT_EQ(big_parent, nullptr);
+    size_t offset = 0;
+    ASSERT_EQ(clGetMemObjectInfo(ocl::mem(small[3]), CL_MEM_OFFSET, sizeof(offset), &offset, nullptr), CL_SUCCESS);
+    EXPECT_GT(offset, 0u);
+    EXPECT_NE(small[3].host(), nullptr);  // the chunk's huge pages, seen from the region
+  } else {
+    EXPECT_EQ(chunks, 0u);
+  }
+  for (size_t i = 0; i < small.size(); ++i) {
+    std::vector<uint8_t> out(data[i].size());
+    dev->read(small[i], out.data(), out.size());
+    EXPECT_EQ(out, data[i]) << i;
+  }
 }

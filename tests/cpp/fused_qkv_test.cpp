@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "common/errors.h"
-#include "device/ocl_device.h"
+#include "device/device.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "kv/planner.h"
@@ -26,13 +26,8 @@ using namespace specdec::kv;
 
 namespace {
 
-std::shared_ptr<ocl::Context> context() {
-  static auto ctx = ocl::Context::create();
-  return ctx;
-}
-
-const std::shared_ptr<device::Device>& shared_dev() {  // context() through the device seam
-  static const auto d = device::wrap(context());
+const std::shared_ptr<device::Device>& shared_dev() {
+  static const auto d = device::open();
   return d;
 }
 
@@ -46,13 +41,13 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float sd) {
 }
 
 template <typename T>
-ocl::Buffer upload(ocl::Context& ctx, const std::vector<T>& v) {
-  return ocl::Buffer(ctx, v.data(), v.size() * sizeof(T));
+device::Buffer upload(const std::vector<T>& v) {
+  return dev().upload(v.data(), v.size() * sizeof(T), device::Lifetime::kWorkspace);
 }
 
-std::vector<float> download(ocl::Context& ctx, const ocl::Buffer& b, size_t n) {
+std::vector<float> download(const device::Buffer& b, size_t n) {
   std::vector<float> out(n);
-  b.read(ctx, out.data(), n * 4);
+  dev().read(b, out.data(), n * 4);
   return out;
 }
 
@@ -71,8 +66,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
       {"layers.0", KvCacheSpec::full_attention(block_size, kv_heads, head, dtype), ""}};
   const auto config = plan_kv_cache(layers, 0, 512, {2048, 32, ""});
   KvCacheAllocation fused_cache(shared_dev(), config, {}, layout), split_cache(shared_dev(), config, {}, layout);
-  ocl::Context& ctx = fused_cache.context();
-  const LayerKvView& view = fused_cache.view("layers.0");
+    const LayerKvView& view = fused_cache.view("layers.0");
   ASSERT_TRUE(qkv_epilogue_fits(view, kv_heads, head));
 
   std::mt19937 rng(static_cast<uint32_t>(head * 131 + num_tokens * 7 + rope_kind));
@@ -92,7 +86,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   }
   const RopeType type = rope_kind == 2 ? RopeType::kNeox : RopeType::kNorm;
   std::optional<ops::RopeTable> table;
-  if (rope_kind > 0) table.emplace(ctx, type, head, 10000.0, 1.0);
+  if (rope_kind > 0) table.emplace(dev(), type, head, 10000.0, 1.0);
 
   // the reference: bias, rotation of q and k heads, then the cache writes
   std::vector<float> ref = x;
@@ -117,9 +111,9 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   kv_cache_write_ref(cache_ref, view, KvPart::kV, v_ref, slots);
 
   // the fused kernel
-  const ocl::Buffer xb = upload(ctx, x), bb = upload(ctx, bias), pb = upload(ctx, positions),
-                    sb = upload(ctx, slots);
-  ocl::Buffer qb(ctx, static_cast<size_t>(num_tokens * nq) * 4);
+  const device::Buffer xb = upload(x), bb = upload(bias), pb = upload(positions),
+                    sb = upload(slots);
+  device::Buffer qb = dev().allocate(static_cast<size_t>(num_tokens * nq) * 4);
   kv::QkvEpilogue e;
   e.x = &xb;
   e.x_stride = stride;
@@ -133,11 +127,11 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   e.kv_heads = kv_heads;
   e.head_size = head;
   kv_cache_write_qkv(dev(), fused_cache.tensor_of("layers.0"), view, e, sb, num_tokens);
-  EXPECT_TRUE(same_bits(download(ctx, qb, q_ref.size()), q_ref)) << "q differs from the reference";
+  EXPECT_TRUE(same_bits(download(qb, q_ref.size()), q_ref)) << "q differs from the reference";
   EXPECT_TRUE(fused_cache.read_tensor(view.tensor_index) == cache_ref) << "cache differs from the reference";
 
   // the separate kernels it replaces
-  ocl::Buffer xs = upload(ctx, x);
+  device::Buffer xs = upload(x);
   if (with_bias) {
     for (int t = 0; t < num_tokens; ++t) {
       ops::add_bias(dev(), ops::Slice(xs, t * stride), bb, 1, static_cast<int>(width));
@@ -147,7 +141,7 @@ TEST_P(QkvEpilogue, MatchesReferencesAndSeparateKernels) {
   const LayerKvView& sview = split_cache.view("layers.0");
   kv_cache_write_kv(dev(), split_cache.tensor_of("layers.0"), sview, {&xs, nq, stride}, {&xs, nq + nk, stride}, sb,
                     num_tokens);
-  const auto xs_host = download(ctx, xs, x.size());
+  const auto xs_host = download(xs, x.size());
   std::vector<float> q_split(q_ref.size());
   for (int t = 0; t < num_tokens; ++t) std::copy_n(xs_host.begin() + t * stride, nq, q_split.begin() + t * nq);
   EXPECT_TRUE(same_bits(q_split, q_ref)) << "the separate kernels differ from the reference";
@@ -172,14 +166,13 @@ TEST(QkvEpilogueErrors, RefusesWhatItCannotServe) {
   std::vector<LayerKvSpec> layers = {{"layers.0", KvCacheSpec::full_attention(16, 2, 64, DType::kF16), ""}};
   const auto config = plan_kv_cache(layers, 0, 256, {2048, 4, ""});
   KvCacheAllocation cache(shared_dev(), config);
-  ocl::Context& ctx = cache.context();
-  const LayerKvView& view = cache.view("layers.0");
+    const LayerKvView& view = cache.view("layers.0");
   EXPECT_FALSE(qkv_epilogue_fits(view, 2, 128));  // head size of another model
   EXPECT_FALSE(qkv_epilogue_fits(view, 4, 64));
   const std::vector<int32_t> one_slot = {17}, one_pos = {5};
-  ocl::Buffer x(ctx, 4 * (6 * 64 + 4 * 64)), q(ctx, 4 * 6 * 64), pos = upload(ctx, one_pos),
-      slots = upload(ctx, one_slot);
-  x.fill_zero(ctx);
+  device::Buffer x = dev().allocate(4 * (6 * 64 + 4 * 64)), q = dev().allocate(4 * 6 * 64),
+                 pos = upload(one_pos), slots = upload(one_slot);
+  dev().fill_zero(x);
   kv::QkvEpilogue e;
   e.x = &x;
   e.x_stride = 6 * 64 + 4 * 64;

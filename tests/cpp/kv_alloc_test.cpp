@@ -54,30 +54,30 @@ float tolerance(DType dtype, float x) {
 // Writes random K and V for `writer` on the device and checks raw bytes and reads through `reader`.
 void round_trip(KvCacheAllocation& cache, const std::string& writer, const std::string& reader, int num_tokens,
                 std::mt19937& rng) {
-  auto& ctx = cache.context();
+  device::Device& dv = cache.device();
   const LayerKvView& w = cache.view(writer);
   const LayerKvView& r = cache.view(reader);
   ASSERT_EQ(w.tensor_index, r.tensor_index);
   const auto slots = shuffled_slots(w.num_blocks, w.spec.block_size, num_tokens, rng);
-  ocl::Buffer slot_buf(ctx, slots.size() * 4);
-  slot_buf.write(ctx, slots.data(), slots.size() * 4);
+  device::Buffer slot_buf = dv.allocate(slots.size() * 4);
+  dv.write(slot_buf, slots.data(), slots.size() * 4);
 
   std::vector<uint8_t> expected = cache.read_tensor(w.tensor_index);
   for (KvPart part : {KvPart::kK, KvPart::kV}) {
     const KvPartView& p = part_of(w, part);
     if (p.empty()) continue;
     const auto src = random_rows(static_cast<size_t>(num_tokens) * p.num_heads * p.width, rng);
-    ocl::Buffer src_buf(ctx, src.size() * 4);
-    src_buf.write(ctx, src.data(), src.size() * 4);
+    device::Buffer src_buf = dv.allocate(src.size() * 4);
+    dv.write(src_buf, src.data(), src.size() * 4);
     kv_cache_write(cache.device(), cache.tensor_of(writer), w, part, src_buf, slot_buf, num_tokens);
     kv_cache_write_ref(expected, w, part, src, slots);
 
     // read back through the second layer's view, on the device and with the reference
     const KvPartView& rp = part_of(r, part);
-    ocl::Buffer dst(ctx, src.size() * 4);
+    device::Buffer dst = dv.allocate(src.size() * 4);
     kv_cache_gather(cache.device(), cache.tensor_of(reader), r, part, slot_buf, dst, num_tokens);
     std::vector<float> got(src.size());
-    dst.read(ctx, got.data(), got.size() * 4);
+    dv.read(dst, got.data(), got.size() * 4);
     const int64_t row = int64_t{rp.num_heads} * rp.width;
     for (int t = 0; t < num_tokens; ++t) {
       for (int64_t i = 0; i < row; ++i) {
@@ -156,14 +156,14 @@ TEST_P(WriteKvFusedRows, MatchesTwoReferenceWrites) {
   const auto [dtype, layout, example] = GetParam();
   const auto config = plan_kv_cache(example_model_layers(example, 16, dtype), 0, 1024, {2048, 12, ""});
   KvCacheAllocation cache(device_ptr(), config, {}, layout);  // MLA layers take mla_latent anyway
-  auto& ctx = cache.context();
+  device::Device& dv = cache.device();
   const std::string layer = "layers.1";
   const LayerKvView& w = cache.view(layer);
   std::mt19937 rng(7);
   const int num_tokens = 37;
   const auto slots = shuffled_slots(w.num_blocks, w.spec.block_size, num_tokens, rng);
-  ocl::Buffer slot_buf(ctx, slots.size() * 4);
-  slot_buf.write(ctx, slots.data(), slots.size() * 4);
+  device::Buffer slot_buf = dv.allocate(slots.size() * 4);
+  dv.write(slot_buf, slots.data(), slots.size() * 4);
   const int64_t q = 40, kw = int64_t{w.k.num_heads} * w.k.width, vw = int64_t{w.v.num_heads} * w.v.width;
   const int64_t row = q + kw + vw + 3;  // 3 columns of padding after v
   const auto fused = random_rows(static_cast<size_t>(num_tokens * row), rng);
@@ -172,8 +172,8 @@ TEST_P(WriteKvFusedRows, MatchesTwoReferenceWrites) {
     std::copy_n(fused.begin() + t * row + q, kw, k.begin() + t * kw);
     std::copy_n(fused.begin() + t * row + q + kw, vw, v.begin() + t * vw);
   }
-  ocl::Buffer src(ctx, fused.size() * 4);
-  src.write(ctx, fused.data(), fused.size() * 4);
+  device::Buffer src = dv.allocate(fused.size() * 4);
+  dv.write(src, fused.data(), fused.size() * 4);
   kv_cache_write_kv(cache.device(), cache.tensor_of(layer), w, {&src, q, row}, {&src, q + kw, row}, slot_buf,
                     num_tokens);
   std::vector<uint8_t> expected(cache.tensor_of(layer).size_bytes(), 0);
@@ -209,7 +209,7 @@ TEST(KvAlloc, BadSlotsAndDtypes) {
   EXPECT_NO_THROW(check_slot_mapping(views[0], {-1, 0, 63}));
   const auto i8 = plan_kv_cache(example_model_layers("smollm2-135m", 16, DType::kI8), 0, 256, {2048, 4, ""});
   KvCacheAllocation cache(device_ptr(), i8);
-  ocl::Buffer b(cache.context(), 64);
+  device::Buffer b = cache.device().allocate(64);
   EXPECT_THROW(kv_cache_write(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, b, b, 1),
                UnsupportedError);
 }
@@ -228,20 +228,20 @@ TEST(KvAlloc, DeviceConversionMatchesReferenceOnEdgeValues) {
     std::vector<LayerKvSpec> layers = {{"l", KvCacheSpec::full_attention(4, 1, width, dtype), ""}};
     const auto config = plan_kv_cache(layers, 0, 64, {2048, 3, ""});
     KvCacheAllocation cache(device_ptr(), config);
-    auto& ctx = cache.context();
+    device::Device& dv = cache.device();
     const std::vector<int32_t> slots = {5};
-    ocl::Buffer slot_buf(ctx, 4), src_buf(ctx, values.size() * 4);
-    slot_buf.write(ctx, slots.data(), 4);
-    src_buf.write(ctx, values.data(), values.size() * 4);
+    device::Buffer slot_buf = dv.allocate(4), src_buf = dv.allocate(values.size() * 4);
+    dv.write(slot_buf, slots.data(), 4);
+    dv.write(src_buf, values.data(), values.size() * 4);
     kv_cache_write(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, src_buf, slot_buf, 1);
     std::vector<uint8_t> expected(cache.tensor(0).size_bytes(), 0);
     kv_cache_write_ref(expected, cache.views()[0], KvPart::kK, values, slots);
     EXPECT_TRUE(cache.read_tensor(0) == expected) << dtype_name(dtype);
     // and the device read converts back like the reference
-    ocl::Buffer dst(ctx, values.size() * 4);
+    device::Buffer dst = dv.allocate(values.size() * 4);
     kv_cache_gather(cache.device(), cache.tensor(0), cache.views()[0], KvPart::kK, slot_buf, dst, 1);
     std::vector<float> got(values.size());
-    dst.read(ctx, got.data(), got.size() * 4);
+    dv.read(dst, got.data(), got.size() * 4);
     const auto want = kv_cache_gather_ref(expected, cache.views()[0], KvPart::kK, slots);
     for (size_t i = 0; i < values.size(); ++i) {
       if (std::isnan(want[i])) {

@@ -157,45 +157,10 @@ TEST(Ocl, LongLivedCpuBuffersTakeHugePageHostMemory) {
   EXPECT_LE(mapping_count(), before + 2);
 }
 
-// Small buffers carved out of shared chunks (regions), each with its own bytes; large ones apart;
-// the regions outlive the arena and its chunks' Buffer objects.
-TEST(Ocl, BufferArenaPacksSmallBuffersIntoChunks) {
+// A region's bounds are checked (device::Arena carves weights out of chunks with regions:
+// device_test).
+TEST(Ocl, BufferRegionBounds) {
   auto ctx = Context::create();
-  std::vector<Buffer> small;
-  std::vector<std::vector<uint8_t>> data;
-  size_t chunks = 0;
-  Buffer big;
-  {
-    BufferArena arena(*ctx, size_t{2} << 20);
-    for (int i = 0; i < 14; ++i) {
-      const size_t n = 100000 + static_cast<size_t>(i) * 333;
-      data.emplace_back(n);
-      for (size_t j = 0; j < n; ++j) data.back()[j] = static_cast<uint8_t>(j * 13 + static_cast<size_t>(i) * 101);
-      small.push_back(arena.allocate(n));
-      small.back().write(*ctx, data.back().data(), n);
-      EXPECT_EQ(small.back().size_bytes(), n);
-    }
-    big = arena.allocate(size_t{1} << 20);  // a quarter of a chunk or more: its own buffer
-    chunks = arena.chunks();
-  }
-  if (uses_huge_pages(*ctx)) {
-    EXPECT_EQ(chunks, 1u);
-    cl_mem parent = nullptr, big_parent = nullptr;
-    ASSERT_EQ(clGetMemObjectInfo(small[3].get(), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, nullptr), CL_SUCCESS);
-    ASSERT_EQ(clGetMemObjectInfo(big.get(), CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(big_parent), &big_parent, nullptr), CL_SUCCESS);
-    EXPECT_NE(parent, nullptr);
-    EXPECT_EQ(big_parent, nullptr);
-    size_t offset = 0;
-    ASSERT_EQ(clGetMemObjectInfo(small[3].get(), CL_MEM_OFFSET, sizeof(offset), &offset, nullptr), CL_SUCCESS);
-    EXPECT_GT(offset, 0u);
-  } else {
-    EXPECT_EQ(chunks, 0u);
-  }
-  for (size_t i = 0; i < small.size(); ++i) {
-    std::vector<uint8_t> out(data[i].size());
-    small[i].read(*ctx, out.data(), out.size());
-    EXPECT_EQ(out, data[i]) << i;
-  }
   Buffer parent(*ctx, 4096);
   EXPECT_THROW(Buffer::region(parent, 4096 - 128, 256), ConfigError);
   EXPECT_THROW(Buffer::region(parent, 0, 0), ConfigError);
@@ -263,15 +228,15 @@ TEST(Ocl, ThreadsShareOneContext) {
   std::atomic<int> wrong{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      Buffer x(*ctx, kN * sizeof(float));
+      const device::Buffer x = dev->allocate(kN * sizeof(float));
       std::vector<float> host(kN, static_cast<float>(t + 1));
-      x.write(*ctx, host.data(), kN * sizeof(float));
+      dev->write(x, host.data(), kN * sizeof(float));
       const float up = std::ldexp(1.0f, t + 1), down = std::ldexp(1.0f, -(t + 1));
       for (int r = 0; r < kRounds; ++r) {
         ops::scale(*dev, x, kN, r % 2 == 0 ? up : down);
         if (r % 50 == 49) ctx->build("thread_test_" + std::to_string(t), "kernel void k() {}", "");
       }
-      x.read(*ctx, host.data(), kN * sizeof(float));
+      dev->read(x, host.data(), kN * sizeof(float));
       for (float v : host) wrong += v != static_cast<float>(t + 1);
     });
   }

@@ -30,28 +30,28 @@ TEST_P(Elementwise, AddBiasScaleSoftcap) {
   {
     std::vector<float> want = x;
     ref::add(want, y);
-    const ocl::Buffer xb = upload(x), yb = upload(y);
+    const device::Buffer xb = upload(x), yb = upload(y);
     add(dev(), xb, yb, static_cast<int64_t>(n));
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   {
     std::vector<float> want = x;
     ref::add_bias(want, b, rows, dim);
-    const ocl::Buffer xb = upload(x), bb = upload(b);
+    const device::Buffer xb = upload(x), bb = upload(b);
     add_bias(dev(), xb, bb, rows, dim);
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   {
     std::vector<float> want = x;
     ref::scale(want, 39.191835f);
-    const ocl::Buffer xb = upload(x);
+    const device::Buffer xb = upload(x);
     scale(dev(), xb, static_cast<int64_t>(n), 39.191835f);
     EXPECT_TRUE(bitwise_equal(download<float>(xb, n), want));
   }
   for (float cap : {30.0f, 5.0f}) {
     std::vector<float> want = x;
     ref::softcap(want, cap);
-    const ocl::Buffer xb = upload(x);
+    const device::Buffer xb = upload(x);
     softcap(dev(), xb, static_cast<int64_t>(n), cap);
     const ErrorStats s = compare(download<float>(xb, n), want);
     EXPECT_LE(s.max_rel, 4e-7) << "cap " << cap;
@@ -75,7 +75,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
   std::vector<float> want(n);
   ref::gated_activation(gate, up, want, rows, ff, act);
   {  // separate buffers
-    const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(n));
+    const device::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(n));
     gated_activation(dev(), g, u, o, rows, ff, act);
     const auto got = download<float>(o, n);
     const ErrorStats s = compare(got, want);
@@ -85,7 +85,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
                   activation_name(act), ff, s.exact, s.n, s.max_rel);
   }
   {  // in place into gate
-    const ocl::Buffer g = upload(gate), u = upload(up);
+    const device::Buffer g = upload(gate), u = upload(up);
     gated_activation(dev(), g, u, g, rows, ff, act);
     EXPECT_LE(compare(download<float>(g, n), want).max_rel, 5e-7);
   }
@@ -95,7 +95,7 @@ TEST_P(Gated, SeparateFusedAndInPlace) {
       std::copy_n(gate.begin() + r * ff, ff, fused.begin() + 2 * r * ff);
       std::copy_n(up.begin() + r * ff, ff, fused.begin() + (2 * r + 1) * ff);
     }
-    const ocl::Buffer f = upload(fused), o = upload(std::vector<float>(n + 3));
+    const device::Buffer f = upload(fused), o = upload(std::vector<float>(n + 3));
     gated_activation(dev(), Slice(f, 0), Slice(f, ff), Slice(o, 3), rows, ff, act, 2 * ff);
     EXPECT_LE(compare(download<float>(o, n, 3), want).max_rel, 5e-7);
   }
@@ -116,7 +116,7 @@ TEST(Gated, ExtremeGates) {
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
     std::vector<float> want(gate.size());
     ref::gated_activation(gate, up, want, 1, ff, act);
-    const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
+    const device::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
     gated_activation(dev(), g, u, o, 1, ff, act);
     const auto got = download<float>(o, gate.size());
     for (size_t i = 0; i < gate.size(); ++i) {
@@ -139,21 +139,21 @@ TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
   const auto up = random_floats(gate.size(), rng);
   const auto x = random_floats(static_cast<size_t>(rows) * dim, rng, 10.0f);
   const auto bias = random_floats(dim, rng);
-  const ocl::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
-  const ocl::Buffer xb = upload(x), bb = upload(bias);
+  const device::Buffer g = upload(gate), u = upload(up), o = upload(std::vector<float>(gate.size()));
+  const device::Buffer xb = upload(x), bb = upload(bias);
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
     gated_activation(dev(), g, u, o, rows, ff, act);
     const auto batch = download<float>(o, gate.size());
     for (int r : {0, 7, 15}) {
       const int64_t at = int64_t{r} * ff;
-      const ocl::Buffer one = upload(std::vector<float>(ff));
+      const device::Buffer one = upload(std::vector<float>(ff));
       gated_activation(dev(), Slice(g, at), Slice(u, at), one, 1, ff, act);
       EXPECT_TRUE(bitwise_equal(download<float>(one, ff),
                                 std::vector<float>(batch.begin() + at, batch.begin() + at + ff)))
           << activation_name(act) << " row " << r;
     }
   }
-  const ocl::Buffer all = upload(x);
+  const device::Buffer all = upload(x);
   add_bias(dev(), all, bb, rows, dim);
   softcap(dev(), all, int64_t{rows} * dim, 30.0f);
   const auto batch = download<float>(all, x.size());
@@ -168,7 +168,7 @@ TEST(Elementwise, RowIsBitwiseTheSameAloneAndInAnyBatch) {
 }
 
 TEST(Elementwise, BadArgumentsNameTheField) {
-  const ocl::Buffer x = upload(std::vector<float>(64)), b = upload(std::vector<float>(8));
+  const device::Buffer x = upload(std::vector<float>(64)), b = upload(std::vector<float>(8));
   auto field_of = [](auto&& f) {
     try {
       f();
@@ -203,7 +203,7 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
                           std::pair{1536, 256}}) {
       const int64_t rows = 3, n = rows * ff;
       const auto fused = random_floats(static_cast<size_t>(2 * n), rng, 2.0f);
-      const ocl::Buffer fb = upload(fused), want_out = upload(std::vector<float>(n)),
+      const device::Buffer fb = upload(fused), want_out = upload(std::vector<float>(n)),
                         got_out = upload(std::vector<float>(n));
       gated_activation(dev(), fb, Slice(fb, ff), want_out, rows, ff, act, 2 * int64_t{ff});
       quant::QuantizedActivations want, got;
@@ -220,7 +220,7 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
   quant::QuantizedActivations small;
   ASSERT_TRUE(quant::prepare_activations(dev(), 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
-  const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
+  const device::Buffer a = upload(std::vector<float>(256, 1.0f));
   EXPECT_THROW(gated_activation(dev(), a, a, a, 1, 48, Activation::kSilu, 0, &qs), ConfigError);
   EXPECT_THROW(gated_activation(dev(), a, a, Slice(a, 32), 1, 32, Activation::kSilu, 0, &qs), ConfigError);
   EXPECT_THROW(gated_activation(dev(), a, a, a, 2, 64, Activation::kSilu, 0, &qs), ConfigError);

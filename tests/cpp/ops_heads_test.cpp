@@ -28,13 +28,13 @@ TEST_P(HeadMatmul, MatchesReferenceBitwise) {
   std::vector<float> want(static_cast<size_t>(tokens * heads * ys + 2), -7.0f);
   ref::head_matmul(w, std::span<const float>(x).subspan(3), std::span<float>(want).subspan(2),
                    tokens, heads, rows, cols, xs, ys);
-  const ocl::Buffer wb = upload(w), xb = upload(x), yb = upload(std::vector<float>(want.size(), -7.0f));
+  const device::Buffer wb = upload(w), xb = upload(x), yb = upload(std::vector<float>(want.size(), -7.0f));
   head_matmul(dev(), wb, Slice(xb, 3), Slice(yb, 2), tokens, heads, rows, cols, xs, ys);
   const auto got = download<float>(yb, want.size());
   EXPECT_TRUE(bitwise_equal(got, want)) << "padding between heads must stay untouched too";
 
   // token 0 alone gives the same bits as inside the batch
-  const ocl::Buffer y1 = upload(std::vector<float>(static_cast<size_t>(heads * ys), 0.0f));
+  const device::Buffer y1 = upload(std::vector<float>(static_cast<size_t>(heads * ys), 0.0f));
   head_matmul(dev(), wb, Slice(xb, 3), y1, 1, heads, rows, cols, xs, ys);
   const auto alone = download<float>(y1, static_cast<size_t>(heads * ys));
   for (int h = 0; h < heads; ++h) {
@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(2, 2, 33, 47, 1, 0)));
 
 TEST(HeadMatmulErrors, NamesTheArgument) {
-  const ocl::Buffer w = upload(std::vector<float>(2 * 4 * 8)), x = upload(std::vector<float>(64)),
+  const device::Buffer w = upload(std::vector<float>(2 * 4 * 8)), x = upload(std::vector<float>(64)),
                     y = upload(std::vector<float>(64));
   head_matmul(dev(), w, x, y, 0, 2, 4, 8, 8, 4);  // no tokens: nothing to do
   auto message = [&](auto&& f) {

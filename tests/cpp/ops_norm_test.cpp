@@ -36,7 +36,7 @@ NormRun run_norm(int64_t rows, int dim, Weight wmode, float eps, std::mt19937& r
   NormRun r;
   r.want.resize(x.size());
   ref::rms_norm(x, wmode == Weight::kNone ? no_weight : w, r.want, rows, dim, eps, offset);
-  const ocl::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
+  const device::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
   std::optional<Slice> weight;
   if (wmode != Weight::kNone) weight = wb;
   rms_norm(dev(), xb, weight, yb, rows, dim, eps, offset);
@@ -84,7 +84,7 @@ TEST(RmsNorm, PerHeadInPlaceAtOffsets) {
   std::vector<float> want(all.begin() + off, all.begin() + off + n);
   ref::rms_norm(want, std::span<const float>(w).subspan(9, head), want, int64_t{tokens} * heads,
                 head, 1e-6f);
-  const ocl::Buffer xb = upload(all), wb = upload(w);
+  const device::Buffer xb = upload(all), wb = upload(w);
   rms_norm(dev(), Slice(xb, off), Slice(wb, 9), Slice(xb, off), int64_t{tokens} * heads, head, 1e-6f);
   const auto got = download<float>(xb, all.size());
   EXPECT_LE(compare(std::vector<float>(got.begin() + off, got.begin() + off + n), want).max_rel,
@@ -106,9 +106,9 @@ TEST(AddRmsNorm, BitwiseAddThenNorm) {
     ref::add(sum, r);
     ref::rms_norm(sum, w, want, rows, dim, 1e-6f, 1.0f);
     // reference path on the device: add, then rms_norm
-    const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w),
+    const device::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w),
                       y1 = upload(std::vector<float>(n));
-    const ocl::Buffer x2 = upload(x), y2 = upload(std::vector<float>(n));
+    const device::Buffer x2 = upload(x), y2 = upload(std::vector<float>(n));
     add(dev(), x1, r1, static_cast<int64_t>(n));
     rms_norm(dev(), x1, w1, y1, rows, dim, 1e-6f, 1.0f);
     add_rms_norm(dev(), x2, r1, w1, y2, rows, dim, 1e-6f, 1.0f);
@@ -116,12 +116,12 @@ TEST(AddRmsNorm, BitwiseAddThenNorm) {
     EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << "dim " << dim;
     EXPECT_LE(compare(download<float>(y2, n), want).max_rel, 1e-6) << "dim " << dim;
     // y written over the residual input
-    const ocl::Buffer x3 = upload(x), r3 = upload(r);
+    const device::Buffer x3 = upload(x), r3 = upload(r);
     add_rms_norm(dev(), x3, r3, w1, r3, rows, dim, 1e-6f, 1.0f);
     EXPECT_TRUE(bitwise_equal(download<float>(r3, n), download<float>(y1, n)))
         << "dim " << dim << ": y = residual";
   }
-  const ocl::Buffer small = upload(std::vector<float>(16));
+  const device::Buffer small = upload(std::vector<float>(16));
   try {
     add_rms_norm(dev(), upload(std::vector<float>(64)), small, std::nullopt,
                  upload(std::vector<float>(64)), 4, 16, 1e-6f);
@@ -139,14 +139,14 @@ TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
   std::mt19937 rng(dim);
   const auto x = random_floats(static_cast<size_t>(rows) * dim, rng);
   const auto w = random_floats(static_cast<size_t>(dim), rng);
-  const ocl::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
+  const device::Buffer xb = upload(x), wb = upload(w), yb = upload(std::vector<float>(x.size()));
   rms_norm(dev(), xb, wb, yb, rows, dim, 1e-6f);
   const auto batch = download<float>(yb, x.size());
   for (int r : {0, 1, 17, 63}) {
     const std::vector<float> want(batch.begin() + int64_t{r} * dim,
                                   batch.begin() + int64_t{r + 1} * dim);
     // alone, read in place from the batch buffer
-    const ocl::Buffer one = upload(std::vector<float>(dim));
+    const device::Buffer one = upload(std::vector<float>(dim));
     rms_norm(dev(), Slice(xb, int64_t{r} * dim), wb, one, 1, dim, 1e-6f);
     EXPECT_TRUE(bitwise_equal(download<float>(one, dim), want)) << "row " << r << " alone";
     // third of a batch of 7 other rows
@@ -154,7 +154,7 @@ TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
     std::copy(want.begin(), want.end(), other.begin());  // overwritten below
     std::copy(x.begin() + int64_t{r} * dim, x.begin() + int64_t{r + 1} * dim,
               other.begin() + 2 * dim);
-    const ocl::Buffer ob = upload(other), oy = upload(std::vector<float>(other.size()));
+    const device::Buffer ob = upload(other), oy = upload(std::vector<float>(other.size()));
     rms_norm(dev(), ob, wb, oy, 7, dim, 1e-6f);
     EXPECT_TRUE(bitwise_equal(download<float>(oy, dim, 2 * dim), want))
         << "row " << r << " in a batch of 7";
@@ -164,7 +164,7 @@ TEST_P(RmsNormInvariance, RowIsBitwiseTheSameAloneAndInAnyBatch) {
 INSTANTIATE_TEST_SUITE_P(Ops, RmsNormInvariance, ::testing::Values(64, 100, 896, 1536, 4096));
 
 TEST(RmsNorm, BadArgumentsNameTheField) {
-  const ocl::Buffer x = upload(std::vector<float>(64)), w = upload(std::vector<float>(8));
+  const device::Buffer x = upload(std::vector<float>(64)), w = upload(std::vector<float>(8));
   try {
     rms_norm(dev(), x, w, x, 4, 16, 1e-6f);
     FAIL() << "a weight of 8 for dim 16 must be refused";
@@ -195,11 +195,11 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       if (dim >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
       const auto r = random_floats(static_cast<size_t>(n), rng);
       const auto w = random_floats(static_cast<size_t>(dim), rng);
-      const ocl::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w), y1 = upload(std::vector<float>(n));
+      const device::Buffer x1 = upload(x), r1 = upload(r), w1 = upload(w), y1 = upload(std::vector<float>(n));
       quant::QuantizedActivations want;
       add_rms_norm(dev(), x1, r1, w1, y1, rows, dim, 1e-5f);
       quant::quantize_activations(dev(), y1, rows, dim, want, sb);
-      const ocl::Buffer x2 = upload(x), r2 = upload(r), y2 = upload(std::vector<float>(n));
+      const device::Buffer x2 = upload(x), r2 = upload(r), y2 = upload(std::vector<float>(n));
       quant::QuantizedActivations got;
       ASSERT_TRUE(quant::prepare_activations(dev(), rows, dim, got, sb));
       const QuantizedOut q{&got.q8, &got.q16, &got.rec, sb};
@@ -209,7 +209,7 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << dim;
       EXPECT_EQ(download<int32_t>(got.rec, n / 32 * 4), download<int32_t>(want.rec, n / 32 * 4)) << dim;
       // plain rms_norm in place (y = x) quantises the normed values, not the input
-      const ocl::Buffer x3 = upload(x);
+      const device::Buffer x3 = upload(x);
       quant::QuantizedActivations in_place;
       ASSERT_TRUE(quant::prepare_activations(dev(), rows, dim, in_place, sb));
       const QuantizedOut q3{&in_place.q8, &in_place.q16, &in_place.rec, sb};
@@ -224,7 +224,7 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
   quant::QuantizedActivations small;
   ASSERT_TRUE(quant::prepare_activations(dev(), 1, 32, small));
   const QuantizedOut qs{&small.q8, &small.q16, &small.rec};
-  const ocl::Buffer a = upload(std::vector<float>(256, 1.0f));
+  const device::Buffer a = upload(std::vector<float>(256, 1.0f));
   EXPECT_THROW(rms_norm(dev(), a, std::nullopt, a, 1, 48, 1e-5f, 0.0f, &qs), ConfigError);
   EXPECT_THROW(rms_norm(dev(), a, std::nullopt, Slice(a, 32), 1, 32, 1e-5f, 0.0f, &qs), ConfigError);
   EXPECT_THROW(rms_norm(dev(), a, std::nullopt, a, 4, 64, 1e-5f, 0.0f, &qs), ConfigError);

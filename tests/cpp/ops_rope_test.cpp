@@ -48,7 +48,7 @@ TEST_P(RopeShapes, MatchesReference) {
   const auto [type, head, part, heads, tokens] = GetParam();
   const int rope_dim = part == 0 ? head : head / part;
   std::mt19937 rng(head * 7 + heads * 3 + tokens + rope_dim);
-  auto& ctx = context();
+  auto& ctx = dev();
   for (double base : {10000.0, 1e6}) {
     for (double freq_scale : {1.0, 0.125}) {
       const auto x = random_floats(static_cast<size_t>(tokens) * heads * head, rng);
@@ -56,7 +56,7 @@ TEST_P(RopeShapes, MatchesReference) {
       const RopeTable table(ctx, type, rope_dim, base, freq_scale);
       std::vector<float> want = x;
       ref::rope(want, pos, tokens, heads, head, table.inv_freq(), type);
-      const ocl::Buffer xb = upload(x), pb = upload(pos);
+      const device::Buffer xb = upload(x), pb = upload(pos);
       rope(dev(), xb, pb, tokens, heads, head, table);
       const auto got = download<float>(xb, x.size());
       const ErrorStats s = compare(got, want);
@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, RopeShapes,
 TEST(Rope, MatchesTheTextbookRotation) {
   // NEOX on one head of 4 dims at position 3: pairs (0, 2) and (1, 3) by 3 * base^(-2i/4).
   const std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
-  const ocl::Buffer xb = upload(x), pb = upload(std::vector<int32_t>{3});
+  const device::Buffer xb = upload(x), pb = upload(std::vector<int32_t>{3});
   rope(dev(), xb, pb, 1, 1, 4, 4, RopeType::kNeox, 100.0);
   const auto got = download<float>(xb, 4);
   const double t0 = 3.0, t1 = 3.0 / 10.0;
@@ -97,7 +97,7 @@ TEST(Rope, MatchesTheTextbookRotation) {
   EXPECT_NEAR(got[1], 2 * std::cos(t1) - 4 * std::sin(t1), 1e-6);
   EXPECT_NEAR(got[3], 2 * std::sin(t1) + 4 * std::cos(t1), 1e-6);
   // NORM rotates adjacent pairs (0, 1) and (2, 3).
-  const ocl::Buffer xn = upload(x);
+  const device::Buffer xn = upload(x);
   rope(dev(), xn, pb, 1, 1, 4, 4, RopeType::kNorm, 100.0);
   const auto gn = download<float>(xn, 4);
   EXPECT_NEAR(gn[0], 1 * std::cos(t0) - 2 * std::sin(t0), 1e-6);
@@ -107,7 +107,7 @@ TEST(Rope, MatchesTheTextbookRotation) {
 
 TEST(Rope, FreqFactorsAndTokenStride) {
   // k part of a fused [tokens, q + k + v] row, rotated where it lies, with per-dim factors.
-  auto& ctx = context();
+  auto& ctx = dev();
   std::mt19937 rng(5);
   const int tokens = 9, q = 8 * 64, kh = 2, head = 64, v = 2 * 64;
   const int64_t stride = q + kh * head + v;
@@ -119,7 +119,7 @@ TEST(Rope, FreqFactorsAndTokenStride) {
   std::vector<float> want = fused;
   ref::rope(std::span<float>(want).subspan(q), pos, tokens, kh, head, table.inv_freq(),
             RopeType::kNorm, stride);
-  const ocl::Buffer xb = upload(fused), pb = upload(pos);
+  const device::Buffer xb = upload(fused), pb = upload(pos);
   rope(dev(), Slice(xb, q), pb, tokens, kh, head, table, stride);
   const auto got = download<float>(xb, fused.size());
   EXPECT_LE(pair_error(got, want, fused), 2e-6);
@@ -133,19 +133,19 @@ TEST(Rope, FreqFactorsAndTokenStride) {
 }
 
 TEST(Rope, TokenIsBitwiseTheSameAloneAndInAnyBatch) {
-  auto& ctx = context();
+  auto& ctx = dev();
   std::mt19937 rng(9);
   const int tokens = 64, heads = 12, head = 128;
   const int64_t row = heads * head;
   const auto x = random_floats(static_cast<size_t>(tokens * row), rng);
   const auto pos = random_positions(tokens, rng);
   const RopeTable table(ctx, RopeType::kNeox, head, 1e6);
-  const ocl::Buffer xb = upload(x), pb = upload(pos);
+  const device::Buffer xb = upload(x), pb = upload(pos);
   rope(dev(), xb, pb, tokens, heads, head, table);
   const auto batch = download<float>(xb, x.size());
   for (int t : {0, 5, 63}) {
     const std::vector<float> want(batch.begin() + t * row, batch.begin() + (t + 1) * row);
-    const ocl::Buffer one =
+    const device::Buffer one =
         upload(std::vector<float>(x.begin() + t * row, x.begin() + (t + 1) * row));
     rope(dev(), one, Slice(pb, t), 1, heads, head, table);
     EXPECT_TRUE(bitwise_equal(download<float>(one, static_cast<size_t>(row)), want))
@@ -154,8 +154,8 @@ TEST(Rope, TokenIsBitwiseTheSameAloneAndInAnyBatch) {
 }
 
 TEST(Rope, BadArgumentsNameTheField) {
-  auto& ctx = context();
-  const ocl::Buffer x = upload(std::vector<float>(64)), p = upload(std::vector<int32_t>(2));
+  auto& ctx = dev();
+  const device::Buffer x = upload(std::vector<float>(64)), p = upload(std::vector<int32_t>(2));
   auto field_of = [](auto&& f) {
     try {
       f();
@@ -173,7 +173,7 @@ TEST(Rope, BadArgumentsNameTheField) {
             "rope_freqs.size");
   const RopeTable t(ctx, RopeType::kNorm, 32, 1e4);
   EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 1, 16, t); }), "rope.head_size");
-  const ocl::Buffer big = upload(std::vector<float>(256));
+  const device::Buffer big = upload(std::vector<float>(256));
   EXPECT_EQ(field_of([&] { rope(dev(), big, p, 3, 1, 32, t); }), "rope.positions");
   EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 2, 32, t); }), "rope.x");
   EXPECT_EQ(field_of([&] { rope(dev(), x, p, 2, 1, 32, t, 16); }), "rope.token_stride");

@@ -24,7 +24,7 @@ TEST_P(GatherRows, SelectsRowsBitwise) {
   std::vector<int32_t> idx = {num_src - 1, 0, num_src / 2, num_src - 1, -1, num_src};
   std::vector<float> want(idx.size() * dim);
   ref::gather_rows(src, idx, want, num_src, dim);
-  const ocl::Buffer s = upload(src), ib = upload(idx),
+  const device::Buffer s = upload(src), ib = upload(idx),
                     d = upload(std::vector<float>(want.size() + 5));
   gather_rows(dev(), s, ib, Slice(d, 5), num_src, static_cast<int64_t>(idx.size()), dim);
   const auto got = download<float>(d, want.size(), 5);
@@ -45,7 +45,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
   {  // split a fused qkv row
     std::vector<float> wa(rows * a), wb(rows * b), wc(rows * c);
     ref::split_columns(src, wa, wb, wc, rows, a, b, c);
-    const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
+    const device::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
                       db = upload(std::vector<float>(wb.size() + 7)),
                       dc = upload(std::vector<float>(wc.size()));
     split_columns(dev(), s, da, Slice(db, 7), dc, rows, a, b, c);
@@ -58,7 +58,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
   {  // two-way split (c = 0): the third destination is not touched
     std::vector<float> wa(rows * a), wb(rows * (b + c)), none;
     ref::split_columns(src, wa, wb, none, rows, a, b + c, 0);
-    const ocl::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
+    const device::Buffer s = upload(src), da = upload(std::vector<float>(wa.size())),
                       db = upload(std::vector<float>(wb.size())),
                       dc = upload(std::vector<float>{42.0f});
     split_columns(dev(), s, da, db, dc, rows, a, b + c, 0);
@@ -70,7 +70,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
     std::vector<float> want(rows * dst_stride, 0.0f);
     ref::copy_2d(std::span<const float>(src).subspan(a), std::span<float>(want).subspan(3), rows, b,
                  w, dst_stride);
-    const ocl::Buffer s = upload(src), d = upload(std::vector<float>(want.size(), 0.0f));
+    const device::Buffer s = upload(src), d = upload(std::vector<float>(want.size(), 0.0f));
     copy_2d(dev(), Slice(s, a), Slice(d, 3), rows, b, w, dst_stride);
     EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
   }
@@ -79,7 +79,7 @@ TEST(Rows, Copy2dSplitColumnsGatherColumns) {
         0, 5, static_cast<int32_t>(w - 1), -1, static_cast<int32_t>(w), 7, 8, 9, 10, 11, 12};
     std::vector<float> want(rows);
     ref::gather_columns(src, cols, want, rows, static_cast<int>(w));
-    const ocl::Buffer s = upload(src), cb = upload(cols), d = upload(std::vector<float>(rows));
+    const device::Buffer s = upload(src), cb = upload(cols), d = upload(std::vector<float>(rows));
     gather_columns(dev(), s, cb, d, rows, static_cast<int>(w));
     const auto got = download<float>(d, rows);
     EXPECT_TRUE(bitwise_equal(got, want));
@@ -96,7 +96,7 @@ TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
   const auto src = random_floats(static_cast<size_t>(rows) * (a + b + c), rng);
   std::vector<float> wa(rows * a), wb(rows * b), wc(rows * c);
   ref::split_columns(src, wa, wb, wc, rows, a, b, c);
-  const ocl::Buffer s = upload(src), da = upload(wa), db = upload(wb), dc = upload(wc);
+  const device::Buffer s = upload(src), da = upload(wa), db = upload(wb), dc = upload(wc);
   split_columns(dev(), s, da, db, dc, rows, a, b, c);
   EXPECT_TRUE(bitwise_equal(download<float>(da, wa.size()), wa));
   EXPECT_TRUE(bitwise_equal(download<float>(db, wb.size()), wb));
@@ -104,7 +104,7 @@ TEST_P(SplitColumns, OddWidthsStraddlingVectors) {
   // copy_2d of the middle columns into a row of odd stride
   std::vector<float> want(static_cast<size_t>(rows) * (b + 3), 0.0f);
   ref::copy_2d(std::span<const float>(src).subspan(a), want, rows, b, a + b + c, b + 3);
-  const ocl::Buffer d = upload(std::vector<float>(want.size(), 0.0f));
+  const device::Buffer d = upload(std::vector<float>(want.size(), 0.0f));
   copy_2d(dev(), Slice(s, a), d, rows, b, a + b + c, b + 3);
   EXPECT_TRUE(bitwise_equal(download<float>(d, want.size()), want));
 }
@@ -117,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, SplitColumns,
                                            std::make_tuple(15, 1, 16)));
 
 TEST(Rows, BadArgumentsNameTheField) {
-  const ocl::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(4));
+  const device::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(4));
   auto field_of = [](auto&& f) {
     try {
       f();

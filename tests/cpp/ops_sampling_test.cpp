@@ -82,7 +82,7 @@ TEST_P(Sampling, ArgmaxExact) {
   const auto x = make_logits(rows, vocab, kind, rng);
   std::vector<int32_t> want(rows);
   ref::argmax(x, want, rows, vocab);
-  const ocl::Buffer xb = upload(x), ib = upload(std::vector<int32_t>(rows));
+  const device::Buffer xb = upload(x), ib = upload(std::vector<int32_t>(rows));
   argmax(dev(), xb, ib, rows, vocab);
   EXPECT_EQ(download<int32_t>(ib, rows), want);
 }
@@ -99,7 +99,7 @@ TEST_P(Sampling, TopKExact) {
       std::vector<float> wv(n);
       std::vector<int32_t> wi(n);
       ref::top_k(x, wv, wi, rows, vocab, k);
-      const ocl::Buffer xb = upload(x), vb = upload(std::vector<float>(n)),
+      const device::Buffer xb = upload(x), vb = upload(std::vector<float>(n)),
                         ib = upload(std::vector<int32_t>(n));
       top_k(dev(), xb, vb, ib, rows, vocab, k);
       EXPECT_EQ(download<int32_t>(ib, n), wi) << kernel << " k " << k;
@@ -115,7 +115,7 @@ TEST_P(Sampling, LogsumexpAndLogSoftmax) {
   const auto x = make_logits(rows, vocab, kind, rng);
   std::vector<float> want_lse(rows), want_out(x.size());
   ref::log_softmax_rows(x, want_out, want_lse, rows, vocab);
-  const ocl::Buffer xb = upload(x), lb = upload(std::vector<float>(rows)),
+  const device::Buffer xb = upload(x), lb = upload(std::vector<float>(rows)),
                     ob = upload(std::vector<float>(x.size()));
   logsumexp_rows(dev(), xb, lb, rows, vocab);
   const auto lse = download<float>(lb, rows);
@@ -159,13 +159,13 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
     std::mt19937 rng(vocab);
     const int rows = vocab > 200000 ? 24 : 64, k = 50;
     const auto x = random_floats(static_cast<size_t>(rows) * vocab, rng, 4.0f);
-    const ocl::Buffer xb = upload(x);
+    const device::Buffer xb = upload(x);
     struct Out {
       std::vector<float> lse, values, logprobs;
       std::vector<int32_t> argmax, ids;
     };
-    auto run = [&](const ocl::Buffer& in, int64_t first_row, int n, int row_of_interest) {
-      const ocl::Buffer lb = upload(std::vector<float>(n)), ab = upload(std::vector<int32_t>(n)),
+    auto run = [&](const device::Buffer& in, int64_t first_row, int n, int row_of_interest) {
+      const device::Buffer lb = upload(std::vector<float>(n)), ab = upload(std::vector<int32_t>(n)),
                         vb = upload(std::vector<float>(n * k)),
                         ib = upload(std::vector<int32_t>(n * k)),
                         ob = upload(std::vector<float>(static_cast<size_t>(n) * vocab));
@@ -198,7 +198,7 @@ TEST(Sampling, RowIsBitwiseTheSameAloneAndInAnyBatch) {
 }
 
 TEST(Sampling, BadArgumentsNameTheField) {
-  const ocl::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(8));
+  const device::Buffer x = upload(std::vector<float>(64)), i = upload(std::vector<int32_t>(8));
   auto field_of = [](auto&& f) {
     try {
       f();

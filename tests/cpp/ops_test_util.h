@@ -1,4 +1,4 @@
-// Shared by the forward-op tests (ops_*_test.cpp): a device context and its device::Device, buffers from host vectors
+// Shared by the forward-op tests (ops_*_test.cpp): a device (device::open()), buffers from host vectors
 // and back, random data, error statistics against the C++ references, bitwise comparison.
 #pragma once
 
@@ -11,36 +11,30 @@
 #include <random>
 #include <vector>
 
-#include "device/ocl_device.h"
-#include "ocl/context.h"
+#include "device/device.h"
 
 namespace specdec::ops::testing {
 
-inline const std::shared_ptr<ocl::Context>& shared_context() {
-  static const auto ctx = ocl::Context::create();
-  return ctx;
+// The device every op test runs on (SPECDEC_DEVICE picks it, as for the package).
+inline const std::shared_ptr<device::Device>& shared_device() {
+  static const auto d = device::open();
+  return d;
 }
 
-inline ocl::Context& context() { return *shared_context(); }
-
-// The same device through the seam (the ops take a device::Device&).
-inline device::Device& dev() {
-  static const auto d = device::wrap(shared_context());
-  return *d;
-}
+inline device::Device& dev() { return *shared_device(); }
 
 template <typename T>
-ocl::Buffer upload(const std::vector<T>& v, size_t min_elems = 1) {
+device::Buffer upload(const std::vector<T>& v, size_t min_elems = 1) {
   const size_t n = std::max(v.size(), min_elems);
-  ocl::Buffer b(context(), n * sizeof(T));
-  if (!v.empty()) b.write(context(), v.data(), v.size() * sizeof(T));
+  device::Buffer b = dev().allocate(n * sizeof(T));
+  if (!v.empty()) dev().write(b, v.data(), v.size() * sizeof(T));
   return b;
 }
 
 template <typename T>
-std::vector<T> download(const ocl::Buffer& b, size_t n, size_t offset_elems = 0) {
+std::vector<T> download(const device::Buffer& b, size_t n, size_t offset_elems = 0) {
   std::vector<T> out(n);
-  if (n > 0) b.read(context(), out.data(), n * sizeof(T), offset_elems * sizeof(T));
+  if (n > 0) dev().read(b, out.data(), n * sizeof(T), offset_elems * sizeof(T));
   return out;
 }
 

@@ -17,17 +17,16 @@ namespace {
 
 std::vector<float> device_lookup(const DeviceWeight& w, const std::vector<int32_t>& ids,
                                  float scale, bool host_ids) {
-  ocl::Context& ctx = *context();
-  ocl::Buffer out(ctx, ids.size() * static_cast<size_t>(w.cols()) * sizeof(float));
+  device::Buffer out = dev().allocate(ids.size() * static_cast<size_t>(w.cols()) * sizeof(float));
   if (host_ids) {
     embedding_lookup(dev(), w, std::span<const int32_t>(ids), out, scale);
   } else {
-    ocl::Buffer idb(ctx, ids.size() * sizeof(int32_t));
-    idb.write(ctx, ids.data(), ids.size() * sizeof(int32_t));
+    device::Buffer idb = dev().allocate(ids.size() * sizeof(int32_t));
+    dev().write(idb, ids.data(), ids.size() * sizeof(int32_t));
     embedding_lookup(dev(), w, idb, static_cast<int64_t>(ids.size()), out, scale);
   }
   std::vector<float> y(ids.size() * static_cast<size_t>(w.cols()));
-  out.read(ctx, y.data(), y.size() * sizeof(float));
+  dev().read(out, y.data(), y.size() * sizeof(float));
   return y;
 }
 

@@ -270,10 +270,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(QuantMatmulChecks, BadBuffersAndShapes) {
-  ocl::Context& ctx = *context();
   const std::vector<uint8_t> wq = random_weights(GgmlType::kQ4_0, 32, 64, 1);
   const DeviceWeight w = upload(GgmlType::kQ4_0, wq, 32, 64);
-  ocl::Buffer x(ctx, 64 * 4), y(ctx, 32 * 4);
+  device::Buffer x = dev().allocate(64 * 4), y = dev().allocate(32 * 4);
   EXPECT_THROW(matmul(dev(), w, x, 2, y), ConfigError);  // x too small for n = 2
   EXPECT_THROW(matmul(dev(), w, x, -1, y), ConfigError);
   EXPECT_NO_THROW(matmul(dev(), w, x, 0, y));
@@ -294,7 +293,6 @@ TEST(QuantMatmulChecks, BadBuffersAndShapes) {
 // 32: matmul_reusing quantises x again for the second) and n = 1 (decode), 5 (verify), 70
 // (prefill chunks).
 TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
-  ocl::Context& ctx = *context();
   const int64_t cols = 512, ra = 40, rb = 27, width = ra + rb + 3;  // 3 spare columns
   for (auto [ta, tb] : {std::pair{GgmlType::kQ4_K, GgmlType::kQ6_K},
                         std::pair{GgmlType::kQ4_0, GgmlType::kQ8_0},
@@ -305,15 +303,15 @@ TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
     for (int64_t n : {1, 5, 70}) {
       const std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 43);
       const std::vector<float> ya = device_matmul(wa, x, n), yb = device_matmul(wb, x, n);
-      ocl::Buffer xb(ctx, x.size() * sizeof(float));
-      xb.write(ctx, x.data(), x.size() * sizeof(float));
+      device::Buffer xb = dev().allocate(x.size() * sizeof(float));
+      dev().write(xb, x.data(), x.size() * sizeof(float));
       QuantizedActivations xq;
       std::vector<float> y(static_cast<size_t>(n * width), -7.0f);
-      ocl::Buffer ybuf(ctx, y.size() * sizeof(float));
-      ybuf.write(ctx, y.data(), y.size() * sizeof(float));
+      device::Buffer ybuf = dev().allocate(y.size() * sizeof(float));
+      dev().write(ybuf, y.data(), y.size() * sizeof(float));
       matmul_reusing(dev(), wa, xb, xq, n, ybuf, {0, width});
       matmul_reusing(dev(), wb, xb, xq, n, ybuf, {ra, width});
-      ybuf.read(ctx, y.data(), y.size() * sizeof(float));
+      dev().read(ybuf, y.data(), y.size() * sizeof(float));
       int64_t diff = 0, touched = 0;
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < width; ++j) {
@@ -334,12 +332,11 @@ TEST(QuantMatmulChecks, OutputColumnsFillRangesOfOneRow) {
 }
 
 TEST(QuantMatmulChecks, OutputColumnsOutsideTheRowOrBuffer) {
-  ocl::Context& ctx = *context();
   const DeviceWeight w = upload(GgmlType::kQ4_0, random_weights(GgmlType::kQ4_0, 32, 64, 1), 32, 64);
-  ocl::Buffer x(ctx, 2 * 64 * 4);
+  device::Buffer x = dev().allocate(2 * 64 * 4);
   QuantizedActivations xq;
   quantize_activations(dev(), x, 2, 64, xq);
-  ocl::Buffer y(ctx, 2 * 48 * 4);
+  device::Buffer y = dev().allocate(2 * 48 * 4);
   EXPECT_NO_THROW(matmul(dev(), w, x, xq, 2, y, {16, 48}));
   EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {17, 48}), ConfigError);   // past the row's end
   EXPECT_THROW(matmul(dev(), w, x, xq, 2, y, {-1, 48}), ConfigError);
@@ -440,7 +437,6 @@ void ggml_q8_k(const float* x, int8_t* q, float* d) {
 // group, outliers; and the 256 rule equal to ggml's Q8_K (q and d negated where the group's
 // largest value is positive, the same products d * q).
 TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
-  ocl::Context& ctx = *context();
   const int64_t n = 3, cols = 768;
   std::vector<float> x = gaussian(static_cast<size_t>(n * cols), 77);
   for (int j = 0; j < 256; ++j) x[j] = static_cast<float>(j % 9) - 4.0f + 0.5f;  // ties
@@ -448,8 +444,8 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
   std::fill(x.begin() + 256, x.begin() + 512, 0.0f);                     // an all-zero group
   x[cols + 5] = -300.0f;                                                  // a negative outlier
   x[2 * cols + 700] = 90.0f;
-  ocl::Buffer xb(ctx, x.size() * sizeof(float));
-  xb.write(ctx, x.data(), x.size() * sizeof(float));
+  device::Buffer xb = dev().allocate(x.size() * sizeof(float));
+  dev().write(xb, x.data(), x.size() * sizeof(float));
   for (int sb : {32, 256}) {
     QuantizedActivations xq;
     quantize_activations(dev(), xb, n, cols, xq, sb);
@@ -458,9 +454,9 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
     std::vector<int8_t> q(static_cast<size_t>(n * cols));
     std::vector<int16_t> q16(q.size());
     std::vector<float> rec(q.size() / 32 * 4);
-    xq.q8.read(ctx, q.data(), q.size());
-    xq.q16.read(ctx, q16.data(), q16.size() * 2);
-    xq.rec.read(ctx, rec.data(), rec.size() * 4);
+    dev().read(xq.q8, q.data(), q.size());
+    dev().read(xq.q16, q16.data(), q16.size() * 2);
+    dev().read(xq.rec, rec.data(), rec.size() * 4);
     EXPECT_EQ(q, want.q) << sb;
     int64_t bad = 0;
     for (size_t b = 0; b < want.d.size(); ++b) {
@@ -496,8 +492,8 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
   EXPECT_THROW(quantize_activations_reference(row.data(), 1, 288, 256), ConfigError);
   // a matmul given activations of the wrong scale block says which it needs
   const DeviceWeight w = upload(GgmlType::kQ4_K, random_weights(GgmlType::kQ4_K, 16, 256, 5), 16, 256);
-  ocl::Buffer x1(ctx, 256 * 4), y1(ctx, 16 * 4);
-  x1.write(ctx, x.data(), 256 * 4);
+  device::Buffer x1 = dev().allocate(256 * 4), y1 = dev().allocate(16 * 4);
+  dev().write(x1, x.data(), 256 * 4);
   const int need = activation_scale_block(GgmlType::kQ4_K);  // 32; 256 with SPECDEC_Q8K_ACTIVATIONS=1
   quantize_activations(dev(), x1, 1, 256, xq, need == 32 ? 256 : 32);
   try {

@@ -55,13 +55,12 @@ inline DeviceWeight upload(GgmlType type, const std::vector<uint8_t>& bytes, int
 // y [n, rows] = x [n, cols] . W^T on the device.
 inline std::vector<float> device_matmul(const DeviceWeight& w, const std::vector<float>& x,
                                         int64_t n) {
-  ocl::Context& ctx = *context();
-  ocl::Buffer xb(ctx, std::max<size_t>(x.size(), 1) * sizeof(float));
-  if (!x.empty()) xb.write(ctx, x.data(), x.size() * sizeof(float));
-  ocl::Buffer yb(ctx, static_cast<size_t>(std::max<int64_t>(n, 1) * w.rows()) * sizeof(float));
+  device::Buffer xb = dev().allocate(std::max<size_t>(x.size(), 1) * sizeof(float));
+  if (!x.empty()) dev().write(xb, x.data(), x.size() * sizeof(float));
+  device::Buffer yb = dev().allocate(static_cast<size_t>(std::max<int64_t>(n, 1) * w.rows()) * sizeof(float));
   matmul(dev(), w, xb, n, yb);
   std::vector<float> y(static_cast<size_t>(n * w.rows()));
-  if (!y.empty()) yb.read(ctx, y.data(), y.size() * sizeof(float));
+  if (!y.empty()) dev().read(yb, y.data(), y.size() * sizeof(float));
   return y;
 }
 

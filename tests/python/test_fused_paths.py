@@ -93,7 +93,7 @@ def test_attention_writes_the_output_projection_input_quantised(tmp_path, arch, 
 @pytest.mark.parametrize("arch,fmt,formats", [("qwen2", "Q4_K", {"attn_v.weight": "Q6_K"}),
                                               ("gemma3", "Q4_0", None)])
 def test_huge_page_memory_gives_the_same_logits(tmp_path, arch, fmt, formats):
-    """Weights carved out of shared huge-page chunks (ocl::BufferArena) and the KV cache in
+    """Weights carved out of shared huge-page chunks (device::Arena) and the KV cache in
     huge-page host memory give bitwise the logits of the runtime's own buffers
     (SPECDEC_HUGE_PAGES=0): a region at a wrong offset would read another matrix's bytes."""
     path = write_random_model(tmp_path / f"{arch}.gguf", arch, fmt, tensor_formats=formats)

@@ -239,10 +239,10 @@ struct FlashMetadata : BackendMetadata {
   FlashShape shape;
   int tile = 0;
   FlashPlan plan;
-  ocl::Buffer items;       // [num_items, 4] int32
-  ocl::Buffer token_part;  // [num_tokens, 2] int32
-  ocl::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
-  ocl::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
+  device::Buffer items;       // [num_items, 4] int32
+  device::Buffer token_part;  // [num_tokens, 2] int32
+  device::Buffer part_acc;    // [max_partials, num_q_heads, head_size] f32
+  device::Buffer part_ml;     // [max_partials, num_q_heads, 2] f32
   std::string options;     // the kernels' build options (one string per step, not per layer)
   // the same with -DQUANT_OUT=32 / =256 (the output quantised as well, one scale per 32 / 256
   // values)
@@ -267,8 +267,8 @@ std::shared_ptr<const FlashMetadata> make_flash_metadata(device::Device& dev, co
   fm->token_part = upload_int32s(dev, fm->plan.token_part);
   const size_t partial_rows = static_cast<size_t>(std::max<int64_t>(fm->plan.max_partials, 1)) *
                               static_cast<size_t>(s.num_q_heads);
-  fm->part_acc = ocl::Buffer(ctx, partial_rows * s.head_size * sizeof(float));
-  fm->part_ml = ocl::Buffer(ctx, partial_rows * 2 * sizeof(float));
+  fm->part_acc = dev.allocate(partial_rows * s.head_size * sizeof(float));
+  fm->part_ml = dev.allocate(partial_rows * 2 * sizeof(float));
   return fm;
 }
 
@@ -317,8 +317,8 @@ class OclFlashBackend : public AttentionBackend {
                                                   spec, num_q_heads);
   }
   void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
-               const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-               ocl::Buffer& output) const override;
+               const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+               device::Buffer& output) const override;
 
  private:
   void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& params,
@@ -389,8 +389,8 @@ void OclFlashBackend::check_inputs(const AttentionMetadata& md, const AttentionL
 
 void OclFlashBackend::forward(device::Device& dev, const AttentionMetadata& md,
                               const AttentionLayerParams& p, const kv::LayerKvView& view,
-                              const ocl::Buffer& cache, const ocl::Buffer& query,
-                              ocl::Buffer& output) const {
+                              const device::Buffer& cache, const device::Buffer& query,
+                              device::Buffer& output) const {
   ocl::Context& ctx = ocl::context_of(dev);
   check_inputs(md, p, view);  // first: what OCL_FLASH cannot do at all
   check_layer_call(md.host, p, view);

@@ -94,8 +94,8 @@ std::vector<Launch> plan_launches(const std::vector<int>& keys, int64_t split_by
 }
 
 void check_inputs(const AttentionMetadata& md, const AttentionLayerParams& p,
-                  const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-                  const ocl::Buffer& output) {
+                  const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+                  const device::Buffer& output) {
   const kv::KvCacheSpec& s = view.spec;
   if (s.kind != kv::KvSpecKind::kMla || view.layout != kv::KvLayout::kMlaLatent) {
     throw UnsupportedError("OCL_MLA: layer " + view.layer_name + " is " + kv::kind_name(s.kind) +
@@ -125,8 +125,8 @@ struct MlaMetadata : BackendMetadata {
   cl_context context = nullptr;
   int num_q_heads = 0, kv_lora_rank = 0;
   std::vector<Launch> launches;
-  ocl::Buffer acc;  // [tokens, max_splits, num_q_heads, kv_lora_rank] f32 (the largest launch)
-  ocl::Buffer ml;   // [tokens, max_splits, num_q_heads, 2] f32
+  device::Buffer acc;  // [tokens, max_splits, num_q_heads, kv_lora_rank] f32 (the largest launch)
+  device::Buffer ml;   // [tokens, max_splits, num_q_heads, 2] f32
 
   bool serves(const ocl::Context& ctx, int heads, int lora) const {
     return context == ctx.get() && num_q_heads == heads && kv_lora_rank == lora;
@@ -134,9 +134,10 @@ struct MlaMetadata : BackendMetadata {
 };
 
 // The plan of `md` (at least one token, lora >= 1).
-std::shared_ptr<const MlaMetadata> make_mla_metadata(ocl::Context& ctx,
+std::shared_ptr<const MlaMetadata> make_mla_metadata(device::Device& dev,
                                                      const CommonAttentionMetadata& md, int heads,
                                                      int lora) {
+  const ocl::Context& ctx = ocl::context_of(dev);
   auto mm = std::make_shared<MlaMetadata>();
   mm->context = ctx.get();
   mm->num_q_heads = heads;
@@ -146,8 +147,8 @@ std::shared_ptr<const MlaMetadata> make_mla_metadata(ocl::Context& ctx,
   int64_t partials = 1;  // [tokens, max_splits, heads] of the largest launch
   for (const Launch& l : mm->launches)
     partials = std::max(partials, int64_t{l.end - l.begin} * l.max_splits * heads);
-  mm->acc = ocl::Buffer(ctx, static_cast<size_t>(partials) * lora * sizeof(float));
-  mm->ml = ocl::Buffer(ctx, static_cast<size_t>(partials) * 2 * sizeof(float));
+  mm->acc = dev.allocate(static_cast<size_t>(partials) * lora * sizeof(float));
+  mm->ml = dev.allocate(static_cast<size_t>(partials) * 2 * sizeof(float));
   return mm;
 }
 
@@ -165,7 +166,7 @@ class MlaMetadataBuilder : public AttentionMetadataBuilder {
     if (num_q_heads_ >= 1 && spec_.kind == kv::KvSpecKind::kMla && spec_.kv_lora_rank >= 1 &&
         md.host.num_actual_tokens > 0) {
       md.backend_data =
-          make_mla_metadata(ocl::context_of(dev), md.host, num_q_heads_, spec_.kv_lora_rank);
+          make_mla_metadata(dev, md.host, num_q_heads_, spec_.kv_lora_rank);
     }
     return md;
   }
@@ -187,8 +188,8 @@ class OclMlaBackend final : public AttentionBackend {
   }
 
   void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
-               const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-               ocl::Buffer& output) const override;
+               const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+               device::Buffer& output) const override;
 
  private:
   BackendCapabilities caps_ = mla_capabilities();  // no other state: per-step data is in md
@@ -196,8 +197,8 @@ class OclMlaBackend final : public AttentionBackend {
 
 void OclMlaBackend::forward(device::Device& dev, const AttentionMetadata& md,
                             const AttentionLayerParams& params, const kv::LayerKvView& view,
-                            const ocl::Buffer& cache, const ocl::Buffer& query,
-                            ocl::Buffer& output) const {
+                            const device::Buffer& cache, const device::Buffer& query,
+                            device::Buffer& output) const {
   ocl::Context& ctx = ocl::context_of(dev);
   check_inputs(md, params, view, cache, query, output);  // first: what OCL_MLA cannot do at all
   check_layer_call(md.host, params, view);
@@ -207,7 +208,7 @@ void OclMlaBackend::forward(device::Device& dev, const AttentionMetadata& md,
   // the step's plan when it was built for these heads, else one for this call
   auto mm = std::dynamic_pointer_cast<const MlaMetadata>(md.backend_data);
   if (mm == nullptr || !mm->serves(ctx, heads, lora))
-    mm = make_mla_metadata(ctx, md.host, heads, lora);
+    mm = make_mla_metadata(dev, md.host, heads, lora);
 
   const std::string options = build_options(s.dtype, lora, s.qk_rope_head_dim, hpg);
   ocl::Kernel split = ctx.kernel("attention_mla", "mla_attention_split", options);

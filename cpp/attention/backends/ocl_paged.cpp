@@ -88,8 +88,8 @@ BackendCapabilities paged_capabilities() {
 
 // Throws ConfigError / UnsupportedError when the call's shapes do not fit each other.
 void check_call(const AttentionMetadata& md, const AttentionLayerParams& p,
-                const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-                const ocl::Buffer& output) {
+                const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+                const device::Buffer& output) {
   if (!view.spec.is_attention())
     throw UnsupportedError("OCL_PAGED: MLA caches are not supported; use OCL_MLA");
   SPECDEC_CHECK(p.num_kv_heads == view.k.num_heads && p.num_kv_heads == view.v.num_heads,
@@ -120,8 +120,8 @@ class OclPagedBackend final : public AttentionBackend {
   const BackendCapabilities& capabilities() const override { return caps_; }
 
   void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& p,
-               const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-               ocl::Buffer& output) const override {
+               const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+               device::Buffer& output) const override {
     ocl::Context& ctx = ocl::context_of(dev);
     check_layer_call(md.host, p, view);
     check_call(md, p, view, cache, query, output);

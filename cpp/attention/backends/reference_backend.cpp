@@ -40,8 +40,8 @@ class ReferenceBackend final : public AttentionBackend {
   const BackendCapabilities& capabilities() const override { return caps_; }
 
   void forward(device::Device& dev, const AttentionMetadata& md, const AttentionLayerParams& params,
-               const kv::LayerKvView& view, const ocl::Buffer& cache, const ocl::Buffer& query,
-               ocl::Buffer& output) const override {
+               const kv::LayerKvView& view, const device::Buffer& cache, const device::Buffer& query,
+               device::Buffer& output) const override {
     const CommonAttentionMetadata& host = md.host;
     check_layer_call(host, params, view);
     const size_t num_tokens = static_cast<size_t>(host.num_actual_tokens);
@@ -50,19 +50,19 @@ class ReferenceBackend final : public AttentionBackend {
     check_forward_buffers(host, params, view, cache, query, output);
     if (n_out == 0) return;
     std::vector<uint8_t> raw(cache.size_bytes());
-    read_buffer(dev, cache, raw.data(), raw.size());
+    dev.read(cache, raw.data(), raw.size());
     std::vector<float> q(n_q);
-    if (n_q > 0) read_buffer(dev, query, q.data(), n_q * sizeof(float));
+    if (n_q > 0) dev.read(query, q.data(), n_q * sizeof(float));
     std::vector<float> sinks;
     if (params.sinks != nullptr) {
       sinks.resize(static_cast<size_t>(params.num_q_heads));
       SPECDEC_CHECK(params.sinks->size_bytes() >= sinks.size() * sizeof(float), "sinks",
                    str_cat(params.sinks->size_bytes(), " bytes"),
                    str_cat("must hold num_q_heads = ", params.num_q_heads, " floats"));
-      read_buffer(dev, *params.sinks, sinks.data(), sinks.size() * sizeof(float));
+      dev.read(*params.sinks, sinks.data(), sinks.size() * sizeof(float));
     }
     const std::vector<float> out = attention_ref(host, params, sinks, view, raw, q);
-    write_buffer(dev, output, out.data(), out.size() * sizeof(float));
+    dev.write(output, out.data(), out.size() * sizeof(float));
   }
 
  private:

@@ -14,11 +14,12 @@ DFlashProposer::DFlashProposer(std::shared_ptr<runner::ModelRunner> target, std:
                drafter_->config().dflash_block_size, ">= 2 (one token and at least one mask)");
   drafter_->set_dflash_target(target_);
   std::weak_ptr<runner::ModelRunner> weak = drafter_;
-  sink_token_ = target_->set_hidden_sink(drafter_->config().dflash_target_layers,
-                           [weak](const std::vector<runner::ModelRunner::ContextRows>& rows, const ocl::Buffer& hidden,
-                                  int64_t n) {
-                             if (auto d = weak.lock()) d->write_context(rows, hidden, n);
-                           });
+  sink_token_ =
+      target_->set_hidden_sink(drafter_->config().dflash_target_layers,
+                               [weak](const std::vector<runner::ModelRunner::ContextRows>& rows,
+                                      const device::Buffer& hidden, int64_t n) {
+                                 if (auto d = weak.lock()) d->write_context(rows, hidden, n);
+                               });
 }
 
 DFlashProposer::~DFlashProposer() {
