@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "cpu/isa.h"
+#include "device/cpu_device.h"
 #include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
@@ -89,8 +91,13 @@ void register_context(py::module_& m) {
       m, "Context", "A device (device::open): on OpenCL a context and queue with a program cache.")
       .def(py::init([](const std::string& device) { return specdec::device::open(device); }),
            py::arg("device") = "")
-      .def_property_readonly("device", [](Device& d) { return ocl_context(d, "device").device(); },
-                             "The OpenCL device's DeviceInfo.")
+      .def_property_readonly("device", [](Device& d) -> py::object {
+        if (d.kind() == specdec::device::Kind::kOpenCL) return py::cast(ocl_context(d, "device").device());
+        return py::cast(d.info());
+      }, "The device's description: an OpenCL DeviceInfo, or the native CPU device's NativeDeviceInfo "
+         "(the same field names).")
+      .def_property_readonly("kind", [](Device& d) { return std::string(specdec::device::kind_name(d.kind())); },
+                             "'opencl' or 'cpu' (the native CPU device).")
       .def("build", [](Device& d, const std::string& name, const std::string& source,
                        const std::string& options) { ocl_context(d, "build").build(name, source, options); },
            py::arg("name"), py::arg("source"), py::arg("options") = "",
@@ -107,12 +114,20 @@ void register_context(py::module_& m) {
            "microseconds since the last call, and the span first queued -> last ended. Empty "
            "unless SPECDEC_PROFILE was set when the context was created.");
   m.def("quant_isa", [](Device& d) {
+        if (d.kind() == specdec::device::Kind::kCpu) {
+          return std::string(specdec::cpu::isa_name(specdec::device::cpu_of(d).isa()));
+        }
         return std::string(specdec::quant::quant_isa_name(specdec::quant::device_quant_isa(ocl_context(d, "quant_isa"))));
       }, py::arg("context"),
-        "The integer-dot path the quantized matmuls use on the context's device (portable, avx2, "
-        "avx512bw, avx512vnni): SPECDEC_QUANT_ISA, else the fastest the device runs.");
+        "The integer-dot path the quantized matmuls use on the context's device: on OpenCL portable, "
+        "avx2, avx512bw, avx512vnni (SPECDEC_QUANT_ISA, else the fastest the device runs); on the "
+        "native CPU device its path (portable, avx2, avx_vnni, avx512bw, avx512_vnni; SPECDEC_CPU_ISA).");
   m.def("quant_isas", [](Device& d) {
         std::vector<std::string> out;
+        if (d.kind() == specdec::device::Kind::kCpu) {
+          for (auto isa : specdec::cpu::cpu_isas()) out.emplace_back(specdec::cpu::isa_name(isa));
+          return out;
+        }
         for (auto isa : specdec::quant::device_quant_isas(ocl_context(d, "quant_isas"))) {
           out.emplace_back(specdec::quant::quant_isa_name(isa));
         }
@@ -154,6 +169,40 @@ void register_ocl(py::module_& m) {
                                 "', platform='", d.platform_name, "', version='", d.version,
                                 "', compute_units=", d.compute_units, ", global_mem_bytes=",
                                 d.global_mem_bytes, ", fp16=", d.fp16 ? "True" : "False", ")");
+      });
+
+  using specdec::device::Info;
+  py::class_<Info>(m, "NativeDeviceInfo",
+                   "The native CPU device (device='native'): the CPU, its SIMD path and threads, with "
+                   "DeviceInfo's field names.")
+      .def_readonly("name", &Info::name)
+      .def_readonly("vendor", &Info::vendor)
+      .def_readonly("platform", &Info::platform)
+      .def_readonly("type", &Info::type)
+      .def_readonly("compute_units", &Info::compute_units)
+      .def_readonly("global_mem_bytes", &Info::global_mem_bytes)
+      .def_readonly("max_alloc_bytes", &Info::max_alloc_bytes)
+      .def_readonly("local_mem_bytes", &Info::local_mem_bytes)
+      .def_readonly("fp64", &Info::fp64)
+      .def_property_readonly("index", [](const Info&) { return -1; })
+      .def_property_readonly("kind", [](const Info& i) { return std::string(specdec::device::kind_name(i.kind)); })
+      .def_property_readonly("fp16", [](const Info&) { return false; })
+      .def("summary", &Info::summary)
+      .def("as_dict", [](const Info& i) {
+        py::dict d;
+        d["kind"] = specdec::device::kind_name(i.kind);
+        d["name"] = i.name;
+        d["vendor"] = i.vendor;
+        d["platform"] = i.platform;
+        d["type"] = i.type;
+        d["compute_units"] = i.compute_units;
+        d["global_mem_bytes"] = i.global_mem_bytes;
+        d["max_alloc_bytes"] = i.max_alloc_bytes;
+        return d;
+      })
+      .def("__repr__", [](const Info& i) {
+        return specdec::str_cat("NativeDeviceInfo(name='", i.name, "', platform='", i.platform,
+                                "', threads=", i.compute_units, ")");
       });
 
   m.def("devices", &specdec::ocl::list_devices,

@@ -23,6 +23,7 @@ const std::vector<std::unique_ptr<AttentionBackend>>& all_backends() {
     out.push_back(make_ocl_paged_backend());
     out.push_back(make_ocl_flash_backend());
     out.push_back(make_ocl_mla_backend());
+    out.push_back(make_cpu_paged_backend());
     return out;
   }();
   return backends;
@@ -56,6 +57,9 @@ std::vector<const AttentionBackend*> priority_list(const device::Info& device) {
       names = {cpu ? "OCL_FLASH" : "OCL_PAGED", cpu ? "OCL_PAGED" : "OCL_FLASH", "OCL_MLA", "REFERENCE"};
       break;
     }
+    case device::Kind::kCpu:  // the native device's own backend, then the host reference
+      names = {"CPU_PAGED", "REFERENCE"};
+      break;
   }
   std::vector<const AttentionBackend*> out;
   for (const char* name : names) {

@@ -1,5 +1,6 @@
 #include "cpu/kv_write.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -71,7 +72,10 @@ void kv_gather(const uint8_t* cache, const kv::LayerKvView& view, const kv::KvPa
   const int64_t row = int64_t{part.num_heads} * part.width;
   for (int64_t t = t0; t < t1; ++t) {
     const int32_t slot = slots[t];
-    if (slot < 0) continue;
+    if (slot < 0) {  // padding reads as zeros, as kv_cache_gather_ref and the OpenCL kernel give it
+      std::fill(dst + t * row, dst + (t + 1) * row, 0.0f);
+      continue;
+    }
     for (int h = 0; h < part.num_heads; ++h)
       load(cache, view.spec.dtype, part.index(slot / bs, slot % bs, h, 0), dst + t * row + int64_t{h} * part.width,
            part.width);

@@ -23,7 +23,7 @@ struct KvSrc {
 void kv_write(uint8_t* cache, const kv::LayerKvView& view, const kv::KvPartView& part, const KvSrc& src,
               const int32_t* slots, int64_t t0, int64_t t1);
 
-// Reads `part` at each slot into dst [t, num_heads * width] (f32); slot -1 rows are left as they are.
+// Reads `part` at each slot into dst [t, num_heads * width] (f32); slot -1 rows read as zeros.
 void kv_gather(const uint8_t* cache, const kv::LayerKvView& view, const kv::KvPartView& part,
                const int32_t* slots, float* dst, int64_t t0, int64_t t1);
 

@@ -68,9 +68,16 @@ Isa matmul_isa_for(quant::GgmlType type, Isa isa) {
 
 void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, int64_t group_end,
             float* y, Isa isa) {
+  SPECDEC_CHECK(w.layout != nullptr, "w", "null", "a packed weight needs its layout");
+  matmul(w, in, group_begin, group_end, y, w.layout->rows, isa);
+}
+
+void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, int64_t group_end,
+            float* y, int64_t ldy, Isa isa) {
   SPECDEC_CHECK(w.layout != nullptr && w.data != nullptr, "w", "null",
                 "a packed weight needs its layout and bytes");
   const quant::DeviceLayout& layout = *w.layout;
+  SPECDEC_CHECK(ldy >= layout.rows, "ldy", ldy, str_cat("must be >= the weight's rows, ", layout.rows));
   SPECDEC_CHECK(0 <= group_begin && group_begin <= group_end && group_end <= layout.groups,
                 "group range", str_cat("[", group_begin, ", ", group_end, ")"),
                 str_cat("must lie in [0, ", layout.groups, "]"));
@@ -91,7 +98,7 @@ void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, i
   base.blocks_per_row = layout.blocks_per_row;
   base.cols = layout.cols;
   base.rows = layout.rows;
-  base.ldy = layout.rows;
+  base.ldy = ldy;
   // tiles of 16 activation rows, each run over a group while its records are in cache
   const int64_t num_tiles = (in.n + kernels::kMaxRows - 1) / kernels::kMaxRows;
   std::vector<kernels::Args> tiles(static_cast<size_t>(num_tiles), base);
@@ -99,7 +106,7 @@ void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, i
     const int64_t i0 = t * kernels::kMaxRows;
     kernels::Args& a = tiles[static_cast<size_t>(t)];
     a.n = static_cast<int>(std::min<int64_t>(kernels::kMaxRows, in.n - i0));
-    a.y = y + i0 * layout.rows;
+    a.y = y + i0 * ldy;
     if (is_float) {
       a.x = in.x + i0 * layout.cols;
       continue;

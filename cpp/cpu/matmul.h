@@ -41,6 +41,11 @@ void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, i
             float* y,  // [in.n, layout.rows]
             Isa isa = cpu_isa());
 
+// The same writing row i of the result at y + i * ldy (ldy >= layout.rows: a column range of a
+// wider row, as quant::OutputColumns places it).
+void matmul(const PackedWeight& w, const MatmulInput& in, int64_t group_begin, int64_t group_end,
+            float* y, int64_t ldy, Isa isa);
+
 // The whole matrix: matmul(w, in, 0, layout.groups, y, isa).
 void matmul(const PackedWeight& w, const MatmulInput& in, float* y, Isa isa = cpu_isa());
 

@@ -47,6 +47,8 @@ class Buffer {
   BufferId id() const { return {native_ != nullptr ? native_ : static_cast<const void*>(host_)}; }
   void* native() const { return native_; }  // OpenCL: the memory object (device files only)
   std::byte* host() const { return host_; }  // OpenCL: the USE_HOST_PTR memory, or nullptr
+  // The owner of the memory (device files: a region made without the device's help shares it).
+  const std::shared_ptr<void>& owner() const { return keep_; }
 
  private:
   Kind kind_ = Kind::kOpenCL;

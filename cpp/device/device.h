@@ -81,13 +81,16 @@ class Device {
 
  protected:
   explicit Device(Info info) : info_(std::move(info)) {}
+  void set_info(Info info) { info_ = std::move(info); }  // a device that learns it after its members
 
  private:
   Info info_;
 };
 
-// The device for `selector` ("" -> SPECDEC_DEVICE). Today an OpenCL device, chosen as
-// ocl::select_device chooses (ocl/device.h); the string keeps that meaning.
+// The device for `selector` ("" -> SPECDEC_DEVICE): "native" is the native CPU device
+// (device/cpu_device.h); "ocl:<selector>" an OpenCL device chosen by <selector>; any other string
+// an OpenCL device, chosen as ocl::select_device chooses (ocl/device.h), the string keeping that
+// meaning.
 std::shared_ptr<Device> open(const std::string& selector = "");
 
 }  // namespace specdec::device

@@ -7,7 +7,7 @@
 
 namespace specdec::device {
 
-enum class Kind : uint8_t { kOpenCL };  // kCpu comes with the native CPU device
+enum class Kind : uint8_t { kOpenCL, kCpu };  // kCpu: the native CPU device (device/cpu_device.h)
 
 enum class Access : uint8_t { kReadWrite, kReadOnly };  // kReadOnly: CL_MEM_READ_ONLY on OpenCL
 
@@ -30,6 +30,6 @@ struct Info {
   std::string summary() const;  // one line a person can read
 };
 
-const char* kind_name(Kind kind);  // "opencl"
+const char* kind_name(Kind kind);  // "opencl", "cpu"
 
 }  // namespace specdec::device

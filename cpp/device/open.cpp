@@ -1,5 +1,10 @@
 #include "device/device.h"
+#include "device/cpu_device.h"
 #include "device/ocl_device.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include "common/errors.h"
 
 namespace specdec::device {
@@ -7,6 +12,7 @@ namespace specdec::device {
 const char* kind_name(Kind kind) {
   switch (kind) {
     case Kind::kOpenCL: return "opencl";
+    case Kind::kCpu: return "cpu";
   }
   return "unknown";
 }
@@ -17,6 +23,15 @@ std::string Info::summary() const {
 }
 
 std::shared_ptr<Device> open(const std::string& selector) {
+  std::string chosen = selector;
+  if (chosen.empty()) {
+    const char* env = std::getenv("SPECDEC_DEVICE");
+    chosen = env != nullptr ? env : "";
+  }
+  std::string key = chosen;
+  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (key == "native") return std::make_shared<CpuDevice>();
+  if (chosen.rfind("ocl:", 0) == 0) return wrap(ocl::Context::create(chosen.substr(4)));
   return wrap(ocl::Context::create(selector));  // the selector keeps ocl::select_device's meaning
 }
 

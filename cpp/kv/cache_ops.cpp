@@ -40,6 +40,7 @@ void kv_cache_write(device::Device& dev, const device::Buffer& cache, const Laye
   if (p.empty() || num_tokens == 0) return;  // a zero-sized part has nothing to write
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_kv_cache_write(dev, cache, view, p, src, slot_mapping, num_tokens);
+    case device::Kind::kCpu: return cpu_kv_cache_write(dev, cache, view, p, src, slot_mapping, num_tokens);
   }
 }
 
@@ -65,6 +66,7 @@ void kv_cache_write_kv(device::Device& dev, const device::Buffer& cache, const L
   check_rows(v, view.v, "kv_cache_write_kv.v");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_kv_cache_write_kv(dev, cache, view, k, v, slot_mapping, num_tokens);
+    case device::Kind::kCpu: return cpu_kv_cache_write_kv(dev, cache, view, k, v, slot_mapping, num_tokens);
   }
 }
 
@@ -97,6 +99,7 @@ void kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache, const 
   if (e.inv_freq != nullptr) holds(e.inv_freq, e.head_size / 2 * 4, "kv_cache_write_qkv.inv_freq");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_kv_cache_write_qkv(dev, cache, view, e, slot_mapping, num_tokens);
+    case device::Kind::kCpu: return cpu_kv_cache_write_qkv(dev, cache, view, e, slot_mapping, num_tokens);
   }
 }
 
@@ -107,6 +110,7 @@ void kv_cache_gather(device::Device& dev, const device::Buffer& cache, const Lay
   if (p.empty() || num_tokens == 0) return;
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_kv_cache_gather(dev, cache, view, p, slot_mapping, dst, num_tokens);
+    case device::Kind::kCpu: return cpu_kv_cache_gather(dev, cache, view, p, slot_mapping, dst, num_tokens);
   }
 }
 

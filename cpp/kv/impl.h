@@ -30,4 +30,18 @@ void ocl_kv_cache_gather(device::Device& dev, const device::Buffer& cache, const
                          const KvPartView& p, const device::Buffer& slot_mapping, const device::Buffer& dst,
                          int num_tokens);
 
+
+// The native CPU device (kv/cpu_*.cpp): the same arguments, recorded on the device.
+void cpu_kv_cache_write(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                        const KvPartView& p, const device::Buffer& src, const device::Buffer& slot_mapping,
+                        int num_tokens);
+void cpu_kv_cache_write_kv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                           const KvRows& k, const KvRows& v, const device::Buffer& slot_mapping,
+                           int num_tokens);
+void cpu_kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                            const QkvEpilogue& e, const device::Buffer& slot_mapping, int num_tokens);
+void cpu_kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
+                         const KvPartView& p, const device::Buffer& slot_mapping, const device::Buffer& dst,
+                         int num_tokens);
+
 }  // namespace specdec::kv

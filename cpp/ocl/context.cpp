@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "common/errors.h"
+#include "common/huge_pages.h"
 #include "ocl/kernel_sources.h"
 
 namespace specdec::ocl {
@@ -140,24 +141,8 @@ Kernel Context::kernel(const std::string& program, const std::string& kernel_nam
 namespace {
 
 // Host memory for a CPU device's long-lived buffers (Buffer::long_lived), in transparent huge
-// pages: a kernel streaming weights through 4 KiB pages stops at every page boundary (hardware
-// prefetchers do not cross pages; one TLB entry per 4 KiB), and PoCL's own allocations get 4 KiB
-// pages where THP is `madvise` (the Debian default). Measured on a 2-core Zen 4 VM, PoCL 3.1: a
-// streaming read kernel 21-23 GB/s over 4 KiB pages, 30-32 GB/s over huge pages (bench/README.md).
-// The mapping is 2 MiB aligned and rounded up to 2 MiB (only buffers of 1 MiB or more take it, so
-// at most half of one is padding) and lives until OpenCL deletes the buffer (destructor callback).
-// SPECDEC_HUGE_PAGES=0 turns it off (read once per process).
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kHugePageMinBytes = size_t{1} << 20;
-
-bool huge_pages_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("SPECDEC_HUGE_PAGES");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
-  return on;
-}
-
+// pages (common/huge_pages.h): PoCL's own allocations get 4 KiB pages where THP is `madvise` (the
+// Debian default). The mapping lives until OpenCL deletes the buffer (destructor callback).
 struct HugePages {
   void* ptr = nullptr;
   size_t span = 0;
@@ -173,19 +158,11 @@ void CL_CALLBACK release_huge_pages(cl_mem /*mem*/, void* user_data) {
 // turned off, or the mapping failed: the buffer then takes the runtime's own memory).
 HugePages* huge_page_memory(const Context& ctx, size_t size_bytes) {
   if (ctx.device().type != "cpu" || size_bytes < kHugePageMinBytes || !huge_pages_enabled() ||
-      size_bytes > SIZE_MAX / 2 || static_cast<uint64_t>(size_bytes) > static_cast<uint64_t>(ctx.device().max_alloc_bytes))
+      static_cast<uint64_t>(size_bytes) > static_cast<uint64_t>(ctx.device().max_alloc_bytes))
     return nullptr;
-  const size_t span = (size_bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* raw = mmap(nullptr, span + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const auto base = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > base) munmap(raw, aligned - base);
-  const uintptr_t end = aligned + span, raw_end = base + span + kHugePage;
-  if (raw_end > end) munmap(reinterpret_cast<void*>(end), raw_end - end);
-  void* p = reinterpret_cast<void*>(aligned);
-  madvise(p, span, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
-  return new HugePages{p, span};
+  size_t span = 0;
+  void* p = map_huge_pages(size_bytes, &span);
+  return p == nullptr ? nullptr : new HugePages{p, span};
 }
 
 }  // namespace

@@ -192,6 +192,10 @@ DeviceInfo select_device(const std::string& selector) {
       field = "SPECDEC_DEVICE";
     }
   }
+  // device::open's forms: "ocl:<selector>" names an OpenCL device; "native" (the native CPU
+  // device) leaves OpenCL's own choice, for what needs an OpenCL device beside it, to auto
+  if (sel.rfind("ocl:", 0) == 0) sel = sel.substr(4);
+  if (lower(sel) == "native") sel = "auto";
   const auto devices = list_devices();
   if (devices.empty()) {
     throw UnsupportedError(
@@ -201,8 +205,9 @@ DeviceInfo select_device(const std::string& selector) {
   const std::string key = lower(sel);
   if (const DeviceInfo* d = match(devices, key)) return *d;
   throw ConfigError(field, str_cat("'", sel, "'"),
-                    str_cat("no such OpenCL device; use auto, an index, P:D, gpu/cpu/accelerator "
-                            "or part of a name. Devices:",
+                    str_cat("no such device; use native (specdec's own CPU device), auto, an OpenCL "
+                            "device's index, P:D, gpu/cpu/accelerator or part of its name (ocl:<that> "
+                            "forces OpenCL). OpenCL devices:",
                             device_list_text(devices)));
 }
 

@@ -14,6 +14,7 @@ void add(device::Device& dev, Slice x, Slice y, int64_t n) {
   check_slice(y, n, "add.y");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_add(dev, x, y, n);
+    case device::Kind::kCpu: return cpu_add(dev, x, y, n);
   }
 }
 
@@ -24,6 +25,7 @@ void add_bias(device::Device& dev, Slice x, Slice bias, int64_t rows, int dim) {
   check_slice(bias, dim, "add_bias.bias");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_add_bias(dev, x, bias, rows, dim);
+    case device::Kind::kCpu: return cpu_add_bias(dev, x, bias, rows, dim);
   }
 }
 
@@ -32,6 +34,7 @@ void scale(device::Device& dev, Slice x, int64_t n, float s) {
   check_slice(x, n, "scale.x");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_scale(dev, x, n, s);
+    case device::Kind::kCpu: return cpu_scale(dev, x, n, s);
   }
 }
 
@@ -41,6 +44,7 @@ void softcap(device::Device& dev, Slice x, int64_t n, float cap) {
   check_slice(x, n, "softcap.x");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_softcap(dev, x, n, cap);
+    case device::Kind::kCpu: return cpu_softcap(dev, x, n, cap);
   }
 }
 
@@ -63,6 +67,7 @@ void gated_activation(device::Device& dev, Slice gate, Slice up, Slice out, int6
   }
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_gated_activation(dev, gate, up, out, rows, ff, act, in_row_stride, q);
+    case device::Kind::kCpu: return cpu_gated_activation(dev, gate, up, out, rows, ff, act, in_row_stride, q);
   }
 }
 

@@ -22,6 +22,7 @@ void head_matmul(device::Device& dev, Slice w, Slice x, Slice y, int64_t num_tok
   check_slice(y, checked_add(last_y, rows, "head_matmul.y"), "head_matmul.y");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_head_matmul(dev, w, x, y, num_tokens, heads, rows, cols, x_head_stride, y_head_stride);
+    case device::Kind::kCpu: return cpu_head_matmul(dev, w, x, y, num_tokens, heads, rows, cols, x_head_stride, y_head_stride);
   }
 }
 

@@ -1,5 +1,5 @@
 // The ops' per-device implementations, called by the dispatch files (ops/<family>.cpp) after the
-// checks: one file per family and device (ops/ocl_<family>.cpp). Arguments are checked already.
+// checks: one file per family and device (ops/ocl_<family>.cpp, ops/cpu_<family>.cpp). Arguments are checked already.
 // Device& and Slice only: a dispatch file includes no OpenCL header.
 #pragma once
 
@@ -49,6 +49,32 @@ void ocl_argmax(device::Device& dev, Slice logits, Slice ids, int64_t rows, int 
 void ocl_top_k(device::Device& dev, Slice logits, Slice values, Slice ids, int64_t rows, int vocab, int k);
 // logsumexp_rows (write_out false: out unused) and log_softmax_rows
 void ocl_logsumexp(device::Device& dev, Slice logits, Slice lse, Slice out, int64_t rows, int vocab,
+                   bool write_out);
+
+
+// The native CPU device (ops/cpu_<family>.cpp): the same arguments, recorded on the device.
+void cpu_rms_norm(device::Device& dev, Slice x, std::optional<Slice> residual, std::optional<Slice> weight,
+                  Slice y, int64_t rows, int dim, float eps, float weight_offset, const QuantizedOut* q);
+void cpu_add(device::Device& dev, Slice x, Slice y, int64_t n);
+void cpu_add_bias(device::Device& dev, Slice x, Slice bias, int64_t rows, int dim);
+void cpu_scale(device::Device& dev, Slice x, int64_t n, float s);
+void cpu_softcap(device::Device& dev, Slice x, int64_t n, float cap);
+void cpu_gated_activation(device::Device& dev, Slice gate, Slice up, Slice out, int64_t rows, int ff,
+                          Activation act, int64_t in_row_stride, const QuantizedOut* q);
+void cpu_rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int num_heads,
+              int head_size, const RopeTable& table, int64_t token_stride);
+void cpu_gather_rows(device::Device& dev, Slice src, Slice idx, Slice dst, int64_t num_src_rows,
+                     int64_t num_idx, int dim);
+void cpu_copy_2d(device::Device& dev, Slice src, Slice dst, int64_t rows, int64_t cols,
+                 int64_t src_row_stride, int64_t dst_row_stride);
+void cpu_split_columns(device::Device& dev, Slice src, Slice dst_a, Slice dst_b, Slice dst_c,
+                       int64_t rows, int a, int b, int c);
+void cpu_gather_columns(device::Device& dev, Slice src, Slice cols, Slice dst, int64_t rows, int dim);
+void cpu_head_matmul(device::Device& dev, Slice w, Slice x, Slice y, int64_t num_tokens, int heads,
+                     int rows, int cols, int64_t x_head_stride, int64_t y_head_stride);
+void cpu_argmax(device::Device& dev, Slice logits, Slice ids, int64_t rows, int vocab);
+void cpu_top_k(device::Device& dev, Slice logits, Slice values, Slice ids, int64_t rows, int vocab, int k);
+void cpu_logsumexp(device::Device& dev, Slice logits, Slice lse, Slice out, int64_t rows, int vocab,
                    bool write_out);
 
 }  // namespace specdec::ops

@@ -27,6 +27,7 @@ void dispatch_norm(device::Device& dev, const std::string& op, Slice x, std::opt
   if (rows == 0) return;
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_rms_norm(dev, x, residual, weight, y, rows, dim, eps, weight_offset, q);
+    case device::Kind::kCpu: return cpu_rms_norm(dev, x, residual, weight, y, rows, dim, eps, weight_offset, q);
   }
 }
 

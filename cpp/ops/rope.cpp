@@ -58,6 +58,7 @@ void rope(device::Device& dev, Slice x, Slice positions, int64_t num_tokens, int
   check_slice(positions, num_tokens, "rope.positions");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_rope(dev, x, positions, num_tokens, num_heads, head_size, table, token_stride);
+    case device::Kind::kCpu: return cpu_rope(dev, x, positions, num_tokens, num_heads, head_size, table, token_stride);
   }
 }
 

@@ -25,6 +25,7 @@ void gather_rows(device::Device& dev, Slice src, Slice idx, Slice dst, int64_t n
   check_slice(dst, checked_mul(num_idx, dim, "gather_rows.dst"), "gather_rows.dst");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_gather_rows(dev, src, idx, dst, num_src_rows, num_idx, dim);
+    case device::Kind::kCpu: return cpu_gather_rows(dev, src, idx, dst, num_src_rows, num_idx, dim);
   }
 }
 
@@ -38,6 +39,7 @@ void copy_2d(device::Device& dev, Slice src, Slice dst, int64_t rows, int64_t co
   check_slice(dst, strided_span(rows, cols, dst_row_stride, "copy_2d.dst"), "copy_2d.dst");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_copy_2d(dev, src, dst, rows, cols, src_row_stride, dst_row_stride);
+    case device::Kind::kCpu: return cpu_copy_2d(dev, src, dst, rows, cols, src_row_stride, dst_row_stride);
   }
 }
 
@@ -55,6 +57,7 @@ void split_columns(device::Device& dev, Slice src, Slice dst_a, Slice dst_b, Sli
   check_slice(dst_c, checked_mul(rows, c, "split_columns.dst_c"), "split_columns.dst_c");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_split_columns(dev, src, dst_a, dst_b, dst_c, rows, a, b, c);
+    case device::Kind::kCpu: return cpu_split_columns(dev, src, dst_a, dst_b, dst_c, rows, a, b, c);
   }
 }
 
@@ -66,6 +69,7 @@ void gather_columns(device::Device& dev, Slice src, Slice cols, Slice dst, int64
   check_slice(dst, rows, "gather_columns.dst");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_gather_columns(dev, src, cols, dst, rows, dim);
+    case device::Kind::kCpu: return cpu_gather_columns(dev, src, cols, dst, rows, dim);
   }
 }
 

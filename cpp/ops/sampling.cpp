@@ -22,6 +22,7 @@ void argmax(device::Device& dev, Slice logits, Slice ids, int64_t rows, int voca
   check_slice(ids, rows, "argmax.ids");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_argmax(dev, logits, ids, rows, vocab);
+    case device::Kind::kCpu: return cpu_argmax(dev, logits, ids, rows, vocab);
   }
 }
 
@@ -35,6 +36,7 @@ void top_k(device::Device& dev, Slice logits, Slice values, Slice ids, int64_t r
   check_slice(ids, n, "top_k.ids");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_top_k(dev, logits, values, ids, rows, vocab, k);
+    case device::Kind::kCpu: return cpu_top_k(dev, logits, values, ids, rows, vocab, k);
   }
 }
 
@@ -43,6 +45,7 @@ void logsumexp_rows(device::Device& dev, Slice logits, Slice lse, int64_t rows, 
   check_slice(lse, rows, "logsumexp_rows.lse");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_logsumexp(dev, logits, lse, logits, rows, vocab, false);
+    case device::Kind::kCpu: return cpu_logsumexp(dev, logits, lse, logits, rows, vocab, false);
   }
 }
 
@@ -53,6 +56,7 @@ void log_softmax_rows(device::Device& dev, Slice logits, Slice out, Slice lse, i
   check_slice(lse, rows, "log_softmax_rows.lse");
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_logsumexp(dev, logits, lse, out, rows, vocab, true);
+    case device::Kind::kCpu: return cpu_logsumexp(dev, logits, lse, out, rows, vocab, true);
   }
 }
 

@@ -24,4 +24,13 @@ void ocl_matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer
 void ocl_embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids, int64_t n,
                           device::Buffer& out, float scale);
 
+
+// The native CPU device (quant/cpu_*.cpp): the same arguments, recorded on the device.
+void cpu_quantize_activations(device::Device& dev, const device::Buffer& x, int64_t n, int64_t cols,
+                              QuantizedActivations& out, int scale_block);
+void cpu_matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
+                const QuantizedActivations& xq, int64_t n, device::Buffer& y, int64_t y_offset, int64_t ldy);
+void cpu_embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids, int64_t n,
+                          device::Buffer& out, float scale);
+
 }  // namespace specdec::quant

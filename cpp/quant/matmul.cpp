@@ -72,6 +72,7 @@ void quantize_activations(device::Device& dev, const device::Buffer& x, int64_t 
   if (!prepare_activations(dev, n, cols, out, scale_block)) return;
   switch (dev.kind()) {
     case device::Kind::kOpenCL: ocl_quantize_activations(dev, x, n, cols, out, scale_block); break;
+    case device::Kind::kCpu: cpu_quantize_activations(dev, x, n, cols, out, scale_block); break;
   }
   set_source(out, x);  // just quantised from x
 }
@@ -124,6 +125,7 @@ void matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer& x,
   }
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_matmul(dev, w, x, xq, n, y, out.offset, ldy);
+    case device::Kind::kCpu: return cpu_matmul(dev, w, x, xq, n, y, out.offset, ldy);
   }
 }
 
@@ -148,6 +150,7 @@ void embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::
   if (n == 0) return;
   switch (dev.kind()) {
     case device::Kind::kOpenCL: return ocl_embedding_lookup(dev, w, ids, n, out, scale);
+    case device::Kind::kCpu: return cpu_embedding_lookup(dev, w, ids, n, out, scale);
   }
 }
 

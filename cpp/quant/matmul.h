@@ -24,7 +24,8 @@ struct QuantizedActivations {
   int64_t cols = 0;
   int scale_block = 32;  // 32 or 256 (activation_scale_block)
   device::Buffer q8;   // [n, cols] int8
-  device::Buffer q16;  // [n, cols] int16 (the same values; Q8_0 weights multiply 16-bit pairs)
+  device::Buffer q16;  // [n, cols] int16 (the same values; OpenCL's Q8_0 kernels multiply 16-bit
+                      // pairs; the native CPU device neither writes nor reads it)
   device::Buffer rec;  // [n, cols / 32] {d, d * sum, sum(0..15), sum(16..31)}
   // The buffer whose rows these are (set by quantize_activations and by a norm that quantised its
   // output, ops::QuantizedOut); empty when unknown. quantize_activations_of uses it to skip

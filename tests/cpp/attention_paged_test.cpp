@@ -191,11 +191,17 @@ std::vector<Case> paged_cases() {
   return cases;
 }
 
+// The paged backend of the device under test: OCL_PAGED on OpenCL, CPU_PAGED on the native CPU
+// device (SPECDEC_DEVICE=native: the same matrix, batch invariance and checks).
+std::unique_ptr<AttentionBackend> paged_backend() {
+  return native() ? make_cpu_paged_backend() : make_ocl_paged_backend();
+}
+
 class PagedAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PagedAttention, MatchesReference) {
   const Case c = GetParam();
-  const auto backend = make_ocl_paged_backend();
+  const auto backend = paged_backend();
   auto req =
       AttentionRequirements::from_spec(c.spec(), c.q_heads, !c.causal, c.softcap > 0, c.sinks);
   EXPECT_TRUE(backend->validate(req).empty()) << backend->validate(req)[0];
@@ -251,6 +257,7 @@ TEST(ReferenceBackendCaps, ServesMlaAndAttention) {
 }
 
 TEST(PagedAttentionCaps, RejectsWhatItCannotServe) {
+  if (native()) GTEST_SKIP() << "OCL_PAGED's limits (CPU_PAGED serves MLA and larger heads)";
   const auto backend = make_ocl_paged_backend();
   EXPECT_EQ(backend->name(), "OCL_PAGED");
   EXPECT_FALSE(backend
@@ -278,13 +285,13 @@ TEST(PagedAttentionCaps, ForwardRejectsMismatchedParams) {
   p.num_q_heads = 8;
   p.num_kv_heads = 4;  // the cache has 2
   p.head_size = p.head_size_v = 64;
-  EXPECT_THROW(make_ocl_paged_backend()->forward(dev(), md, p, cache.view(), cache.buffer(), q, out),
+  EXPECT_THROW(paged_backend()->forward(dev(), md, p, cache.view(), cache.buffer(), q, out),
                ConfigError);
 }
 
 // Output rows of request `target` computed alone and inside a batch are bitwise equal.
 void expect_batch_invariant(const Case& c) {
-  const auto backend = make_ocl_paged_backend();
+  const auto backend = paged_backend();
   std::mt19937 rng(77);
   const std::vector<Req> batch = {{40, 24}, {120, 1}, {250, 1}, {77, 5}, {0, 9}};
   const kv::KvCacheSpec spec = c.spec();

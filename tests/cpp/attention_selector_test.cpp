@@ -109,7 +109,9 @@ TEST(Selector, NothingFitsListsEveryBackend) {
   r.head_size = r.head_size_v = 4096;  // beyond every backend, REFERENCE included
   const std::string err = unsupported_of([&] { select_backend(r); });
   EXPECT_NE(err.find("no attention backend fits"), std::string::npos) << err;
-  for (const auto& name : backend_names()) EXPECT_NE(err.find(name + ":"), std::string::npos) << name;
+  for (const auto& b : all_backends()) {  // every backend offered on this (OpenCL) device
+    if (b->runs_on(device::Kind::kOpenCL)) EXPECT_NE(err.find(b->name() + ":"), std::string::npos) << b->name();
+  }
 }
 
 TEST(AttentionGroups, Gemma3HybridGetsTwoGroupsWithTheirOwnMetadata) {
@@ -250,13 +252,25 @@ TEST(Selector, PriorityIsKeyedOnTheDevicesKindAndType) {
 // Each backend declares the device kinds it runs on: the OpenCL ones OpenCL, REFERENCE every kind.
 TEST(Selector, BackendsDeclareTheDeviceKindsTheyRunOn) {
   for (const auto& b : all_backends()) {
-    EXPECT_TRUE(b->runs_on(device::Kind::kOpenCL)) << b->name();
     if (b->name() == "REFERENCE") {
       EXPECT_TRUE(b->capabilities().devices.empty());
+      EXPECT_TRUE(b->runs_on(device::Kind::kOpenCL) && b->runs_on(device::Kind::kCpu));
+    } else if (b->name() == "CPU_PAGED") {
+      EXPECT_EQ(b->capabilities().devices, std::vector<device::Kind>{device::Kind::kCpu});
     } else {
       EXPECT_EQ(b->capabilities().devices, std::vector<device::Kind>{device::Kind::kOpenCL}) << b->name();
     }
   }
+}
+
+TEST(Selector, TheNativeCpuDeviceGetsItsOwnBackendThenTheReference) {
+  device::Info cpu;
+  cpu.kind = device::Kind::kCpu;
+  cpu.type = "cpu";
+  std::vector<std::string> names;
+  for (const AttentionBackend* b : priority_list(cpu)) names.push_back(b->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"CPU_PAGED", "REFERENCE"}));
+  for (const AttentionBackend* b : priority_list("cpu")) EXPECT_NE(b->name(), "CPU_PAGED");  // PoCL's CPU
 }
 
 TEST(Selector, BadRequirementsAreConfigErrors) {

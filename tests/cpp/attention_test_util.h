@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -27,11 +28,18 @@ inline std::shared_ptr<ocl::Context> context() {
   return ctx;
 }
 
-// The same device through the seam (the ops and quant ops take a device::Device&).
-inline device::Device& dev() {
-  static const auto d = device::wrap(context());
-  return *d;
+// The device the backends run on: the OpenCL context through the seam, or the native CPU device
+// when SPECDEC_DEVICE=native (the paged tests then run CPU_PAGED; the OpenCL-only tests keep
+// context()).
+inline const std::shared_ptr<device::Device>& shared_dev() {
+  static const std::shared_ptr<device::Device> d = [] {
+    const char* env = std::getenv("SPECDEC_DEVICE");
+    return env != nullptr && std::string(env) == "native" ? device::open("native") : device::wrap(context());
+  }();
+  return d;
 }
+inline device::Device& dev() { return *shared_dev(); }
+inline bool native() { return dev().kind() == device::Kind::kCpu; }
 
 // One request of a batch: tokens already cached, tokens computed now.
 struct Req {
@@ -97,7 +105,7 @@ inline RandomCache random_cache(const kv::KvCacheSpec& spec, kv::KvLayout layout
                                 std::mt19937& rng) {
   RandomCache c;
   c.config = kv::plan_kv_cache({{"layer", spec, ""}}, 0, 1 << 20, {2048, num_blocks, ""});
-  c.alloc = std::make_unique<kv::KvCacheAllocation>(device::wrap(context()), c.config, kv::LayoutMap{{"layer", layout}});
+  c.alloc = std::make_unique<kv::KvCacheAllocation>(shared_dev(), c.config, kv::LayoutMap{{"layer", layout}});
   const int64_t num_elems = c.config.tensors[0].size_bytes / static_cast<int64_t>(dtype_size(spec.dtype));
   c.raw.assign(static_cast<size_t>(c.config.tensors[0].size_bytes), 0);
   std::normal_distribution<float> dist(0.0f, 1.0f);

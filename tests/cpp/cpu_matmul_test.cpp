@@ -168,6 +168,40 @@ TEST_P(CpuMatmul, BatchInvariant) {
   }
 }
 
+TEST_P(CpuMatmul, StridedOutputWritesItsColumnsOnly) {
+  // ldy > rows: row i at y + i * ldy (a column range of a wider row, as q | k | v are placed)
+  const GgmlType t = type();
+  const Matrix m = random_matrix(t, 37, cols_for(t, 256), 16);
+  const int64_t n = 5, ldy = 50, offset = 7;
+  const std::vector<float> x = gaussian(static_cast<size_t>(n * m.cols), 17);
+  const std::vector<float> want = cpu_matmul(m, x, n, isa());
+  std::vector<float> y(static_cast<size_t>(n * ldy), std::numeric_limits<float>::quiet_NaN());
+  MatmulInput in;
+  in.n = n;
+  specdec::cpu::OwnedActivations xq;
+  specdec::cpu::Activations view;
+  if (is_float(t)) {
+    in.x = x.data();
+  } else {
+    xq = specdec::cpu::records_of(
+        quant::quantize_activations_reference(x.data(), n, m.cols, quant::activation_scale_block(t)));
+    view = xq.view();
+    in.xq = &view;
+  }
+  matmul(m.weight(), in, 0, m.layout.groups, y.data() + offset, ldy, isa());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < ldy; ++c) {
+      const float got = y[static_cast<size_t>(i * ldy + c)];
+      if (c >= offset && c < offset + m.rows) {
+        EXPECT_EQ(std::memcmp(&got, &want[static_cast<size_t>(i * m.rows + c - offset)], 4), 0) << i << " " << c;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << "column " << c << " of row " << i << " outside the range was written";
+      }
+    }
+  }
+  EXPECT_THROW(matmul(m.weight(), in, 0, m.layout.groups, y.data(), m.rows - 1, isa()), ConfigError);
+}
+
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return quant::weight_type_name(std::get<0>(info.param)) + "_" + isa_name(std::get<1>(info.param));
 }

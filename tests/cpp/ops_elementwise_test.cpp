@@ -213,7 +213,9 @@ TEST(Gated, QuantisedOutputIsBitwiseQuantizeActivations) {
       gated_activation(dev(), fb, Slice(fb, ff), got_out, rows, ff, act, 2 * int64_t{ff}, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(got_out, n), download<float>(want_out, n))) << ff;
       EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << ff;
-      EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << ff;
+      if (dev().kind() == device::Kind::kOpenCL) {  // the int16 copy: OpenCL's Q8_0 kernels only
+        EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << ff;
+      }
       EXPECT_EQ(download<int32_t>(got.rec, n / 32 * 4), download<int32_t>(want.rec, n / 32 * 4)) << ff;
     }
   }

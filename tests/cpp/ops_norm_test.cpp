@@ -206,7 +206,9 @@ TEST(AddRmsNorm, QuantisedOutputIsBitwiseQuantizeActivations) {
       add_rms_norm(dev(), x2, r2, w1, y2, rows, dim, 1e-5f, 0.0f, &q);
       EXPECT_TRUE(bitwise_equal(download<float>(y2, n), download<float>(y1, n))) << dim;
       EXPECT_EQ(download<int8_t>(got.q8, n), download<int8_t>(want.q8, n)) << dim;
-      EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << dim;
+      if (dev().kind() == device::Kind::kOpenCL) {  // the int16 copy: OpenCL's Q8_0 kernels only
+        EXPECT_EQ(download<int16_t>(got.q16, n), download<int16_t>(want.q16, n)) << dim;
+      }
       EXPECT_EQ(download<int32_t>(got.rec, n / 32 * 4), download<int32_t>(want.rec, n / 32 * 4)) << dim;
       // plain rms_norm in place (y = x) quantises the normed values, not the input
       const device::Buffer x3 = upload(x);

@@ -9,13 +9,17 @@ def req(head_size=128, q=8, kv=2, **kw):
 
 def test_backends_declare_capabilities_and_layouts():
     caps = {b["name"]: b for b in specdec.attention_backends()}
-    assert set(caps) == {"REFERENCE", "OCL_PAGED", "OCL_FLASH", "OCL_MLA"}
+    assert set(caps) == {"REFERENCE", "OCL_PAGED", "OCL_FLASH", "OCL_MLA", "CPU_PAGED"}
+    assert caps["CPU_PAGED"]["mla"] == "both" and caps["CPU_PAGED"]["non_causal"] is True
     assert caps["REFERENCE"]["on_device"] is False and caps["REFERENCE"]["mla"] == "both"
     assert caps["OCL_FLASH"]["non_causal"] is False
     assert caps["OCL_PAGED"]["non_causal"] is True
     assert caps["OCL_MLA"]["mla"] == "only" and caps["OCL_MLA"]["kv_layout"] == "mla_latent"
     assert caps["OCL_FLASH"]["kv_layout"] != caps["OCL_PAGED"]["kv_layout"]
     assert specdec.attention_priority("cpu")[-1] == "REFERENCE"
+    assert "CPU_PAGED" not in specdec.attention_priority("cpu")  # PoCL's CPU: the native device's own
+    with pytest.raises(specdec.UnsupportedError, match="CPU_PAGED cannot serve.*does not run on opencl devices"):
+        specdec.select_backend(req(), "CPU_PAGED", "cpu")
 
 
 def test_selector_cases():

@@ -15,5 +15,7 @@ std::unique_ptr<AttentionBackend> make_ocl_paged_backend();
 std::unique_ptr<AttentionBackend> make_ocl_flash_backend();
 // MLA latent attention (mla_latent layout).
 std::unique_ptr<AttentionBackend> make_ocl_mla_backend();
+// Native CPU paged attention (kv_major layout; MLA latent rows too), on the native CPU device.
+std::unique_ptr<AttentionBackend> make_cpu_paged_backend();
 
 }  // namespace specdec::attn

@@ -1,0 +1,34 @@
+// The sampling reductions on the native CPU device (cpu/ops.h), rows over the pool.
+#include "ops/cpu_common.h"
+#include "ops/impl.h"
+
+namespace specdec::ops {
+
+void cpu_argmax(device::Device& dev, Slice logits, Slice ids, int64_t rows, int vocab) {
+  const float* lp = host_of<const float>(logits);
+  int32_t* ip = host_of<int32_t>(ids);
+  device::cpu_of(dev).record("argmax", rows, 1,
+                             [=](int64_t r0, int64_t r1) { cpu::argmax(lp, ip, r0, r1, vocab); });
+}
+
+void cpu_top_k(device::Device& dev, Slice logits, Slice values, Slice ids, int64_t rows, int vocab,
+               int k) {
+  const float* lp = host_of<const float>(logits);
+  float* vp = host_of<float>(values);
+  int32_t* ip = host_of<int32_t>(ids);
+  device::cpu_of(dev).record(
+      "top_k", rows, 1, [=](int64_t r0, int64_t r1) { cpu::top_k(lp, vp, ip, r0, r1, vocab, k); });
+}
+
+void cpu_logsumexp(device::Device& dev, Slice logits, Slice lse, Slice out, int64_t rows, int vocab,
+                   bool write_out) {
+  device::CpuDevice& cd = device::cpu_of(dev);
+  const float* lp = host_of<const float>(logits);
+  float* sp = host_of<float>(lse);
+  float* op = write_out ? host_of<float>(out) : nullptr;
+  const cpu::Isa isa = cd.isa();
+  cd.record(write_out ? "log_softmax" : "logsumexp", rows, 1,
+            [=](int64_t r0, int64_t r1) { cpu::logsumexp(lp, sp, op, r0, r1, vocab, isa); });
+}
+
+}  // namespace specdec::ops

@@ -1,0 +1,67 @@
+"""The native CPU device (device="native", SPECDEC_DEVICE=native): the Context's description and
+API, the runner on it, and speculative decoding on it lossless against plain decoding on it
+(greedy token for token, seeded sampling the same draws), batch invariant."""
+
+import pytest
+
+import specdec
+from specdec import _core
+
+from paths import STORIES
+
+PROMPTS = ["Once upon a time", "The cat sat on", "A girl named Lily"]
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return specdec.LLM(STORIES, progress=False, device="native")
+
+
+def test_the_context_describes_the_cpu_and_its_path():
+    ctx = _core.Context("native")
+    assert ctx.kind == "cpu"
+    d = ctx.device
+    assert d.type == "cpu" and d.compute_units >= 1 and d.global_mem_bytes > 0
+    assert d.platform.startswith("specdec native (") and _core.quant_isa(ctx) in d.platform
+    assert _core.quant_isa(ctx) in _core.quant_isas(ctx)
+    assert d.as_dict()["kind"] == "cpu" and "specdec native" in d.summary()
+    ctx.finish()
+    assert isinstance(ctx.take_profile()["kernels"], list)
+    with pytest.raises(specdec.UnsupportedError, match="Context.build is for OpenCL devices; this is a cpu"):
+        ctx.build("x", "kernel void f() {}")
+
+
+def test_selectors_name_the_native_device(monkeypatch):
+    assert _core.Context("NATIVE").kind == "cpu"
+    assert _core.Context("ocl:auto").kind == "opencl"
+    monkeypatch.setenv("SPECDEC_DEVICE", "native")
+    assert _core.Context().kind == "cpu"
+    assert _core.select_device("").name  # OpenCL's own default beside it: auto
+    monkeypatch.delenv("SPECDEC_DEVICE")
+    with pytest.raises(ValueError, match=r"device = 'nativ'.*use native \(specdec's own CPU device\)"):
+        _core.Context("nativ")
+
+
+def test_a_batch_gives_each_request_its_output_alone(plain):
+    params = specdec.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    batched = [o.outputs[0].token_ids for o in plain.generate(PROMPTS, params)]
+    alone = [plain.generate([p], params)[0].outputs[0].token_ids for p in PROMPTS]
+    assert batched == alone and all(len(t) == 24 for t in batched)
+
+
+@pytest.mark.parametrize("spec", [
+    {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3},
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+    {"method": "suffix", "num_speculative_tokens": 4},
+    {"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 3},
+], ids=lambda s: s["method"])
+def test_speculative_decoding_on_the_native_device_is_lossless(plain, spec):
+    llm = specdec.LLM(STORIES, progress=False, device="native", speculative_config=spec)
+    greedy = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in plain.generate(PROMPTS, greedy)]
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, greedy)] == want
+    seeded = specdec.SamplingParams(temperature=0.8, max_tokens=32, ignore_eos=True, seed=11)
+    want = [o.outputs[0].token_ids for o in plain.generate(PROMPTS, seeded)]
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, seeded)] == want
+    m = llm.last_metrics
+    assert m["num_draft_tokens"] >= m["num_accepted_tokens"] >= 0
