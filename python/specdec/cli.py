@@ -39,9 +39,13 @@ def _print(text: object) -> None:
 
 def _cmd_devices(args: argparse.Namespace) -> int:
     devs = specdec.devices()
+    native = specdec.Context("native").device
     if args.json:
-        _print(json.dumps([d.as_dict() for d in devs], indent=2))
+        _print(json.dumps([native.as_dict()] + [{"kind": "opencl", **d.as_dict()} for d in devs], indent=2))
         return 0
+    _print("native (specdec's own CPU device: device='native' or SPECDEC_DEVICE=native):")
+    _print(f"  {native.name}; path {native.platform[len('specdec native ('):-1]}; "
+           f"{native.compute_units} thread(s) (SPECDEC_CPU_THREADS); {native.global_mem_bytes >> 20} MiB")
     if not devs:
         _print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
         return 1
@@ -637,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdec {specdec.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("devices", help="list OpenCL devices and their main properties")
+    p = sub.add_parser("devices", help="list the native CPU device and the OpenCL devices, with their main properties")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_devices)
 

@@ -50,8 +50,10 @@ def test_devices_command():
     out = run("devices", "--json")
     assert out.returncode == 0, out.stderr
     devs = json.loads(out.stdout)
-    assert devs and devs[0]["name"] == specdec.devices()[0].name
+    assert devs[0]["kind"] == "cpu" and devs[0]["platform"].startswith("specdec native (")  # the native device
+    assert devs[1]["kind"] == "opencl" and devs[1]["name"] == specdec.devices()[0].name
     out = run("devices")
+    assert "native (specdec's own CPU device" in out.stdout and "thread(s)" in out.stdout
     assert "OpenCL device(s)" in out.stdout and "default device" in out.stdout
 
 
