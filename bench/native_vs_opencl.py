@@ -5,7 +5,7 @@ device's speculative output checked against its own plain output (greedy: token 
 
     .venv/bin/python bench/native_vs_opencl.py [--model smollm2-135m-instruct-q4_1]
         [--drafter MODEL] [--method plain draft_model ngram] [--k 4] [--tokens 64]
-        [--requests 1] [--rounds 2] [--out bench/out/native_vs_opencl.json]
+        [--requests 1] [--rounds 2] [--kv-bytes N] [--out bench/out/native_vs_opencl.json]
 
 Not a test: numbers for reading. The JSON records the CPU, the native device's SIMD path and
 threads and the OpenCL device's name beside every figure.
@@ -49,6 +49,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--kv-bytes", type=int, default=256 << 20,
+                    help="each engine's KV cache (several engines are open at once)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "native_vs_opencl.json"))
     a = ap.parse_args()
     check_output_file(a.out, "--out", create_folder=Path(a.out).resolve().parent == ROOT / "bench" / "out")
@@ -58,7 +60,11 @@ def main() -> int:
     llms, tokens, rates = {}, {}, {}
     for dev, sel in devices.items():
         for m in a.method:
-            llm = specdec.LLM(a.model, progress=False, device=sel, speculative_config=spec_of(m, a.model, a.drafter, a.k))
+            spec = spec_of(m, a.model, a.drafter, a.k)
+            if spec and spec["method"] == "draft_model":
+                spec["draft_kv_cache_memory_bytes"] = a.kv_bytes // 3  # its share of the total
+            llm = specdec.LLM(a.model, progress=False, device=sel, speculative_config=spec,
+                              kv_cache_memory_bytes=a.kv_bytes, max_model_len=2048)
             llm.generate(prompts, params)  # warm
             llms[(dev, m)] = llm
     for _ in range(a.rounds):
