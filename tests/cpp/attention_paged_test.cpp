@@ -257,7 +257,6 @@ TEST(ReferenceBackendCaps, ServesMlaAndAttention) {
 }
 
 TEST(PagedAttentionCaps, RejectsWhatItCannotServe) {
-  if (native()) GTEST_SKIP() << "OCL_PAGED's limits (CPU_PAGED serves MLA and larger heads)";
   const auto backend = make_ocl_paged_backend();
   EXPECT_EQ(backend->name(), "OCL_PAGED");
   EXPECT_FALSE(backend
@@ -271,6 +270,30 @@ TEST(PagedAttentionCaps, RejectsWhatItCannotServe) {
   EXPECT_FALSE(backend
                    ->validate(AttentionRequirements::from_spec(
                        kv::KvCacheSpec::full_attention(16, 2, 128, DType::kI8), 8))
+                   .empty());
+}
+
+TEST(PagedAttentionCaps, CpuPagedServesWhatTheReferenceServesOnTheNativeDeviceOnly) {
+  const auto backend = make_cpu_paged_backend();
+  EXPECT_EQ(backend->name(), "CPU_PAGED");
+  EXPECT_TRUE(backend->runs_on(device::Kind::kCpu));
+  EXPECT_FALSE(backend->runs_on(device::Kind::kOpenCL));
+  EXPECT_TRUE(backend
+                  ->validate(AttentionRequirements::from_spec(
+                      kv::KvCacheSpec::mla(16, 512, 64, DType::kF16), 16))
+                  .empty());
+  EXPECT_TRUE(
+      backend
+          ->validate(AttentionRequirements::from_spec(
+              kv::KvCacheSpec::full_attention(16, 2, 576, DType::kBF16, 512), 8, true, true, true))
+          .empty());
+  EXPECT_FALSE(backend
+                   ->validate(AttentionRequirements::from_spec(
+                       kv::KvCacheSpec::full_attention(16, 2, 128, DType::kI8), 8))
+                   .empty());
+  EXPECT_FALSE(backend
+                   ->validate(AttentionRequirements::from_spec(
+                       kv::KvCacheSpec::full_attention(16, 2, 2048, DType::kF16), 8))
                    .empty());
 }
 
@@ -304,7 +327,7 @@ void expect_batch_invariant(const Case& c) {
 
   auto run = [&](const CommonAttentionMetadata& common, const float* q, int tokens) {
     device::Buffer q_buf = dev().allocate(static_cast<size_t>(tokens) * row_q * 4),
-        o_buf = dev().allocate(static_cast<size_t>(tokens) * row_o * 4);
+                   o_buf = dev().allocate(static_cast<size_t>(tokens) * row_o * 4);
     dev().write(q_buf, q, static_cast<size_t>(tokens) * row_q * 4);
     const AttentionMetadata md = backend->make_builder(spec)->build(dev(), common);
     backend->forward(dev(), md, p, cache.view(), cache.buffer(), q_buf, o_buf);
