@@ -8,6 +8,9 @@ k-token verify step) of a model, from OpenCL event timestamps (SPECDEC_PROFILE=1
 Per kernel: launches per step, device µs per step, µs per launch. `span_us` is the queue time
 from the first launch queued to the last ended; `gap_us` = span - the sum of device times: what
 launching costs beyond the kernels' own work (host enqueue, scheduling, idle between kernels).
+On the native device (--device native) an op's time is the caller thread's share plus the barrier
+after it, and `pool` splits the threads' time in the step into work and waiting (woken at the
+region's start, at the barriers between ops, at its end): `wait_share`, `wait_us_per_barrier`.
 Not a test; the numbers are for reading, like every benchmark here.
 """
 
@@ -73,10 +76,26 @@ def main() -> int:
            "span_us_per_step": prof["span_us"] / s, "device_us_per_step": device,
            "gap_us_per_step": prof["span_us"] / s - device, "launches_per_step": launches,
            "kernels": rows}
+    pool = prof.get("pool")
+    if pool:  # the native device: its threads' time, and the part spent waiting between ops
+        out["pool"] = {"threads": pool["threads"], "regions_per_step": pool["regions"] / s,
+                       "barriers_per_step": pool["barriers"] / s,
+                       "thread_us_per_step": pool["thread_us"] / s,
+                       "wait_us_per_step": pool["wait_us"] / s,
+                       "wait_share": pool["wait_us"] / pool["thread_us"] if pool["thread_us"] else 0.0,
+                       "barrier_wait_share": (pool["barrier_wait_us"] / pool["thread_us"]
+                                              if pool["thread_us"] else 0.0),
+                       "wait_us_per_barrier": (pool["barrier_wait_us"] / (pool["barriers"] * pool["threads"])
+                                               if pool["barriers"] else 0.0)}
     write_file_atomic(args.out, json.dumps(out, indent=1), "--out")
     print(f"{args.model}: {args.tokens} token(s)/step, wall {out['wall_ms_per_step_median']:.2f} ms "
           f"(median), {launches:.0f} launches, device {device / 1e3:.2f} ms, gaps "
           f"{out['gap_us_per_step'] / 1e3:.2f} ms ({out['gap_us_per_step'] / launches:.1f} µs per launch)")
+    if "pool" in out:
+        p = out["pool"]
+        print(f"pool: {p['threads']} threads, {p['barriers_per_step']:.0f} barriers/step; waiting "
+              f"{100 * p['wait_share']:.1f} % of thread time ({100 * p['barrier_wait_share']:.1f} % at "
+              f"barriers between ops, {p['wait_us_per_barrier']:.2f} µs per barrier and thread)")
     print(f"{'kernel':34s} {'launches':>8s} {'µs/step':>9s} {'µs/launch':>9s}")
     for r in rows:
         print(f"{r['kernel']:34s} {r['launches_per_step']:8.1f} {r['device_us_per_step']:9.1f} "

@@ -82,6 +82,18 @@ py::dict profile_dict(const specdec::device::Profile& p) {
   out["kernels"] = kernels;
   out["span_us"] = p.span_us;
   out["dropped"] = p.dropped;
+  if (p.pool.threads > 0) {  // the native device's pool: thread time and its waiting part
+    py::dict pool;
+    pool["threads"] = p.pool.threads;
+    pool["regions"] = p.pool.regions;
+    pool["barriers"] = p.pool.barriers;
+    pool["thread_us"] = p.pool.thread_us;
+    pool["wait_us"] = p.pool.wait_us;
+    pool["barrier_wait_us"] = p.pool.barrier_wait_us;
+    out["pool"] = pool;
+  } else {
+    out["pool"] = py::none();
+  }
   return out;
 }
 

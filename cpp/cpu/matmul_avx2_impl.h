@@ -55,14 +55,14 @@ void q32_half(const Args& a, int64_t g, int h) {
     }
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
-      const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
+      [[maybe_unused]] const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
       __m256i s = dot_u8<kVnni, 8, group>(w, a.xq + i * a.cols + 32 * b);
       if constexpr (off != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * sum));
       const float dx = a.xr[at].d;
       acc[i] = step(acc[i], s, d, dx);
       if constexpr (has_m) {
-        acc[i] = _mm256_fmadd_ps(f16_to_ps(dp + 32), _mm256_set1_ps(dx * static_cast<float>(sum)),
-                                 acc[i]);
+        // m * (d_x * sum(q)): the record's dsum is that float
+        acc[i] = _mm256_fmadd_ps(f16_to_ps(dp + 32), _mm256_set1_ps(a.xr[at].dsum), acc[i]);
       }
     }
   }

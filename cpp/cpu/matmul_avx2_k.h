@@ -58,13 +58,11 @@ void q4_k_half(const Args& a, int64_t g, int h) {
         const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
         const __m256i s0 = dot_u8<kVnni, 8, group>(lo, x);
         const __m256i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
-        const float dx0 = a.xr[at].d, dx1 = a.xr[at + 1].d;
-        const float xs0 = dx0 * static_cast<float>(a.xr[at].s0 + a.xr[at].s1);
-        const float xs1 = dx1 * static_cast<float>(a.xr[at + 1].s0 + a.xr[at + 1].s1);
-        __m256 v = step(acc[i], s0, dsc0, dx0);
-        v = _mm256_fmadd_ps(dm0, _mm256_set1_ps(-xs0), v);
-        v = step(v, s1, dsc1, dx1);
-        acc[i] = _mm256_fmadd_ps(dm1, _mm256_set1_ps(-xs1), v);
+        // fma(dmin * m, -(d_x * sum(q)), acc) as fnmadd with the record's dsum (the same float)
+        __m256 v = step(acc[i], s0, dsc0, a.xr[at].d);
+        v = _mm256_fnmadd_ps(dm0, _mm256_set1_ps(a.xr[at].dsum), v);
+        v = step(v, s1, dsc1, a.xr[at + 1].d);
+        acc[i] = _mm256_fnmadd_ps(dm1, _mm256_set1_ps(a.xr[at + 1].dsum), v);
       }
     }
   }

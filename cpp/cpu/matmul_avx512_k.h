@@ -60,13 +60,11 @@ void q4_k(const Args& a, int64_t g) {
         const int8_t* x = a.xq + i * a.cols + sb * 256 + 64 * c;
         const __m512i s0 = dot_u8<kVnni, 8, group>(lo, x);
         const __m512i s1 = dot_u8<kVnni, 8, group>(hi, x + 32);
-        const float dx0 = a.xr[at].d, dx1 = a.xr[at + 1].d;
-        const float xs0 = dx0 * static_cast<float>(a.xr[at].s0 + a.xr[at].s1);
-        const float xs1 = dx1 * static_cast<float>(a.xr[at + 1].s0 + a.xr[at + 1].s1);
-        __m512 v = step(acc[i], s0, dsc0, dx0);
-        v = _mm512_fmadd_ps(dm0, _mm512_set1_ps(-xs0), v);
-        v = step(v, s1, dsc1, dx1);
-        acc[i] = _mm512_fmadd_ps(dm1, _mm512_set1_ps(-xs1), v);
+        // fma(dmin * m, -(d_x * sum(q)), acc) as fnmadd with the record's dsum (the same float)
+        __m512 v = step(acc[i], s0, dsc0, a.xr[at].d);
+        v = _mm512_fnmadd_ps(dm0, _mm512_set1_ps(a.xr[at].dsum), v);
+        v = step(v, s1, dsc1, a.xr[at + 1].d);
+        acc[i] = _mm512_fnmadd_ps(dm1, _mm512_set1_ps(a.xr[at + 1].dsum), v);
       }
     }
   }

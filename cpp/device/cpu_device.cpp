@@ -111,6 +111,7 @@ CpuDevice::CpuDevice(CpuDeviceOptions options)
   const char* profile = std::getenv("SPECDEC_PROFILE");
   program_.set_profiling(profile != nullptr && std::string_view(profile) != "" &&
                          std::string_view(profile) != "0");
+  pool_.set_collect_stats(program_.profiling());
 }
 
 CpuDevice::~CpuDevice() {
@@ -227,6 +228,19 @@ Profile CpuDevice::take_profile() {
   for (cpu::Program::OpTime& t : program_.take_profile()) {
     p.span_us += t.us;
     p.ops.push_back(Profile::Op{std::move(t.name), t.launches, t.us});
+  }
+  if (program_.profiling()) {
+    const cpu::RegionStats& st = pool_.total_stats();
+    p.pool.threads = st.num_threads;
+    p.pool.regions = st.num_regions;
+    p.pool.barriers = st.num_barriers;
+    p.pool.thread_us = st.region_us * st.num_threads;
+    for (int i = 0; i < st.num_threads; ++i) {
+      const auto at = static_cast<size_t>(i);
+      p.pool.wait_us += st.start_wait_us[at] + st.barrier_wait_us[at] + st.end_wait_us[at];
+      p.pool.barrier_wait_us += st.barrier_wait_us[at];
+    }
+    pool_.reset_stats();
   }
   return p;
 }

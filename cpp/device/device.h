@@ -37,6 +37,16 @@ struct Profile {
   std::vector<Op> ops;
   double span_us = 0;   // first op queued -> last op ended
   int64_t dropped = 0;  // ops not timed since the last take_profile()
+  // The native device's thread pool (threads 0 on OpenCL): its regions' time over all threads, and
+  // the part spent waiting (woken at a region's start, at the barriers between ops, at its end).
+  struct Pool {
+    int threads = 0;
+    int64_t regions = 0;
+    int64_t barriers = 0;  // barriers between ops, per thread
+    double thread_us = 0;  // region time x threads
+    double wait_us = 0;    // of which waiting
+    double barrier_wait_us = 0;  // of which at the barriers between ops
+  } pool;
 };
 
 // Shared through shared_ptr. Calls here run per buffer or per step, never per launch.

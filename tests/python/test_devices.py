@@ -51,6 +51,7 @@ def test_context_keeps_its_api_over_the_device(context):
     assert isinstance(context.build_logs(), list)
     context.finish()
     profile = context.take_profile()
-    assert set(profile) == {"kernels", "span_us", "dropped"}
+    assert set(profile) == {"kernels", "span_us", "dropped", "pool"}
+    assert profile["pool"] is None  # the native device's thread pool only
     assert isinstance(context.profiling, bool)
     assert specdec._core.quant_isa(context) in specdec._core.quant_isas(context)

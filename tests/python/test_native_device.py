@@ -31,6 +31,35 @@ def test_the_context_describes_the_cpu_and_its_path():
         ctx.build("x", "kernel void f() {}")
 
 
+def test_the_profile_splits_the_pools_time_into_work_and_waiting():
+    """SPECDEC_PROFILE=1 on the native device: per op times as on OpenCL, plus the pool's thread
+    time and the part of it spent waiting (wake-up, barriers between ops, region end)."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import specdec
+from specdec import _core
+ctx = specdec.Context("native")
+assert ctx.profiling
+r = _core.ModelRunner(ctx, {STORIES!r}, "", 64, 1 << 20)
+r.step([_core.StepRequest("a", [1, 2, 3])])
+p = ctx.take_profile()
+assert {{"rms_norm", "matmul", "argmax"}} <= {{k["kernel"] for k in p["kernels"]}}
+pool = p["pool"]
+assert pool["threads"] == ctx.device.compute_units and pool["regions"] >= 1, pool
+assert pool["barriers"] >= len(p["kernels"]), pool
+assert 0 <= pool["barrier_wait_us"] <= pool["wait_us"] < pool["thread_us"], pool
+again = ctx.take_profile()
+assert again["kernels"] == [] and again["pool"]["regions"] == 0, again
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPECDEC_PROFILE": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_selectors_name_the_native_device(monkeypatch):
     assert _core.Context("NATIVE").kind == "cpu"
     assert _core.Context("ocl:auto").kind == "opencl"
