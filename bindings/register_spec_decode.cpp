@@ -221,6 +221,10 @@ void register_spec_decode(py::module_& root) {
         if (c.attention_backend.empty()) return py::none();
         return py::str(c.attention_backend);
       })
+      .def_property_readonly("device", [](const SpeculativeConfig& c) -> py::object {
+        if (c.device.empty()) return py::none();
+        return py::str(c.device);
+      })
       .def_readonly("prompt_lookup_min", &SpeculativeConfig::prompt_lookup_min)
       .def_readonly("prompt_lookup_max", &SpeculativeConfig::prompt_lookup_max)
       .def_readonly("suffix_decoding_max_tree_depth", &SpeculativeConfig::suffix_decoding_max_tree_depth)

@@ -93,7 +93,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
       "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "max_model_len",
       "draft_max_model_len", "draft_kv_cache_memory_bytes", "draft_kv_cache_fraction",
       "kv_cache_dtype", "disable_by_batch_size", "adaptive", "draft_vocab_size", "draft_vocab_file",
-      "exit_layer", "proposers", "disable_hybrid_kv_cache_manager"};
+      "exit_layer", "proposers", "disable_hybrid_kv_cache_manager", "device"};
   std::string names;
   for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
   SpeculativeConfig c;
@@ -110,6 +110,11 @@ SpeculativeConfig SpeculativeConfig::from_json(const nlohmann::json& j) {
     else if (key == "model") c.model = get_text(v, f, "a model (GGUF path or catalog name), 'ngram', or for custom 'module:Class'");
     else if (key == "num_speculative_tokens") c.num_speculative_tokens = static_cast<int>(get_int(v, f, 1, kMaxSpecLen, str_cat("an integer in [1, ", kMaxSpecLen, "]")));
     else if (key == "attention_backend") c.attention_backend = get_text(v, f, "None, 'auto' or a backend name");
+    else if (key == "device") {
+      const char* allowed = "None (the target's device), a device selector ('native', 'ocl:gpu', 'P:D') or an index";
+      if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < 1024) c.device = std::to_string(v.get<int64_t>());
+      else c.device = get_text(v, f, allowed);
+    }
     else if (key == "prompt_lookup_min") c.prompt_lookup_min = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
     else if (key == "prompt_lookup_max") c.prompt_lookup_max = static_cast<int>(get_int(v, f, 1, 1024, "an integer in [1, 1024]"));
     else if (key == "suffix_decoding_max_tree_depth") c.suffix_decoding_max_tree_depth = static_cast<int>(get_int(v, f, 1, 64, "an integer in [1, 64] (a request's tree holds up to its length x depth nodes)"));
@@ -285,6 +290,10 @@ void SpeculativeConfig::validate() {
     SPECDEC_CHECK(draft_vocab_size == 0, p + "draft_vocab_size", draft_vocab_size,
                  "None for method dflash (it drafts with the target's head)");
   }
+  SPECDEC_CHECK(draft || device.empty(), p + "device", device,
+               dflash ? "None for method dflash (its drafter reads the target's hidden states and embedding "
+                        "on the target's device)"
+                      : "None (only for method draft_model: the drafter's own device)");
   if (!draft && !dflash) {
     SPECDEC_CHECK(attention_backend.empty(), p + "attention_backend", attention_backend, "None (only for method draft_model)");
     SPECDEC_CHECK(max_model_len == 0, p + "max_model_len", max_model_len, "None (only for method draft_model)");
@@ -342,6 +351,7 @@ nlohmann::json SpeculativeConfig::to_json() const {
   }
   if (method == "draft_model" || method == "dflash") {
     j["attention_backend"] = attention_backend.empty() ? nlohmann::json(nullptr) : nlohmann::json(attention_backend);
+    j["device"] = device.empty() ? nlohmann::json(nullptr) : nlohmann::json(device);
     j["max_model_len"] = max_model_len;
     j["draft_kv_cache_memory_bytes"] = draft_kv_cache_memory_bytes;
     j["draft_kv_cache_fraction"] = draft_kv_cache_fraction;

@@ -22,6 +22,9 @@ struct SpeculativeConfig {
   int num_speculative_tokens = 0;  // k, in [1, kMaxSpecLen]; suffix: defaults to min(depth, 32)
   // The drafter's attention backend: "" (= None / "auto") selects on its own, never inherited.
   std::string attention_backend;
+  // draft_model: the drafter's device, a selector as LLM's device ("native", "ocl:gpu", an index);
+  // "": the target's. Only draft tokens cross between the two devices (through the host).
+  std::string device;
   int prompt_lookup_min = 0;  // ngram: both default to 5; one given is copied to the other
   int prompt_lookup_max = 0;
   int suffix_decoding_max_tree_depth = 24;

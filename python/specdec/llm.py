@@ -102,12 +102,14 @@ def _weights_size(path: str) -> int:
 
 
 class LLM:
-    """A model on an OpenCL device, ready to generate.
+    """A model on a device (OpenCL, or specdec's own CPU device: ``device="native"``), ready to generate.
 
     ``model``: a GGUF path, a Hugging Face model directory (config.json, model.safetensors or its
     shards, tokenizer.json; llama, qwen2, qwen3, gemma3) or a catalog name (``specdec models``),
     fetched into the cache on first use. ``device``: an index, ``P:D``, ``gpu``/``cpu`` or part of a name (default:
-    ``SPECDEC_DEVICE`` or the first device). ``attention_backend``: None for automatic choice.
+    ``SPECDEC_DEVICE`` or the first device; ``native``: specdec's own CPU device; ``ocl:<selector>``
+    an OpenCL one). A draft model may run on another device (``speculative_config.device``).
+    ``attention_backend``: None for automatic choice.
     ``kv_cache_memory_bytes``: None sizes the KV cache from ``max_num_seqs`` requests of
     ``max_model_len`` tokens (target and drafter), capped by ``memory_utilization`` of the
     device's memory less the weights (default 0.5 on a CPU device, 0.9 on a GPU);
@@ -167,6 +169,7 @@ class LLM:
         self.enable_prefix_caching = enable_prefix_caching
         self._local = threading.local()
         self.context = _core.Context(device or "")  # a bad device fails before any download
+        self.drafter_context = self._drafter_context(speculation)
         self.model_path = resolve_model(os.fspath(model), progress=progress)
         stream = sys.stderr if progress else None
         self.tokenizer = Tokenizer.from_file(self.model_path)
@@ -210,7 +213,7 @@ class LLM:
         self.drafter = None
         if drafter_path is not None:
             self.drafter = speculation.load_drafter(
-                self.context, drafter_path, self.runner.max_model_len, self.kv_split["drafter_bytes"],
+                self.drafter_context, drafter_path, self.runner.max_model_len, self.kv_split["drafter_bytes"],
                 block_size, kv_cache_dtype, max_num_batched_tokens, self.max_num_logits,
                 _load_progress(stream) if stream else None, self.enable_prefix_caching)
         self.proposer = speculation.make_proposer(self.runner, self.drafter)
@@ -243,6 +246,17 @@ class LLM:
             # a DFlash drafter's context comes from the target's steps: its cache must hold any
             # prefix the target takes from its own
             prefix_followers=self._prefix_followers if caching else [])
+
+    def _drafter_context(self, speculation) -> Any:
+        """The drafting model's device: speculative_config.device, else the target's."""
+        dc = speculation.config.drafter_config() if speculation.config is not None else None
+        selector = getattr(dc, "device", None) if dc is not None else None
+        if not selector:
+            return self.context
+        try:
+            return _core.Context(selector)
+        except ValueError as e:
+            raise ValueError(f"speculative_config.device = {selector!r}: {e}") from None
 
     def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
                        kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,

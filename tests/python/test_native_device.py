@@ -94,3 +94,36 @@ def test_speculative_decoding_on_the_native_device_is_lossless(plain, spec):
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, seeded)] == want
     m = llm.last_metrics
     assert m["num_draft_tokens"] >= m["num_accepted_tokens"] >= 0
+
+
+@pytest.mark.parametrize("target,drafter", [("native", "ocl:auto"), ("ocl:auto", "native")])
+def test_a_draft_model_on_the_other_device(target, drafter):
+    """speculative_config.device: the drafter on one device, the target on the other (only draft
+    tokens cross, through the host); output token for token the target's own, plain or in a
+    hybrid, and the drafter's runner really on its device."""
+    plain = specdec.LLM(STORIES, progress=False, device=target)
+    greedy = specdec.SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in plain.generate(PROMPTS, greedy)]
+    for spec in ({"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, "device": drafter},
+                 {"method": "hybrid", "num_speculative_tokens": 3, "proposers": [
+                     {"method": "suffix"}, {"method": "draft_model", "model": STORIES, "device": drafter}]}):
+        llm = specdec.LLM(STORIES, progress=False, device=target, speculative_config=spec)
+        assert llm.drafter_context.kind == ("cpu" if drafter == "native" else "opencl")
+        assert llm.context.kind != llm.drafter_context.kind
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, greedy)] == want, spec["method"]
+        assert llm.last_metrics["num_draft_tokens"] > 0
+
+
+def test_the_drafters_device_is_checked():
+    cfg = specdec.SpeculativeConfig(method="draft_model", model=STORIES, num_speculative_tokens=2, device=0)
+    assert cfg.device == "0" and '"device":"0"' in cfg.to_json().replace(" ", "")
+    assert specdec.SpeculativeConfig(method="draft_model", model=STORIES, num_speculative_tokens=2).device is None
+    with pytest.raises(ValueError, match=r"speculative_config.device = '?native'?: .*only for method draft_model"):
+        specdec.SpeculativeConfig(method="ngram", num_speculative_tokens=2, device="native")
+    with pytest.raises(ValueError, match=r"speculative_config.device = '?native'?: .*hidden states"):
+        specdec.SpeculativeConfig(method="dflash", model="x", num_speculative_tokens=2, device="native")
+    with pytest.raises(ValueError, match=r"speculative_config.device = \[1\]"):
+        specdec.SpeculativeConfig(method="draft_model", model=STORIES, num_speculative_tokens=2, device=[1])
+    with pytest.raises(ValueError, match=r"speculative_config.device = 'nativ': .*native"):
+        specdec.LLM(STORIES, progress=False, device="native", speculative_config={
+            "method": "draft_model", "model": STORIES, "num_speculative_tokens": 2, "device": "nativ"})
