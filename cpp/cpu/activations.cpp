@@ -1,5 +1,6 @@
 #include "cpu/activations.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/errors.h"
@@ -70,6 +71,18 @@ void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, in
   const int64_t nb = cols / 32;
   const auto row = vmath_for(isa).quantize_row;
   for (int64_t r = row_begin; r < row_end; ++r) row(x + r * cols, cols, scale_block, q + r * cols, rec + r * nb);
+}
+
+void quantize_activation_chunks(const float* x, int64_t i0, int64_t i1, int64_t cols, int scale_block,
+                                int8_t* q, ActRec* rec, Isa isa) {
+  check(cols, scale_block);
+  const int64_t chunks = column_chunks(cols);
+  const auto row = vmath_for(isa).quantize_row;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t r = item / chunks, c0 = (item % chunks) * kColumnChunk;
+    const int64_t at = r * cols + c0;
+    row(x + at, std::min(kColumnChunk, cols - c0), scale_block, q + at, rec + at / 32);
+  }
 }
 
 OwnedActivations quantize_activations(const float* x, int64_t n, int64_t cols, int scale_block) {

@@ -37,6 +37,13 @@ OwnedActivations records_of(const quant::HostActivations& a);
 // or cols not a positive multiple of it.
 void quantize_activations(const float* x, int64_t row_begin, int64_t row_end, int64_t cols, int scale_block,
                           int8_t* q, ActRec* rec, Isa isa = cpu_isa());
+// The same split in column chunks of kColumnChunk (a multiple of both scale blocks, so a chunk
+// holds whole blocks and its records are the row's): items [i0, i1) of rows x column_chunks(cols)
+// (item = row * chunks + chunk), so that one row keeps every thread busy. Bitwise the row's.
+inline constexpr int64_t kColumnChunk = 256;
+inline int64_t column_chunks(int64_t cols) { return (cols + kColumnChunk - 1) / kColumnChunk; }
+void quantize_activation_chunks(const float* x, int64_t i0, int64_t i1, int64_t cols, int scale_block,
+                                int8_t* q, ActRec* rec, Isa isa = cpu_isa());
 // The portable row (the vmath table's portable entry; cpu/ops.cpp).
 void quantize_row_portable(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec);
 

@@ -1,6 +1,7 @@
 // Norms, element-wise ops, gated activations and RoPE of the native CPU device (cpu/ops.h).
 #include "cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/activations.h"
@@ -121,6 +122,22 @@ void gated_activation(const float* gate, const float* up, float* out, int64_t r0
   for (int64_t r = r0; r < r1; ++r) {
     row(gate + r * in_row_stride, up + r * in_row_stride, out + r * ff, ff);
     quantize_row(out, r, ff, q, isa);
+  }
+}
+
+void gated_activation_chunks(const float* gate, const float* up, float* out, int64_t i0, int64_t i1, int ff,
+                             Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
+  const auto row = act == Activation::kSilu ? k.silu_mul : k.gelu_mul;
+  const int64_t chunks = column_chunks(ff);
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t r = item / chunks, c0 = (item % chunks) * kColumnChunk;
+    const int len = static_cast<int>(std::min<int64_t>(kColumnChunk, ff - c0));
+    float* o = out + r * ff + c0;
+    row(gate + r * in_row_stride + c0, up + r * in_row_stride + c0, o, len);
+    if (q != nullptr) {
+      k.quantize_row(o, len, q->scale_block, q->q + r * ff + c0, q->rec + (r * ff + c0) / 32);
+    }
   }
 }
 

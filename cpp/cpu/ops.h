@@ -44,6 +44,10 @@ void add_bias(float* x, const float* bias, int64_t r0, int64_t r1, int dim);
 // kernels' tolerance.
 void gated_activation(const float* gate, const float* up, float* out, int64_t r0, int64_t r1, int ff,
                       Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa = cpu_isa());
+// The same over items [i0, i1) of rows x column_chunks(ff) (cpu/activations.h): one row keeps every
+// thread busy; bitwise the rows' (the chunks start at multiples of every vector width).
+void gated_activation_chunks(const float* gate, const float* up, float* out, int64_t i0, int64_t i1, int ff,
+                             Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa = cpu_isa());
 
 // ---- RoPE (ops/rope.h), tokens [t0, t1), in place ----
 void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
@@ -71,5 +75,28 @@ void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t
 // reference; AVX2 / AVX-512: vector exp summed in double lanes, within 2e-7 * max(1, |lse|).
 void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab,
                Isa isa = cpu_isa());
+
+// The same two reductions split over a row's vocabulary in chunks of kVocabChunk (so that a decode's
+// one row keeps every thread busy), then combined in chunk order: items [i0, i1) of rows x chunks
+// (item = row * chunks + chunk), parts [rows, chunks]. The chunks depend on the vocabulary only, so
+// a row's result never depends on its batch or on the threads. argmax: exactly argmax's (the first
+// largest in order_key's order). logsumexp: the max and NaN rule as logsumexp; the sum as
+// sum_c exp_sum(chunk c, m_c) * exp(m_c - m), within logsumexp's tolerance of the reference.
+inline constexpr int64_t kVocabChunk = 8192;
+inline int64_t vocab_chunks(int vocab) { return (vocab + kVocabChunk - 1) / kVocabChunk; }
+struct ArgmaxPart {
+  uint32_t key = 0;
+  int32_t index = 0;
+};
+void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab);
+void argmax_combine(const ArgmaxPart* parts, int32_t* ids, int64_t r0, int64_t r1, int vocab);
+struct LsePart {
+  float max = 0;
+  bool nan = false;
+  double sum = 0;  // exp_sum of the chunk around its own max (0 for an all -inf chunk)
+};
+void logsumexp_parts(const float* logits, LsePart* parts, int64_t i0, int64_t i1, int vocab,
+                     Isa isa = cpu_isa());
+void logsumexp_combine(const LsePart* parts, float* lse, int64_t r0, int64_t r1, int vocab);
 
 }  // namespace specdec::cpu

@@ -113,6 +113,70 @@ void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t
   }
 }
 
+void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab) {
+  const int64_t chunks = vocab_chunks(vocab);
+  for (int64_t item = i0; item < i1; ++item) {
+    const float* row = logits + (item / chunks) * vocab;
+    const int64_t begin = (item % chunks) * kVocabChunk, end = std::min<int64_t>(vocab, begin + kVocabChunk);
+    ArgmaxPart p{order_key(row[begin]), static_cast<int32_t>(begin)};
+    for (int64_t i = begin + 1; i < end; ++i) {
+      const uint32_t k = order_key(row[i]);
+      if (k > p.key) p = ArgmaxPart{k, static_cast<int32_t>(i)};
+    }
+    parts[item] = p;
+  }
+}
+
+void argmax_combine(const ArgmaxPart* parts, int32_t* ids, int64_t r0, int64_t r1, int vocab) {
+  const int64_t chunks = vocab_chunks(vocab);
+  for (int64_t r = r0; r < r1; ++r) {
+    const ArgmaxPart* p = parts + r * chunks;
+    ArgmaxPart best = p[0];
+    for (int64_t c = 1; c < chunks; ++c) {
+      if (p[c].key > best.key) best = p[c];
+    }
+    ids[r] = best.index;
+  }
+}
+
+void logsumexp_parts(const float* logits, LsePart* parts, int64_t i0, int64_t i1, int vocab, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
+  const int64_t chunks = vocab_chunks(vocab);
+  for (int64_t item = i0; item < i1; ++item) {
+    const float* row = logits + (item / chunks) * vocab;
+    const int64_t begin = (item % chunks) * kVocabChunk, end = std::min<int64_t>(vocab, begin + kVocabChunk);
+    LsePart p{-std::numeric_limits<float>::infinity(), false, 0.0};
+    for (int64_t i = begin; i < end; ++i) {
+      p.nan = p.nan || std::isnan(row[i]);
+      if (row[i] > p.max) p.max = row[i];
+    }
+    if (!p.nan && std::isfinite(p.max)) p.sum = k.exp_sum(row + begin, p.max, static_cast<int>(end - begin));
+    parts[item] = p;
+  }
+}
+
+void logsumexp_combine(const LsePart* parts, float* lse, int64_t r0, int64_t r1, int vocab) {
+  const int64_t chunks = vocab_chunks(vocab);
+  for (int64_t r = r0; r < r1; ++r) {
+    const LsePart* p = parts + r * chunks;
+    float m = -std::numeric_limits<float>::infinity();
+    bool any_nan = false;
+    for (int64_t c = 0; c < chunks; ++c) {
+      any_nan = any_nan || p[c].nan;
+      if (p[c].max > m) m = p[c].max;
+    }
+    if (any_nan || !std::isfinite(m)) {
+      lse[r] = any_nan ? kNaN : m;
+      continue;
+    }
+    double sum = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (std::isfinite(p[c].max)) sum += p[c].sum * std::exp(static_cast<double>(p[c].max) - m);
+    }
+    lse[r] = static_cast<float>(static_cast<double>(m) + std::log(sum));
+  }
+}
+
 void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t r1, int vocab, Isa isa) {
   const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {

@@ -1,4 +1,5 @@
 // The element-wise ops on the native CPU device (cpu/ops.h).
+#include "cpu/activations.h"
 #include "ops/cpu_common.h"
 #include "ops/impl.h"
 
@@ -42,9 +43,10 @@ void cpu_gated_activation(device::Device& dev, Slice gate, Slice up, Slice out, 
   const bool quantized = q != nullptr;
   const cpu::QuantOut qo = quantized ? quant_out_of(*q) : cpu::QuantOut{};
   const cpu::Isa isa = cd.isa();
-  cd.record("gated_activation", rows, row_grain(ff), [=](int64_t r0, int64_t r1) {
-    cpu::gated_activation(gp, up_p, op, r0, r1, ff, act, in_row_stride, quantized ? &qo : nullptr,
-                          isa);
+  // in column chunks: a decode's one row on every thread
+  cd.record("gated_activation", rows * cpu::column_chunks(ff), 1, [=](int64_t i0, int64_t i1) {
+    cpu::gated_activation_chunks(gp, up_p, op, i0, i1, ff, act, in_row_stride, quantized ? &qo : nullptr,
+                                 isa);
   });
 }
 

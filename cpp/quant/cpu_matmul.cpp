@@ -26,8 +26,9 @@ void cpu_quantize_activations(device::Device& dev, const device::Buffer& x, int6
   int8_t* q = host_at<int8_t>(out.q8);
   cpu::ActRec* rec = host_at<cpu::ActRec>(out.rec);
   const cpu::Isa isa = cd.isa();
-  cd.record("quantize_activations", n, 1, [=](int64_t r0, int64_t r1) {
-    cpu::quantize_activations(xp, r0, r1, cols, scale_block, q, rec, isa);
+  // in column chunks: a decode's one row on every thread
+  cd.record("quantize_activations", n * cpu::column_chunks(cols), 1, [=](int64_t i0, int64_t i1) {
+    cpu::quantize_activation_chunks(xp, i0, i1, cols, scale_block, q, rec, isa);
   });
 }
 

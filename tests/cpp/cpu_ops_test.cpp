@@ -334,5 +334,76 @@ TEST(CpuSampling, ArgmaxTopKLogsumexpExactOnHardRows) {
   }
 }
 
+// ---- the column- and vocabulary-chunked forms (one row on every thread) ----
+TEST(CpuChunks, GatedActivationAndQuantiserChunksAreTheRowsBitwise) {
+  for (int ff : {1536, 800, 96}) {  // whole chunks, a partial last chunk, one short chunk
+    const int rows = 3;
+    std::vector<float> gu = randn(static_cast<size_t>(rows) * 2 * ff, 71, 3.0f);
+    for (Isa isa : paths()) {
+      for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+        for (int block : {32, 256}) {
+          if (ff % block != 0) continue;
+          std::vector<float> want(static_cast<size_t>(rows) * ff), got(want.size());
+          std::vector<int8_t> wq(want.size()), gq(want.size());
+          std::vector<ActRec> wr(want.size() / 32), gr(want.size() / 32);
+          const QuantOut wo{wq.data(), wr.data(), block}, go{gq.data(), gr.data(), block};
+          gated_activation(gu.data(), gu.data() + ff, want.data(), 0, rows, ff, act, 2 * ff, &wo, isa);
+          const int64_t items = rows * column_chunks(ff);
+          // any split of the items between threads: here two uneven ones
+          gated_activation_chunks(gu.data(), gu.data() + ff, got.data(), 0, items / 3, ff, act, 2 * ff, &go, isa);
+          gated_activation_chunks(gu.data(), gu.data() + ff, got.data(), items / 3, items, ff, act, 2 * ff, &go,
+                                  isa);
+          const std::string what = str_cat(isa_name(isa), " ff ", ff, " block ", block);
+          EXPECT_TRUE(same_bits(got, want)) << what;
+          EXPECT_EQ(gq, wq) << what;
+          EXPECT_EQ(std::memcmp(gr.data(), wr.data(), wr.size() * sizeof(ActRec)), 0) << what;
+          std::vector<int8_t> cq(want.size());
+          std::vector<ActRec> cr(want.size() / 32);
+          quantize_activation_chunks(want.data(), 0, items, ff, block, cq.data(), cr.data(), isa);
+          EXPECT_EQ(cq, wq) << what;
+          EXPECT_EQ(std::memcmp(cr.data(), wr.data(), wr.size() * sizeof(ActRec)), 0) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuChunks, VocabularyChunksGiveArgmaxExactlyAndLogsumexpWithinTolerance) {
+  const int vocab = 3 * static_cast<int>(kVocabChunk) + 123;
+  const int64_t n = 7, chunks = vocab_chunks(vocab);
+  ASSERT_EQ(chunks, 4);
+  std::vector<float> rows = randn(static_cast<size_t>(vocab) * n, 83, 5.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    rows[static_cast<size_t>(vocab + i)] = static_cast<float>(i % 4);                  // ties across chunks
+    rows[static_cast<size_t>(2 * vocab + i)] = i == 20000 ? nan : 1.0f;                 // one NaN
+    rows[static_cast<size_t>(3 * vocab + i)] = i == 30000 ? inf : -inf;                 // +inf
+    rows[static_cast<size_t>(4 * vocab + i)] = -inf;                                    // all -inf
+    rows[static_cast<size_t>(5 * vocab + i)] = i < kVocabChunk ? -inf : rows[static_cast<size_t>(5 * vocab + i)];
+  }
+  rows[static_cast<size_t>(6 * vocab + vocab - 1)] = 40.0f;  // the max in the short last chunk
+  std::vector<int32_t> want(n), got(n);
+  argmax(rows.data(), want.data(), 0, n, vocab);
+  std::vector<ArgmaxPart> ap(static_cast<size_t>(n * chunks));
+  argmax_parts(rows.data(), ap.data(), 0, 5, vocab);
+  argmax_parts(rows.data(), ap.data(), 5, n * chunks, vocab);
+  argmax_combine(ap.data(), got.data(), 0, n, vocab);
+  EXPECT_EQ(got, want);
+  for (Isa isa : paths()) {
+    std::vector<float> wl(n), gl(n);
+    logsumexp(rows.data(), wl.data(), nullptr, 0, n, vocab, isa);
+    std::vector<LsePart> lp(static_cast<size_t>(n * chunks));
+    logsumexp_parts(rows.data(), lp.data(), 0, n * chunks, vocab, isa);
+    logsumexp_combine(lp.data(), gl.data(), 0, n, vocab);
+    for (int64_t r = 0; r < n; ++r) {
+      if (!std::isfinite(wl[r])) {
+        EXPECT_TRUE(same_bits({gl[r]}, {wl[r]})) << isa_name(isa) << " row " << r << ": " << gl[r];
+      } else {
+        EXPECT_LE(std::fabs(gl[r] - wl[r]), 2e-7 * std::max(1.0f, std::fabs(wl[r]))) << isa_name(isa) << " row " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specdec::cpu
