@@ -1,6 +1,10 @@
 #include "cpu/program.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <stdexcept>
 #include <utility>
 
@@ -8,11 +12,28 @@
 
 namespace specdec::cpu {
 
-void Program::add(const char* name, int64_t items, int64_t grain, Body body) {
+void Program::add(const char* name, int64_t items, int64_t grain, Body body, Schedule schedule) {
   SPECDEC_CHECK(items >= 0, "items", items, str_cat("must be >= 0 (op ", name, ")"));
   SPECDEC_CHECK(grain >= 1, "grain", grain, str_cat("must be >= 1 (op ", name, ")"));
-  ops_.push_back(Op{name, items, grain, std::move(body)});
+  ops_.push_back(Op{name, items, grain, std::move(body), schedule});
 }
+
+namespace {
+// SPECDEC_CPU_SCHEDULE=static runs every op on static shares (for comparisons), read once.
+bool dynamic_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("SPECDEC_CPU_SCHEDULE");
+    return v == nullptr || std::string(v) != "static";
+  }();
+  return allowed;
+}
+
+// Runs of a dynamic op: about 8 per thread (a counter's cost per run stays small), at least grain.
+int64_t dynamic_run(int64_t items, int64_t grain, int threads) {
+  const int64_t per = (items + 8 * int64_t{threads} - 1) / (8 * int64_t{threads});
+  return std::max(grain, (per + grain - 1) / grain * grain);
+}
+}  // namespace
 
 void Program::run(ThreadPool& pool) {
   std::vector<Op> ops;
@@ -20,13 +41,28 @@ void Program::run(ThreadPool& pool) {
   if (ops.empty()) return;
   std::vector<double> us(profiling_ ? ops.size() : 0, 0.0);
   const bool timed = profiling_;
+  // one counter per dynamic op (a cache line each: threads take runs of different ops at once)
+  struct alignas(64) Counter {
+    std::atomic<int64_t> next{0};
+  };
+  std::vector<Counter> counters(ops.size());
+  const bool dynamic = dynamic_allowed();
   pool.run([&](ThreadContext& ctx) {
     using Clock = std::chrono::steady_clock;
     auto t0 = Clock::now();
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      const Chunk c = ctx.chunk(0, op.items, op.grain);
-      if (c.begin < c.end) op.body(c.begin, c.end);
+      if (op.schedule == Schedule::kDynamic && ctx.num_threads() > 1 && dynamic) {
+        const int64_t run = dynamic_run(op.items, op.grain, ctx.num_threads());
+        std::atomic<int64_t>& next = counters[i].next;
+        for (int64_t b = next.fetch_add(run, std::memory_order_relaxed); b < op.items;
+             b = next.fetch_add(run, std::memory_order_relaxed)) {
+          op.body(b, std::min(op.items, b + run));
+        }
+      } else {
+        const Chunk c = ctx.chunk(0, op.items, op.grain);
+        if (c.begin < c.end) op.body(c.begin, c.end);
+      }
       if (i + 1 < ops.size()) ctx.barrier();  // the region's end waits for the last op
       if (timed && ctx.index() == 0) {
         const auto t1 = Clock::now();

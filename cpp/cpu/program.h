@@ -3,7 +3,11 @@
 // region in record order, every thread taking its static share of an op's items, with a phase
 // barrier between ops (docs/cpu_thread_pool.md). No per-op hand-off to sleeping workers: the
 // cost between two ops is one barrier. An op whose items are fewer than the threads runs on the
-// first threads; the others go straight to the barrier.
+// first threads; the others go straight to the barrier. A dynamic op (Schedule::kDynamic: many
+// items of uneven cost, e.g. a matmul's weight groups, where memory serves the threads unevenly)
+// hands its items out in runs from a shared counter instead, so that no thread waits at the
+// barrier while another still has a static share to finish; an item's result must not depend
+// on the thread that runs it (every op here).
 //
 // With profiling on, the caller's thread times each op (its share plus the barrier after it) and
 // the totals per op name come back from take_profile(), like the OpenCL device's profile.
@@ -21,9 +25,11 @@ namespace specdec::cpu {
 class Program {
  public:
   using Body = std::function<void(int64_t begin, int64_t end)>;
+  enum class Schedule { kStatic, kDynamic };
 
-  // Appends an op of `items` work items, handed out in runs of `grain` items (items >= 0, grain >= 1).
-  void add(const char* name, int64_t items, int64_t grain, Body body);
+  // Appends an op of `items` work items, handed out in runs of `grain` items (items >= 0, grain >= 1):
+  // static shares, or (kDynamic) runs of at least `grain` taken from a counter until none is left.
+  void add(const char* name, int64_t items, int64_t grain, Body body, Schedule schedule = Schedule::kStatic);
   size_t size() const { return ops_.size(); }
   bool empty() const { return ops_.empty(); }
 
@@ -47,6 +53,7 @@ class Program {
     int64_t items;
     int64_t grain;
     Body body;
+    Schedule schedule;
   };
   std::vector<Op> ops_;
   bool profiling_ = false;

@@ -202,13 +202,14 @@ void CpuDevice::fill_zero(const Buffer& buffer) {
   std::memset(buffer.host(), 0, buffer.size_bytes());
 }
 
-void CpuDevice::record(const char* name, int64_t items, int64_t grain, cpu::Program::Body body) {
+void CpuDevice::record(const char* name, int64_t items, int64_t grain, cpu::Program::Body body,
+                       cpu::Program::Schedule schedule) {
   std::lock_guard guard(mu_);
   {
     std::lock_guard d(deferred_->mu);
     deferred_->recording = true;
   }
-  program_.add(name, items, grain, std::move(body));
+  program_.add(name, items, grain, std::move(body), schedule);
 }
 
 void CpuDevice::flush() {

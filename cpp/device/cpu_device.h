@@ -53,7 +53,8 @@ class CpuDevice final : public Device {
 
   // For the device files: appends an op of `items` work items handed out in runs of `grain`
   // (cpu::Program::add); it runs at the next flush. `body` must hold its arguments by value.
-  void record(const char* name, int64_t items, int64_t grain, cpu::Program::Body body);
+  void record(const char* name, int64_t items, int64_t grain, cpu::Program::Body body,
+              cpu::Program::Schedule schedule = cpu::Program::Schedule::kStatic);
   size_t num_recorded() const { return program_.size(); }
   cpu::Isa isa() const { return isa_; }
   int num_threads() const { return pool_.num_threads(); }

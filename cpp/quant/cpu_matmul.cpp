@@ -47,13 +47,17 @@ void cpu_matmul(device::Device& dev, const DeviceWeight& w, const device::Buffer
                                                       host_at<const cpu::ActRec>(xq.rec)};
   float* yp = host_at<float>(y) + y_offset;
   const cpu::Isa isa = cd.isa();
-  cd.record("matmul", layout->groups, 1, [=](int64_t g0, int64_t g1) {
-    cpu::MatmulInput in;
-    in.n = n;
-    in.x = xp;
-    in.xq = is_float ? nullptr : &act;
-    cpu::matmul(pw, in, g0, g1, yp, ldy, isa);
-  });
+  // weight groups from a shared counter: the threads finish together however memory serves them
+  cd.record(
+      "matmul", layout->groups, 1,
+      [=](int64_t g0, int64_t g1) {
+        cpu::MatmulInput in;
+        in.n = n;
+        in.x = xp;
+        in.xq = is_float ? nullptr : &act;
+        cpu::matmul(pw, in, g0, g1, yp, ldy, isa);
+      },
+      cpu::Program::Schedule::kDynamic);
 }
 
 void cpu_embedding_lookup(device::Device& dev, const DeviceWeight& w, const device::Buffer& ids,

@@ -50,6 +50,31 @@ TEST(CpuProgram, OpsRunInOrderEveryItemOnceAcrossThreads) {
   EXPECT_NO_THROW(empty.run(pool()));
 }
 
+TEST(CpuProgram, DynamicOpsRunEveryItemOnceInRunsOfTheirGrain) {
+  for (int64_t n : {0, 1, 5, 97, 1000, 4099}) {
+    for (int64_t grain : {1, 3, 16}) {
+      std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+      std::vector<int64_t> out(static_cast<size_t>(n), 0);
+      std::atomic<bool> misaligned{false};
+      Program prog;
+      prog.add("dynamic", n, grain, [&](int64_t lo, int64_t hi) {
+        if (lo % grain != 0 || (hi % grain != 0 && hi != n)) misaligned = true;
+        for (int64_t i = lo; i < hi; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+      }, Program::Schedule::kDynamic);
+      // the next op reads what every thread wrote in the dynamic one
+      prog.add("after", n, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) out[static_cast<size_t>(i)] = seen[static_cast<size_t>(n - 1 - i)].load();
+      });
+      prog.run(pool());
+      EXPECT_FALSE(misaligned.load()) << n << " " << grain;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << n << " " << grain << " item " << i;
+        ASSERT_EQ(out[static_cast<size_t>(i)], 1);
+      }
+    }
+  }
+}
+
 TEST(CpuProgram, AnExceptionReachesTheCallerAndClearsTheOps) {
   Program prog;
   std::atomic<int> after{0};
