@@ -610,6 +610,35 @@ def test_lossless_greedy_real_qwen_pair(real_model, tmp_path):
         del llm
 
 
+def test_lossless_greedy_real_qwen_pair_on_the_native_device(real_model, tmp_path):
+    """The same pair on specdec's own CPU device (device="native"): every method token for token
+    the target's own greedy output on that device, and the 0.5B drafting from the other device
+    (PoCL) for the target on this one."""
+    from specdec.testing import write_random_dflash
+    target, drafter = real_model(QWEN_T), real_model(QWEN_D)
+    dflash = str(write_random_dflash(tmp_path / "dflash", target, seed=5, block_size=5, dtype="BF16"))
+    params = specdec.SamplingParams(temperature=0, max_tokens=16)
+    prompts = CODE_PROMPTS[:2]
+    kw = dict(max_model_len=512, kv_cache_memory_bytes="96MiB", progress=False, device="native")
+    want = _plain(target, prompts, params, **kw)
+    for cfg in ({"method": "draft_model", "model": drafter, "num_speculative_tokens": 4},
+                {"method": "draft_model", "model": drafter, "num_speculative_tokens": 4, "device": "ocl:auto"},
+                {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+                {"method": "suffix", "num_speculative_tokens": 6},
+                {"method": "layer_skip", "num_speculative_tokens": 3, "exit_layer": 26},
+                {"method": "dflash", "model": dflash, "num_speculative_tokens": 4},
+                {"method": "hybrid", "num_speculative_tokens": 4, "proposers": [
+                    {"method": "suffix"}, {"method": "draft_model", "model": drafter}]}):
+        llm = specdec.LLM(target, speculative_config=cfg, **kw)
+        assert llm.context.kind == "cpu"
+        outs = llm.generate(prompts, params)
+        assert [o.outputs[0].token_ids for o in outs] == want, cfg
+        m = llm.last_metrics
+        if cfg["method"] in ("draft_model", "layer_skip", "hybrid"):
+            assert m["num_draft_tokens"] > 0 and m["acceptance_rate"] > 0.4, (cfg, m)
+        del llm
+
+
 def test_gemma_drafting_for_itself_two_kv_groups(real_model):
     """Gemma-3-270M drafts for itself: the drafter has two KV-cache groups (5 sliding + 1 global
     layers); the prompt is longer than the 512-token window, so window blocks are freed while
