@@ -222,6 +222,9 @@ void register_ocl(py::module_& m) {
   m.def("select_device", &specdec::ocl::select_device, py::arg("device") = "",
         "The device a selector picks: '' (SPECDEC_DEVICE, else auto), 'auto', an index, 'P:D', "
         "'gpu'/'cpu'/'accelerator', or part of a name.");
+  m.def("auto_is_native", &specdec::device::auto_is_native,
+        "Whether device 'auto' (the default without SPECDEC_DEVICE) is the native CPU device: no "
+        "OpenCL GPU or accelerator, and a CPU with AVX2 or better (or no OpenCL device at all).");
   m.def("kernel_programs", &specdec::ocl::kernel_program_names,
         "Names of the OpenCL programs embedded at build time.");
 

@@ -97,10 +97,16 @@ class Device {
   Info info_;
 };
 
-// The device for `selector` ("" -> SPECDEC_DEVICE): "native" is the native CPU device
-// (device/cpu_device.h); "ocl:<selector>" an OpenCL device chosen by <selector>; any other string
-// an OpenCL device, chosen as ocl::select_device chooses (ocl/device.h), the string keeping that
-// meaning.
+// The device for `selector` ("" -> SPECDEC_DEVICE, else "auto"): "native" is the native CPU device
+// (device/cpu_device.h); "ocl:<selector>" an OpenCL device chosen by <selector>; "auto" the native
+// device when auto_is_native(), else OpenCL's auto; any other string an OpenCL device, chosen as
+// ocl::select_device chooses (ocl/device.h), the string keeping that meaning.
 std::shared_ptr<Device> open(const std::string& selector = "");
+
+// What "auto" picks: the native device when no OpenCL GPU or accelerator is present and this CPU
+// runs the native kernels' AVX2 path or better (measured: the native device is 1.0-2.3x PoCL's
+// CPU device and 1.5-2.8x llama.cpp on a 2-vCPU AVX-512 VNNI Xeon, docs/cpu.md), or when there is
+// no OpenCL device at all; otherwise OpenCL (a GPU first).
+bool auto_is_native();
 
 }  // namespace specdec::device

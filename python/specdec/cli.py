@@ -46,9 +46,16 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     _print("native (specdec's own CPU device: device='native' or SPECDEC_DEVICE=native):")
     _print(f"  {native.name}; path {native.platform[len('specdec native ('):-1]}; "
            f"{native.compute_units} thread(s) (SPECDEC_CPU_THREADS); {native.global_mem_bytes >> 20} MiB")
+    selector = os.environ.get("SPECDEC_DEVICE", "").strip()
+    if selector.lower() == "native" or (selector.lower() in ("", "auto") and specdec._core.auto_is_native()):
+        default = f"native: {native.name} ({native.platform})"
+    else:
+        chosen = specdec.select_device("")
+        default = f"{chosen.index}: {chosen.name}"
     if not devs:
         _print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
-        return 1
+        _print(f"default device (SPECDEC_DEVICE or auto): {default}")
+        return 0
     _print(f"{len(devs)} OpenCL device(s):")
     for d in devs:
         _print(f"  {d.summary()}")
@@ -57,8 +64,8 @@ def _cmd_devices(args: argparse.Namespace) -> int:
                f"max work-group {d.max_work_group_size}; fp16 {'yes' if d.fp16 else 'no'}; "
                f"fp64 {'yes' if d.fp64 else 'no'}"
                + (f"; CPU features {' '.join(d.cpu_features) or 'none'}" if d.type == "cpu" else ""))
-    chosen = specdec.select_device("")
-    _print(f"default device (SPECDEC_DEVICE or auto): {chosen.index}: {chosen.name}")
+    _print(f"default device (SPECDEC_DEVICE or auto: native unless an OpenCL GPU or accelerator is "
+           f"present): {default}")
     return 0
 
 
@@ -728,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=_float_in("a number in (0, 1]", lambda v: 0 < v <= 1),
                    default=1.0)
     p.add_argument("--seed", type=_int_in(0, (1 << 63) - 1), default=None)
-    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--device", default=None, help="device: native, ocl:<selector> or an OpenCL selector (default SPECDEC_DEVICE, else auto: the native CPU device unless an OpenCL GPU is present)")
     p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
     p.add_argument("--max-model-len", type=_int_in(0, MAX_TOKENS), default=None,
                    help="tokens per request (default: the model's context length, at most 4096; "
@@ -782,7 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--max-num-seqs requests of --max-model-len, capped by memory)")
     p.add_argument("--memory-utilization", type=_float_in("a fraction in (0, 1]", lambda v: 0 < v <= 1),
                    default=None, help="share of device memory the KV cache may take (default 0.5 on a CPU)")
-    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--device", default=None, help="device: native, ocl:<selector> or an OpenCL selector (default SPECDEC_DEVICE, else auto: the native CPU device unless an OpenCL GPU is present)")
     p.add_argument("--attention-backend", default=None, help="default: chosen per layer")
     p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
                    help="one KV-cache group managed as full attention (vLLM's switch)")
@@ -851,7 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_int_in(0, 1024), default=0,
                    help="llama.cpp threads (default 0: all cores, like specdec)")
     p.add_argument("--kv-cache-memory", default="512MiB", help="target KV budget (default 512MiB)")
-    p.add_argument("--device", default=None, help="OpenCL device (default SPECDEC_DEVICE or auto)")
+    p.add_argument("--device", default=None, help="device: native, ocl:<selector> or an OpenCL selector (default SPECDEC_DEVICE, else auto: the native CPU device unless an OpenCL GPU is present)")
     p.add_argument("--out", default="bench/out",
                    help="output folder (bench.json, *.png), created when missing (its parent must "
                         "exist, except for the default bench/out)")

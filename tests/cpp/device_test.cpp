@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "device/arena.h"
 #include "device/device.h"
+#include "cpu/isa.h"
 #include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "ocl/device.h"
@@ -45,6 +46,21 @@ TEST(Device, OpenDescribesTheSelectedOpenClDevice) {
   EXPECT_EQ(dev->info().fp64, selected.fp64);
   EXPECT_NE(dev->info().summary().find(selected.name), std::string::npos);
   EXPECT_GE(dev->region_alignment(), 64u);
+}
+
+// "auto": the native device unless an OpenCL GPU or accelerator is present (or the CPU lacks
+// AVX2 while an OpenCL device exists); "ocl:auto" always OpenCL.
+TEST(Device, AutoIsTheNativeDeviceWithoutAnOpenClGpu) {
+  bool gpu = false;
+  const auto devices = ocl::list_devices();
+  for (const auto& d : devices) gpu = gpu || d.type == "gpu" || d.type == "accelerator";
+  const bool avx2 = cpu::cpu_isas().back() >= cpu::Isa::kAvx2;
+  const bool expected = !gpu && (avx2 || devices.empty());
+  EXPECT_EQ(device::auto_is_native(), expected);
+  const device::Kind want = expected ? device::Kind::kCpu : device::Kind::kOpenCL;
+  EXPECT_EQ(device::open("auto")->kind(), want);
+  EXPECT_EQ(device::open("Auto")->kind(), want);
+  EXPECT_EQ(device::open("ocl:auto")->kind(), device::Kind::kOpenCL);
 }
 
 TEST(Device, WrapSharesTheContext) {

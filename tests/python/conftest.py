@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-import specdec
+# OpenCL (PoCL on the test machines) stays the device the suite runs on, whatever "auto" picks
+# (the native CPU device where there is no OpenCL GPU: _core.auto_is_native); the native device
+# has its own tests (test_native_device.py, *_native_device* cases). SPECDEC_DEVICE=native runs
+# the suite there instead.
+os.environ.setdefault("SPECDEC_DEVICE", "ocl:auto")
+
+import specdec  # noqa: E402
 import llamacpp_sdist
 from llamacpp_sdist import isolated_pip_env
 

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,12 @@ def test_devices_command():
     out = run("devices")
     assert "native (specdec's own CPU device" in out.stdout and "thread(s)" in out.stdout
     assert "OpenCL device(s)" in out.stdout and "default device" in out.stdout
+    # without SPECDEC_DEVICE the default is what auto picks (the native device without an OpenCL GPU)
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_DEVICE"}
+    out = subprocess.run([sys.executable, "-m", "specdec", "devices"], capture_output=True, text=True, env=env)
+    default = [line for line in out.stdout.splitlines() if line.startswith("default device")]
+    assert out.returncode == 0 and len(default) == 1, out.stdout + out.stderr
+    assert ("): native: " in default[0]) == specdec._core.auto_is_native(), default
 
 
 from paths import STORIES  # noqa: E402

@@ -60,6 +60,24 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_auto_is_the_native_device_without_an_opencl_gpu(monkeypatch):
+    """'auto' (the default without SPECDEC_DEVICE): the native device when no OpenCL GPU or
+    accelerator is present and the CPU runs the AVX2 path or better, or when there is no OpenCL
+    device; 'ocl:auto' still forces OpenCL."""
+    devs = _core.devices()
+    gpu = any(d.type in ("gpu", "accelerator") for d in devs)
+    fast = any(p in _core.quant_isas(_core.Context("native")) for p in ("avx2", "avx_vnni", "avx512bw",
+                                                                        "avx512_vnni", "amx_int8"))
+    expected = not gpu and (fast or not devs)
+    assert _core.auto_is_native() == expected
+    want = "cpu" if expected else "opencl"
+    assert _core.Context("auto").kind == want and _core.Context("AUTO").kind == want
+    monkeypatch.delenv("SPECDEC_DEVICE", raising=False)
+    assert _core.Context().kind == want
+    assert specdec.LLM(STORIES, progress=False).context.kind == want
+    assert _core.Context("ocl:auto").kind == "opencl"
+
+
 def test_selectors_name_the_native_device(monkeypatch):
     assert _core.Context("NATIVE").kind == "cpu"
     assert _core.Context("ocl:auto").kind == "opencl"
