@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/errors.h"
 #include "cpu/activations.h"
 #include "cpu/vmath.h"
 #include "cpu/strict_fp.h"
@@ -127,6 +128,9 @@ void gated_activation(const float* gate, const float* up, float* out, int64_t r0
 
 void gated_activation_chunks(const float* gate, const float* up, float* out, int64_t i0, int64_t i1, int ff,
                              Activation act, int64_t in_row_stride, const QuantOut* q, Isa isa) {
+  SPECDEC_CHECK(q == nullptr || (ff > 0 && ff % q->scale_block == 0), "ff", ff,
+                str_cat("a positive multiple of the quantised output's scale block ",
+                        q == nullptr ? 0 : q->scale_block));
   const vmath::Kernels& k = vmath_for(isa);
   const auto row = act == Activation::kSilu ? k.silu_mul : k.gelu_mul;
   const int64_t chunks = column_chunks(ff);

@@ -46,12 +46,15 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     _print("native (specdec's own CPU device: device='native' or SPECDEC_DEVICE=native):")
     _print(f"  {native.name}; path {native.platform[len('specdec native ('):-1]}; "
            f"{native.compute_units} thread(s) (SPECDEC_CPU_THREADS); {native.global_mem_bytes >> 20} MiB")
-    selector = os.environ.get("SPECDEC_DEVICE", "").strip()
-    if selector.lower() == "native" or (selector.lower() in ("", "auto") and specdec._core.auto_is_native()):
+    selector = os.environ.get("SPECDEC_DEVICE", "").lower()  # as device::open reads it
+    if selector == "native" or (selector in ("", "auto") and specdec._core.auto_is_native()):
         default = f"native: {native.name} ({native.platform})"
     else:
-        chosen = specdec.select_device("")
-        default = f"{chosen.index}: {chosen.name}"
+        try:
+            chosen = specdec.select_device("")
+            default = f"{chosen.index}: {chosen.name}"
+        except (ValueError, RuntimeError) as e:  # e.g. SPECDEC_DEVICE=ocl:gpu and no such device
+            default = f"none ({e})"
     if not devs:
         _print("no OpenCL device found (on Debian: apt-get install pocl-opencl-icd; check `clinfo -l`)")
         _print(f"default device (SPECDEC_DEVICE or auto): {default}")

@@ -28,6 +28,7 @@ or in a chat message stays text unless the caller opts in with ``parse_special=T
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -253,10 +254,13 @@ class LLM:
         selector = getattr(dc, "device", None) if dc is not None else None
         if not selector:
             return self.context
+        if selector.lower() == "native" and self.context.kind == "cpu":
+            return self.context  # one native device: a second thread pool would only compete
         try:
             return _core.Context(selector)
-        except ValueError as e:
-            raise ValueError(f"speculative_config.device = {selector!r}: {e}") from None
+        except ValueError as e:  # ConfigError / UnsupportedError kept; the field named once
+            detail = re.sub(r"^device = '[^']*': ", "", str(e))
+            raise type(e)(f"speculative_config.device = {selector!r}: {detail}") from None
 
     def _size_kv_cache(self, drafter_path: Optional[str], config: Any, max_model_len: int,
                        kv_bytes: Optional[int], memory_utilization: Optional[float], block_size: int,

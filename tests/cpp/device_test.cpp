@@ -51,6 +51,7 @@ TEST(Device, OpenDescribesTheSelectedOpenClDevice) {
 // "auto": the native device unless an OpenCL GPU or accelerator is present (or the CPU lacks
 // AVX2 while an OpenCL device exists); "ocl:auto" always OpenCL.
 TEST(Device, AutoIsTheNativeDeviceWithoutAnOpenClGpu) {
+  REQUIRE_DEVICE();
   bool gpu = false;
   const auto devices = ocl::list_devices();
   for (const auto& d : devices) gpu = gpu || d.type == "gpu" || d.type == "accelerator";

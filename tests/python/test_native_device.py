@@ -132,6 +132,12 @@ def test_a_draft_model_on_the_other_device(target, drafter):
         assert llm.last_metrics["num_draft_tokens"] > 0
 
 
+def test_a_native_drafter_beside_a_native_target_shares_its_device():
+    llm = specdec.LLM(STORIES, progress=False, device="native", speculative_config={
+        "method": "draft_model", "model": STORIES, "num_speculative_tokens": 2, "device": "NATIVE"})
+    assert llm.drafter_context is llm.context
+
+
 def test_the_drafters_device_is_checked():
     cfg = specdec.SpeculativeConfig(method="draft_model", model=STORIES, num_speculative_tokens=2, device=0)
     assert cfg.device == "0" and '"device":"0"' in cfg.to_json().replace(" ", "")
@@ -142,6 +148,6 @@ def test_the_drafters_device_is_checked():
         specdec.SpeculativeConfig(method="dflash", model="x", num_speculative_tokens=2, device="native")
     with pytest.raises(ValueError, match=r"speculative_config.device = \[1\]"):
         specdec.SpeculativeConfig(method="draft_model", model=STORIES, num_speculative_tokens=2, device=[1])
-    with pytest.raises(ValueError, match=r"speculative_config.device = 'nativ': .*native"):
+    with pytest.raises(ValueError, match=r"^speculative_config.device = 'nativ': no such device.*native"):
         specdec.LLM(STORIES, progress=False, device="native", speculative_config={
             "method": "draft_model", "model": STORIES, "num_speculative_tokens": 2, "device": "nativ"})
