@@ -274,32 +274,37 @@ def any_pip_config(request):
         request.getfixturevalue("junk_pip_config")
 
 
+_FETCHING_PROGRAM = r"""
+import json, sys
+from specdec import hub
+raw, url = json.loads(sys.argv[1]), sys.argv[2]
+hub.fetch("tiny-test", catalog=hub._parse_catalog(raw, "test"), progress=False,
+          pip_args=["--no-index", "--find-links", url, "--timeout", "120", "--retries", "0"])
+"""
+
+
 def test_an_interrupted_library_fetch_ends_its_pip_child(any_pip_config, local_index):
     """Ctrl-C in a program calling specdec.fetch: pip runs in its own process group (a terminal's
-    Ctrl-C no longer reaches it), so the fetch must end it on the way out."""
+    Ctrl-C no longer reaches it), so the fetch must end it on the way out. The program is a fresh
+    Python process (as a user's is), so nothing earlier tests left in pytest's process (signal
+    state, threads) decides the outcome."""
     server = StallingServer()
-    main = threading.main_thread().ident
-    found: list = []
-
-    def interrupt() -> None:
-        if server.accepted.wait(120):
-            found.extend(_children(os.getpid(), " -m pip download "))
-        signal.pthread_kill(main, signal.SIGINT)
-
-    t = threading.Thread(target=interrupt)
-    t.start()
+    proc = subprocess.Popen([sys.executable, "-c", _FETCHING_PROGRAM, json.dumps(local_index["raw"]),
+                             server.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            hub.fetch("tiny-test", catalog=local_index["catalog"], progress=False,
-                      pip_args=["--no-index", "--find-links", server.url, "--timeout", "120",
-                                "--retries", "0"])
-        t.join()
+        assert server.accepted.wait(120), "pip never reached the index"
+        found = _children(proc.pid, " -m pip download ")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0 and "KeyboardInterrupt" in err.decode(), err.decode()[-2000:]
         assert found, "no pip child found"
         for pid in found:
             assert _gone(pid, 10), f"pip child {pid} outlived the fetch"
         assert _leftovers(local_index["cache"]) == []
     finally:
-        t.join()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         server.close()
 
 
