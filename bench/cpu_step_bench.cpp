@@ -197,6 +197,8 @@ int main(int argc, char** argv) {
     std::vector<float> qkv(static_cast<size_t>(n) * qkv_rows), q(static_cast<size_t>(n) * hq), att(q.size());
     std::vector<float> gu(static_cast<size_t>(n) * 2 * s.ff), act(static_cast<size_t>(n) * s.ff);
     std::vector<float> logits(static_cast<size_t>(n) * s.vocab), lse(n);
+    std::vector<ArgmaxPart> amax_parts(static_cast<size_t>(n * vocab_chunks(s.vocab)));
+    std::vector<LsePart> lse_parts(amax_parts.size());
     std::vector<int32_t> ids(n), positions(n), slots(n);
     std::vector<float> x0(x.size());
     for (float& v : x0) v = dist(rng);
@@ -272,8 +274,9 @@ int main(int argc, char** argv) {
             attention(c, lo, hi);
           });
         }
-        prog.add("quantize", n, 1, [&](int64_t lo, int64_t hi) {
-          quantize_activations(att.data(), lo, hi, hq, attq.out.scale_block, attq.q.data(), attq.rec.data());
+        prog.add("quantize", n * column_chunks(hq), 1, [&](int64_t lo, int64_t hi) {  // as the runner
+          quantize_activation_chunks(att.data(), lo, hi, hq, attq.out.scale_block, attq.q.data(), attq.rec.data(),
+                                     isa);
         });
         add_matmul(prog, "matmul_o", l.o, MatmulInput{n, att.data(), &attq.view}, tmp.data(), isa);
         prog.add("add_rms_norm", n, 1, [&](int64_t lo, int64_t hi) {
@@ -281,9 +284,9 @@ int main(int argc, char** argv) {
                        &yq_up.out);
         });
         add_matmul(prog, "matmul_gate_up", l.up, MatmulInput{n, y.data(), &yq_up.view}, gu.data(), isa);
-        prog.add("gated_activation", n, 1, [&](int64_t lo, int64_t hi) {
-          gated_activation(gu.data(), gu.data() + s.ff, act.data(), lo, hi, s.ff, Activation::kSilu, 2 * s.ff,
-                           &actq.out);
+        prog.add("gated_activation", n * column_chunks(s.ff), 1, [&](int64_t lo, int64_t hi) {
+          gated_activation_chunks(gu.data(), gu.data() + s.ff, act.data(), lo, hi, s.ff, Activation::kSilu,
+                                  2 * s.ff, &actq.out, isa);
         });
         add_matmul(prog, "matmul_down", l.down, MatmulInput{n, act.data(), &actq.view}, tmp.data(), isa);
       }
@@ -292,9 +295,19 @@ int main(int argc, char** argv) {
                      &yq_head.out);
       });
       add_matmul(prog, "matmul_lm_head", lm_head, MatmulInput{n, y.data(), &yq_head.view}, logits.data(), isa);
-      prog.add("argmax_logsumexp", n, 1, [&](int64_t lo, int64_t hi) {
-        argmax(logits.data(), ids.data(), lo, hi, s.vocab);
-        logsumexp(logits.data(), lse.data(), nullptr, lo, hi, s.vocab);
+      // as the runner: in vocabulary chunks over the threads, then combined
+      const int64_t chunks = vocab_chunks(s.vocab);
+      prog.add("argmax", n * chunks, 1, [&](int64_t lo, int64_t hi) {
+        argmax_parts(logits.data(), amax_parts.data(), lo, hi, s.vocab, isa);
+      });
+      prog.add("argmax_combine", n, 1, [&](int64_t lo, int64_t hi) {
+        argmax_combine(amax_parts.data(), ids.data(), lo, hi, s.vocab);
+      });
+      prog.add("logsumexp", n * chunks, 1, [&](int64_t lo, int64_t hi) {
+        logsumexp_parts(logits.data(), lse_parts.data(), lo, hi, s.vocab, isa);
+      });
+      prog.add("logsumexp_combine", n, 1, [&](int64_t lo, int64_t hi) {
+        logsumexp_combine(lse_parts.data(), lse.data(), lo, hi, s.vocab);
       });
     };
     // warm-up, then timed steps
@@ -310,6 +323,7 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     for (int st = 0; st < opt.steps; ++st) {
       const auto t0 = std::chrono::steady_clock::now();
+      pool.prewake();  // as the runner's step: the workers wake while the host records
       record();
       prog.run(pool);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

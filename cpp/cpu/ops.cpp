@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/errors.h"
 #include "cpu/activations.h"
@@ -56,11 +57,37 @@ void exp_shift_portable(const float* x, float m, float* out, int n) {
   for (int i = 0; i < n; ++i) out[i] = std::exp(x[i] - m);
 }
 
+float max_nan_portable(const float* x, int n, bool* nan) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    any = any || std::isnan(x[i]);
+    m = x[i] > m ? x[i] : m;
+  }
+  *nan = any;
+  return m == 0.0f ? 0.0f : m;
+}
+
+uint32_t argmax_key_portable(const float* x, int n, int32_t* index) {
+  uint32_t best = vmath::order_key(x[0]);
+  int32_t at = 0;
+  for (int i = 1; i < n; ++i) {
+    const uint32_t k = vmath::order_key(x[i]);
+    if (k > best) {
+      best = k;
+      at = i;
+    }
+  }
+  *index = at;
+  return best;
+}
+
 }  // namespace
 
 const vmath::Kernels& vmath_for(Isa isa) {
-  static const vmath::Kernels portable{silu_mul_portable, gelu_mul_portable, exp_sum_portable,
-                                       exp_shift_portable, quantize_row_portable, norm_row_portable};
+  static const vmath::Kernels portable{silu_mul_portable,     gelu_mul_portable,  exp_sum_portable,
+                                       exp_shift_portable,    quantize_row_portable, norm_row_portable,
+                                       max_nan_portable,      argmax_key_portable};
   static const vmath::Kernels avx2 = [] {
     vmath::Kernels k = portable;
     vmath::avx2_kernels(k);

@@ -69,7 +69,7 @@ void head_matmul(const float* w, const float* x, float* y, int64_t p0, int64_t p
                  int64_t x_head_stride, int64_t y_head_stride);
 
 // ---- sampling reductions (ops/sampling.h), rows [r0, r1) ----
-void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab);
+void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab, Isa isa = cpu_isa());
 void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t r1, int vocab, int k);
 // lse[r] = log sum exp(row); with out, also out = row - lse (log_softmax). Portable: bitwise the
 // reference; AVX2 / AVX-512: vector exp summed in double lanes, within 2e-7 * max(1, |lse|).
@@ -88,7 +88,8 @@ struct ArgmaxPart {
   uint32_t key = 0;
   int32_t index = 0;
 };
-void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab);
+void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab,
+                  Isa isa = cpu_isa());
 void argmax_combine(const ArgmaxPart* parts, int32_t* ids, int64_t r0, int64_t r1, int vocab);
 struct LsePart {
   float max = 0;

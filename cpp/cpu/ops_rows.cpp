@@ -15,14 +15,7 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// The sampling ops' order (docs/ops.md): larger value -> larger key, -0 == +0, NaN lowest.
-uint32_t order_key(float f) {
-  if (std::isnan(f)) return 0u;
-  if (f == 0.0f) return 0x80000000u;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+using vmath::order_key;
 
 }  // namespace
 
@@ -81,20 +74,9 @@ void head_matmul(const float* w, const float* x, float* y, int64_t p0, int64_t p
   }
 }
 
-void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* row = logits + r * vocab;
-    int best = 0;
-    uint32_t best_key = order_key(row[0]);
-    for (int i = 1; i < vocab; ++i) {
-      const uint32_t k = order_key(row[i]);
-      if (k > best_key) {
-        best = i;
-        best_key = k;
-      }
-    }
-    ids[r] = best;
-  }
+void argmax(const float* logits, int32_t* ids, int64_t r0, int64_t r1, int vocab, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
+  for (int64_t r = r0; r < r1; ++r) k.argmax_key(logits + r * vocab, vocab, ids + r);
 }
 
 void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t r1, int vocab, int k) {
@@ -113,17 +95,15 @@ void top_k(const float* logits, float* values, int32_t* ids, int64_t r0, int64_t
   }
 }
 
-void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab) {
+void argmax_parts(const float* logits, ArgmaxPart* parts, int64_t i0, int64_t i1, int vocab, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
   const int64_t chunks = vocab_chunks(vocab);
   for (int64_t item = i0; item < i1; ++item) {
     const float* row = logits + (item / chunks) * vocab;
     const int64_t begin = (item % chunks) * kVocabChunk, end = std::min<int64_t>(vocab, begin + kVocabChunk);
-    ArgmaxPart p{order_key(row[begin]), static_cast<int32_t>(begin)};
-    for (int64_t i = begin + 1; i < end; ++i) {
-      const uint32_t k = order_key(row[i]);
-      if (k > p.key) p = ArgmaxPart{k, static_cast<int32_t>(i)};
-    }
-    parts[item] = p;
+    int32_t at = 0;
+    const uint32_t key = k.argmax_key(row + begin, static_cast<int>(end - begin), &at);
+    parts[item] = ArgmaxPart{key, static_cast<int32_t>(begin) + at};
   }
 }
 
@@ -146,10 +126,7 @@ void logsumexp_parts(const float* logits, LsePart* parts, int64_t i0, int64_t i1
     const float* row = logits + (item / chunks) * vocab;
     const int64_t begin = (item % chunks) * kVocabChunk, end = std::min<int64_t>(vocab, begin + kVocabChunk);
     LsePart p{-std::numeric_limits<float>::infinity(), false, 0.0};
-    for (int64_t i = begin; i < end; ++i) {
-      p.nan = p.nan || std::isnan(row[i]);
-      if (row[i] > p.max) p.max = row[i];
-    }
+    p.max = k.max_nan(row + begin, static_cast<int>(end - begin), &p.nan);
     if (!p.nan && std::isfinite(p.max)) p.sum = k.exp_sum(row + begin, p.max, static_cast<int>(end - begin));
     parts[item] = p;
   }
@@ -181,12 +158,8 @@ void logsumexp(const float* logits, float* lse, float* out, int64_t r0, int64_t 
   const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = logits + r * vocab;
-    float m = -std::numeric_limits<float>::infinity();
     bool any_nan = false;
-    for (int i = 0; i < vocab; ++i) {
-      any_nan = any_nan || std::isnan(row[i]);
-      if (row[i] > m) m = row[i];
-    }
+    const float m = k.max_nan(row, vocab, &any_nan);
     float v;
     if (any_nan || !std::isfinite(m)) {
       v = any_nan ? kNaN : m;

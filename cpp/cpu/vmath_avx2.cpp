@@ -110,6 +110,61 @@ void exp_shift(const float* x, float mx, float* out, int n) {
   }
 }
 
+// order_key of 8 floats: sign set -> ~u, else u | sign; +-0 -> the sign bit alone; NaN -> 0
+__m256i order_keys(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i abs = _mm256_andnot_si256(sign, u);
+  // negative lanes: u | sign == u, and the xor with all ones gives ~u
+  __m256i key = _mm256_xor_si256(_mm256_or_si256(u, sign), _mm256_srai_epi32(u, 31));
+  key = _mm256_blendv_epi8(key, sign, _mm256_cmpeq_epi32(abs, _mm256_setzero_si256()));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000)), key);
+}
+
+float max_nan(const float* x, int n, bool* nan) {
+  __m256 mx = _mm256_set1_ps(-__builtin_inff());
+  __m256 any = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) {
+    const int left = n - i;
+    const __m256 v = left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, -__builtin_inff());
+    any = _mm256_or_ps(any, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    mx = _mm256_max_ps(mx, v);
+  }
+  *nan = _mm256_movemask_ps(any) != 0;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  float r = lanes[0];
+  for (int j = 1; j < 8; ++j) r = lanes[j] > r ? lanes[j] : r;
+  return r == 0.0f ? 0.0f : r;
+}
+
+uint32_t argmax_key(const float* x, int n, int32_t* index) {
+  __m256i best = _mm256_setzero_si256();
+  const float kNan = __builtin_nanf("");  // fill: key 0, never above a real lane's
+  for (int i = 0; i < n; i += 8) {
+    const int left = n - i;
+    const __m256 v = left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, kNan);
+    best = _mm256_max_epu32(best, order_keys(v));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), best);
+  uint32_t b = lanes[0];
+  for (int j = 1; j < 8; ++j) b = lanes[j] > b ? lanes[j] : b;
+  const __m256i bv = _mm256_set1_epi32(static_cast<int>(b));
+  for (int i = 0; i < n; i += 8) {  // the first position holding it (in L1: the chunk was just read)
+    const int left = n - i;
+    const __m256 v = left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, kNan);
+    const int valid = left >= 8 ? 0xFF : (1 << left) - 1;
+    const int hit = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(order_keys(v), bv))) & valid;
+    if (hit != 0) {
+      *index = i + __builtin_ctz(static_cast<unsigned>(hit));
+      return b;
+    }
+  }
+  *index = 0;  // not reached for n >= 1
+  return b;
+}
+
 }  // namespace
 
 bool avx2_kernels(Kernels& k) {
@@ -117,6 +172,8 @@ bool avx2_kernels(Kernels& k) {
   k.gelu_mul = gelu_mul;
   k.exp_sum = exp_sum;
   k.exp_shift = exp_shift;
+  k.max_nan = max_nan;
+  k.argmax_key = argmax_key;
   return true;
 }
 

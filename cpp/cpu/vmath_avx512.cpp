@@ -156,6 +156,51 @@ void norm_row(const float* x, const float* w, float* y, int dim, float eps, floa
   }
 }
 
+// order_key of 16 floats: sign set -> ~u, else u | sign; +-0 -> the sign bit alone; NaN -> 0
+__m512i order_keys(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i abs = _mm512_andnot_si512(sign, u);
+  __m512i key = _mm512_mask_xor_epi32(_mm512_or_si512(u, sign), _mm512_test_epi32_mask(u, sign), u,
+                                      _mm512_set1_epi32(-1));
+  key = _mm512_mask_mov_epi32(key, _mm512_cmpeq_epi32_mask(abs, _mm512_setzero_si512()), sign);
+  return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(abs, _mm512_set1_epi32(0x7F800000)), key);
+}
+
+float max_nan(const float* x, int n, bool* nan) {
+  __m512 mx = _mm512_set1_ps(-__builtin_inff());
+  __mmask16 any = 0;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = tail(n - i);
+    const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, x + i);
+    any = static_cast<__mmask16>(any | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+    mx = _mm512_max_ps(mx, v);
+  }
+  *nan = any != 0;
+  const float r = _mm512_reduce_max_ps(mx);
+  return r == 0.0f ? 0.0f : r;
+}
+
+uint32_t argmax_key(const float* x, int n, int32_t* index) {
+  __m512i best = _mm512_setzero_si512();
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = tail(n - i);
+    best = _mm512_max_epu32(best, _mm512_maskz_mov_epi32(m, order_keys(_mm512_maskz_loadu_ps(m, x + i))));
+  }
+  const uint32_t b = _mm512_reduce_max_epu32(best);
+  const __m512i bv = _mm512_set1_epi32(static_cast<int>(b));
+  for (int i = 0; i < n; i += 16) {  // the first position holding it (in L1: the chunk was just read)
+    const __mmask16 m = tail(n - i);
+    const uint32_t hit = _mm512_mask_cmpeq_epi32_mask(m, order_keys(_mm512_maskz_loadu_ps(m, x + i)), bv);
+    if (hit != 0) {
+      *index = i + __builtin_ctz(hit);
+      return b;
+    }
+  }
+  *index = 0;  // not reached for n >= 1
+  return b;
+}
+
 }  // namespace
 
 bool avx512_kernels(Kernels& k) {
@@ -165,6 +210,8 @@ bool avx512_kernels(Kernels& k) {
   k.exp_shift = exp_shift;
   k.quantize_row = quantize_row;
   k.norm_row = norm_row;
+  k.max_nan = max_nan;
+  k.argmax_key = argmax_key;
   return true;
 }
 

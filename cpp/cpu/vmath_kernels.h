@@ -11,6 +11,16 @@
 
 namespace specdec::cpu::vmath {
 
+// The sampling ops' order (docs/ops.md): larger value -> larger key, -0 == +0, NaN lowest.
+inline uint32_t order_key(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0u;
+  if (a == 0) return 0x80000000u;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 struct Kernels {
   // out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u
   void (*silu_mul)(const float* g, const float* u, float* out, int n) = nullptr;
@@ -26,6 +36,12 @@ struct Kernels {
   // y = x / sqrt(mean(x^2) + eps) * (w + off) (w null: no weight), squares in f32 summed in double
   // (portable: in order, bitwise the reference; vector paths: in lanes, within 1e-6 relative)
   void (*norm_row)(const float* x, const float* w, float* y, int dim, float eps, float off) = nullptr;
+  // The largest of x[0, n) (n >= 1; -inf for n = 0), +0 for a zero maximum, and whether any value
+  // is NaN (*nan; the maximum is then meaningless). Exact on every path (a max is exact).
+  float (*max_nan)(const float* x, int n, bool* nan) = nullptr;
+  // The largest order key (cpu/ops_rows.cpp's order_key: larger value larger key, -0 == +0, NaN
+  // lowest) of x[0, n), n >= 1, and in *index the first position holding it. Exact on every path.
+  uint32_t (*argmax_key)(const float* x, int n, int32_t* index) = nullptr;
 };
 
 bool avx2_kernels(Kernels& k);

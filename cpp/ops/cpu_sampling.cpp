@@ -13,14 +13,15 @@ void cpu_argmax(device::Device& dev, Slice logits, Slice ids, int64_t rows, int 
   const float* lp = host_of<const float>(logits);
   int32_t* ip = host_of<int32_t>(ids);
   device::CpuDevice& cd = device::cpu_of(dev);
+  const cpu::Isa isa = cd.isa();
   const int64_t chunks = cpu::vocab_chunks(vocab);
   if (chunks == 1) {
-    cd.record("argmax", rows, 1, [=](int64_t r0, int64_t r1) { cpu::argmax(lp, ip, r0, r1, vocab); });
+    cd.record("argmax", rows, 1, [=](int64_t r0, int64_t r1) { cpu::argmax(lp, ip, r0, r1, vocab, isa); });
     return;
   }
   auto parts = std::make_shared<std::vector<cpu::ArgmaxPart>>(static_cast<size_t>(rows * chunks));
   cd.record("argmax", rows * chunks, 1, [=](int64_t i0, int64_t i1) {
-    cpu::argmax_parts(lp, parts->data(), i0, i1, vocab);
+    cpu::argmax_parts(lp, parts->data(), i0, i1, vocab, isa);
   });
   cd.record("argmax_combine", rows, 1, [=](int64_t r0, int64_t r1) {
     cpu::argmax_combine(parts->data(), ip, r0, r1, vocab);

@@ -75,6 +75,10 @@ ModelRunner::ModelRunner(std::shared_ptr<device::Device> dev, const std::string&
   scratch_ = std::make_unique<StepBuffers>(*dev_, config_, options_.max_num_batched_tokens, options_.max_num_logits);
   layers_ = bind_layers(config_, setup_, *cache_);
   build_rope_tables(*dev_, file_, config_, kv_config_.max_model_len, *scratch_);
+  // the weights are in the device's memory now: the file's pages need not stay resident too (a
+  // later read, such as extra logit rows, faults them back in)
+  dev_->sync();
+  file_.release_pages();
 }
 
 ModelRunner::~ModelRunner() = default;
@@ -274,6 +278,7 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   out.vocab_size = logits_head_.num_columns();
   out.logits_start = {0};
   if (requests.empty()) return out;  // nothing to run
+  dev_->prepare_for_work();  // the native pool's threads wake while the step is planned
   const StepPlan plan = plan_step(requests);
   out.logits_start = plan.logits_start;
   run_layers(plan, hidden_layers, out, exit);

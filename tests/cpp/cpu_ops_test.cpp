@@ -303,8 +303,11 @@ TEST(CpuSampling, ArgmaxTopKLogsumexpExactOnHardRows) {
   const int64_t n = 6;
   std::vector<int32_t> want_ids(n), got_ids(n);
   ops::ref::argmax(rows, want_ids, n, vocab);
-  argmax(rows.data(), got_ids.data(), 0, n, vocab);
-  EXPECT_EQ(got_ids, want_ids);
+  for (Isa isa : paths()) {
+    std::fill(got_ids.begin(), got_ids.end(), -1);
+    argmax(rows.data(), got_ids.data(), 0, n, vocab, isa);
+    EXPECT_EQ(got_ids, want_ids) << isa_name(isa);
+  }
   const int k = 9;
   std::vector<float> wv(n * k), gv(n * k);
   std::vector<int32_t> wi(n * k), gi(n * k);
@@ -329,6 +332,33 @@ TEST(CpuSampling, ArgmaxTopKLogsumexpExactOnHardRows) {
         EXPECT_TRUE(same_bits({gl[r]}, {wl[r]})) << isa_name(isa) << " row " << r;
       } else {
         EXPECT_LE(std::fabs(gl[r] - wl[r]), 2e-7 * std::max(1.0f, std::fabs(wl[r]))) << isa_name(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+// Every length from 1 to 70 (whole vectors and every tail), the maximum (and its ties) at each
+// position, with NaN, +-inf and +-0 around it: every path's argmax the reference's index.
+TEST(CpuSampling, ArgmaxEveryLengthAndPositionOnEveryPath) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> fill_kinds = {-1.0f, -inf, nan, -0.0f};
+  for (int len = 1; len <= 70; ++len) {
+    for (int at = 0; at < len; ++at) {
+      for (float fill : fill_kinds) {
+        for (float top : {2.0f, inf, 0.0f}) {
+          std::vector<float> row(static_cast<size_t>(len), fill);
+          if (len > 2) row[static_cast<size_t>((at + len / 2) % len)] = fill == nan ? 1.0f : fill;
+          row[static_cast<size_t>(at)] = top;
+          if (at + 9 < len) row[static_cast<size_t>(at + 9)] = top;  // a later tie loses
+          std::vector<int32_t> want(1), got(1);
+          ops::ref::argmax(row, want, 1, len);
+          for (Isa isa : paths()) {
+            got[0] = -1;
+            argmax(row.data(), got.data(), 0, 1, len, isa);
+            ASSERT_EQ(got, want) << isa_name(isa) << " len " << len << " at " << at << " fill " << fill
+                                 << " top " << top;
+          }
+        }
       }
     }
   }
@@ -383,12 +413,14 @@ TEST(CpuChunks, VocabularyChunksGiveArgmaxExactlyAndLogsumexpWithinTolerance) {
   }
   rows[static_cast<size_t>(6 * vocab + vocab - 1)] = 40.0f;  // the max in the short last chunk
   std::vector<int32_t> want(n), got(n);
-  argmax(rows.data(), want.data(), 0, n, vocab);
-  std::vector<ArgmaxPart> ap(static_cast<size_t>(n * chunks));
-  argmax_parts(rows.data(), ap.data(), 0, 5, vocab);
-  argmax_parts(rows.data(), ap.data(), 5, n * chunks, vocab);
-  argmax_combine(ap.data(), got.data(), 0, n, vocab);
-  EXPECT_EQ(got, want);
+  ops::ref::argmax(rows, want, n, vocab);
+  for (Isa isa : paths()) {
+    std::vector<ArgmaxPart> ap(static_cast<size_t>(n * chunks));
+    argmax_parts(rows.data(), ap.data(), 0, 5, vocab, isa);
+    argmax_parts(rows.data(), ap.data(), 5, n * chunks, vocab, isa);
+    argmax_combine(ap.data(), got.data(), 0, n, vocab);
+    EXPECT_EQ(got, want) << isa_name(isa);
+  }
   for (Isa isa : paths()) {
     std::vector<float> wl(n), gl(n);
     logsumexp(rows.data(), wl.data(), nullptr, 0, n, vocab, isa);
