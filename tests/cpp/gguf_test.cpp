@@ -207,6 +207,39 @@ TEST(GgufTest, ParsesStories260K) {
   EXPECT_THROW(file.tensor("blk.5.ffn_down.weight"), FormatError);
 }
 
+// Dropping the file's resident pages (after the weights were copied to a device) changes no byte:
+// per tensor, for ranges past or before the map (ignored), and for the whole file; twice is fine.
+TEST(GgufTest, ReleasedPagesReadBackUnchanged) {
+  const GgufFile file = GgufFile::open(kStories);
+  std::vector<std::vector<uint8_t>> before;
+  for (const GgufTensor& t : file.tensors()) before.emplace_back(t.data, t.data + t.size_bytes);
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < file.tensors().size(); i += 2) file.release_pages(file.tensors()[i]);
+    for (size_t i = 0; i < file.tensors().size(); ++i) {
+      const GgufTensor& t = file.tensors()[i];
+      ASSERT_EQ(std::memcmp(t.data, before[i].data(), t.size_bytes), 0) << t.name << " round " << round;
+    }
+    file.release_pages();
+    EXPECT_EQ(file.get_string("general.architecture"), "llama");  // metadata is parsed: untouched
+    for (size_t i = 0; i < file.tensors().size(); ++i) {
+      const GgufTensor& t = file.tensors()[i];
+      ASSERT_EQ(std::memcmp(t.data, before[i].data(), t.size_bytes), 0) << t.name << " round " << round;
+    }
+  }
+  // a tensor of an in-memory file (owned bytes): a no-op
+  std::ifstream in(kStories, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const MappedFile owned = MappedFile::from_bytes(bytes);
+  owned.release_pages();
+  owned.release_pages(owned.data() + 10, 100);
+  owned.release_pages(nullptr, 0);
+  EXPECT_EQ(std::memcmp(owned.data(), bytes.data(), bytes.size()), 0);
+  const MappedFile mapped = MappedFile::open(kStories);
+  mapped.release_pages(mapped.data() + mapped.size(), 4096);  // past the end: ignored
+  mapped.release_pages(mapped.data() + mapped.size() - 3, 4096);  // clamped to the map
+  EXPECT_EQ(std::memcmp(mapped.data(), bytes.data(), bytes.size()), 0);
+}
+
 TEST(GgufTest, TypedGettersNameTheKey) {
   const GgufFile file = GgufFile::open(kStories);
   try {
