@@ -12,6 +12,12 @@ constexpr double kRequestDecay = 0.8;  // a request's window: the last ~5 drafts
 constexpr double kPoolDecay = 0.98;    // the pool's: the last ~50 drafts of all requests
 constexpr double kRequestPrior = 4.0;  // the pool's estimate counts as this many drafts
 constexpr int kMaxProbeAfter = 256;
+// Speculation must beat plain decoding by this factor on the estimates to be turned on, and by the
+// second to stay on: the estimates are noisy (a few drafts' acceptance), and a draft model turned
+// on near break-even lost more than it gained (draft_model adaptive at 0.89x plain on a chat
+// prompt, issue 35's fourth stop).
+constexpr double kGainToTurnOn = 1.10;
+constexpr double kGainToStayOn = 1.03;
 
 }  // namespace
 
@@ -58,9 +64,18 @@ void AdaptiveK::observe_forward(int64_t rows, double seconds) {
 }
 
 void AdaptiveK::observe_proposer(int64_t tokens, double seconds) {
-  const bool skip = skip_proposer_;
-  skip_proposer_ = false;
-  if (skip || tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  const CatchUp catch_up = catch_up_;
+  catch_up_ = CatchUp::kNone;
+  if (tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  if (catch_up == CatchUp::kPrompt) return;
+  if (catch_up == CatchUp::kSwitchOn) {
+    const double usual = proposer_seconds(tokens);
+    if (usual > 0.0) {  // the excess over a usual call of this size, as an EMA (first sample whole)
+      const double excess = std::max(0.0, seconds - usual);
+      switch_on_ = switch_on_ == 0.0 ? excess : 0.7 * switch_on_ + 0.3 * excess;
+    }
+    return;
+  }
   update_cost(prop_, tokens, std::max(seconds, 1e-9));
 }
 
@@ -132,7 +147,7 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   batch_rows = std::max(batch_rows, 1);
   Request& r = requests_[request_id];
   if (r.drafts < 2) {  // explore: acceptance of this request not known yet
-    skip_proposer_ = true;  // the first drafts include the drafter's prompt
+    catch_up_ = CatchUp::kPrompt;  // the first drafts include the drafter's prompt
     r.was_off = false;
     return limit;
   }
@@ -144,12 +159,14 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   }
   const std::vector<double> qs = q(&r);
   int best = 0, best_positive = 1;
-  double best_rate = 1.0 / plain, best_positive_rate = 0.0;
+  double best_rate = (r.was_off ? kGainToTurnOn : kGainToStayOn) / plain, best_positive_rate = 0.0;
   double e = 1.0, p = 1.0;
+  // after plain steps, turning on also pays the drafter's catch-up (charged to this one step)
+  const double switch_on = r.was_off ? switch_on_ : 0.0;
   for (int k = 1; k <= limit; ++k) {
     p *= qs[k - 1];
     e += p;
-    const double cost = proposer_seconds(k) + forward_seconds(batch_rows + k);
+    const double cost = proposer_seconds(k) + forward_seconds(batch_rows + k) + switch_on;
     const double rate = cost > 0 ? e / cost : 0.0;
     if (rate > best_rate) {
       best_rate = rate;
@@ -161,7 +178,7 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     }
   }
   if (best > 0) {
-    if (r.was_off) skip_proposer_ = true;
+    if (r.was_off) catch_up_ = CatchUp::kSwitchOn;
     r.was_off = false;
     r.off_run = 0;
     r.probe_after = 8;
@@ -171,7 +188,7 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     r.off_run = 0;
     r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
     ++probes_;
-    skip_proposer_ = true;
+    catch_up_ = CatchUp::kSwitchOn;
     r.was_off = false;
     return best_positive;
   }

@@ -7,10 +7,16 @@
 // The machine's costs are measured from the engine's own steps: the target forward as a
 // function of its row count, and the proposer's time as a + b * (draft tokens asked). For each
 // k in [0, max_k] the expected tokens per step, E(k) = 1 + sum_{j<=k} prod_{i<j} q_i, is divided
-// by the expected time of the step; the best k wins, k = 0 being plain decoding. While off, a
+// by the expected time of the step; the best k wins, k = 0 being plain decoding, and a k > 0 only
+// when it beats plain decoding by 10 % (turning on) or 3 % (staying on): near break-even the
+// estimates' noise costs more than the gain. While off, a
 // request probes again after 8, 16, 32, ... plain steps (at most 256) so that it notices when
 // drafts become good. Costs not measured yet are explored first: the first steps use max_k,
-// and one plain step is taken to measure the plain forward.
+// and one plain step is taken to measure the plain forward. Turning speculation back on after
+// plain steps has a price of its own for a draft model (it first catches up on the tokens it has
+// not seen): measured as the excess of such a proposer call over its usual cost, it is charged to
+// the step that turns speculation on, so that a request near the break-even point stays off
+// instead of flipping on and off (each flip paying the catch-up).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,7 @@ class AdaptiveK {
   // Estimates (for tests, metrics and the benchmark).
   double forward_seconds(int64_t rows) const;  // measured or interpolated; < 0: nothing measured
   double proposer_seconds(int64_t tokens) const;
+  double switch_on_seconds() const { return switch_on_; }  // the measured catch-up (EMA), >= 0
   std::vector<double> acceptance(const std::string& request_id) const;  // q_i, i < max_k
   double expected_tokens(const std::string& request_id, int k) const;   // E(k)
   int64_t num_off_steps() const { return off_steps_; }
@@ -66,7 +73,11 @@ class AdaptiveK {
   std::vector<double> fwd_;
   // proposer seconds per total draft tokens of a call (as fwd_)
   std::vector<double> prop_;
-  bool skip_proposer_ = false;  // this step's proposer call includes catch-up work
+  // this step's proposer call includes catch-up work: the drafter's prompt (not counted), or the
+  // tokens of plain steps after speculation was off (its excess measures switch_on_)
+  enum class CatchUp { kNone, kPrompt, kSwitchOn };
+  CatchUp catch_up_ = CatchUp::kNone;
+  double switch_on_ = 0.0;  // seconds a call after plain steps costs beyond its usual (EMA)
   int64_t off_steps_ = 0, probes_ = 0;
 };
 

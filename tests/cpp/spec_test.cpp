@@ -241,6 +241,73 @@ TEST(SpecAdaptive, TurnsOffWhenDraftingCostsMoreThanItGains) {
   EXPECT_EQ(a.choose("r", 0), 0);  // no tokens left: never drafts
 }
 
+namespace {
+// As feed, but a proposer call after plain steps costs `catch_up` seconds more (a draft model
+// first processing the tokens it has not seen). Returns how often speculation was turned on
+// after plain steps; *drafting counts the steps that drafted.
+int feed_with_catch_up(AdaptiveK& a, double q, double per_token, double catch_up, int steps, int* drafting) {
+  std::mt19937 rng(11);
+  std::bernoulli_distribution accept(q);
+  bool was_plain = false;
+  int switch_ons = 0;
+  for (int s = 0; s < steps; ++s) {
+    const int k = a.choose("r", a.max_k());
+    if (k > 0) {
+      int accepted = 0;
+      while (accepted < k && accept(rng)) ++accepted;
+      a.observe_proposer(k, per_token * k + (was_plain ? catch_up : 0.0));
+      a.observe_draft("r", k, accepted);
+      switch_ons += was_plain ? 1 : 0;
+      ++*drafting;
+    }
+    a.observe_forward(1 + k, 0.010 * (1.0 + 0.1 * k));
+    was_plain = k == 0;
+  }
+  return switch_ons;
+}
+}  // namespace
+
+// A draft model's catch-up on turning back on (50 ms here) is measured at the probes and charged to
+// the step that would turn speculation on: with acceptance that pays only while the drafter is
+// warm, an idle request stays off where a free switch turns on.
+TEST(SpecAdaptive, ChargesTheDraftersCatchUpToTurningOn) {
+  AdaptiveK cheap(4), costly(4);
+  int cheap_drafting = 0, costly_drafting = 0;
+  (void)feed_with_catch_up(cheap, 0.9, 0.002, 0.0, 40, &cheap_drafting);  // on: usual costs measured
+  (void)feed_with_catch_up(costly, 0.9, 0.002, 0.050, 40, &costly_drafting);
+  (void)feed_with_catch_up(cheap, 0.02, 0.002, 0.0, 150, &cheap_drafting);  // then off, probing
+  const int costly_ons = feed_with_catch_up(costly, 0.02, 0.002, 0.050, 150, &costly_drafting);
+  EXPECT_LT(cheap.switch_on_seconds(), 0.001);
+  EXPECT_NEAR(costly.switch_on_seconds(), 0.050, 0.010);
+  EXPECT_LE(costly_ons, 8) << "turned on only to probe (8, 16, 32 ... plain steps apart)";
+  for (AdaptiveK* a : {&cheap, &costly}) {
+    ASSERT_EQ(a->choose("r", 4), 0);  // a plain step: the drafter falls behind again
+    a->observe_forward(1, 0.010);
+    for (int i = 0; i < 12; ++i) a->observe_draft("r", 1, 1);  // the text became predictable
+  }
+  EXPECT_GT(cheap.choose("r", 4), 0) << "a free switch: on at once";
+  const int64_t probes = costly.num_probes();
+  const int k = costly.choose("r", 4);
+  EXPECT_TRUE(k == 0 || costly.num_probes() == probes + 1) << "charged the catch-up: on only by a probe";
+  // a prompt's catch-up (the first drafts) is neither a usual cost nor a switch-on
+  AdaptiveK fresh(4);
+  (void)fresh.choose("new", 4);
+  fresh.observe_proposer(4, 3.0);
+  EXPECT_EQ(fresh.proposer_seconds(4), 0.0);
+  EXPECT_EQ(fresh.switch_on_seconds(), 0.0);
+}
+
+// Near break-even (k = 1 would gain ~5 % on the estimates) speculation stays off but for probes;
+// well above it (~35 %) it stays on.
+TEST(SpecAdaptive, NeedsAMarginOverPlainDecoding) {
+  AdaptiveK marginal(4), clear(4);
+  int marginal_drafting = 0, clear_drafting = 0;
+  (void)feed_with_catch_up(marginal, 0.2, 0.002, 0.0, 300, &marginal_drafting);
+  (void)feed_with_catch_up(clear, 0.7, 0.002, 0.0, 300, &clear_drafting);
+  EXPECT_LT(marginal_drafting, 40);
+  EXPECT_GT(clear_drafting, 250);
+}
+
 // ---------------------------------------------------------------- the hybrid proposer's choice
 namespace {
 
