@@ -39,8 +39,7 @@ struct Kernels {
   // The largest of x[0, n) (n >= 1; -inf for n = 0), +0 for a zero maximum, and whether any value
   // is NaN (*nan; the maximum is then meaningless). Exact on every path (a max is exact).
   float (*max_nan)(const float* x, int n, bool* nan) = nullptr;
-  // The largest order key (cpu/ops_rows.cpp's order_key: larger value larger key, -0 == +0, NaN
-  // lowest) of x[0, n), n >= 1, and in *index the first position holding it. Exact on every path.
+  // The largest order key (order_key above: larger value larger key, -0 == +0, NaN lowest) of x[0, n), n >= 1, and in *index the first position holding it. Exact on every path.
   uint32_t (*argmax_key)(const float* x, int n, int32_t* index) = nullptr;
 };
 

@@ -99,9 +99,9 @@ class GgufFile {
   const std::string& source() const { return source_.empty() ? file_.source() : source_; }
   // MappedFile::release_pages: the file's pages leave this process's resident memory (a later
   // read faults them back in).
-  void release_pages() const noexcept { file_.release_pages(); }
+  bool release_pages() const noexcept { return file_.release_pages(); }
   // Of one tensor's bytes (a tensor of this file).
-  void release_pages(const GgufTensor& t) const noexcept { file_.release_pages(t.data, t.size_bytes); }
+  bool release_pages(const GgufTensor& t) const noexcept { return file_.release_pages(t.data, t.size_bytes); }
 
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   // nullptr when absent.

@@ -90,13 +90,13 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() { release(); }
 
-void MappedFile::release_pages(const uint8_t* begin, size_t n) const noexcept {
-  if (!is_mapped_ || n == 0 || begin < data_ || begin >= data_ + size_) return;
+bool MappedFile::release_pages(const uint8_t* begin, size_t n) const noexcept {
+  if (!is_mapped_ || n == 0 || begin < data_ || begin >= data_ + size_) return true;
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t lo = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);  // data_ is page aligned
   const uintptr_t end = reinterpret_cast<uintptr_t>(data_) + size_;
   const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(begin) + n, end);
-  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0;
 }
 
 void MappedFile::release() noexcept {

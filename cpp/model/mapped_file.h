@@ -32,11 +32,11 @@ class MappedFile {
   // Drops this process's resident pages of a mapped file: the kernel's page cache keeps the file,
   // and a later read faults its pages back in, unchanged (the map is private and read-only). Called
   // once the weights are in the device's own memory, so that the file does not count a second time
-  // in the process's resident memory. No-op for owned bytes.
-  void release_pages() const noexcept { release_pages(data_, size_); }
+  // in the process's resident memory. No-op for owned bytes. False when the kernel refused.
+  bool release_pages() const noexcept { return release_pages(data_, size_); }
   // The same for the pages holding [begin, begin + n) (rounded out to whole pages; clamped to the
   // mapping): a tensor's bytes once the device has its copy.
-  void release_pages(const uint8_t* begin, size_t n) const noexcept;
+  bool release_pages(const uint8_t* begin, size_t n) const noexcept;
 
  private:
   void release() noexcept;

@@ -88,7 +88,7 @@ class Loader {
  private:
   // Progress over the file's bytes; device bytes only for what was uploaded as stored.
   void done(const model::GgufTensor& t, bool uploaded = true) {
-    file_.release_pages(t);  // the device holds its own copy: the file's pages need not stay resident
+    (void)file_.release_pages(t);  // the device holds its own copy: the file's pages need not stay resident
     done_ += static_cast<int64_t>(t.size_bytes);
     if (uploaded) device_ += static_cast<int64_t>(t.size_bytes);
     if (progress_) progress_(done_, total_);

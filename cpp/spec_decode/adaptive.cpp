@@ -65,14 +65,16 @@ void AdaptiveK::observe_forward(int64_t rows, double seconds) {
 
 void AdaptiveK::observe_proposer(int64_t tokens, double seconds) {
   const CatchUp catch_up = catch_up_;
+  const int64_t missed = pending_missed_;
   catch_up_ = CatchUp::kNone;
+  pending_missed_ = 0;
   if (tokens <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
   if (catch_up == CatchUp::kPrompt) return;
   if (catch_up == CatchUp::kSwitchOn) {
     const double usual = proposer_seconds(tokens);
-    if (usual > 0.0) {  // the excess over a usual call of this size, as an EMA (first sample whole)
-      const double excess = std::max(0.0, seconds - usual);
-      switch_on_ = switch_on_ == 0.0 ? excess : 0.7 * switch_on_ + 0.3 * excess;
+    if (usual > 0.0 && missed > 0) {  // the excess per missed token, as an EMA (first sample whole)
+      const double per_token = std::max(0.0, seconds - usual) / static_cast<double>(missed);
+      catch_up_per_token_ = catch_up_per_token_ == 0.0 ? per_token : 0.7 * catch_up_per_token_ + 0.3 * per_token;
     }
     return;
   }
@@ -147,14 +149,16 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   batch_rows = std::max(batch_rows, 1);
   Request& r = requests_[request_id];
   if (r.drafts < 2) {  // explore: acceptance of this request not known yet
-    catch_up_ = CatchUp::kPrompt;  // the first drafts include the drafter's prompt
+    catch_up_ = CatchUp::kPrompt;  // the first drafts include the drafter's prompt (over a switch-on)
     r.was_off = false;
+    r.missed = 0;
     return limit;
   }
   const double plain = forward_seconds(batch_rows);
   if (plain < 0 || (fwd_.size() <= static_cast<size_t>(batch_rows) || fwd_[batch_rows] == 0.0)) {
     ++off_steps_;
     r.was_off = true;
+    ++r.missed;
     return 0;  // measure the plain forward once
   }
   const std::vector<double> qs = q(&r);
@@ -162,7 +166,7 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   double best_rate = (r.was_off ? kGainToTurnOn : kGainToStayOn) / plain, best_positive_rate = 0.0;
   double e = 1.0, p = 1.0;
   // after plain steps, turning on also pays the drafter's catch-up (charged to this one step)
-  const double switch_on = r.was_off ? switch_on_ : 0.0;
+  const double switch_on = catch_up_per_token_ * static_cast<double>(r.missed);
   for (int k = 1; k <= limit; ++k) {
     p *= qs[k - 1];
     e += p;
@@ -178,7 +182,7 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     }
   }
   if (best > 0) {
-    if (r.was_off) catch_up_ = CatchUp::kSwitchOn;
+    switch_on_now(r);
     r.was_off = false;
     r.off_run = 0;
     r.probe_after = 8;
@@ -188,13 +192,24 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     r.off_run = 0;
     r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
     ++probes_;
-    catch_up_ = CatchUp::kSwitchOn;
+    switch_on_now(r);
     r.was_off = false;
     return best_positive;
   }
   ++off_steps_;
   r.was_off = true;
+  ++r.missed;
   return 0;
+}
+
+// This step's proposer call for r includes its catch-up on the tokens of its plain steps (unless
+// the call already holds a drafter's prompt: then it is not measured at all).
+void AdaptiveK::switch_on_now(Request& r) {
+  if (r.missed > 0 && catch_up_ != CatchUp::kPrompt) {
+    catch_up_ = CatchUp::kSwitchOn;
+    pending_missed_ += r.missed;
+  }
+  r.missed = 0;
 }
 
 }  // namespace specdec::spec_decode

@@ -14,9 +14,10 @@
 // drafts become good. Costs not measured yet are explored first: the first steps use max_k,
 // and one plain step is taken to measure the plain forward. Turning speculation back on after
 // plain steps has a price of its own for a draft model (it first catches up on the tokens it has
-// not seen): measured as the excess of such a proposer call over its usual cost, it is charged to
-// the step that turns speculation on, so that a request near the break-even point stays off
-// instead of flipping on and off (each flip paying the catch-up).
+// not seen): measured per missed token as the excess of such a proposer call over its usual cost,
+// it is charged (times the request's missed tokens) to the step that turns speculation on, so that
+// a request near the break-even point stays off instead of flipping on and off (each flip paying
+// the catch-up).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,8 @@ class AdaptiveK {
   // Estimates (for tests, metrics and the benchmark).
   double forward_seconds(int64_t rows) const;  // measured or interpolated; < 0: nothing measured
   double proposer_seconds(int64_t tokens) const;
-  double switch_on_seconds() const { return switch_on_; }  // the measured catch-up (EMA), >= 0
+  // The measured catch-up per token a draft model missed while speculation was off (EMA), >= 0.
+  double catch_up_seconds_per_token() const { return catch_up_per_token_; }
   std::vector<double> acceptance(const std::string& request_id) const;  // q_i, i < max_k
   double expected_tokens(const std::string& request_id, int k) const;   // E(k)
   int64_t num_off_steps() const { return off_steps_; }
@@ -63,8 +65,10 @@ class AdaptiveK {
     int off_run = 0;      // plain steps since the last draft while off
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
     bool was_off = false; // the request's last step was plain
+    int missed = 0;       // plain steps since its last draft: tokens its drafter has not seen
   };
   std::vector<double> q(const Request* r) const;
+  void switch_on_now(Request& r);
 
   int max_k_;
   PositionCounts pool_;
@@ -77,7 +81,8 @@ class AdaptiveK {
   // tokens of plain steps after speculation was off (its excess measures switch_on_)
   enum class CatchUp { kNone, kPrompt, kSwitchOn };
   CatchUp catch_up_ = CatchUp::kNone;
-  double switch_on_ = 0.0;  // seconds a call after plain steps costs beyond its usual (EMA)
+  int64_t pending_missed_ = 0;       // tokens the switch-on requests of this step missed
+  double catch_up_per_token_ = 0.0;  // a switch-on call's excess over its usual cost, per missed token
   int64_t off_steps_ = 0, probes_ = 0;
 };
 

@@ -347,7 +347,7 @@ TEST(CpuSampling, ArgmaxEveryLengthAndPositionOnEveryPath) {
       for (float fill : fill_kinds) {
         for (float top : {2.0f, inf, 0.0f}) {
           std::vector<float> row(static_cast<size_t>(len), fill);
-          if (len > 2) row[static_cast<size_t>((at + len / 2) % len)] = fill == nan ? 1.0f : fill;
+          if (len > 2) row[static_cast<size_t>((at + len / 2) % len)] = std::isnan(fill) ? 1.0f : fill;
           row[static_cast<size_t>(at)] = top;
           if (at + 9 < len) row[static_cast<size_t>(at + 9)] = top;  // a later tie loses
           std::vector<int32_t> want(1), got(1);

@@ -214,12 +214,12 @@ TEST(GgufTest, ReleasedPagesReadBackUnchanged) {
   std::vector<std::vector<uint8_t>> before;
   for (const GgufTensor& t : file.tensors()) before.emplace_back(t.data, t.data + t.size_bytes);
   for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < file.tensors().size(); i += 2) file.release_pages(file.tensors()[i]);
+    for (size_t i = 0; i < file.tensors().size(); i += 2) ASSERT_TRUE(file.release_pages(file.tensors()[i]));
     for (size_t i = 0; i < file.tensors().size(); ++i) {
       const GgufTensor& t = file.tensors()[i];
       ASSERT_EQ(std::memcmp(t.data, before[i].data(), t.size_bytes), 0) << t.name << " round " << round;
     }
-    file.release_pages();
+    ASSERT_TRUE(file.release_pages());
     EXPECT_EQ(file.get_string("general.architecture"), "llama");  // metadata is parsed: untouched
     for (size_t i = 0; i < file.tensors().size(); ++i) {
       const GgufTensor& t = file.tensors()[i];
@@ -235,8 +235,8 @@ TEST(GgufTest, ReleasedPagesReadBackUnchanged) {
   owned.release_pages(nullptr, 0);
   EXPECT_EQ(std::memcmp(owned.data(), bytes.data(), bytes.size()), 0);
   const MappedFile mapped = MappedFile::open(kStories);
-  mapped.release_pages(mapped.data() + mapped.size(), 4096);  // past the end: ignored
-  mapped.release_pages(mapped.data() + mapped.size() - 3, 4096);  // clamped to the map
+  EXPECT_TRUE(mapped.release_pages(mapped.data() + mapped.size(), 4096));      // past the end: ignored
+  EXPECT_TRUE(mapped.release_pages(mapped.data() + mapped.size() - 3, 4096));  // clamped to the map
   EXPECT_EQ(std::memcmp(mapped.data(), bytes.data(), bytes.size()), 0);
 }
 
