@@ -76,7 +76,12 @@ def main() -> int:
     check_output_file(args.out, "--out", create_folder=default_folder)
     models = [m for m in args.models.split(",") if m]
     devices = [d for d in args.devices.split(",") if d]
-    paths = {m: specdec.resolve_model(m) for m in models}
+    if not models or not devices:
+        ap.error("--models and --devices each need at least one name")
+    try:
+        paths = {m: specdec.resolve_model(m) for m in models}
+    except (ValueError, OSError) as e:
+        ap.error(f"--models: {e}")
     for p in paths.values():  # the file in the page cache before any timed run
         with open(p, "rb") as f:
             while f.read(1 << 24):
@@ -89,7 +94,8 @@ def main() -> int:
                 proc = subprocess.run([sys.executable, "-c", CHILD, paths[m], d, str(args.tokens), args.kv],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
-                    print(proc.stderr[-2000:], file=sys.stderr)
+                    print(f"load_bench: {m} on {d!r} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
+                          file=sys.stderr)
                     return 1
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 row.update(model=m, device_arg=d, round=r, gguf_bytes=os.path.getsize(paths[m]))
