@@ -323,7 +323,6 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     for (int st = 0; st < opt.steps; ++st) {
       const auto t0 = std::chrono::steady_clock::now();
-      pool.prewake();  // as the runner's step: the workers wake while the host records
       record();
       prog.run(pool);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

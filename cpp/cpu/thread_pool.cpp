@@ -160,36 +160,31 @@ template <typename Done>
 uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
   uint32_t value = word.value.load(std::memory_order_acquire);
   if (done(value)) return value;
-  for (;;) {
-    if (spin_ns_ > 0) {
-      const int64_t start = now_ns();
-      for (uint32_t i = 1;; ++i) {
-        cpu_relax();
-        value = word.value.load(std::memory_order_acquire);
-        if (done(value)) return value;
-        if (i % 32 == 0) {
-          const int64_t spun = now_ns() - start;
-          if (spun > spin_ns_) break;
-          if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
-        }
+  if (spin_ns_ > 0) {
+    const int64_t start = now_ns();
+    for (uint32_t i = 1;; ++i) {
+      cpu_relax();
+      value = word.value.load(std::memory_order_acquire);
+      if (done(value)) return value;
+      if (i % 32 == 0) {
+        const int64_t spun = now_ns() - start;
+        if (spun > spin_ns_) break;
+        if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
       }
     }
+  }
+  for (;;) {
     word.sleepers.fetch_add(1, std::memory_order_seq_cst);
     value = word.value.load(std::memory_order_seq_cst);
     if (!done(value)) futex_wait(word.value, value);
     word.sleepers.fetch_sub(1, std::memory_order_relaxed);
     value = word.value.load(std::memory_order_acquire);
     if (done(value)) return value;
-    // woken before the condition holds (prewake(), or a spurious wake-up): spin again first
   }
 }
 
 void ThreadPool::wake_all(WaitWord& word) {
   if (word.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake(word.value);
-}
-
-void ThreadPool::prewake() {
-  if (num_threads_ > 1 && spin_ns_ > 0) wake_all(region_);
 }
 
 void ThreadPool::pin_this_thread(int index) const {

@@ -128,11 +128,6 @@ class ThreadPool {
     run_region(RegionFn{const_cast<void*>(static_cast<const void*>(std::addressof(fn))),
                         [](void* f, ThreadContext& ctx) { (*static_cast<F*>(f))(ctx); }});
   }
-  // A hint that a region starts soon: workers asleep between regions wake and spin (up to
-  // spin_us, then sleep again), so that the region does not wait for their wake-up (tens of µs,
-  // more on a loaded machine). For a caller with host work of its own before run() (a step's
-  // metadata); nothing else changes. A no-op with one thread or without spinning.
-  void prewake();
   // One region in which each thread calls fn(chunk_begin, chunk_end) on its static_chunk of
   // [begin, end) (threads with an empty chunk do not call it).
   template <typename Fn>

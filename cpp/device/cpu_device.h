@@ -47,7 +47,6 @@ class CpuDevice final : public Device {
   void fill_zero(const Buffer& buffer) override;
   void flush() override;
   void sync() override { flush(); }
-  void prepare_for_work() override { pool_.prewake(); }
   bool profiling() const override { return program_.profiling(); }
   Profile take_profile() override;
   std::unique_lock<std::recursive_mutex> lock() const override { return std::unique_lock(mu_); }

@@ -79,10 +79,6 @@ class Device {
   virtual void read(const Buffer& buffer, void* dst, size_t n, size_t offset_bytes = 0) = 0;
   virtual void fill_zero(const Buffer& buffer) = 0;
 
-  // A hint that ops are about to be recorded and flushed (a step begins, its host-side planning
-  // first): the native device wakes its pool's sleeping threads so that they spin, ready, when the
-  // step's work is handed out; OpenCL ignores it. Nothing else changes.
-  virtual void prepare_for_work() {}
   // Ordering: flush hands recorded work to the device; sync waits for all of it.
   virtual void flush() = 0;
   virtual void sync() = 0;

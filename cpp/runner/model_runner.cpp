@@ -278,7 +278,6 @@ StepOutput ModelRunner::step(const std::vector<StepRequest>& requests, const std
   out.vocab_size = logits_head_.num_columns();
   out.logits_start = {0};
   if (requests.empty()) return out;  // nothing to run
-  dev_->prepare_for_work();  // the native pool's threads wake while the step is planned
   const StepPlan plan = plan_step(requests);
   out.logits_start = plan.logits_start;
   run_layers(plan, hidden_layers, out, exit);

@@ -150,20 +150,18 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   Request& r = requests_[request_id];
   if (r.drafts < 2) {  // explore: acceptance of this request not known yet
     catch_up_ = CatchUp::kPrompt;  // the first drafts include the drafter's prompt (over a switch-on)
-    r.was_off = false;
     r.missed = 0;
     return limit;
   }
   const double plain = forward_seconds(batch_rows);
   if (plain < 0 || (fwd_.size() <= static_cast<size_t>(batch_rows) || fwd_[batch_rows] == 0.0)) {
     ++off_steps_;
-    r.was_off = true;
     ++r.missed;
     return 0;  // measure the plain forward once
   }
   const std::vector<double> qs = q(&r);
   int best = 0, best_positive = 1;
-  double best_rate = (r.was_off ? kGainToTurnOn : kGainToStayOn) / plain, best_positive_rate = 0.0;
+  double best_rate = (r.missed > 0 ? kGainToTurnOn : kGainToStayOn) / plain, best_positive_rate = 0.0;
   double e = 1.0, p = 1.0;
   // after plain steps, turning on also pays the drafter's catch-up (charged to this one step)
   const double switch_on = catch_up_per_token_ * static_cast<double>(r.missed);
@@ -183,7 +181,6 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   }
   if (best > 0) {
     switch_on_now(r);
-    r.was_off = false;
     r.off_run = 0;
     r.probe_after = 8;
     return best;
@@ -193,11 +190,9 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
     ++probes_;
     switch_on_now(r);
-    r.was_off = false;
     return best_positive;
   }
   ++off_steps_;
-  r.was_off = true;
   ++r.missed;
   return 0;
 }

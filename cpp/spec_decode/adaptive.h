@@ -64,8 +64,7 @@ class AdaptiveK {
     int drafts = 0;       // drafts observed
     int off_run = 0;      // plain steps since the last draft while off
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
-    bool was_off = false; // the request's last step was plain
-    int missed = 0;       // plain steps since its last draft: tokens its drafter has not seen
+    int missed = 0;       // plain steps since its last draft (its drafter has not seen them); > 0: off
   };
   std::vector<double> q(const Request* r) const;
   void switch_on_now(Request& r);

@@ -299,28 +299,6 @@ TEST(CpuThreadPool, WakesAfterIdleGaps) {
   }
 }
 
-// prewake() wakes sleeping workers to spin, and starts nothing: no fn runs until run(); woken
-// workers that see no region go back to sleep, and every later region still runs each index once.
-TEST(CpuThreadPool, PrewakeStartsNoRegionAndRegionsStillRunOnce) {
-  for (int threads : {1, 2, 3}) {  // 3 on a 2-CPU machine: oversubscribed, no spinning
-    ThreadPool pool = make_pool(threads);
-    std::atomic<int> runs{0};
-    pool.prewake();  // before any region
-    for (int round = 0; round < 4; ++round) {
-      sleep_ms(2);      // the workers' spin bound (100 µs) passes: they sleep
-      pool.prewake();   // woken, they spin, then sleep again
-      pool.prewake();   // twice in a row is fine
-      if (round % 2 == 1) sleep_ms(1);  // a region after they went back to sleep, or while they spin
-      EXPECT_EQ(runs.load(), round * threads) << "prewake ran nothing";
-      pool.run([&](ThreadContext& ctx) {
-        ctx.barrier();
-        runs.fetch_add(1);
-      });
-      EXPECT_EQ(runs.load(), (round + 1) * threads);
-    }
-  }
-}
-
 TEST(CpuThreadPool, StatsMeasureBarrierWaits) {
   ThreadPool pool = make_pool(2, /*stats=*/true);
   pool.run([](ThreadContext& ctx) {
