@@ -15,23 +15,36 @@ namespace {
 
 using attn_kernels::Kernels;
 
-// ---- the portable inner loops (16 lanes, then the lanes in order) ----
-void dots_portable(const float* q, int m, int64_t q_stride, const float* k, int d, float* out) {
-  for (int i = 0; i < m; ++i) {
-    const float* qi = q + i * q_stride;
-    float lane[16] = {};
-    for (int j = 0; j < d; ++j) lane[j % 16] += qi[j] * k[j];
-    float s = 0.0f;
-    for (float v : lane) s += v;
-    out[i] = s;
+// ---- the portable inner loops (explicit mul and add: no FMA on a plain x86-64) ----
+void transpose_keys_portable(const float* k, int nk, int d, float* kt) {
+  for (int c = 0; c < d; ++c)
+    for (int j = 0; j < attn_kernels::kKeyTile; ++j) kt[int64_t{c} * attn_kernels::kKeyTile + j] = j < nk ? k[int64_t{j} * d + c] : 0.0f;
+}
+
+void qk_tile_portable(const float* q, int rows, int64_t q_stride, const float* kt, int d, float scale, int a, int b,
+                      int nk, float* out, int64_t out_stride, float* mx) {
+  constexpr int kT = attn_kernels::kKeyTile;
+  for (int r = 0; r < rows; ++r) {
+    const float* qr = q + r * q_stride;
+    float s[kT] = {};
+    for (int c = 0; c < d; ++c)
+      for (int j = 0; j < kT; ++j) s[j] = s[j] + qr[c] * kt[int64_t{c} * kT + j];
+    float* o = out + r * out_stride;
+    for (int j = 0; j < nk; ++j) {
+      o[j] = j < a || j > b ? -std::numeric_limits<float>::infinity() : s[j] * scale;
+      if (mx != nullptr && j >= a && j <= b && o[j] > mx[r]) mx[r] = o[j];
+    }
   }
 }
 
-void axpys_portable(float* acc, int m, int64_t acc_stride, const float* w, const float* v, int dv) {
-  for (int i = 0; i < m; ++i) {
-    if (w[i] == 0.0f) continue;
-    float* a = acc + i * acc_stride;
-    for (int j = 0; j < dv; ++j) a[j] += w[i] * v[j];
+void pv_tile_portable(float* acc, int rows, int64_t acc_stride, const float* w, int64_t w_stride, const float* v, int a,
+                      int b, int dv) {
+  for (int r = 0; r < rows; ++r) {
+    float* ar = acc + r * acc_stride;
+    for (int j = a; j <= b; ++j) {
+      const float wj = w[r * w_stride + j];
+      for (int e = 0; e < dv; ++e) ar[e] = ar[e] + wj * v[int64_t{j} * dv + e];
+    }
   }
 }
 
@@ -45,13 +58,17 @@ const float* f16_table() {
   return table.data();
 }
 
-void f16_row_portable(const uint16_t* src, float* dst, int n) {
+void f16_row_portable(const uint8_t* src, float* dst, int n) {
   const float* table = f16_table();
-  for (int i = 0; i < n; ++i) dst[i] = table[src[i]];
+  for (int i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = table[h];
+  }
 }
 
 const Kernels& kernels_for(Isa isa) {
-  static const Kernels portable{dots_portable, axpys_portable, f16_row_portable};
+  static const Kernels portable{transpose_keys_portable, qk_tile_portable, pv_tile_portable, f16_row_portable};
   static const Kernels avx2 = [] {
     Kernels k = portable;
     attn_kernels::avx2_kernels(k);
@@ -73,16 +90,9 @@ void load_row(const Kernels& kern, const uint8_t* cache, DType dt, int64_t index
     case DType::kF32:
       std::memcpy(dst, cache + index * 4, sizeof(float) * static_cast<size_t>(n));
       return;
-    case DType::kF16: {
-      uint16_t tmp[512];
-      const uint8_t* src = cache + index * 2;
-      for (int i = 0; i < n; i += 512) {
-        const int c = std::min(512, n - i);
-        std::memcpy(tmp, src + 2 * i, 2 * static_cast<size_t>(c));
-        kern.f16_row(tmp, dst + i, c);
-      }
+    case DType::kF16:  // the kernels read the bytes by vector loads (and memcpy in their tails)
+      kern.f16_row(cache + index * 2, dst, n);
       return;
-    }
     case DType::kBF16:
       for (int i = 0; i < n; ++i) {
         uint16_t h;
@@ -98,7 +108,7 @@ void load_row(const Kernels& kern, const uint8_t* cache, DType dt, int64_t index
 }
 
 struct Scratch {
-  std::vector<float> k, v, scores, acc, m, denom, s, w, part;
+  std::vector<float> k, kt, v, scores, acc, m, denom, part;
   std::vector<int> lo, hi;
 };
 
@@ -139,21 +149,113 @@ int64_t attention_items(const AttentionCall& c) {
 
 namespace {
 
+constexpr int kT = attn_kernels::kKeyTile;
+
+// What the passes of one item share: the item's rows are (t, h), row i = t * group + h, and its
+// keys [lo_all, lo_all + n); scores and weights are rows of n floats.
+struct ItemPass {
+  const AttentionCall& c;
+  const Kernels& kern;
+  const Item& it;
+  Scratch& s;
+  int group, d, dv, nt, lo_all, n;
+  const int32_t* blocks;
+
+  // token t's visible keys of the tile [j0, j0 + nk) as tile lanes [a, b] (false: none)
+  bool lanes(int t, int j0, int nk, int& a, int& b) const {
+    a = std::max(s.lo[t], j0) - j0;
+    b = std::min(s.hi[t], j0 + nk - 1) - j0;
+    return a <= b;
+  }
+  // the cache element index of key (or value) j's row
+  int64_t row_index(int j, bool values) const {
+    const kv::LayerKvView& view = *c.view;
+    const int bs = view.spec.block_size;
+    const int64_t block = blocks[j / bs], slot = j % bs;
+    if (view.spec.kind == kv::KvSpecKind::kMla) return view.k.index(block, slot, 0, 0);
+    return values ? view.v.index(block, slot, it.g, 0) : view.k.index(block, slot, it.g, 0);
+  }
+  // keys (or values) j0 .. j0 + nk - 1 as f32 rows of `width` into dst
+  void load_tile(int j0, int nk, bool values, int width, float* dst) const {
+    for (int j = 0; j < nk; ++j)
+      load_row(kern, c.cache, c.view->spec.dtype, row_index(j0 + j, values), width, dst + int64_t{j} * width);
+  }
+  // Asks for the rows of keys (or values) [j0, j1) ahead of their loads: the cache is read
+  // from memory (the weights streamed through the caches since the last step), a block's rows
+  // are apart in most layouts, and the loads alone keep too few misses in flight.
+  void prefetch(int j0, int j1, bool values, int width) const {
+    const int64_t bytes = int64_t{width} * static_cast<int64_t>(dtype_size(c.view->spec.dtype));
+    for (int j = j0; j < j1; ++j) {
+      const uint8_t* row = c.cache + row_index(j, values) * static_cast<int64_t>(dtype_size(c.view->spec.dtype));
+      for (int64_t l = 0; l < bytes; l += 64) __builtin_prefetch(row + l);
+    }
+  }
+  float* scores(int t, int j0) const { return s.scores.data() + static_cast<size_t>(t) * group * n + (j0 - lo_all); }
+
+  void score_tile(int j0, int nk) const {
+    const attn::AttentionLayerParams& p = *c.params;
+    const float* q = c.query + int64_t{it.g} * group * d;  // row (t, h): q + ((t0 + t) * hq + h) * d
+    prefetch(j0 + kT, std::min(j0 + 2 * kT, lo_all + n), false, d);  // the next tile's keys
+    prefetch(j0, j0 + nk, true, dv);                                   // this tile's values
+    load_tile(j0, nk, false, d, s.k.data());
+    kern.transpose_keys(s.k.data(), nk, d, s.kt.data());
+    const bool cap = p.logit_softcap > 0;
+    for (int t = 0; t < nt; ++t) {
+      float* sc = scores(t, j0);
+      int a = 0, b = 0;
+      if (!lanes(t, j0, nk, a, b)) {
+        for (int h = 0; h < group; ++h)
+          std::fill_n(sc + static_cast<size_t>(h) * n, nk, -std::numeric_limits<float>::infinity());
+        continue;
+      }
+      kern.qk_tile(q + int64_t{it.t0 + t} * p.num_q_heads * d, group, d, s.kt.data(), d, p.scale, a, b, nk, sc, n,
+                   cap ? nullptr : s.m.data() + t * group);
+      for (int h = 0; cap && h < group; ++h) {
+        for (int j = a; j <= b; ++j) {
+          float& v = sc[static_cast<size_t>(h) * n + j];
+          v = p.logit_softcap * std::tanh(v / p.logit_softcap);
+          s.m[t * group + h] = std::max(s.m[t * group + h], v);
+        }
+      }
+    }
+  }
+
+  // each row's weights exp(s - m) in place (masked keys: exp(-inf) = 0), summed in key order
+  void weights(const vmath::Kernels& vm) const {
+    for (int i = 0; i < nt * group; ++i) {
+      float* row = s.scores.data() + static_cast<size_t>(i) * n;
+      if (s.m[i] == -std::numeric_limits<float>::infinity()) {  // no visible key: weights 0
+        std::fill(row, row + n, 0.0f);
+        continue;
+      }
+      vm.exp_shift(row, s.m[i], row, n);
+      float den = 0.0f;
+      for (int j = 0; j < n; ++j) den += row[j];
+      s.denom[i] = den;
+    }
+  }
+
+  void value_tile(int j0, int nk) const {
+    load_tile(j0, nk, true, dv, s.v.data());
+    for (int t = 0; t < nt; ++t) {
+      int a = 0, b = 0;
+      if (lanes(t, j0, nk, a, b))
+        kern.pv_tile(s.acc.data() + static_cast<size_t>(t) * group * dv, group, dv, scores(t, j0), n, s.v.data(), a,
+                     b, dv);
+    }
+  }
+};
+
 // Every q head of kv head g for tokens [t0, t1) of request r over the keys [klo, khi] (each key
-// and value row read once for all of them): per row i, m = its largest visible score, den = the
-// sum of exp(s - m), acc = the sum of exp(s - m) v (sinks not included; a row with no visible key
-// in the range gets m = -inf, den = 0, acc = 0). A q row's numbers are its own (the others only
-// share the loads): a token's result never depends on the tokens beside it.
+// and value row read once for all of them, a tile at a time): per row i, m = its largest visible
+// score, den = the sum of exp(s - m), acc = the sum of exp(s - m) v (sinks not included; a row
+// with no visible key in the range gets m = -inf, den = 0, acc = 0). A q row's numbers are its own
+// (the others only share the loads): a token's result never depends on the tokens beside it.
 void compute(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& vm, const Item& it, int klo,
              int khi, Scratch& s) {
   const attn::CommonAttentionMetadata& md = *c.md;
   const attn::AttentionLayerParams& p = *c.params;
-  const kv::LayerKvView& view = *c.view;
-  const bool mla = view.spec.kind == kv::KvSpecKind::kMla;
-  const int hq = p.num_q_heads, group = hq / p.num_kv_heads, d = p.head_size, dv = p.head_size_v;
-  const int bs = view.spec.block_size, nt = it.t1 - it.t0, m = nt * group;
-  const DType dt = view.spec.dtype;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const int group = p.num_q_heads / p.num_kv_heads, nt = it.t1 - it.t0, m = nt * group;
   visible_range(c, it, s);
   int lo_all = std::numeric_limits<int>::max(), hi_all = -1;
   for (int t = 0; t < nt; ++t) {
@@ -163,52 +265,17 @@ void compute(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& 
       hi_all = std::max(hi_all, hi);
     }
   }
-  s.m.assign(static_cast<size_t>(m), ninf);
+  s.m.assign(static_cast<size_t>(m), -std::numeric_limits<float>::infinity());
   s.denom.assign(static_cast<size_t>(m), 0.0f);
-  s.acc.assign(static_cast<size_t>(m) * dv, 0.0f);
+  s.acc.assign(static_cast<size_t>(m) * p.head_size_v, 0.0f);
   if (hi_all < 0) return;
-  const int n = hi_all - lo_all + 1;
-  s.scores.resize(static_cast<size_t>(m) * n);
-  s.s.resize(static_cast<size_t>(m));
-  s.w.resize(static_cast<size_t>(m));
-  const float* q = c.query + int64_t{it.g} * group * d;  // row (t, h): q + ((t0 + t) * hq + h) * d
-  const int32_t* blocks = md.block_table.data() + static_cast<size_t>(it.r) * md.max_blocks_per_req;
-  for (int j = lo_all; j <= hi_all; ++j) {  // scores
-    const int64_t block = blocks[j / bs];
-    load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.k.index(block, j % bs, it.g, 0), d,
-             s.k.data());
-    for (int t = 0; t < nt; ++t) {
-      float* sc = s.scores.data() + static_cast<size_t>(t) * group * n + (j - lo_all);
-      if (j < s.lo[t] || j > s.hi[t]) {
-        for (int h = 0; h < group; ++h) sc[static_cast<size_t>(h) * n] = ninf;
-        continue;
-      }
-      kern.dots(q + int64_t{it.t0 + t} * hq * d, group, d, s.k.data(), d, s.s.data());
-      for (int h = 0; h < group; ++h) {
-        float v = s.s[h] * p.scale;
-        if (p.logit_softcap > 0) v = p.logit_softcap * std::tanh(v / p.logit_softcap);
-        sc[static_cast<size_t>(h) * n] = v;
-        s.m[t * group + h] = std::max(s.m[t * group + h], v);
-      }
-    }
-  }
-  // each row's weights exp(s - m) in place (masked keys: exp(-inf) = 0), summed in key order
-  for (int i = 0; i < m; ++i) {
-    if (s.m[i] == ninf) continue;  // no visible key: weights stay out (den 0, acc 0)
-    float* row = s.scores.data() + static_cast<size_t>(i) * n;
-    vm.exp_shift(row, s.m[i], row, n);
-    float den = 0.0f;
-    for (int j = 0; j < n; ++j) den += row[j];
-    s.denom[i] = den;
-  }
-  for (int j = lo_all; j <= hi_all; ++j) {  // values
-    const int64_t block = blocks[j / bs];
-    load_row(kern, c.cache, dt, mla ? view.k.index(block, j % bs, 0, 0) : view.v.index(block, j % bs, it.g, 0), dv,
-             s.v.data());
-    for (int i = 0; i < m; ++i)
-      s.w[i] = s.m[i] == ninf ? 0.0f : s.scores[static_cast<size_t>(i) * n + (j - lo_all)];
-    kern.axpys(s.acc.data(), m, dv, s.w.data(), s.v.data(), dv);
-  }
+  const ItemPass pass{c, kern, it, s, group, p.head_size, p.head_size_v, nt, lo_all, hi_all - lo_all + 1,
+                      md.block_table.data() + static_cast<size_t>(it.r) * md.max_blocks_per_req};
+  s.scores.resize(static_cast<size_t>(m) * pass.n);
+  pass.prefetch(lo_all, std::min(lo_all + kT, hi_all + 1), false, pass.d);
+  for (int j0 = lo_all; j0 <= hi_all; j0 += kT) pass.score_tile(j0, std::min(kT, hi_all - j0 + 1));
+  pass.weights(vm);
+  for (int j0 = lo_all; j0 <= hi_all; j0 += kT) pass.value_tile(j0, std::min(kT, hi_all - j0 + 1));
 }
 
 // out for the item's rows from parts partial results (m, den, acc of each row, `stride` floats
@@ -254,8 +321,9 @@ void store_part(const Scratch& s, int m, int dv, float* dst) {
 }
 
 void prepare(const AttentionCall& c, Scratch& s) {
-  s.k.resize(static_cast<size_t>(c.params->head_size));
-  s.v.resize(static_cast<size_t>(c.params->head_size_v));
+  s.k.resize(static_cast<size_t>(attn_kernels::kKeyTile) * c.params->head_size);
+  s.kt.resize(static_cast<size_t>(attn_kernels::kKeyTile) * c.params->head_size);
+  s.v.resize(static_cast<size_t>(attn_kernels::kKeyTile) * c.params->head_size_v);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The native CPU device's paged attention (cpu/attention.h) against attn::attention_ref on random
 // ragged batches with shuffled block tables: every layout (kv_major, block_major, mla_latent),
 // cache dtype (f32, f16, bf16), GQA ratio, causal and non-causal (DFlash), sliding windows,
-// attention chunks, softcap and sinks. Tolerance: 1e-5 of max(1, |reference|), as the OpenCL
+// attention chunks, softcap and sinks, head sizes off the vector widths, up to 12 q heads a kv head. Tolerance: 1e-5 of max(1, |reference|), as the OpenCL
 // backends (f32 arithmetic against the reference's double). Also: items split between calls (as
 // a thread pool does) give bitwise the result of one call.
 #include <gtest/gtest.h>
@@ -166,6 +166,10 @@ std::vector<Case> cases() {
     out.push_back({"softcap_sinks_" + l, KvCacheSpec::full_attention(16, 2, 64, DType::kF32), layout, 4, true, 20.0f,
                    true});
   }
+  // head sizes off the vector widths (tails of the key transpose and the value rows), and more q
+  // heads per kv head than one register block of rows
+  out.push_back({"head20_gqa3", KvCacheSpec::full_attention(16, 2, 20, DType::kF32), KvLayout::kKvMajor, 6});
+  out.push_back({"head24_gqa12_f16", KvCacheSpec::full_attention(16, 1, 24, DType::kF16), KvLayout::kKvMajor, 12});
   out.push_back({"mla", KvCacheSpec::mla(16, 64, 16, DType::kF32), KvLayout::kMlaLatent, 4});
   out.push_back({"mla_f16", KvCacheSpec::mla(16, 64, 16, DType::kF16), KvLayout::kMlaLatent, 8});
   return out;
