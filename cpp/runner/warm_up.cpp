@@ -54,7 +54,9 @@ bool WarmUp::step(int64_t computed, int64_t n) {
   req.request_id = id_;
   req.tokens.assign(static_cast<size_t>(n), 0);
   req.num_computed_tokens = computed;
-  req.num_logits = static_cast<int>(std::min<int64_t>(n, r.options_.max_num_logits));
+  // logit rows: up to 17, past the 16-row matmul variant (more would only fill the logits buffer:
+  // 600 KB of resident memory a row on a 151,936-token vocabulary)
+  req.num_logits = static_cast<int>(std::min<int64_t>({n, int64_t{17}, r.options_.max_num_logits}));
   ModelRunner::StepPlan plan;
   plan.sched.push_back({id_, computed, n});
   try {
