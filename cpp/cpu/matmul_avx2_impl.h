@@ -224,51 +224,68 @@ void float_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, sum, n);
 }
 
-// Both halves of a group; one row (decode) with n known at compile time, else 1..16 rows.
-template <void (*kOne)(const Args&, int64_t, int), void (*kMany)(const Args&, int64_t, int)>
+// Both halves of a group; up to 8 rows (a decode, a verify of up to 7 drafts) by the kernel of
+// that row count, known at compile time (the row loops unroll), more by the kernel of any count.
+// A row's arithmetic is the same in either: batch invariant.
+template <typename K>  // K::run<kN>(const Args&, int64_t, int half): the kernel for kN rows (0: any)
 void halves(const Args& a, int64_t g) {
   const int num_halves = lanes_in_group(a.rows, g) > kHalf ? 2 : 1;
   for (int h = 0; h < num_halves; ++h) {
-    if (a.n == 1)
-      kOne(a, g, h);
-    else
-      kMany(a, g, h);
+    switch (a.n) {
+      case 1: K::template run<1>(a, g, h); break;
+      case 2: K::template run<2>(a, g, h); break;
+      case 3: K::template run<3>(a, g, h); break;
+      case 4: K::template run<4>(a, g, h); break;
+      case 5: K::template run<5>(a, g, h); break;
+      case 6: K::template run<6>(a, g, h); break;
+      case 7: K::template run<7>(a, g, h); break;
+      case 8: K::template run<8>(a, g, h); break;
+      default: K::template run<0>(a, g, h); break;
+    }
   }
 }
+
+template <int kType> struct FloatH { template <int kN> static void run(const Args& a, int64_t g, int h) { float_half<kType, kN>(a, g, h); } };
+template <bool kV, int kType> struct Q4KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q4_k_half<kV, kType, kN>(a, g, h); } };
+template <bool kV, int kType> struct Q23KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q2_q3_k_half<kV, kType, kN>(a, g, h); } };
+template <bool kV> struct Q6KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q6_k_half<kV, kN>(a, g, h); } };
+template <bool kV, int kType> struct Q32H { template <int kN> static void run(const Args& a, int64_t g, int h) { q32_half<kV, kType, kN>(a, g, h); } };
+template <bool kV, int kType> struct Iq4H { template <int kN> static void run(const Args& a, int64_t g, int h) { iq4_half<kV, kType, kN>(a, g, h); } };
+template <bool kV> struct Q80H { template <int kN> static void run(const Args& a, int64_t g, int h) { q8_0_half<kV, kN>(a, g, h); } };
 
 template <bool kVnni>
 GroupKernel avx2_kernel_of(int type) {
   switch (type) {
     case kTypeF32:
-      return halves<float_half<kTypeF32, 1>, float_half<kTypeF32, 0>>;
+      return halves<FloatH<kTypeF32>>;
     case kTypeF16:
-      return halves<float_half<kTypeF16, 1>, float_half<kTypeF16, 0>>;
+      return halves<FloatH<kTypeF16>>;
     case kTypeBF16:
-      return halves<float_half<kTypeBF16, 1>, float_half<kTypeBF16, 0>>;
+      return halves<FloatH<kTypeBF16>>;
     case kTypeQ4_K:
-      return halves<q4_k_half<kVnni, kTypeQ4_K, 1>, q4_k_half<kVnni, kTypeQ4_K, 0>>;
+      return halves<Q4KH<kVnni, kTypeQ4_K>>;
     case kTypeQ5_K:
-      return halves<q4_k_half<kVnni, kTypeQ5_K, 1>, q4_k_half<kVnni, kTypeQ5_K, 0>>;
+      return halves<Q4KH<kVnni, kTypeQ5_K>>;
     case kTypeQ2_K:
-      return halves<q2_q3_k_half<kVnni, kTypeQ2_K, 1>, q2_q3_k_half<kVnni, kTypeQ2_K, 0>>;
+      return halves<Q23KH<kVnni, kTypeQ2_K>>;
     case kTypeQ3_K:
-      return halves<q2_q3_k_half<kVnni, kTypeQ3_K, 1>, q2_q3_k_half<kVnni, kTypeQ3_K, 0>>;
+      return halves<Q23KH<kVnni, kTypeQ3_K>>;
     case kTypeQ6_K:
-      return halves<q6_k_half<kVnni, 1>, q6_k_half<kVnni, 0>>;
+      return halves<Q6KH<kVnni>>;
     case kTypeQ4_0:
-      return halves<q32_half<kVnni, kTypeQ4_0, 1>, q32_half<kVnni, kTypeQ4_0, 0>>;
+      return halves<Q32H<kVnni, kTypeQ4_0>>;
     case kTypeQ4_1:
-      return halves<q32_half<kVnni, kTypeQ4_1, 1>, q32_half<kVnni, kTypeQ4_1, 0>>;
+      return halves<Q32H<kVnni, kTypeQ4_1>>;
     case kTypeQ5_0:
-      return halves<q32_half<kVnni, kTypeQ5_0, 1>, q32_half<kVnni, kTypeQ5_0, 0>>;
+      return halves<Q32H<kVnni, kTypeQ5_0>>;
     case kTypeQ5_1:
-      return halves<q32_half<kVnni, kTypeQ5_1, 1>, q32_half<kVnni, kTypeQ5_1, 0>>;
+      return halves<Q32H<kVnni, kTypeQ5_1>>;
     case kTypeIQ4_NL:
-      return halves<iq4_half<kVnni, kTypeIQ4_NL, 1>, iq4_half<kVnni, kTypeIQ4_NL, 0>>;
+      return halves<Iq4H<kVnni, kTypeIQ4_NL>>;
     case kTypeIQ4_XS:
-      return halves<iq4_half<kVnni, kTypeIQ4_XS, 1>, iq4_half<kVnni, kTypeIQ4_XS, 0>>;
+      return halves<Iq4H<kVnni, kTypeIQ4_XS>>;
     case kTypeQ8_0:
-      return halves<q8_0_half<kVnni, 1>, q8_0_half<kVnni, 0>>;
+      return halves<Q80H<kVnni>>;
     default:
       return nullptr;
   }

@@ -250,49 +250,72 @@ void float_w(const Args& a, int64_t g) {
   store_group(a, g, sum, n);
 }
 
-// One row (decode) with n known at compile time; otherwise 1..16 rows.
-template <void (*kOne)(const Args&, int64_t), void (*kMany)(const Args&, int64_t)>
+// Up to kBlockRows rows (a decode, a verify of up to 7 drafts) by the kernel of that row count,
+// known at compile time (the accumulators stay in registers and the row loops unroll): in-cache
+// on the 2-vCPU Xeon VM, a Q4_K 8960 x 1536 matmul for 4 rows 746 -> 533 us and for 8 rows
+// 1191 -> 833 us. More rows by the kernel of any row count (its accumulators in memory; faster
+// there than blocks of 8, which unpack each weight block twice). A row's arithmetic is the same
+// in either (rows never mix): batch invariant.
+inline constexpr int kBlockRows = 8;
+
+template <typename K>  // K::run<kN>(const Args&, int64_t): the kernel for kN rows (0: any)
 void by_rows(const Args& a, int64_t g) {
-  if (a.n == 1)
-    kOne(a, g);
-  else
-    kMany(a, g);
+  switch (a.n) {
+    case 1: K::template run<1>(a, g); break;
+    case 2: K::template run<2>(a, g); break;
+    case 3: K::template run<3>(a, g); break;
+    case 4: K::template run<4>(a, g); break;
+    case 5: K::template run<5>(a, g); break;
+    case 6: K::template run<6>(a, g); break;
+    case 7: K::template run<7>(a, g); break;
+    case kBlockRows: K::template run<kBlockRows>(a, g); break;
+    default: K::template run<0>(a, g); break;
+  }
 }
+
+template <int kType> struct FloatW { template <int kN> static void run(const Args& a, int64_t g) { float_w<kType, kN>(a, g); } };
+template <bool kV, int kType> struct Q4K { template <int kN> static void run(const Args& a, int64_t g) { q4_k<kV, kType, kN>(a, g); } };
+template <bool kV, int kType> struct Q23K { template <int kN> static void run(const Args& a, int64_t g) { q2_q3_k<kV, kType, kN>(a, g); } };
+template <bool kV> struct Q6K { template <int kN> static void run(const Args& a, int64_t g) { q6_k<kV, kN>(a, g); } };
+template <bool kV, int kType> struct Q32 { template <int kN> static void run(const Args& a, int64_t g) { q32<kV, kType, kN>(a, g); } };
+template <bool kV, int kType> struct Iq4 { template <int kN> static void run(const Args& a, int64_t g) { iq4<kV, kType, kN>(a, g); } };
+struct Q80Vnni { template <int kN> static void run(const Args& a, int64_t g) { q8_0_vnni<kN>(a, g); } };
+struct Q80Bw { template <int kN> static void run(const Args& a, int64_t g) { q8_0_bw<kN>(a, g); } };
 
 template <bool kVnni>
 GroupKernel avx512_kernel(int type) {
   switch (type) {
     case kTypeF32:
-      return by_rows<float_w<kTypeF32, 1>, float_w<kTypeF32, 0>>;
+      return by_rows<FloatW<kTypeF32>>;
     case kTypeF16:
-      return by_rows<float_w<kTypeF16, 1>, float_w<kTypeF16, 0>>;
+      return by_rows<FloatW<kTypeF16>>;
     case kTypeBF16:
-      return by_rows<float_w<kTypeBF16, 1>, float_w<kTypeBF16, 0>>;
+      return by_rows<FloatW<kTypeBF16>>;
     case kTypeQ4_K:
-      return by_rows<q4_k<kVnni, kTypeQ4_K, 1>, q4_k<kVnni, kTypeQ4_K, 0>>;
+      return by_rows<Q4K<kVnni, kTypeQ4_K>>;
     case kTypeQ5_K:
-      return by_rows<q4_k<kVnni, kTypeQ5_K, 1>, q4_k<kVnni, kTypeQ5_K, 0>>;
+      return by_rows<Q4K<kVnni, kTypeQ5_K>>;
     case kTypeQ2_K:
-      return by_rows<q2_q3_k<kVnni, kTypeQ2_K, 1>, q2_q3_k<kVnni, kTypeQ2_K, 0>>;
+      return by_rows<Q23K<kVnni, kTypeQ2_K>>;
     case kTypeQ3_K:
-      return by_rows<q2_q3_k<kVnni, kTypeQ3_K, 1>, q2_q3_k<kVnni, kTypeQ3_K, 0>>;
+      return by_rows<Q23K<kVnni, kTypeQ3_K>>;
     case kTypeQ6_K:
-      return by_rows<q6_k<kVnni, 1>, q6_k<kVnni, 0>>;
+      return by_rows<Q6K<kVnni>>;
     case kTypeQ4_0:
-      return by_rows<q32<kVnni, kTypeQ4_0, 1>, q32<kVnni, kTypeQ4_0, 0>>;
+      return by_rows<Q32<kVnni, kTypeQ4_0>>;
     case kTypeQ4_1:
-      return by_rows<q32<kVnni, kTypeQ4_1, 1>, q32<kVnni, kTypeQ4_1, 0>>;
+      return by_rows<Q32<kVnni, kTypeQ4_1>>;
     case kTypeQ5_0:
-      return by_rows<q32<kVnni, kTypeQ5_0, 1>, q32<kVnni, kTypeQ5_0, 0>>;
+      return by_rows<Q32<kVnni, kTypeQ5_0>>;
     case kTypeQ5_1:
-      return by_rows<q32<kVnni, kTypeQ5_1, 1>, q32<kVnni, kTypeQ5_1, 0>>;
+      return by_rows<Q32<kVnni, kTypeQ5_1>>;
     case kTypeIQ4_NL:
-      return by_rows<iq4<kVnni, kTypeIQ4_NL, 1>, iq4<kVnni, kTypeIQ4_NL, 0>>;
+      return by_rows<Iq4<kVnni, kTypeIQ4_NL>>;
     case kTypeIQ4_XS:
-      return by_rows<iq4<kVnni, kTypeIQ4_XS, 1>, iq4<kVnni, kTypeIQ4_XS, 0>>;
+      return by_rows<Iq4<kVnni, kTypeIQ4_XS>>;
     case kTypeQ8_0:
-      if constexpr (kVnni) return by_rows<q8_0_vnni<1>, q8_0_vnni<0>>;
-      return by_rows<q8_0_bw<1>, q8_0_bw<0>>;
+      if constexpr (kVnni) return by_rows<Q80Vnni>;
+      return by_rows<Q80Bw>;
     default:
       return nullptr;
   }

@@ -119,7 +119,7 @@ TEST_P(CpuMatmul, BitwiseEqualToReferenceAllBatchSizes) {
   // cols: a k tail for the float formats (k % 4 != 0), 9 blocks for the 32-element ones
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {16, 768}, {21, 301}}) {
     const Matrix m = random_matrix(t, rows, cols_for(t, cols), 11);
-    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33}) {  // every kernel row count to 8
       SCOPED_TRACE(::testing::Message() << quant::weight_type_name(t) << " " << isa_name(isa())
                                         << " " << m.rows << "x" << m.cols << " n=" << n);
       const std::vector<float> x =
