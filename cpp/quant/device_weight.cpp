@@ -50,12 +50,18 @@ DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* da
                                    dev.info().max_alloc_bytes,
                                    " bytes); on PoCL, POCL_MEMORY_LIMIT raises it"));
   }
-  const std::vector<uint8_t> packed = repack(layout, data);
+  const auto bytes = static_cast<size_t>(layout.total_bytes);
   DeviceWeight w{who, layout, {}};
-  w.buffer = arena != nullptr
-                 ? arena->allocate(packed.size(), device::Access::kReadOnly)
-                 : dev.allocate(packed.size(), device::Lifetime::kModel, device::Access::kReadOnly);
-  dev.write(w.buffer, packed.data(), packed.size());
+  w.buffer = arena != nullptr ? arena->allocate(bytes, device::Access::kReadOnly)
+                              : dev.allocate(bytes, device::Lifetime::kModel, device::Access::kReadOnly);
+  if (w.buffer.kind() == device::Kind::kCpu && w.buffer.host() != nullptr) {
+    // host memory no op has seen yet: repacked in place, without a staging copy (the load's
+    // memory traffic and page zeroing once instead of twice)
+    repack_into(layout, data, reinterpret_cast<uint8_t*>(w.buffer.host()));
+  } else {
+    const std::vector<uint8_t> packed = repack(layout, data);
+    dev.write(w.buffer, packed.data(), packed.size());
+  }
   return w;
 }
 

@@ -281,6 +281,25 @@ TEST_P(QuantLayout, RandomBytesRoundTrip) {
   EXPECT_EQ(unpack(layout, repack(layout, q.data()).data()), q);
 }
 
+TEST(QuantLayout, LargeMatrixRepackedOverThreadsRowForRow) {
+  // Large enough (8.7 MB) that repack and unpack split the groups over threads (a partial last
+  // group among them); each row read back from the records by unpack_row, which walks alone.
+  const GgmlType type = GgmlType::kQ8_0;
+  const int64_t rows = 1000, cols = 8192, rb = row_bytes(type, cols);
+  std::vector<uint8_t> q(static_cast<size_t>(rows * rb));
+  std::mt19937 rng(4);
+  for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
+  const DeviceLayout layout = device_layout(type, rows, cols);
+  ASSERT_GE(layout.total_bytes, int64_t{8} << 20);
+  const std::vector<uint8_t> packed = repack(layout, q.data());
+  std::vector<uint8_t> row(static_cast<size_t>(rb));
+  for (int64_t r = 0; r < rows; ++r) {
+    unpack_row(layout, packed.data(), r, row.data());
+    ASSERT_EQ(std::memcmp(row.data(), q.data() + r * rb, static_cast<size_t>(rb)), 0) << "row " << r;
+  }
+  EXPECT_EQ(unpack(layout, packed.data()), q);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLayout, ::testing::ValuesIn(supported_weight_types()),
                          [](const auto& info) {
                            return std::string(weight_format(info.param).name);
