@@ -65,7 +65,8 @@ def main() -> int:
     prof = ctx.take_profile()
     s = args.steps
     rows = [{"kernel": k["kernel"], "launches_per_step": k["launches"] / s,
-             "device_us_per_step": k["device_us"] / s, "us_per_launch": k["device_us"] / k["launches"]}
+             "device_us_per_step": k["device_us"] / s, "us_per_launch": k["device_us"] / k["launches"],
+             **({"wait_us_per_step": k["wait_us"] / s} if "wait_us" in k else {})}
             for k in prof["kernels"]]
     rows.sort(key=lambda r: -r["device_us_per_step"])
     device = sum(r["device_us_per_step"] for r in rows)
@@ -96,10 +97,12 @@ def main() -> int:
         print(f"pool: {p['threads']} threads, {p['barriers_per_step']:.0f} barriers/step; waiting "
               f"{100 * p['wait_share']:.1f} % of thread time ({100 * p['barrier_wait_share']:.1f} % at "
               f"barriers between ops, {p['wait_us_per_barrier']:.2f} µs per barrier and thread)")
-    print(f"{'kernel':34s} {'launches':>8s} {'µs/step':>9s} {'µs/launch':>9s}")
+    waits = "pool" in out  # the native device: threads' waits at the barrier after each op
+    print(f"{'kernel':34s} {'launches':>8s} {'µs/step':>9s} {'µs/launch':>9s}"
+          + (f" {'wait µs/step':>12s}" if waits else ""))
     for r in rows:
         print(f"{r['kernel']:34s} {r['launches_per_step']:8.1f} {r['device_us_per_step']:9.1f} "
-              f"{r['us_per_launch']:9.1f}")
+              f"{r['us_per_launch']:9.1f}" + (f" {r.get('wait_us_per_step', 0.0):12.1f}" if waits else ""))
     return 0
 
 

@@ -76,6 +76,7 @@ py::dict profile_dict(const specdec::device::Profile& p) {
     d["kernel"] = op.name;
     d["launches"] = op.launches;
     d["device_us"] = op.device_us;
+    if (p.pool.threads > 0) d["wait_us"] = op.wait_us;  // the native device's barrier waits
     kernels.append(d);
   }
   py::dict out;

@@ -196,7 +196,8 @@ struct ItemPass {
     const attn::AttentionLayerParams& p = *c.params;
     const float* q = c.query + int64_t{it.g} * group * d;  // row (t, h): q + ((t0 + t) * hq + h) * d
     prefetch(j0 + kT, std::min(j0 + 2 * kT, lo_all + n), false, d);  // the next tile's keys
-    prefetch(j0, j0 + nk, true, dv);                                   // this tile's values
+    prefetch(j0, j0 + nk, true, dv);  // this tile's values: read after the item's scores (a
+                                      // key chunk, a few KiB a tile: still in L2 by then)
     load_tile(j0, nk, false, d, s.k.data());
     kern.transpose_keys(s.k.data(), nk, d, s.kt.data());
     const bool cap = p.logit_softcap > 0;

@@ -6,7 +6,7 @@
 
 #include "cpu/attention_kernels.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 
 namespace specdec::cpu::attn_kernels {
@@ -72,8 +72,8 @@ void qk_rows(const float* q, int64_t q_stride, const float* kt, int d, __m512 sc
   for (int r = 0; r < kRows; ++r) {
     const __m512 v = _mm512_mask_mov_ps(ninf, valid, _mm512_mul_ps(acc[r], scale));
     _mm512_mask_storeu_ps(out + r * out_stride, store, v);
-    if (mx != nullptr) {
-      const float top = _mm512_reduce_max_ps(v);
+    if (mx != nullptr) {  // NaN scores left out, as the other paths' compare-and-keep loops do
+      const float top = _mm512_mask_reduce_max_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
       if (top > mx[r]) mx[r] = top;
     }
   }

@@ -252,8 +252,8 @@ void float_w(const Args& a, int64_t g) {
 
 // Up to kBlockRows rows (a decode, a verify of up to 7 drafts) by the kernel of that row count,
 // known at compile time (the accumulators stay in registers and the row loops unroll): in-cache
-// on the 2-vCPU Xeon VM, a Q4_K 8960 x 1536 matmul for 4 rows 746 -> 533 us and for 8 rows
-// 1191 -> 833 us. More rows by the kernel of any row count (its accumulators in memory; faster
+// on the 2-vCPU Xeon VM, a Q4_K 8960 x 1536 matmul for 4 rows 746 -> 558 us and for 8 rows
+// 1191 -> 837 us. More rows by the kernel of any row count (its accumulators in memory; faster
 // there than blocks of 8, which unpack each weight block twice). A row's arithmetic is the same
 // in either (rows never mix): batch invariant.
 inline constexpr int kBlockRows = 8;

@@ -41,6 +41,8 @@ void Program::run(ThreadPool& pool) {
   if (ops.empty()) return;
   std::vector<double> us(profiling_ ? ops.size() : 0, 0.0);
   const bool timed = profiling_;
+  const auto nt = static_cast<size_t>(pool.num_threads());
+  std::vector<double> waits(timed ? ops.size() * nt : 0, 0.0);  // [op][thread]
   // one counter per dynamic op (a cache line each: threads take runs of different ops at once)
   struct alignas(64) Counter {
     std::atomic<int64_t> next{0};
@@ -63,7 +65,16 @@ void Program::run(ThreadPool& pool) {
         const Chunk c = ctx.chunk(0, op.items, op.grain);
         if (c.begin < c.end) op.body(c.begin, c.end);
       }
-      if (i + 1 < ops.size()) ctx.barrier();  // the region's end waits for the last op
+      if (i + 1 < ops.size()) {  // the region's end waits for the last op
+        if (timed) {
+          const auto b0 = Clock::now();
+          ctx.barrier();
+          waits[i * nt + static_cast<size_t>(ctx.index())] =
+              std::chrono::duration<double, std::micro>(Clock::now() - b0).count();
+        } else {
+          ctx.barrier();
+        }
+      }
       if (timed && ctx.index() == 0) {
         const auto t1 = Clock::now();
         us[i] = std::chrono::duration<double, std::micro>(t1 - t0).count();
@@ -78,11 +89,12 @@ void Program::run(ThreadPool& pool) {
       if (t.name == ops[i].name) slot = &t;
     }
     if (slot == nullptr) {
-      times_.push_back(OpTime{ops[i].name, 0, 0});
+      times_.push_back(OpTime{ops[i].name, 0, 0, 0});
       slot = &times_.back();
     }
     ++slot->launches;
     slot->us += us[i];
+    for (size_t t = 0; t < nt; ++t) slot->wait_us += waits[i * nt + t];
   }
 }
 

@@ -10,7 +10,9 @@
 // on the thread that runs it (every op here).
 //
 // With profiling on, the caller's thread times each op (its share plus the barrier after it) and
-// the totals per op name come back from take_profile(), like the OpenCL device's profile.
+// the totals per op name come back from take_profile(), like the OpenCL device's profile; every
+// thread also times its wait at the barrier after each op, summed per op name (`wait_us`: the
+// threads that finished their share early, waiting for the others; where a step's waiting is).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,7 @@ class Program {
     std::string name;
     int64_t launches = 0;
     double us = 0;
+    double wait_us = 0;  // every thread's wait at the barrier after the op, summed
   };
   void set_profiling(bool on) { profiling_ = on; }
   bool profiling() const { return profiling_; }

@@ -228,7 +228,7 @@ Profile CpuDevice::take_profile() {
   Profile p;
   for (cpu::Program::OpTime& t : program_.take_profile()) {
     p.span_us += t.us;
-    p.ops.push_back(Profile::Op{std::move(t.name), t.launches, t.us});
+    p.ops.push_back(Profile::Op{std::move(t.name), t.launches, t.us, t.wait_us});
   }
   if (program_.profiling()) {
     const cpu::RegionStats& st = pool_.total_stats();

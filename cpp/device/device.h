@@ -33,6 +33,7 @@ struct Profile {
     std::string name;
     int64_t launches = 0;
     double device_us = 0;
+    double wait_us = 0;  // the native device: its threads' waits at the barrier after the op
   };
   std::vector<Op> ops;
   double span_us = 0;   // first op queued -> last op ended

@@ -55,8 +55,8 @@ DeviceWeight upload_weight(device::Device& dev, GgmlType type, const uint8_t* da
   w.buffer = arena != nullptr ? arena->allocate(bytes, device::Access::kReadOnly)
                               : dev.allocate(bytes, device::Lifetime::kModel, device::Access::kReadOnly);
   if (w.buffer.kind() == device::Kind::kCpu && w.buffer.host() != nullptr) {
-    // host memory no op has seen yet: repacked in place, without a staging copy (the load's
-    // memory traffic and page zeroing once instead of twice)
+    // host memory no op has seen yet, zeroed (CpuDevice::allocate's kModel buffers and arena
+    // chunks): repacked in place, without a staging vector (its page faults, zeroing and copy)
     repack_into(layout, data, reinterpret_cast<uint8_t*>(w.buffer.host()));
   } else {
     const std::vector<uint8_t> packed = repack(layout, data);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -297,15 +298,19 @@ void walk(const DeviceLayout& layout, uint8_t* blocks, uint8_t* packed, bool to_
   }
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        walk_groups(layout, blocks, packed, to_record, groups * t / threads, groups * (t + 1) / threads);
-      } catch (...) {
-        errors[static_cast<size_t>(t)] = std::current_exception();
-      }
-    });
+  auto part = [&](int t) {
+    try {
+      walk_groups(layout, blocks, packed, to_record, groups * t / threads, groups * (t + 1) / threads);
+    } catch (...) {
+      errors[static_cast<size_t>(t)] = std::current_exception();
+    }
+  };
+  int t = 0;
+  try {
+    for (; t < threads; ++t) pool.emplace_back(part, t);
+  } catch (const std::system_error&) {  // no more threads: this one walks the parts left
   }
+  for (int left = t; left < threads; ++left) part(left);
   for (std::thread& th : pool) th.join();
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
@@ -349,7 +354,6 @@ std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src) {
 }
 
 void repack_into(const DeviceLayout& layout, const uint8_t* src, uint8_t* dst) {
-  std::memset(dst, 0, static_cast<size_t>(layout.total_bytes));
   walk(layout, const_cast<uint8_t*>(src), dst, true);
 }
 

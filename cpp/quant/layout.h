@@ -45,7 +45,8 @@ DeviceLayout device_layout(GgmlType type, int64_t rows, int64_t cols);
 
 // ggml row-major blocks (rows * row_bytes(type, cols) bytes at src) -> the device layout.
 std::vector<uint8_t> repack(const DeviceLayout& layout, const uint8_t* src);
-// The same into dst (layout.total_bytes; padding zeroed): straight into a host device buffer.
+// The same into dst (layout.total_bytes, zeroed beforehand: the padding is left as it is), e.g.
+// straight into a fresh kModel buffer of the native device, which comes zeroed.
 void repack_into(const DeviceLayout& layout, const uint8_t* src, uint8_t* dst);
 // The inverse: the device layout -> ggml row-major blocks (tests; reading weights back).
 std::vector<uint8_t> unpack(const DeviceLayout& layout, const uint8_t* packed);

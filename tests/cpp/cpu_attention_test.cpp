@@ -1,7 +1,8 @@
 // The native CPU device's paged attention (cpu/attention.h) against attn::attention_ref on random
 // ragged batches with shuffled block tables: every layout (kv_major, block_major, mla_latent),
 // cache dtype (f32, f16, bf16), GQA ratio, causal and non-causal (DFlash), sliding windows,
-// attention chunks, softcap and sinks, head sizes off the vector widths, up to 12 q heads a kv head. Tolerance: 1e-5 of max(1, |reference|), as the OpenCL
+// attention chunks, softcap and sinks, head sizes off the vector widths, up to 12 q heads a kv
+// head. Tolerance: 1e-5 of max(1, |reference|), as the OpenCL
 // backends (f32 arithmetic against the reference's double). Also: items split between calls (as
 // a thread pool does) give bitwise the result of one call.
 #include <gtest/gtest.h>

@@ -283,7 +283,8 @@ TEST_P(QuantLayout, RandomBytesRoundTrip) {
 
 TEST(QuantLayout, LargeMatrixRepackedOverThreadsRowForRow) {
   // Large enough (8.7 MB) that repack and unpack split the groups over threads (a partial last
-  // group among them); each row read back from the records by unpack_row, which walks alone.
+  // group among them); each row read back from the records by unpack_row, which walks alone;
+  // repack_into (the native device's load) writes the same bytes.
   const GgmlType type = GgmlType::kQ8_0;
   const int64_t rows = 1000, cols = 8192, rb = row_bytes(type, cols);
   std::vector<uint8_t> q(static_cast<size_t>(rows * rb));
@@ -298,6 +299,9 @@ TEST(QuantLayout, LargeMatrixRepackedOverThreadsRowForRow) {
     ASSERT_EQ(std::memcmp(row.data(), q.data() + r * rb, static_cast<size_t>(rb)), 0) << "row " << r;
   }
   EXPECT_EQ(unpack(layout, packed.data()), q);
+  std::vector<uint8_t> into(static_cast<size_t>(layout.total_bytes), 0);  // as a fresh buffer
+  repack_into(layout, q.data(), into.data());
+  EXPECT_EQ(into, packed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLayout, ::testing::ValuesIn(supported_weight_types()),

@@ -33,7 +33,8 @@ def test_the_context_describes_the_cpu_and_its_path():
 
 def test_the_profile_splits_the_pools_time_into_work_and_waiting():
     """SPECDEC_PROFILE=1 on the native device: per op times as on OpenCL, plus the pool's thread
-    time and the part of it spent waiting (wake-up, barriers between ops, region end)."""
+    time and the part of it spent waiting (wake-up, barriers between ops, region end), and each
+    op's share of the barrier waits."""
     import os
     import subprocess
     import sys
@@ -51,6 +52,10 @@ pool = p["pool"]
 assert pool["threads"] == ctx.device.compute_units and pool["regions"] >= 1, pool
 assert pool["barriers"] >= len(p["kernels"]), pool
 assert 0 <= pool["barrier_wait_us"] <= pool["wait_us"] < pool["thread_us"], pool
+# per op, the threads' waits at the barrier after it: timed around the pool's own barrier wait
+op_waits = [k["wait_us"] for k in p["kernels"]]
+assert min(op_waits) >= 0 and sum(op_waits) < pool["thread_us"], (op_waits, pool)
+assert sum(op_waits) >= 0.9 * pool["barrier_wait_us"], (sum(op_waits), pool)
 again = ctx.take_profile()
 assert again["kernels"] == [] and again["pool"]["regions"] == 0, again
 print("ok")
