@@ -8,6 +8,16 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 JOBS="$(nproc)"
 
+# Test-only Debian packages: qemu-user runs the native device as CPUs with less than this one
+# (tests/python/test_native_emulated_cpus.py).
+if ! dpkg-query -W -f='${Status}' qemu-user 2>/dev/null | grep -q "install ok installed"; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "== installing Debian packages for the tests: qemu-user"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends qemu-user
+fi
+
 # llama.cpp's vocabulary files and token vectors, for the C++ and Python tokenizer tests: from the
 # pinned llama-cpp-python sdist (pip download, sha256 checked), fetched once into the specdec cache.
 echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"

@@ -67,21 +67,33 @@ void f16_row_portable(const uint8_t* src, float* dst, int n) {
   }
 }
 
+// Each path's table is built on first use by a caller of that path, never before: building the
+// AVX-512 table runs code compiled for AVX-512, which faults on a CPU without it.
+const Kernels& portable_table() {
+  static const Kernels k{transpose_keys_portable, qk_tile_portable, pv_tile_portable, f16_row_portable};
+  return k;
+}
+const Kernels& avx2_table() {
+  static const Kernels k = [] {
+    Kernels t = portable_table();
+    attn_kernels::avx2_kernels(t);
+    return t;
+  }();
+  return k;
+}
+const Kernels& avx512_table() {
+  static const Kernels k = [] {
+    Kernels t = avx2_table();
+    attn_kernels::avx512_kernels(t);
+    return t;
+  }();
+  return k;
+}
+
 const Kernels& kernels_for(Isa isa) {
-  static const Kernels portable{transpose_keys_portable, qk_tile_portable, pv_tile_portable, f16_row_portable};
-  static const Kernels avx2 = [] {
-    Kernels k = portable;
-    attn_kernels::avx2_kernels(k);
-    return k;
-  }();
-  static const Kernels avx512 = [] {
-    Kernels k = avx2;
-    attn_kernels::avx512_kernels(k);
-    return k;
-  }();
-  if (isa >= Isa::kAvx512bw) return avx512;
-  if (isa >= Isa::kAvx2) return avx2;
-  return portable;
+  if (isa >= Isa::kAvx512bw) return avx512_table();
+  if (isa >= Isa::kAvx2) return avx2_table();
+  return portable_table();
 }
 
 // n elements of the cache from element `index` on, as f32.

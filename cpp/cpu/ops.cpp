@@ -82,25 +82,38 @@ uint32_t argmax_key_portable(const float* x, int n, int32_t* index) {
   return best;
 }
 
+// Each path's table is built on first use by a caller of that path, never before: building the
+// AVX-512 table runs code compiled for AVX-512 (it may copy the table with zmm stores), which
+// faults on a CPU without it.
+const vmath::Kernels& vmath_portable() {
+  static const vmath::Kernels k{silu_mul_portable,     gelu_mul_portable,  exp_sum_portable,
+                                exp_shift_portable,    quantize_row_portable, norm_row_portable,
+                                max_nan_portable,      argmax_key_portable};
+  return k;
+}
+const vmath::Kernels& vmath_avx2() {
+  static const vmath::Kernels k = [] {
+    vmath::Kernels t = vmath_portable();
+    vmath::avx2_kernels(t);
+    return t;
+  }();
+  return k;
+}
+const vmath::Kernels& vmath_avx512() {
+  static const vmath::Kernels k = [] {
+    vmath::Kernels t = vmath_avx2();
+    vmath::avx512_kernels(t);
+    return t;
+  }();
+  return k;
+}
+
 }  // namespace
 
 const vmath::Kernels& vmath_for(Isa isa) {
-  static const vmath::Kernels portable{silu_mul_portable,     gelu_mul_portable,  exp_sum_portable,
-                                       exp_shift_portable,    quantize_row_portable, norm_row_portable,
-                                       max_nan_portable,      argmax_key_portable};
-  static const vmath::Kernels avx2 = [] {
-    vmath::Kernels k = portable;
-    vmath::avx2_kernels(k);
-    return k;
-  }();
-  static const vmath::Kernels avx512 = [] {
-    vmath::Kernels k = avx2;
-    vmath::avx512_kernels(k);
-    return k;
-  }();
-  if (isa >= Isa::kAvx512bw) return avx512;
-  if (isa >= Isa::kAvx2) return avx2;
-  return portable;
+  if (isa >= Isa::kAvx512bw) return vmath_avx512();
+  if (isa >= Isa::kAvx2) return vmath_avx2();
+  return vmath_portable();
 }
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t r1, int dim, float eps,
