@@ -110,6 +110,105 @@ void exp_shift(const float* x, float mx, float* out, int n) {
   }
 }
 
+// One group of 8 * nv values at x, as quantize_group in vmath_avx512.cpp (the reference's
+// rounding, saturated to int8, the 16-value sums from the stored bytes).
+template <int kBlock>
+void quantize_group(const float* x, int8_t* q, ActRec* rec) {
+  constexpr int nv = kBlock / 8;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 amax = _mm256_setzero_ps();
+  for (int j = 0; j < nv; ++j) {
+    // vmaxps returns the second operand when one is NaN: a NaN value is skipped, as fmax skips it
+    amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * j), abs_mask), amax);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  const float a = _mm_cvtss_f32(m4);
+  float d = 0.0f, id = 0.0f;
+  if (kBlock == 32) {
+    d = a / 127.0f;
+    const float inv = 1.0f / d;
+    id = d != 0.0f && inv - inv == 0.0f ? inv : 0.0f;  // inv finite
+    if (id == 0.0f) d = 0.0f;
+  } else {
+    const float inv = 127.0f / a;
+    id = a != 0.0f && inv - inv == 0.0f ? inv : 0.0f;
+    d = id != 0.0f ? 1.0f / id : 0.0f;
+  }
+  const __m256 idv = _mm256_set1_ps(id), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i lo = _mm256_set1_epi32(-128), hi = _mm256_set1_epi32(127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int b = 0; b < kBlock / 32; ++b) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * j), idv);
+      __m256 r;
+      if (kBlock == 32) {  // round half away from zero: trunc, then a step away when |y - t| >= 0.5
+        const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(y, t), abs_mask), half, _CMP_GE_OQ);
+        const __m256 step = _mm256_or_ps(one, _mm256_and_ps(y, _mm256_castsi256_ps(sign)));
+        r = _mm256_add_ps(t, _mm256_and_ps(up, step));
+      } else {
+        r = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      }
+      // saturated to int8 (only a non-finite input leaves [-127, 127]; NaN converts to INT_MIN)
+      v[j] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(r), lo), hi);
+    }
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm256_permutevar8x32_epi32(w, order));
+    int32_t s[2];
+    for (int u = 0; u < 2; ++u) {
+      const __m256i t = _mm256_add_epi32(v[2 * u], v[2 * u + 1]);
+      __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+      s[u] = _mm_cvtsi128_si32(h);
+    }
+    rec[b] = ActRec{d, d * static_cast<float>(s[0] + s[1]), s[0], s[1]};
+  }
+}
+
+void quantize_row(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) {
+  if (scale_block == 32) {
+    for (int64_t g = 0; g < cols; g += 32) quantize_group<32>(x + g, q + g, rec + g / 32);
+  } else {
+    for (int64_t g = 0; g < cols; g += 256) quantize_group<256>(x + g, q + g, rec + g / 32);
+  }
+}
+
+// The squares in f32 (as the reference), summed in f64 lanes; then the row scaled.
+void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  for (int i = 0; i < dim; i += 8) {
+    const int left = dim - i;
+    const __m256 v = left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f);
+    const __m256 sq = _mm256_mul_ps(v, v);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+  }
+  const __m256d a = _mm256_add_pd(a0, a1);
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  const double sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+  const float mean = static_cast<float>(sum / dim);
+  const __m256 sc = _mm256_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps))));
+  const __m256 offv = _mm256_set1_ps(off);
+  for (int i = 0; i < dim; i += 8) {
+    const int left = dim - i;
+    __m256 v = _mm256_mul_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f), sc);
+    if (w != nullptr) {
+      const __m256 wv = left >= 8 ? _mm256_loadu_ps(w + i) : load_part(w + i, left, 0.0f);
+      v = _mm256_mul_ps(v, _mm256_add_ps(wv, offv));
+    }
+    if (left >= 8) {
+      _mm256_storeu_ps(y + i, v);
+    } else {
+      store_part(y + i, v, left);
+    }
+  }
+}
+
 // order_key of 8 floats: sign set -> ~u, else u | sign; +-0 -> the sign bit alone; NaN -> 0
 __m256i order_keys(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
@@ -172,6 +271,8 @@ bool avx2_kernels(Kernels& k) {
   k.gelu_mul = gelu_mul;
   k.exp_sum = exp_sum;
   k.exp_shift = exp_shift;
+  k.quantize_row = quantize_row;
+  k.norm_row = norm_row;
   k.max_nan = max_nan;
   k.argmax_key = argmax_key;
   return true;
