@@ -245,8 +245,29 @@ void halves(const Args& a, int64_t g) {
   }
 }
 
+// Both halves of a full group in one pass where the kernel has that form (K::both), else as
+// halves; rows by count as there.
+template <typename K>
+void both_halves(const Args& a, int64_t g) {
+  if (lanes_in_group(a.rows, g) <= kHalf) return halves<K>(a, g);
+  switch (a.n) {
+    case 1: K::template both<1>(a, g); break;
+    case 2: K::template both<2>(a, g); break;
+    case 3: K::template both<3>(a, g); break;
+    case 4: K::template both<4>(a, g); break;
+    case 5: K::template both<5>(a, g); break;
+    case 6: K::template both<6>(a, g); break;
+    case 7: K::template both<7>(a, g); break;
+    case 8: K::template both<8>(a, g); break;
+    default: K::template both<0>(a, g); break;
+  }
+}
+
 template <int kType> struct FloatH { template <int kN> static void run(const Args& a, int64_t g, int h) { float_half<kType, kN>(a, g, h); } };
-template <bool kV, int kType> struct Q4KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q4_k_half<kV, kType, kN>(a, g, h); } };
+template <bool kV, int kType> struct Q4KH {
+  template <int kN> static void run(const Args& a, int64_t g, int h) { q4_k_half<kV, kType, kN>(a, g, h); }
+  template <int kN> static void both(const Args& a, int64_t g) { q4_k_both<kV, kType, kN>(a, g); }
+};
 template <bool kV, int kType> struct Q23KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q2_q3_k_half<kV, kType, kN>(a, g, h); } };
 template <bool kV> struct Q6KH { template <int kN> static void run(const Args& a, int64_t g, int h) { q6_k_half<kV, kN>(a, g, h); } };
 template <bool kV, int kType> struct Q32H { template <int kN> static void run(const Args& a, int64_t g, int h) { q32_half<kV, kType, kN>(a, g, h); } };
@@ -263,9 +284,9 @@ GroupKernel avx2_kernel_of(int type) {
     case kTypeBF16:
       return halves<FloatH<kTypeBF16>>;
     case kTypeQ4_K:
-      return halves<Q4KH<kVnni, kTypeQ4_K>>;
+      return both_halves<Q4KH<kVnni, kTypeQ4_K>>;
     case kTypeQ5_K:
-      return halves<Q4KH<kVnni, kTypeQ5_K>>;
+      return both_halves<Q4KH<kVnni, kTypeQ5_K>>;
     case kTypeQ2_K:
       return halves<Q23KH<kVnni, kTypeQ2_K>>;
     case kTypeQ3_K:

@@ -69,6 +69,80 @@ void q4_k_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, acc, n);
 }
 
+// Q4_K / Q5_K on both halves of a full group in one pass: every 64-byte weight vector is read
+// once, and each activation broadcast and scale serves both halves. Per lane the float
+// operations are those of q4_k_half, in its order.
+template <bool kVnni, int kType, int kN>
+void q4_k_both(const Args& a, int64_t g) {
+  constexpr bool q5 = kType == kTypeQ5_K;
+  constexpr int group = q5 ? 4 : 8;
+  const int n = kN > 0 ? kN : a.n;
+  const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[2][kMaxRows];
+  for (int i = 0; i < n; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int64_t rec = g * nsb + sb;
+    const uint8_t* qs = a.plane[0] + rec * 2048;
+    prefetch_ahead<2048>(qs);
+    const uint8_t* qh = q5 ? a.plane[1] + rec * 512 : nullptr;
+    const uint8_t* sc = a.plane[q5 ? 2 : 1] + rec * 256;
+    const uint8_t* dm = a.plane[q5 ? 3 : 2] + rec * 64;
+    for (int c = 0; c < 4; ++c) {
+      for (int u = 0; u < 2; ++u) {  // sub-block 2c + u: low (0) or high (1) nibbles
+        __m256i w[2][8];
+        for (int h = 0; h < 2; ++h) {
+          for (int t = 0; t < 8; ++t) {
+            const __m256i p = load32(qs + (8 * c + t) * 64 + 32 * h);
+            w[h][t] = _mm256_and_si256(u == 0 ? p : _mm256_srli_epi16(p, 4), m4);
+            if constexpr (q5)
+              w[h][t] = _mm256_or_si256(w[h][t], bit_to_4(load32(qh + 64 * t + 32 * h), 2 * c + u));
+          }
+        }
+        __m256 dsc[2], dmn[2];
+        for (int h = 0; h < 2; ++h) {
+          dsc[h] = _mm256_mul_ps(u8_to_ps(sc + 8 * h + 32 * c + 16 * u), f16_to_ps(dm + 16 * h));
+          dmn[h] = _mm256_mul_ps(u8_to_ps(sc + 8 * h + 128 + 32 * c + 16 * u), f16_to_ps(dm + 16 * h + 32));
+        }
+        const int64_t blk = sb * 8 + 2 * c + u;
+        for (int i = 0; i < n; ++i) {
+          const int8_t* x = a.xq + i * a.cols + 32 * blk;
+          __m256i s[2];
+          s[0] = s[1] = _mm256_setzero_si256();
+          if constexpr (kVnni) {
+            for (int t = 0; t < 8; ++t) {
+              const __m256i xb = bcast4(x + 4 * t);
+              s[0] = _mm256_dpbusd_avx_epi32(s[0], w[0][t], xb);
+              s[1] = _mm256_dpbusd_avx_epi32(s[1], w[1][t], xb);
+            }
+          } else {
+            for (int t0 = 0; t0 < 8; t0 += group) {
+              __m256i xb = bcast4(x + 4 * t0);
+              __m256i p0 = _mm256_maddubs_epi16(w[0][t0], xb), p1 = _mm256_maddubs_epi16(w[1][t0], xb);
+              for (int t = t0 + 1; t < t0 + group; ++t) {
+                xb = bcast4(x + 4 * t);
+                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][t], xb));
+                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][t], xb));
+              }
+              s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
+              s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
+            }
+          }
+          const ActRec& ar = a.xr[i * nb + blk];
+          const __m256 dx = _mm256_set1_ps(ar.d), dsum = _mm256_set1_ps(ar.dsum);
+          for (int h = 0; h < 2; ++h) {
+            // fma(dmin * m, -(d_x * sum(q)), acc) as fnmadd with the record's dsum (the same float)
+            const __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), dsc[h]), dx, acc[h][i]);
+            acc[h][i] = _mm256_fnmadd_ps(dmn[h], dsum, v);
+          }
+        }
+      }
+    }
+  }
+  store_half(a, g, 0, acc[0], n);
+  store_half(a, g, 1, acc[1], n);
+}
+
 inline __m256i bits_to_45(__m256i h, int m) {
   const __m256i mask = _mm256_set1_epi8(0x30);
   switch (m) {

@@ -115,9 +115,11 @@ class CpuMatmul : public ::testing::TestWithParam<Param> {
 
 TEST_P(CpuMatmul, BitwiseEqualToReferenceAllBatchSizes) {
   const GgmlType t = type();
-  // 37 / 21 rows: a partial last group; 512 / 768 cols: 2 and 3 K-quant super-blocks; 301
-  // cols: a k tail for the float formats (k % 4 != 0), 9 blocks for the 32-element ones
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {16, 768}, {21, 301}}) {
+  // 37 / 21 rows: a partial last group of 5 rows (one AVX2 half), 29 rows: of 13 (both halves,
+  // the second partial); 512 / 768 cols: 2 and 3 K-quant super-blocks; 301 cols: a k tail for
+  // the float formats (k % 4 != 0), 9 blocks for the 32-element ones
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{37, 512}, {16, 768}, {21, 301}, {29, 256}}) {
     const Matrix m = random_matrix(t, rows, cols_for(t, cols), 11);
     for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33}) {  // every kernel row count to 8
       SCOPED_TRACE(::testing::Message() << quant::weight_type_name(t) << " " << isa_name(isa())
