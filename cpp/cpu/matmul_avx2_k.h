@@ -69,8 +69,10 @@ void q4_k_half(const Args& a, int64_t g, int h) {
   store_half(a, g, h, acc, n);
 }
 
-// Q4_K / Q5_K on both halves of a full group in one pass: every 64-byte weight vector is read
-// once, and each activation broadcast and scale serves both halves. Per lane the float
+// Q4_K / Q5_K on both halves of a full group in one pass: every 64-byte weight vector comes
+// from memory once (the high nibbles' pass reads it again from L1), and each activation
+// broadcast and scale serves both halves; the 16 decoded vectors spill to the stack for the
+// row loop, where reloads are load-port µops only. Per lane the float
 // operations are those of q4_k_half, in its order.
 template <bool kVnni, int kType, int kN>
 void q4_k_both(const Args& a, int64_t g) {

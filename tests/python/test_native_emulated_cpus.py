@@ -4,13 +4,16 @@ without faulting, on the path that CPU's cpuid and XCR0 allow. QEMU's user-mode 
 same library as a Haswell (AVX2 + FMA + F16C, no AVX-512: TCG has none) and as a Nehalem (SSE4.2,
 no AVX: the portable path). A kernel table, a static initialiser or an inline function compiled
 for a higher path and reached on a lower one is an illegal instruction there, whatever CPU runs
-the tests. The emulated run must also give bitwise the logprobs this machine gives on the same
-path (SPECDEC_CPU_ISA forces it here): the emulator runs the same instructions."""
+the tests. The emulated AVX2 run must also give bitwise the logprobs this machine gives on the same
+path (SPECDEC_CPU_ISA forces it here): the emulator runs the same instructions. The portable path
+calls libm (exp, sin, cos), whose glibc builds differ by CPU (FMA on this one, SSE2 on a
+Nehalem), so there the tokens must agree and the logprobs within 1e-4."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -75,14 +78,29 @@ def _run(models: list, isa: str, qemu_cpu: str = "") -> dict:
     return out
 
 
+def _close(a: list, b: list, isa: str) -> bool:
+    if isa == "avx2":
+        return a == b
+    if [r["tokens"] for r in a] != [r["tokens"] for r in b]:
+        return False
+    for ra, rb in zip(a, b):
+        pa = [float.fromhex(v) for pos in ra["logprobs"] for _, v in pos]
+        pb = [float.fromhex(v) for pos in rb["logprobs"] for _, v in pos]
+        ta = [t for pos in ra["logprobs"] for t, _ in pos]
+        tb = [t for pos in rb["logprobs"] for t, _ in pos]
+        if ta != tb or any(abs(x - y) > 1e-4 for x, y in zip(pa, pb)):
+            return False
+    return True
+
+
 @pytest.mark.skipif(QEMU is None, reason="qemu-x86_64 (Debian's qemu-user) is not installed; "
                                          "scripts/test.sh installs it")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86-64 host's Python")
 @pytest.mark.parametrize("isa, qemu_cpu", [("avx2", "Haswell-v4"), ("portable", "Nehalem")])
-def test_a_lower_cpu_runs_its_own_path_bitwise(models, isa, qemu_cpu):
-    runnable = specdec.Context("native").device.platform
-    if isa == "avx2" and "portable" in runnable:
+def test_a_lower_cpu_runs_its_own_path(models, isa, qemu_cpu):
+    if isa not in specdec._core.quant_isas(specdec._core.Context("native")):
         pytest.skip("this CPU has no AVX2 path to compare the emulated one with")
     emulated = _run(models, isa, qemu_cpu)
     here = _run(models, isa)
     for path in models:
-        assert emulated["models"][path] == here["models"][path], f"{Path(path).name} on {isa}"
+        assert _close(emulated["models"][path], here["models"][path], isa), f"{Path(path).name} on {isa}"
