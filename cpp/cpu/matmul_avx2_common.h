@@ -63,6 +63,42 @@ inline __m256i dot_u8(const __m256i* w, const int8_t* x) {
   }
 }
 
+// dot_u8<kVnni, 8, kGroup> of one activation row against both halves' weights w0 and w1 (8
+// vectors each, the same activation bytes): s[0], s[1]. Each broadcast serves both halves.
+template <bool kVnni, int kGroup>
+inline void dot_u8_both(const __m256i* w0, const __m256i* w1, const int8_t* x, __m256i* s) {
+  s[0] = s[1] = _mm256_setzero_si256();
+  if constexpr (kVnni) {
+    for (int t = 0; t < 8; ++t) {
+      const __m256i xb = bcast4(x + 4 * t);
+      s[0] = _mm256_dpbusd_avx_epi32(s[0], w0[t], xb);
+      s[1] = _mm256_dpbusd_avx_epi32(s[1], w1[t], xb);
+    }
+  } else {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int t0 = 0; t0 < 8; t0 += kGroup) {
+      __m256i xb = bcast4(x + 4 * t0);
+      __m256i p0 = _mm256_maddubs_epi16(w0[t0], xb), p1 = _mm256_maddubs_epi16(w1[t0], xb);
+      for (int t = t0 + 1; t < t0 + kGroup; ++t) {
+        xb = bcast4(x + 4 * t);
+        p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w0[t], xb));
+        p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w1[t], xb));
+      }
+      s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
+      s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+}
+
+// Q5_0 / Q5_1's fifth bits: bit t of each byte of hb onto bit 4 of w[t] (t < 8).
+inline void or_fifth_bits(__m256i* w, __m256i hb) {
+  const __m256i m5 = _mm256_set1_epi8(0x10);
+  for (int t = 0; t < 8; ++t) {
+    const __m256i b = t <= 4 ? _mm256_slli_epi16(hb, 4 - t) : _mm256_srli_epi16(hb, t - 4);
+    w[t] = _mm256_or_si256(w[t], _mm256_and_si256(b, m5));
+  }
+}
+
 // acc = fma((float)s * dw, dx, acc)
 inline __m256 step(__m256 acc, __m256i s, __m256 dw, float dx) {
   return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), dw), _mm256_set1_ps(dx), acc);

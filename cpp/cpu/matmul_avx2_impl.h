@@ -27,7 +27,7 @@ void q32_half(const Args& a, int64_t g, int h) {
   constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nb = a.blocks_per_row;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m5 = _mm256_set1_epi8(0x10);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[kMaxRows];
   for (int i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -42,17 +42,7 @@ void q32_half(const Args& a, int64_t g, int h) {
       w[t] = _mm256_and_si256(p, m4);
       w[4 + t] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
     }
-    if constexpr (q5) {
-      const __m256i hb = load32(a.plane[1] + rec * 64 + 32 * h);
-      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m5));
-      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m5));
-      w[2] = _mm256_or_si256(w[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m5));
-      w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m5));
-      w[4] = _mm256_or_si256(w[4], _mm256_and_si256(hb, m5));
-      w[5] = _mm256_or_si256(w[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m5));
-      w[6] = _mm256_or_si256(w[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m5));
-      w[7] = _mm256_or_si256(w[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m5));
-    }
+    if constexpr (q5) or_fifth_bits(w, load32(a.plane[1] + rec * 64 + 32 * h));
     for (int i = 0; i < n; ++i) {
       const int64_t at = i * nb + b;
       [[maybe_unused]] const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
@@ -79,7 +69,7 @@ void q32_both(const Args& a, int64_t g) {
   constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nb = a.blocks_per_row;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m5 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[2][kMaxRows];
   for (int i = 0; i < n; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -95,17 +85,7 @@ void q32_both(const Args& a, int64_t g) {
         w[h][t] = _mm256_and_si256(p, m4);
         w[h][4 + t] = _mm256_and_si256(_mm256_srli_epi16(p, 4), m4);
       }
-      if constexpr (q5) {
-        const __m256i hb = load32(a.plane[1] + rec * 64 + 32 * h);
-        w[h][0] = _mm256_or_si256(w[h][0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m5));
-        w[h][1] = _mm256_or_si256(w[h][1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m5));
-        w[h][2] = _mm256_or_si256(w[h][2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m5));
-        w[h][3] = _mm256_or_si256(w[h][3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m5));
-        w[h][4] = _mm256_or_si256(w[h][4], _mm256_and_si256(hb, m5));
-        w[h][5] = _mm256_or_si256(w[h][5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m5));
-        w[h][6] = _mm256_or_si256(w[h][6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m5));
-        w[h][7] = _mm256_or_si256(w[h][7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m5));
-      }
+      if constexpr (q5) or_fifth_bits(w[h], load32(a.plane[1] + rec * 64 + 32 * h));
       d[h] = f16_to_ps(dp + 16 * h);
       if constexpr (has_m) mv[h] = f16_to_ps(dp + 32 + 16 * h);
     }
@@ -113,26 +93,7 @@ void q32_both(const Args& a, int64_t g) {
       const int64_t at = i * nb + b;
       const int8_t* x = a.xq + i * a.cols + 32 * b;
       __m256i s[2];
-      s[0] = s[1] = _mm256_setzero_si256();
-      if constexpr (kVnni) {
-        for (int t = 0; t < 8; ++t) {
-          const __m256i xb = bcast4(x + 4 * t);
-          s[0] = _mm256_dpbusd_avx_epi32(s[0], w[0][t], xb);
-          s[1] = _mm256_dpbusd_avx_epi32(s[1], w[1][t], xb);
-        }
-      } else {
-        for (int t0 = 0; t0 < 8; t0 += group) {
-          __m256i xb = bcast4(x + 4 * t0);
-          __m256i p0 = _mm256_maddubs_epi16(w[0][t0], xb), p1 = _mm256_maddubs_epi16(w[1][t0], xb);
-          for (int t = t0 + 1; t < t0 + group; ++t) {
-            xb = bcast4(x + 4 * t);
-            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][t], xb));
-            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][t], xb));
-          }
-          s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
-          s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
-        }
-      }
+      dot_u8_both<kVnni, group>(w[0], w[1], x, s);
       [[maybe_unused]] const int32_t sum = a.xr[at].s0 + a.xr[at].s1;
       const float dx = a.xr[at].d;
       for (int h = 0; h < 2; ++h) {

@@ -80,7 +80,7 @@ void q4_k_both(const Args& a, int64_t g) {
   constexpr int group = q5 ? 4 : 8;
   const int n = kN > 0 ? kN : a.n;
   const int64_t nsb = a.blocks_per_row, nb = a.cols / 32;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[2][kMaxRows];
   for (int i = 0; i < n; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
@@ -110,26 +110,7 @@ void q4_k_both(const Args& a, int64_t g) {
         for (int i = 0; i < n; ++i) {
           const int8_t* x = a.xq + i * a.cols + 32 * blk;
           __m256i s[2];
-          s[0] = s[1] = _mm256_setzero_si256();
-          if constexpr (kVnni) {
-            for (int t = 0; t < 8; ++t) {
-              const __m256i xb = bcast4(x + 4 * t);
-              s[0] = _mm256_dpbusd_avx_epi32(s[0], w[0][t], xb);
-              s[1] = _mm256_dpbusd_avx_epi32(s[1], w[1][t], xb);
-            }
-          } else {
-            for (int t0 = 0; t0 < 8; t0 += group) {
-              __m256i xb = bcast4(x + 4 * t0);
-              __m256i p0 = _mm256_maddubs_epi16(w[0][t0], xb), p1 = _mm256_maddubs_epi16(w[1][t0], xb);
-              for (int t = t0 + 1; t < t0 + group; ++t) {
-                xb = bcast4(x + 4 * t);
-                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][t], xb));
-                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][t], xb));
-              }
-              s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
-              s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
-            }
-          }
+          dot_u8_both<kVnni, group>(w[0], w[1], x, s);
           const ActRec& ar = a.xr[i * nb + blk];
           const __m256 dx = _mm256_set1_ps(ar.d), dsum = _mm256_set1_ps(ar.dsum);
           for (int h = 0; h < 2; ++h) {
