@@ -107,10 +107,7 @@ void q4_k_both(const Args& a, int64_t g) {
           dmn[h] = _mm256_mul_ps(u8_to_ps(sc + 8 * h + 128 + 32 * c + 16 * u), f16_to_ps(dm + 16 * h + 32));
         }
         const int64_t blk = sb * 8 + 2 * c + u;
-        for (int i = 0; i < n; ++i) {
-          const int8_t* x = a.xq + i * a.cols + 32 * blk;
-          __m256i s[2];
-          dot_u8_both<kVnni, group>(w[0], w[1], x, s);
+        const auto finish = [&](int i, const __m256i* s) {
           const ActRec& ar = a.xr[i * nb + blk];
           const __m256 dx = _mm256_set1_ps(ar.d), dsum = _mm256_set1_ps(ar.dsum);
           for (int h = 0; h < 2; ++h) {
@@ -118,6 +115,17 @@ void q4_k_both(const Args& a, int64_t g) {
             const __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), dsc[h]), dx, acc[h][i]);
             acc[h][i] = _mm256_fnmadd_ps(dmn[h], dsum, v);
           }
+        };
+        if (kVnni || n < kSplitRows) {
+          for (int i = 0; i < n; ++i) {
+            __m256i s[2];
+            dot_u8_both<kVnni, group>(w[0], w[1], a.xq + i * a.cols + 32 * blk, s);
+            finish(i, s);
+          }
+        } else {
+          __m256i sums[kMaxRows][2];
+          split_dots<group>(w, a.xq + 32 * blk, a.cols, n, sums);
+          for (int i = 0; i < n; ++i) finish(i, sums[i]);
         }
       }
     }
