@@ -9,6 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -23,6 +27,25 @@ using device::Kind;
 using device::Lifetime;
 
 namespace {
+
+// Resident bytes of this process's mappings inside [begin, end) (/proc/self/smaps: Rss of each
+// mapping that starts there); -1 where the file cannot be read.
+int64_t resident_bytes(uintptr_t begin, uintptr_t end) {
+  std::ifstream smaps("/proc/self/smaps");
+  if (!smaps) return -1;
+  int64_t total = 0;
+  bool inside = false;
+  std::string line;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo >= begin && hi <= end;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      total += std::stoll(line.substr(4)) * 1024;
+    }
+  }
+  return total;
+}
 
 std::vector<int32_t> iota(size_t n, int32_t start = 0) {
   std::vector<int32_t> v(n);
@@ -97,6 +120,22 @@ TEST(CpuDevice, ModelBuffersAreZeroAndHugePageAligned) {
   Buffer small = dev.allocate(100, Lifetime::kModel);
   dev.read(small, got.data(), 100);
   EXPECT_EQ(got[99], 0);
+}
+
+// A model buffer past one huge page keeps its padding out of memory: huge pages cover its whole
+// 2 MiB pages only, so writing every byte makes at most its size resident (4 KiB pages at the
+// end), not the 2 MiB page its last bytes fall in.
+TEST(CpuDevice, ModelBufferPaddingIsNotResident) {
+  CpuDevice dev(device::CpuDeviceOptions{1, 0});
+  if (!dev.huge_pages()) GTEST_SKIP() << "huge pages off (SPECDEC_HUGE_PAGES=0)";
+  const size_t bytes = (size_t{5} << 20) + 4096 * 3 + 100;  // 2.5 huge pages
+  Buffer b = dev.allocate(bytes, Lifetime::kModel);
+  std::memset(b.host(), 7, bytes);
+  const auto begin = reinterpret_cast<uintptr_t>(b.host());
+  const int64_t rss = resident_bytes(begin, begin + (size_t{6} << 20));
+  if (rss < 0) GTEST_SKIP() << "no /proc/self/smaps";
+  EXPECT_GE(rss, static_cast<int64_t>(bytes));
+  EXPECT_LE(rss, static_cast<int64_t>((bytes + 4095) / 4096 * 4096));
 }
 
 TEST(CpuDevice, RecordedOpsRunInOrderWhenTheHostLooks) {
