@@ -13,7 +13,7 @@ depends on the disk). Per run: `load_s` (the LLM constructor), `rss_MB` after lo
 `peak_rss_MB` (VmHWM) after the requests, `kv_MB` (the KV cache the LLM sized), and
 `rss_over_model_kv` = rss / (GGUF bytes + KV bytes); `first_tok_s` / `warm_tok_s`: decode tokens per
 second of the first request after loading and of a third one (greedy, --tokens each, the same
-prompt). The median over rounds is reported per (model, device). Not a test: numbers to read.
+prompt, prefix caching off so that each request prefills it). The median over rounds is reported per (model, device). Not a test: numbers to read.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def status(key):
 import specdec
 path, device, tokens, kv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
-llm = specdec.LLM(path, device=device, max_model_len=2048, kv_cache_memory_bytes=kv, progress=False)
+# no prefix caching: a later request would skip the prompt the first one prefilled
+llm = specdec.LLM(path, device=device, max_model_len=2048, kv_cache_memory_bytes=kv, progress=False,
+                  enable_prefix_caching=False)
 load_s = time.perf_counter() - t0
 rss = status("VmRSS")
 params = specdec.SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
