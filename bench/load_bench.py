@@ -11,9 +11,10 @@ no run inherits another's page cache state more than its neighbour does: the GGU
 before the rounds (the file in the page cache, as on a user's second start; a cold first start
 depends on the disk). Per run: `load_s` (the LLM constructor), `rss_MB` after loading (VmRSS),
 `peak_rss_MB` (VmHWM) after the requests, `kv_MB` (the KV cache the LLM sized), and
-`rss_over_model_kv` = rss / (GGUF bytes + KV bytes); `first_tok_s` / `warm_tok_s`: decode tokens per
-second of the first request after loading and of a third one (greedy, --tokens each, the same
-prompt, prefix caching off so that each request prefills it). The median over rounds is reported per (model, device). Not a test: numbers to read.
+`rss_over_model_kv` = rss / (GGUF bytes + KV bytes); `first_tok_s` / `warm_tok_s`: decode tokens
+per second of the first request after loading and of a third one (greedy, --tokens each, the
+same prompt, prefix caching off so that each request prefills it; results before 2026-11-29's
+seventh stop of issue 35 had it on, so their later request skipped the prefill). The median over rounds is reported per (model, device). Not a test: numbers to read.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ for _ in range(3):
     out = llm.generate([prompt], params)
     dt = time.perf_counter() - t
     speeds.append(len(out[0].outputs[0].token_ids) / dt)
-print(json.dumps({"load_s": load_s, "rss": rss, "peak_rss": status("VmHWM"),
+print(json.dumps({"load_s": load_s, "rss": rss, "peak_rss": status("VmHWM"), "prefix_caching": False,
                   "kv_bytes": int(llm.kv_split["target_bytes"]),
                   "first_tok_s": speeds[0], "warm_tok_s": speeds[2],
                   "device": llm.context.device.summary()}))

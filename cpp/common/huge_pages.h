@@ -15,9 +15,10 @@ inline constexpr size_t kHugePageMinBytes = size_t{1}
 
 bool huge_pages_enabled();
 
-// 2 MiB-aligned anonymous memory of size_bytes rounded up to 2 MiB (*span), advised as huge pages
-// (advice only: without THP the pages stay 4 KiB); zero, as fresh pages are. nullptr when the
-// mapping fails. Release with munmap(p, *span).
+// 2 MiB-aligned anonymous memory of size_bytes rounded up to 2 MiB (*span), its whole 2 MiB pages
+// advised as huge pages and its partial last one as 4 KiB pages (so the padding is never
+// resident; a buffer below 2 MiB is advised whole); advice only: without THP the pages stay
+// 4 KiB. Zero, as fresh pages are. nullptr when the mapping fails. Release with munmap(p, *span).
 void* map_huge_pages(size_t size_bytes, size_t* span);
 
 }  // namespace specdec

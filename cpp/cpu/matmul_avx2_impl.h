@@ -288,7 +288,8 @@ void halves(const Args& a, int64_t g) {
 // Both halves of a full group in one pass where the kernel has that form (K::both), else as
 // halves; rows by count as there.
 // K::kBothRows: the most activation rows run so (measured from memory, one thread, Zen 3:
-// Q4_K gains at 1 row and from 8, is even at 2-4; Q4_0 gains 25 % at 1 row and 13 % at 2, and
+// Q4_K gained at 1 row and from 8 and was even at 2-4 before its split_dots form from 4 rows,
+// which gains 8-13 % more there; Q4_0 gains 25 % at 1 row and 13 % at 2, and
 // loses 5-10 % from 4 rows, where the separate halves' registers hold more rows' sums).
 template <typename K>
 void both_halves(const Args& a, int64_t g) {

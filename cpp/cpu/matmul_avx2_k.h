@@ -71,8 +71,10 @@ void q4_k_half(const Args& a, int64_t g, int h) {
 
 // Q4_K / Q5_K on both halves of a full group in one pass: every 64-byte weight vector comes
 // from memory once (the high nibbles' pass reads it again from L1), and each activation
-// broadcast and scale serves both halves; the 16 decoded vectors spill to the stack for the
-// row loop, where reloads are load-port µops only. Per lane the float
+// broadcast and scale serves both halves. Up to 3 rows (and on VNNI) one loop over rows runs both
+// halves, the 16 decoded vectors spilled to the stack (reloads are load-port µops only); from 4
+// rows the integer dots go half by half with that half's vectors in registers (split_dots), then
+// the float steps. Per lane the float
 // operations are those of q4_k_half, in its order.
 template <bool kVnni, int kType, int kN>
 void q4_k_both(const Args& a, int64_t g) {
