@@ -253,10 +253,10 @@ int main(int argc, char** argv) {
           });
         }
         add_matmul(prog, "matmul_qkv", l.qkv, MatmulInput{n, y.data(), &yq_qkv.view}, qkv.data(), isa);
-        prog.add("qkv_epilogue", n, 1, [&](int64_t lo, int64_t hi) {
+        prog.add("qkv_epilogue", 2 * n, 1, [&](int64_t lo, int64_t hi) {  // as the runner: by q | kv parts
           const QkvArgs a{qkv.data(), qkv_rows, nullptr, positions.data(), inv_freq.data(), true,
                           q.data(), hq, s.heads, s.kv_heads, s.head};
-          qkv_epilogue(l.cache.data(), view, a, slots.data(), lo, hi);
+          qkv_epilogue_items(l.cache.data(), view, a, slots.data(), lo, hi);
         });
         if (split) {  // few (token block, kv head) pairs for the threads: split over keys too
           prog.add("attention", static_cast<int64_t>(plan.items.size()), 1, [&](int64_t lo, int64_t hi) {

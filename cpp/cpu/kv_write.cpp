@@ -82,24 +82,35 @@ void kv_gather(const uint8_t* cache, const kv::LayerKvView& view, const kv::KvPa
   }
 }
 
-void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t t0,
-                  int64_t t1) {
+void qkv_epilogue_items(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots,
+                        int64_t i0, int64_t i1) {
   const int64_t qw = int64_t{a.q_heads} * a.head_size, kw = int64_t{a.kv_heads} * a.head_size;
   const int64_t width = qw + 2 * kw;
   std::vector<float> row(static_cast<size_t>(width));
   const RopeType type = a.neox ? RopeType::kNeox : RopeType::kNorm;
-  for (int64_t t = t0; t < t1; ++t) {
-    std::memcpy(row.data(), a.x + t * a.x_stride, sizeof(float) * static_cast<size_t>(width));
-    if (a.bias != nullptr) add_bias(row.data(), a.bias, 0, 1, static_cast<int>(width));
-    if (a.inv_freq != nullptr) {  // q and k heads as one run of q_heads + kv_heads heads
-      const int32_t* pos = a.positions + t;
-      rope(row.data(), pos, 0, 1, a.q_heads + a.kv_heads, a.head_size, a.inv_freq, a.head_size, type, width);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t t = i / 2;
+    const bool q = i % 2 == 0;  // the q heads, else the k and v heads
+    const int64_t begin = q ? 0 : qw, len = q ? qw : 2 * kw;
+    float* part = row.data() + begin;
+    std::memcpy(part, a.x + t * a.x_stride + begin, sizeof(float) * static_cast<size_t>(len));
+    if (a.bias != nullptr) add_bias(part, a.bias + begin, 0, 1, static_cast<int>(len));
+    if (a.inv_freq != nullptr) {  // q or k heads
+      rope(part, a.positions + t, 0, 1, q ? a.q_heads : a.kv_heads, a.head_size, a.inv_freq, a.head_size, type,
+           width);
     }
-    std::memcpy(a.q_out + t * a.q_stride, row.data(), sizeof(float) * static_cast<size_t>(qw));
-    if (slots[t] < 0) continue;
-    write_token(cache, view, view.k, row.data() + qw, slots[t]);
-    if (view.v.width > 0) write_token(cache, view, view.v, row.data() + qw + kw, slots[t]);
+    if (q) {
+      std::memcpy(a.q_out + t * a.q_stride, part, sizeof(float) * static_cast<size_t>(qw));
+    } else if (slots[t] >= 0) {
+      write_token(cache, view, view.k, part, slots[t]);
+      if (view.v.width > 0) write_token(cache, view, view.v, part + kw, slots[t]);
+    }
   }
+}
+
+void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t t0,
+                  int64_t t1) {
+  qkv_epilogue_items(cache, view, a, slots, 2 * t0, 2 * t1);
 }
 
 }  // namespace specdec::cpu

@@ -43,5 +43,10 @@ struct QkvArgs {
 };
 void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t t0,
                   int64_t t1);
+// The same over items [i0, i1) of tokens x 2 parts: item 2t the q heads of token t, 2t + 1 its k
+// and v heads, so that one token keeps two threads busy; bitwise the tokens' (every element's
+// operations are the same).
+void qkv_epilogue_items(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots,
+                        int64_t i0, int64_t i1);
 
 }  // namespace specdec::cpu
