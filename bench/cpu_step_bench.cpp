@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
         prog.add("qkv_epilogue", 2 * n, 1, [&](int64_t lo, int64_t hi) {  // as the runner: by q | kv parts
           const QkvArgs a{qkv.data(), qkv_rows, nullptr, positions.data(), inv_freq.data(), true,
                           q.data(), hq, s.heads, s.kv_heads, s.head};
-          qkv_epilogue_items(l.cache.data(), view, a, slots.data(), lo, hi);
+          qkv_epilogue(l.cache.data(), view, a, slots.data(), lo, hi);
         });
         if (split) {  // few (token block, kv head) pairs for the threads: split over keys too
           prog.add("attention", static_cast<int64_t>(plan.items.size()), 1, [&](int64_t lo, int64_t hi) {

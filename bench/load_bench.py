@@ -14,7 +14,8 @@ depends on the disk). Per run: `load_s` (the LLM constructor), `rss_MB` after lo
 `rss_over_model_kv` = rss / (GGUF bytes + KV bytes); `first_tok_s` / `warm_tok_s`: decode tokens
 per second of the first request after loading and of a third one (greedy, --tokens each, the
 same prompt, prefix caching off so that each request prefills it; results before 2026-11-29's
-seventh stop of issue 35 had it on, so their later request skipped the prefill). The median over rounds is reported per (model, device). Not a test: numbers to read.
+seventh stop of issue 35 had it on, so their later request skipped the prefill). The median
+over rounds is reported per (model, device). Not a test: numbers to read.
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ void kv_gather(const uint8_t* cache, const kv::LayerKvView& view, const kv::KvPa
   }
 }
 
-void qkv_epilogue_items(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots,
-                        int64_t i0, int64_t i1) {
+void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t i0,
+                  int64_t i1) {
   const int64_t qw = int64_t{a.q_heads} * a.head_size, kw = int64_t{a.kv_heads} * a.head_size;
   const int64_t width = qw + 2 * kw;
   std::vector<float> row(static_cast<size_t>(width));
@@ -106,11 +106,6 @@ void qkv_epilogue_items(uint8_t* cache, const kv::LayerKvView& view, const QkvAr
       if (view.v.width > 0) write_token(cache, view, view.v, part + kw, slots[t]);
     }
   }
-}
-
-void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t t0,
-                  int64_t t1) {
-  qkv_epilogue_items(cache, view, a, slots, 2 * t0, 2 * t1);
 }
 
 }  // namespace specdec::cpu

@@ -41,12 +41,10 @@ struct QkvArgs {
   int64_t q_stride = 0;
   int q_heads = 0, kv_heads = 0, head_size = 0;
 };
-void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t t0,
-                  int64_t t1);
-// The same over items [i0, i1) of tokens x 2 parts: item 2t the q heads of token t, 2t + 1 its k
-// and v heads, so that one token keeps two threads busy; bitwise the tokens' (every element's
-// operations are the same).
-void qkv_epilogue_items(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots,
-                        int64_t i0, int64_t i1);
+// Items [i0, i1) of tokens x 2 parts: item 2t the q heads of token t, 2t + 1 its k and v heads, so
+// that a decode's one token keeps two threads busy (every element's operations are the same
+// however the items are split).
+void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a, const int32_t* slots, int64_t i0,
+                  int64_t i1);
 
 }  // namespace specdec::cpu

@@ -98,8 +98,8 @@ constexpr int kSplitRows = 4;
 // 8 weight vectors stay in registers through the row loop (rows one at a time: unrolling them
 // spills). Measured from memory, one thread, Zen 3, Q4_K 8960 x 1536 and 1536 x 8960 against one
 // fused loop over rows with both halves: 4 rows 0.92x the time, 8 rows 0.87-0.91x, 16 rows 0.87x;
-// 1-2 rows 3-10 % slower, 3 rows not measured (kSplitRows). Q4_0 and Q6_K, whose half kernels keep their weights in
-// registers already, gained nothing from separating the float steps.
+// 1-2 rows 3-10 % slower, 3 rows not measured (kSplitRows). Q4_0 and Q6_K, whose half kernels
+// keep their weights in registers already, gained nothing from separating the float steps.
 template <int kGroup>
 inline void split_dots(const __m256i (*w)[8], const int8_t* x, int64_t ldx, int n,
                        __m256i (*s)[2]) {

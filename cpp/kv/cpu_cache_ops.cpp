@@ -73,7 +73,7 @@ void cpu_kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache,
   // a token's q heads and its k and v heads as two items: a decode's one token on two threads
   device::cpu_of(dev).record(
       "kv_cache_write_qkv", 2 * int64_t{num_tokens}, 1,
-      [=](int64_t i0, int64_t i1) { cpu::qkv_epilogue_items(c, view, a, slots, i0, i1); });
+      [=](int64_t i0, int64_t i1) { cpu::qkv_epilogue(c, view, a, slots, i0, i1); });
 }
 
 void cpu_kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,
