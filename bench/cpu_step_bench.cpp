@@ -8,7 +8,7 @@
 // spent waiting at barriers (the pool's RegionStats). JSON on stdout, a table on stderr.
 //
 // Usage: cpu_step_bench [--model smollm2|qwen1.5b] [--threads N] [--steps N] [--context L]
-//                       [--rows 1,2,4,8,16] [--key-chunk 64] [--quick]
+//                       [--rows 1,2,4,8,16] [--key-chunk 128] [--quick]
 // Not the runner: no embedding lookup, sampling or Python; a measurement of the device's step.
 #include <algorithm>
 #include <chrono>
@@ -16,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <atomic>
 #include <random>
 #include <sstream>
 #include <string>
@@ -101,7 +103,7 @@ struct Options {
   int steps = 20;
   int context = 256;
   std::vector<int> rows = {1, 2, 4, 8, 16};
-  int key_chunk = 64;  // attention split over keys in chunks of this many (0: never)
+  int key_chunk = 128;  // attention split over keys in chunks of this many, as the runner (0: never)
 };
 
 std::string cpu_model() {
@@ -227,12 +229,16 @@ int main(int argc, char** argv) {
     md.slot_mapping = slots;
     attn::AttentionLayerParams ap = attn::AttentionLayerParams::from_spec(spec, s.heads, 0.125f);
 
-    // one attention plan per step (the metadata is every layer's): split over keys when the
-    // (token block, kv head) pairs are fewer than twice the threads
+    // one attention plan per step (the metadata is every layer's), split over keys as the runner
     const AttentionCall plan_call{&md, &ap, &view, layers[0].cache.data(), nullptr, q.data(), att.data()};
-    const AttentionPlan plan = plan_attention(plan_call, opt.key_chunk);
-    const bool split = opt.key_chunk > 0 && static_cast<int>(plan.outs.size()) < 2 * pool.num_threads();
+    const AttentionPlan plan = plan_attention(plan_call, opt.key_chunk > 0 ? opt.key_chunk : 128);
+    const bool split = opt.key_chunk > 0;  // as the runner: always (0: the unsplit kernel)
     std::vector<float> partials(static_cast<size_t>(plan.partial_floats));
+    std::vector<std::unique_ptr<std::atomic<int32_t>[]>> pending(layers.size());  // per layer
+    for (auto& pl : pending) pl = std::make_unique<std::atomic<int32_t>[]>(plan.outs.size());
+    // the runner's rule: the attention writes the o projection's activations when the head size
+    // is a multiple of their scale block
+    const bool fuse_quant = s.head % quant::activation_scale_block(s.o) == 0;
     Program prog;
     prog.set_profiling(true);
     auto record = [&]() {
@@ -258,15 +264,16 @@ int main(int argc, char** argv) {
                           q.data(), hq, s.heads, s.kv_heads, s.head};
           qkv_epilogue(l.cache.data(), view, a, slots.data(), lo, hi);
         });
-        if (split) {  // few (token block, kv head) pairs for the threads: split over keys too
-          prog.add("attention", static_cast<int64_t>(plan.items.size()), 1, [&](int64_t lo, int64_t hi) {
-            const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
-            attention_partial(c, plan, partials.data(), lo, hi);
-          });
-          prog.add("attention_combine", static_cast<int64_t>(plan.outs.size()), 1, [&](int64_t lo, int64_t hi) {
-            const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
-            attention_combine(c, plan, partials.data(), lo, hi);
-          });
+        if (split) {  // as the runner (CPU_PAGED): parts and combine in one dynamic op
+          std::atomic<int32_t>* pl = pending[il].get();
+          reset_pending(plan, pl);
+          prog.add(
+              "attention", static_cast<int64_t>(plan.items.size()), 1,
+              [&, pl](int64_t lo, int64_t hi) {
+                const AttentionCall c{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
+                attention_fused(c, plan, partials.data(), pl, fuse_quant ? &attq.out : nullptr, lo, hi);
+              },
+              Program::Schedule::kDynamic);
         } else {
           const AttentionCall c0{&md, &ap, &view, l.cache.data(), nullptr, q.data(), att.data()};
           prog.add("attention", attention_items(c0), 1, [&](int64_t lo, int64_t hi) {
@@ -274,10 +281,12 @@ int main(int argc, char** argv) {
             attention(c, lo, hi);
           });
         }
-        prog.add("quantize", n * column_chunks(hq), 1, [&](int64_t lo, int64_t hi) {  // as the runner
-          quantize_activation_chunks(att.data(), lo, hi, hq, attq.out.scale_block, attq.q.data(), attq.rec.data(),
-                                     isa);
-        });
+        if (!(split && fuse_quant)) {
+          prog.add("quantize", n * column_chunks(hq), 1, [&](int64_t lo, int64_t hi) {  // as the runner
+            quantize_activation_chunks(att.data(), lo, hi, hq, attq.out.scale_block, attq.q.data(), attq.rec.data(),
+                                       isa);
+          });
+        }
         add_matmul(prog, "matmul_o", l.o, MatmulInput{n, att.data(), &attq.view}, tmp.data(), isa);
         prog.add("add_rms_norm", n, 1, [&](int64_t lo, int64_t hi) {
           add_rms_norm(x.data(), tmp.data(), l.ffn_norm.data(), y.data(), lo, hi, s.hidden, eps, 0.0f,
@@ -335,7 +344,8 @@ int main(int argc, char** argv) {
     nlohmann::json ops = nlohmann::json::object();
     std::string table;
     for (const auto& t : prog.take_profile()) {
-      ops[t.name] = {{"launches_per_step", t.launches / opt.steps}, {"ms_per_step", t.us / 1e3 / opt.steps}};
+      ops[t.name] = {{"launches_per_step", t.launches / opt.steps}, {"ms_per_step", t.us / 1e3 / opt.steps},
+                     {"wait_ms_per_step", t.wait_us / 1e3 / opt.steps}};
       char buf[96];
       std::snprintf(buf, sizeof buf, " %s %.2f", t.name.c_str(), t.us / 1e3 / opt.steps);
       table += buf;

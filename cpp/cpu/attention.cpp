@@ -388,10 +388,16 @@ AttentionPlan plan_attention(const AttentionCall& c, int key_chunk) {
           }
         }
         const int64_t rows = int64_t{o.t1 - o.t0} * group;
+        const auto out = static_cast<int64_t>(plan.outs.size());
         // key chunks at absolute positions (a token's parts never depend on the batch)
         for (int k0 = hi < 0 ? 0 : lo / key_chunk * key_chunk; k0 <= hi; k0 += key_chunk) {
           plan.items.push_back({o.r, o.t0, o.t1, o.g, std::max(k0, lo), std::min(k0 + key_chunk - 1, hi),
-                                plan.partial_floats});
+                                plan.partial_floats, out});
+          plan.partial_floats += rows * (2 + dv);
+          ++o.num_items;
+        }
+        if (o.num_items == 0) {  // no visible key: one empty part (m = -inf, den = 0)
+          plan.items.push_back({o.r, o.t0, o.t1, o.g, 0, -1, plan.partial_floats, out});
           plan.partial_floats += rows * (2 + dv);
           ++o.num_items;
         }
@@ -399,6 +405,14 @@ AttentionPlan plan_attention(const AttentionCall& c, int key_chunk) {
       }
     }
   }
+  plan.order.resize(plan.items.size());
+  for (size_t i = 0; i < plan.order.size(); ++i) plan.order[i] = static_cast<int64_t>(i);
+  auto work = [&plan](int64_t i) {
+    const AttentionPlan::Item& it = plan.items[static_cast<size_t>(i)];
+    return int64_t{it.t1 - it.t0} * std::max(0, it.k1 - it.k0 + 1);
+  };
+  std::stable_sort(plan.order.begin(), plan.order.end(),
+                   [&](int64_t a, int64_t b) { return work(a) > work(b); });
   return plan;
 }
 
@@ -414,6 +428,48 @@ void attention_partial(const AttentionCall& c, const AttentionPlan& plan, float*
     const Item it{pi.r, pi.t0, pi.t1, pi.g};
     compute(c, kern, vm, it, pi.k0, pi.k1, s);
     store_part(s, (it.t1 - it.t0) * group, dv, partials + pi.partial);
+  }
+}
+
+void reset_pending(const AttentionPlan& plan, std::atomic<int32_t>* pending) {
+  for (size_t i = 0; i < plan.outs.size(); ++i)
+    pending[i].store(static_cast<int32_t>(plan.outs[i].num_items), std::memory_order_relaxed);
+}
+
+namespace {
+// Out o's rows quantised: its columns of each token's row (whole scale blocks).
+void quantize_out(const AttentionCall& c, const AttentionPlan::Out& o, const QuantOut& q) {
+  const attn::AttentionLayerParams& p = *c.params;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t width = int64_t{p.num_q_heads} * p.head_size_v, cols = int64_t{group} * p.head_size_v;
+  const auto row = vmath_for(c.isa).quantize_row;
+  for (int t = o.t0; t < o.t1; ++t) {
+    const int64_t at = t * width + int64_t{o.g} * cols;
+    row(c.out + at, cols, q.scale_block, q.q + at, q.rec + at / 32);
+  }
+}
+}  // namespace
+
+void attention_fused(const AttentionCall& c, const AttentionPlan& plan, float* partials,
+                     std::atomic<int32_t>* pending, const QuantOut* q, int64_t i0, int64_t i1) {
+  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
+  const Kernels& kern = kernels_for(c.isa);
+  const vmath::Kernels& vm = vmath_for(c.isa);
+  thread_local Scratch s;
+  prepare(c, s);
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttentionPlan::Item& pi = plan.items[static_cast<size_t>(plan.order[static_cast<size_t>(i)])];
+    const Item it{pi.r, pi.t0, pi.t1, pi.g};
+    compute(c, kern, vm, it, pi.k0, pi.k1, s);
+    store_part(s, (it.t1 - it.t0) * group, dv, partials + pi.partial);
+    // acq_rel: the last one sees every other part's stores (the counter's release sequence)
+    if (pending[pi.out].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+    const AttentionPlan::Out& o = plan.outs[static_cast<size_t>(pi.out)];
+    visible_range(c, it, s);
+    const int64_t stride = int64_t{o.t1 - o.t0} * group * (2 + dv);
+    finish(c, it, partials + plan.items[static_cast<size_t>(o.first_item)].partial,
+           static_cast<int>(o.num_items), stride, s);
+    if (q != nullptr) quantize_out(c, o, *q);
   }
 }
 

@@ -8,12 +8,14 @@
 // Arguments are checked by the caller (attn::check_layer_call and the backend's buffer checks).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "attention/backend.h"
 #include "attention/metadata.h"
 #include "cpu/isa.h"
+#include "cpu/ops.h"
 #include "kv/layout.h"
 
 namespace specdec::cpu {
@@ -41,10 +43,13 @@ void attention(const AttentionCall& c, int64_t i0, int64_t i1);
 // partial results, then one combine per (token block, kv head) writes out. Chunks sit at
 // absolute key positions, so a token's result never depends on the batch. The plan depends on
 // the metadata and the layer's heads / window / chunk only: one per step and KV-cache group.
+// Every (token block, kv head) has at least one item (an empty key range [0, -1] when none of its
+// tokens sees a key), so that its combine always runs.
 struct AttentionPlan {
   struct Item {
     int r, t0, t1, g, k0, k1;  // request, tokens [t0, t1), kv head, keys [k0, k1]
     int64_t partial;           // its partial results at partials + partial ([row][2 + dv])
+    int64_t out;               // the Out it belongs to
   };
   struct Out {
     int r, t0, t1, g;
@@ -53,11 +58,26 @@ struct AttentionPlan {
   int key_chunk = 0;
   std::vector<Item> items;
   std::vector<Out> outs;
+  // The items in the order attention_fused runs them: the most work (tokens x keys) first, so
+  // that threads taking them from a shared counter finish close together.
+  std::vector<int64_t> order;
   int64_t partial_floats = 0;  // the partials buffer's size
 };
 AttentionPlan plan_attention(const AttentionCall& c, int key_chunk = 128);
 void attention_partial(const AttentionCall& c, const AttentionPlan& plan, float* partials, int64_t i0, int64_t i1);
 void attention_combine(const AttentionCall& c, const AttentionPlan& plan, const float* partials, int64_t o0,
                        int64_t o1);
+
+// Partials and combine in one op (no barrier between them): items plan.order[i0 .. i1) write
+// their partial results; the thread that stores an Out's last part (pending[out] counts its parts
+// still to come: set every entry to the Out's num_items before the op) combines that Out, so each
+// Out is combined exactly once, after all of its parts, in the order attention_combine uses
+// (bitwise its result). With q, the combined rows are also written quantised (QuantOut's records,
+// as quantize_activations writes the whole row): every Out's columns must be whole scale blocks,
+// i.e. (num_q_heads / num_kv_heads) * head_size_v % q->scale_block == 0.
+void attention_fused(const AttentionCall& c, const AttentionPlan& plan, float* partials,
+                     std::atomic<int32_t>* pending, const QuantOut* q, int64_t i0, int64_t i1);
+// pending[i] = plan.outs[i].num_items for every Out.
+void reset_pending(const AttentionPlan& plan, std::atomic<int32_t>* pending);
 
 }  // namespace specdec::cpu

@@ -4,7 +4,8 @@
 // attention chunks, softcap and sinks, head sizes off the vector widths, up to 12 q heads a kv
 // head. Tolerance: 1e-5 of max(1, |reference|), as the OpenCL
 // backends (f32 arithmetic against the reference's double). Also: items split between calls (as
-// a thread pool does) give bitwise the result of one call.
+// a thread pool does) give bitwise the result of one call; the fused parts + combine op on two
+// threads gives bitwise the two-op result, with its quantised output that of the whole rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,10 +15,12 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "attention/reference.h"
+#include "cpu/activations.h"
 #include "cpu/attention.h"
 #include "kv/cache_ops.h"
 #include "kv/layout.h"
@@ -138,6 +141,42 @@ void run_case(const Case& c, uint32_t seed, Isa isa) {
     float e = 0.0f;
     for (size_t i = 0; i < want.size(); ++i) e = std::max(e, std::fabs(sp[i] - want[i]) / std::max(1.0f, std::fabs(want[i])));
     EXPECT_LE(e, 1e-5f) << c.name << " split " << chunk;
+    // parts and combine in one op, items taken by two threads from a shared counter (as the
+    // pool's dynamic schedule), with the output quantised: bitwise the two-op result, and the
+    // quantisation that of the whole rows
+    {
+      std::vector<float> fused(want.size(), -1.0f);
+      const int64_t width = int64_t{p.num_q_heads} * p.head_size_v;
+      const int sb = (width / p.num_kv_heads) % 32 == 0 ? 32 : 0;  // every Out whole 32-blocks
+      std::vector<int8_t> q8(sb ? want.size() : 0);
+      std::vector<ActRec> rec(sb ? want.size() / 32 : 0);
+      QuantOut qo{q8.data(), rec.data(), 32};
+      std::vector<float> parts2(parts.size());
+      std::vector<std::atomic<int32_t>> pending(plan.outs.size());
+      reset_pending(plan, pending.data());
+      AttentionCall cf = cs;
+      cf.out = fused.data();
+      std::atomic<int64_t> next{0};
+      auto worker = [&]() {
+        for (int64_t b = next.fetch_add(2); b < n_items; b = next.fetch_add(2))
+          attention_fused(cf, plan, parts2.data(), pending.data(), sb ? &qo : nullptr, b, std::min(n_items, b + 2));
+      };
+      std::thread other(worker);
+      worker();
+      other.join();
+      EXPECT_EQ(std::memcmp(fused.data(), sp.data(), sp.size() * 4), 0) << c.name << " fused " << chunk;
+      for (const std::atomic<int32_t>& left : pending) EXPECT_EQ(left.load(), 0);
+      if (sb) {
+        const OwnedActivations whole = quantize_activations(sp.data(), md.num_actual_tokens, width, 32);
+        EXPECT_EQ(whole.q, q8) << c.name << " fused quantised " << chunk;
+        EXPECT_EQ(std::memcmp(whole.rec.data(), rec.data(), rec.size() * sizeof(ActRec)), 0)
+            << c.name << " fused records " << chunk;
+      }
+      // the order runs every item once, the most work first
+      std::vector<int64_t> sorted = plan.order;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < sorted.size(); ++i) ASSERT_EQ(sorted[i], static_cast<int64_t>(i));
+    }
     const AttentionPlan plan1 = plan_attention(c1, chunk);
     std::vector<float> parts1(static_cast<size_t>(plan1.partial_floats)), sp1(alone.size());
     AttentionCall cs1 = c1;

@@ -1,16 +1,22 @@
 // CPU_PAGED: paged attention of the native CPU device (cpu/attention.h) behind the backend
 // interface. Every layer kind the reference serves (causal, non-causal, sliding window, chunked
 // local through the builder's virtual batches, softcap, sinks, GQA, MLA latent rows) in f32 for
-// f32 / f16 / bf16 caches, recorded on the device: (token block, kv head, key chunk) items over the
-// pool, then a combine per (token block, kv head) (flash-decoding). Always split, with key chunks at
-// absolute positions: a token's result never depends on its batch (choosing the unsplit path for
-// busy steps would make a decode alone and the same decode in a batch differ in the last bits).
+// f32 / f16 / bf16 caches, recorded on the device as one op: (token block, kv head, key chunk)
+// items taken by the pool's threads from a shared counter, the largest first, and the thread that
+// finishes a (token block, kv head)'s last chunk combines it (flash-decoding; no barrier between
+// the parts and the combine), quantising the combined rows for the output projection when asked
+// (capabilities().quantized_output). Always split, with key chunks at absolute positions: a
+// token's result never depends on its batch (choosing the unsplit path for busy steps would make a
+// decode alone and the same decode in a batch differ in the last bits).
+#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "attention/backends/backends.h"
+#include "common/errors.h"
 #include "cpu/attention.h"
 #include "device/cpu_device.h"
+#include "ops/cpu_common.h"
 
 namespace specdec::attn {
 namespace {
@@ -31,6 +37,7 @@ BackendCapabilities cpu_paged_capabilities() {
   c.logit_softcap = true;
   c.sinks = true;
   c.separate_head_size_v = true;
+  c.quantized_output = true;  // head_size_v a multiple of the scale block
   c.on_device = true;
   c.devices = {device::Kind::kCpu};
   c.kv_layout = kv::KvLayout::kKvMajor;
@@ -46,6 +53,9 @@ struct CallState {
   cpu::AttentionCall call;
   cpu::AttentionPlan plan;
   std::vector<float> partials;
+  std::unique_ptr<std::atomic<int32_t>[]> pending;  // per Out: its parts still to come
+  cpu::QuantOut quantized;
+  bool quantize = false;
 };
 
 class CpuPagedBackend final : public AttentionBackend {
@@ -75,16 +85,26 @@ class CpuPagedBackend final : public AttentionBackend {
     c.query = reinterpret_cast<const float*>(query.host());
     c.out = reinterpret_cast<float*>(output.host());
     c.isa = cd.isa();
+    if (const ops::QuantizedOut* qo = params.quantized_output) {
+      SPECDEC_CHECK(qo->scale_block > 0 && params.head_size_v % qo->scale_block == 0, "quantized_output",
+                    str_cat("head_size_v ", params.head_size_v, ", scale block ", qo->scale_block),
+                    "CPU_PAGED quantises its output only when head_size_v is a multiple of the scale block");
+      ops::check_quantized_out(*qo, md.host.num_actual_tokens,
+                               int64_t{params.num_q_heads} * params.head_size_v, "quantized_output");
+      s->quantized = ops::quant_out_of(*qo);
+      s->quantize = true;
+    }
     s->plan = cpu::plan_attention(c);
     s->partials.resize(static_cast<size_t>(s->plan.partial_floats));
-    cd.record("attention_partial", static_cast<int64_t>(s->plan.items.size()), 1,
-              [s](int64_t i0, int64_t i1) {
-                cpu::attention_partial(s->call, s->plan, s->partials.data(), i0, i1);
-              });
-    cd.record("attention_combine", static_cast<int64_t>(s->plan.outs.size()), 1,
-              [s](int64_t o0, int64_t o1) {
-                cpu::attention_combine(s->call, s->plan, s->partials.data(), o0, o1);
-              });
+    s->pending = std::make_unique<std::atomic<int32_t>[]>(s->plan.outs.size());
+    cpu::reset_pending(s->plan, s->pending.get());
+    cd.record(
+        "attention", static_cast<int64_t>(s->plan.items.size()), 1,
+        [s](int64_t i0, int64_t i1) {
+          cpu::attention_fused(s->call, s->plan, s->partials.data(), s->pending.get(),
+                               s->quantize ? &s->quantized : nullptr, i0, i1);
+        },
+        cpu::Program::Schedule::kDynamic);
   }
 
  private:
