@@ -156,24 +156,25 @@ void ThreadPool::check_range(int64_t begin, int64_t end, int64_t grain) {
 // Sleeping: announce in `sleepers` and re-read the word (both seq_cst) before the futex wait; the
 // waker changes the word and then reads `sleepers` (both seq_cst), so one of the two sees the other
 // and no wake-up is lost. Returns the word's value that satisfied done.
+// A sleeper woken while its wait is not over (prewake(), or a spurious return) spins again first.
 template <typename Done>
 uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
   uint32_t value = word.value.load(std::memory_order_acquire);
   if (done(value)) return value;
-  if (spin_ns_ > 0) {
-    const int64_t start = now_ns();
-    for (uint32_t i = 1;; ++i) {
-      cpu_relax();
-      value = word.value.load(std::memory_order_acquire);
-      if (done(value)) return value;
-      if (i % 32 == 0) {
-        const int64_t spun = now_ns() - start;
-        if (spun > spin_ns_) break;
-        if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
+  for (;;) {
+    if (spin_ns_ > 0) {
+      const int64_t start = now_ns();
+      for (uint32_t i = 1;; ++i) {
+        cpu_relax();
+        value = word.value.load(std::memory_order_acquire);
+        if (done(value)) return value;
+        if (i % 32 == 0) {
+          const int64_t spun = now_ns() - start;
+          if (spun > spin_ns_) break;
+          if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
+        }
       }
     }
-  }
-  for (;;) {
     word.sleepers.fetch_add(1, std::memory_order_seq_cst);
     value = word.value.load(std::memory_order_seq_cst);
     if (!done(value)) futex_wait(word.value, value);
@@ -181,6 +182,10 @@ uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
     value = word.value.load(std::memory_order_acquire);
     if (done(value)) return value;
   }
+}
+
+void ThreadPool::prewake() {
+  if (num_threads_ > 1 && spin_ns_ > 0) wake_all(region_);
 }
 
 void ThreadPool::wake_all(WaitWord& word) {

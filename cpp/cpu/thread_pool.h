@@ -139,6 +139,12 @@ class ThreadPool {
     });
   }
 
+  // Wakes workers asleep between regions so that they spin (up to spin_us) for the next one:
+  // called when a step starts being prepared, their wake-up (tens of µs in a VM) overlaps the
+  // preparation instead of delaying the region's first barrier. Costs one syscall when a worker
+  // sleeps, nothing otherwise; no effect without spinning.
+  void prewake();
+
   // Stats: cheap when off (one branch per barrier); switch between regions.
   void set_collect_stats(bool on) { collect_stats_.store(on, std::memory_order_relaxed); }
   const RegionStats& last_stats() const { return last_; }

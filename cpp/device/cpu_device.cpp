@@ -209,6 +209,7 @@ void CpuDevice::record(const char* name, int64_t items, int64_t grain, cpu::Prog
     std::lock_guard d(deferred_->mu);
     deferred_->recording = true;
   }
+  if (program_.empty()) pool_.prewake();  // a step starts: the workers spin while it is recorded
   program_.add(name, items, grain, std::move(body), schedule);
 }
 

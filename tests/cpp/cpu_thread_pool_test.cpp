@@ -299,6 +299,37 @@ TEST(CpuThreadPool, WakesAfterIdleGaps) {
   }
 }
 
+// prewake() between regions (asleep or still spinning workers, or none: one thread), called
+// again before the region, or with no region after it: every region still runs on every thread,
+// its phases in order (a lost or doubled wake-up hangs or fails here).
+TEST(CpuThreadPool, PrewakeBeforeRegions) {
+  for (int n : {1, 2, 3}) {
+    ThreadPoolOptions options;
+    options.num_threads = n;
+    options.pin = 0;
+    options.spin_us = 20;  // workers fall asleep within the gaps below
+    ThreadPool pool(options);
+    std::vector<int> phase(static_cast<size_t>(n), 0);
+    int bad = 0;
+    for (int i = 0; i < 60; ++i) {
+      if (i % 3 != 2) pool.prewake();
+      if (i % 5 == 0) pool.prewake();
+      if (i % 4 == 1) std::this_thread::sleep_for(std::chrono::microseconds(i % 8 == 1 ? 2000 : 50));
+      if (i % 7 == 3) continue;  // woken for a region that does not come
+      std::atomic<int> runs{0};
+      pool.run([&](ThreadContext& ctx) {
+        phase[static_cast<size_t>(ctx.index())] = i;
+        ctx.barrier();
+        for (int t = 0; t < n; ++t)
+          if (phase[static_cast<size_t>(t)] != i) ++runs;  // counted as bad below
+        ++runs;
+      });
+      if (runs.load() != n) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << n << " threads";
+  }
+}
+
 TEST(CpuThreadPool, StatsMeasureBarrierWaits) {
   ThreadPool pool = make_pool(2, /*stats=*/true);
   pool.run([](ThreadContext& ctx) {
