@@ -241,8 +241,11 @@ int main(int argc, char** argv) {
     const bool fuse_quant = s.head % quant::activation_scale_block(s.o) == 0;
     Program prog;
     prog.set_profiling(true);
+    std::vector<float> angles(static_cast<size_t>(n) * s.head);
     auto record = [&]() {
       const float eps = 1e-6f;
+      // as the CPU device: the step's RoPE angles once, when recorded
+      rope_angles(positions.data(), 0, n, inv_freq.data(), s.head / 2, angles.data());
       prog.add("embed", n, 1, [&](int64_t lo, int64_t hi) {  // the step's input rows (as an embedding gives them)
         copy_2d(x0.data(), x.data(), lo, hi, s.hidden, s.hidden, s.hidden);
       });
@@ -260,7 +263,7 @@ int main(int argc, char** argv) {
         }
         add_matmul(prog, "matmul_qkv", l.qkv, MatmulInput{n, y.data(), &yq_qkv.view}, qkv.data(), isa);
         prog.add("qkv_epilogue", 2 * n, 1, [&](int64_t lo, int64_t hi) {  // as the runner: by q | kv parts
-          const QkvArgs a{qkv.data(), qkv_rows, nullptr, positions.data(), inv_freq.data(), true,
+          const QkvArgs a{qkv.data(), qkv_rows, nullptr, positions.data(), inv_freq.data(), angles.data(), true,
                           q.data(), hq, s.heads, s.kv_heads, s.head};
           qkv_epilogue(l.cache.data(), view, a, slots.data(), lo, hi);
         });

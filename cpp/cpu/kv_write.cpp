@@ -86,7 +86,8 @@ void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a,
                   int64_t i1) {
   const int64_t qw = int64_t{a.q_heads} * a.head_size, kw = int64_t{a.kv_heads} * a.head_size;
   const int64_t width = qw + 2 * kw;
-  std::vector<float> row(static_cast<size_t>(width));
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(width));
   const RopeType type = a.neox ? RopeType::kNeox : RopeType::kNorm;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = i / 2;
@@ -95,7 +96,10 @@ void qkv_epilogue(uint8_t* cache, const kv::LayerKvView& view, const QkvArgs& a,
     float* part = row.data() + begin;
     std::memcpy(part, a.x + t * a.x_stride + begin, sizeof(float) * static_cast<size_t>(len));
     if (a.bias != nullptr) add_bias(part, a.bias + begin, 0, 1, static_cast<int>(len));
-    if (a.inv_freq != nullptr) {  // q or k heads
+    if (a.angles != nullptr) {  // q or k heads, the step's angles
+      rope_rotate(part, a.angles + t * a.head_size, 0, 1, q ? a.q_heads : a.kv_heads, a.head_size, a.head_size, type,
+                  width);
+    } else if (a.inv_freq != nullptr) {
       rope(part, a.positions + t, 0, 1, q ? a.q_heads : a.kv_heads, a.head_size, a.inv_freq, a.head_size, type,
            width);
     }

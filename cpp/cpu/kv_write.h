@@ -36,6 +36,9 @@ struct QkvArgs {
   const float* bias = nullptr;
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
+  // With inv_freq: the angles of rope_angles for every token of the call (the step's, shared by its
+  // layers), or null: computed here for each part (the same values)
+  const float* angles = nullptr;
   bool neox = false;
   float* q_out = nullptr;
   int64_t q_stride = 0;

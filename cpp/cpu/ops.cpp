@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "common/errors.h"
 #include "cpu/activations.h"
@@ -185,16 +186,26 @@ void gated_activation_chunks(const float* gate, const float* up, float* out, int
   }
 }
 
-void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
-          const float* inv_freq, int rope_dim, RopeType type, int64_t token_stride) {
+void rope_angles(const int32_t* positions, int64_t t0, int64_t t1, const float* inv_freq, int half, float* cs) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    float* a = cs + t * half * 2;
+    for (int i = 0; i < half; ++i) {
+      const float theta = pos * inv_freq[i];
+      a[2 * i] = static_cast<float>(std::cos(static_cast<double>(theta)));
+      a[2 * i + 1] = static_cast<float>(std::sin(static_cast<double>(theta)));
+    }
+  }
+}
+
+void rope_rotate(float* x, const float* cs, int64_t t0, int64_t t1, int num_heads, int head_size, int rope_dim,
+                 RopeType type, int64_t token_stride) {
   const int half = rope_dim / 2;
   for (int64_t t = t0; t < t1; ++t) {
     float* row = x + t * token_stride;
-    const float pos = static_cast<float>(positions[t]);
+    const float* a = cs + t * half * 2;
     for (int i = 0; i < half; ++i) {
-      const float theta = pos * inv_freq[i];
-      const float c = static_cast<float>(std::cos(static_cast<double>(theta)));
-      const float s = static_cast<float>(std::sin(static_cast<double>(theta)));
+      const float c = a[2 * i], s = a[2 * i + 1];
       const int d0 = type == RopeType::kNeox ? i : 2 * i;
       const int d1 = type == RopeType::kNeox ? i + half : 2 * i + 1;
       for (int h = 0; h < num_heads; ++h) {
@@ -204,6 +215,17 @@ void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_he
         head[d1] = x0 * s + x1 * c;
       }
     }
+  }
+}
+
+void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
+          const float* inv_freq, int rope_dim, RopeType type, int64_t token_stride) {
+  const int half = rope_dim / 2;
+  thread_local std::vector<float> cs;
+  cs.resize(static_cast<size_t>(half) * 2);
+  for (int64_t t = t0; t < t1; ++t) {  // one token's angles at a time, as its own table
+    rope_angles(positions + t, 0, 1, inv_freq, half, cs.data());
+    rope_rotate(x + t * token_stride, cs.data(), 0, 1, num_heads, head_size, rope_dim, type, token_stride);
   }
 }
 

@@ -52,6 +52,12 @@ void gated_activation_chunks(const float* gate, const float* up, float* out, int
 // ---- RoPE (ops/rope.h), tokens [t0, t1), in place ----
 void rope(float* x, const int32_t* positions, int64_t t0, int64_t t1, int num_heads, int head_size,
           const float* inv_freq, int rope_dim, RopeType type, int64_t token_stride);
+// The rotation angles rope() uses, once for every head and layer that shares the positions and
+// inv_freq: cs[(t * half + i) * 2] = cos, + 1 = sin of positions[t] * inv_freq[i], tokens [t0, t1).
+void rope_angles(const int32_t* positions, int64_t t0, int64_t t1, const float* inv_freq, int half, float* cs);
+// rope() with the angles of rope_angles (cs indexed by the same token t): bitwise rope().
+void rope_rotate(float* x, const float* cs, int64_t t0, int64_t t1, int num_heads, int head_size, int rope_dim,
+                 RopeType type, int64_t token_stride);
 
 // ---- row moves (ops/rows.h) ----
 // dst rows [j0, j1) = src[idx[j]] (NaN rows for an index outside [0, num_src_rows))

@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "common/huge_pages.h"
+#include "cpu/ops.h"
 
 namespace specdec::device {
 
@@ -213,8 +214,22 @@ void CpuDevice::record(const char* name, int64_t items, int64_t grain, cpu::Prog
   program_.add(name, items, grain, std::move(body), schedule);
 }
 
+std::shared_ptr<const std::vector<float>> CpuDevice::rope_angles(const int32_t* positions, int64_t num_tokens,
+                                                                 const float* inv_freq, int half) {
+  std::lock_guard guard(mu_);
+  for (const Angles& a : angles_) {
+    if (a.positions == positions && a.num_tokens == num_tokens && a.inv_freq == inv_freq && a.half == half)
+      return a.values;
+  }
+  auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(num_tokens * half * 2));
+  cpu::rope_angles(positions, 0, num_tokens, inv_freq, half, values->data());
+  angles_.push_back({positions, num_tokens, inv_freq, half, values});
+  return values;
+}
+
 void CpuDevice::flush() {
   std::lock_guard guard(mu_);
+  angles_.clear();  // positions may be rewritten after this
   if (program_.empty()) return;
   struct Ran {  // the deferred memory goes once the ops ran or failed
     Deferred& d;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cpu/isa.h"
 #include "cpu/program.h"
@@ -56,6 +57,12 @@ class CpuDevice final : public Device {
   void record(const char* name, int64_t items, int64_t grain, cpu::Program::Body body,
               cpu::Program::Schedule schedule = cpu::Program::Schedule::kStatic);
   size_t num_recorded() const { return program_.size(); }
+  // The RoPE angles (cpu::rope_angles) of tokens [0, num_tokens) at `positions` with `inv_freq`
+  // (host memory of this device's buffers, read now: a transfer runs the recorded ops first, so
+  // they hold what the ops will read), computed once and shared by the ops recorded until the next
+  // flush (a step's layers).
+  std::shared_ptr<const std::vector<float>> rope_angles(const int32_t* positions, int64_t num_tokens,
+                                                        const float* inv_freq, int half);
   cpu::Isa isa() const { return isa_; }
   int num_threads() const { return pool_.num_threads(); }
 
@@ -68,6 +75,14 @@ class CpuDevice final : public Device {
   cpu::Program program_;
   cpu::Isa isa_;
   std::shared_ptr<Deferred> deferred_;
+  struct Angles {
+    const int32_t* positions;
+    int64_t num_tokens;
+    const float* inv_freq;
+    int half;
+    std::shared_ptr<const std::vector<float>> values;
+  };
+  std::vector<Angles> angles_;  // since the last flush
 };
 
 // The CPU device under `dev` (device files); a logic_error on another kind.

@@ -13,6 +13,7 @@ T* host_at(const device::Buffer& b, int64_t elem_offset = 0) {
 }
 
 constexpr int64_t kTokenGrain = 4;  // tokens per run of work
+constexpr int kStepAnglesMaxTokens = 64;  // RoPE angles computed when recorded up to this many tokens
 
 // The cache dtypes the native writes and reads store (f32, f16, bf16): the OpenCL kernels' set,
 // refused with the same UnsupportedError (kv::cache_dtype_define).
@@ -70,10 +71,19 @@ void cpu_kv_cache_write_qkv(device::Device& dev, const device::Buffer& cache,
   a.kv_heads = e.kv_heads;
   a.head_size = e.head_size;
   const int32_t* slots = host_at<const int32_t>(slot_mapping);
+  device::CpuDevice& cd = device::cpu_of(dev);
+  // a decode's or a verify's angles once for the step's layers (a long prefill's in the op, on
+  // every thread)
+  std::shared_ptr<const std::vector<float>> angles;
+  if (a.inv_freq != nullptr && num_tokens <= kStepAnglesMaxTokens) {
+    angles = cd.rope_angles(a.positions, num_tokens, a.inv_freq, e.head_size / 2);
+    a.angles = angles->data();
+  }
   // a token's q heads and its k and v heads as two items: a decode's one token on two threads
-  device::cpu_of(dev).record(
-      "kv_cache_write_qkv", 2 * int64_t{num_tokens}, 1,
-      [=](int64_t i0, int64_t i1) { cpu::qkv_epilogue(c, view, a, slots, i0, i1); });
+  cd.record("kv_cache_write_qkv", 2 * int64_t{num_tokens}, 1, [=](int64_t i0, int64_t i1) {
+    (void)angles;  // kept alive while the op may run
+    cpu::qkv_epilogue(c, view, a, slots, i0, i1);
+  });
 }
 
 void cpu_kv_cache_gather(device::Device& dev, const device::Buffer& cache, const LayerKvView& view,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "cpu/ops.h"
 
 using namespace specdec;
 using device::Buffer;
@@ -93,6 +94,29 @@ TEST(CpuDevice, BuffersRoundTripAndRegionsShareMemory) {
   dev.fill_zero(r);
   dev.read(r, got.data(), 4);
   EXPECT_EQ(got[0], 0);
+}
+
+// The step's RoPE angles: computed once for the ops recorded until a flush, from the positions
+// the buffer holds when recorded; a write (which flushes) and the next step's angles are new.
+TEST(CpuDevice, RopeAnglesAreSharedUntilAFlush) {
+  CpuDevice dev;
+  const std::vector<float> inv = {1.0f, 0.5f, 0.25f};
+  std::vector<int32_t> pos = {3, 4};
+  Buffer positions = dev.upload(pos.data(), pos.size() * 4, Lifetime::kWorkspace);
+  const auto* p = reinterpret_cast<const int32_t*>(positions.host());
+  const auto a = dev.rope_angles(p, 2, inv.data(), 3);
+  EXPECT_EQ(dev.rope_angles(p, 2, inv.data(), 3), a);        // the same table for the next layer
+  EXPECT_NE(dev.rope_angles(p, 1, inv.data(), 3), a);        // another shape: its own
+  std::vector<float> want(12);
+  cpu::rope_angles(pos.data(), 0, 2, inv.data(), 3, want.data());
+  EXPECT_EQ(*a, want);
+  pos = {9, 10};
+  dev.write(positions, pos.data(), pos.size() * 4);  // flushes: the next step
+  const auto b = dev.rope_angles(p, 2, inv.data(), 3);
+  EXPECT_NE(b, a);
+  cpu::rope_angles(pos.data(), 0, 2, inv.data(), 3, want.data());
+  EXPECT_EQ(*b, want);
+  EXPECT_NE(*a, *b);
 }
 
 TEST(CpuDevice, BadRequestsNameWhatIsAllowed) {

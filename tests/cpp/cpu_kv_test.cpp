@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/kv_write.h"
+#include "cpu/ops.h"
 #include "kv/cache_ops.h"
 #include "kv/layout.h"
 #include "ops/reference.h"
@@ -93,15 +94,22 @@ TEST(CpuKvWrite, QkvEpilogueBitwiseTheSeparateReferences) {
       }
       kv::kv_cache_write_ref(want.raw, want.view, kv::KvPart::kK, k, kSlots);
       kv::kv_cache_write_ref(want.raw, want.view, kv::KvPart::kV, v, kSlots);
-      std::vector<float> got_q(want_q.size(), -3.0f);
-      const QkvArgs a{x.data(), x_stride, with_bias ? bias.data() : nullptr, pos.data(), inv.data(), neox,
-                      got_q.data(), q_stride, qh, kvh, hs};
-      // items: token t's q heads (2t), then its k and v heads (2t + 1); split inside a token
-      qkv_epilogue(got.raw.data(), got.view, a, kSlots.data(), 0, 3);
-      qkv_epilogue(got.raw.data(), got.view, a, kSlots.data(), 3, 8);
-      qkv_epilogue(got.raw.data(), got.view, a, kSlots.data(), 8, 2 * tokens);
-      EXPECT_EQ(std::memcmp(got_q.data(), want_q.data(), want_q.size() * 4), 0) << neox << with_bias;
-      EXPECT_EQ(got.raw, want.raw) << neox << with_bias;
+      // the angles computed in the op, or once beforehand for the call's tokens (as the CPU device
+      // does for a step's layers): the same bits
+      std::vector<float> angles(static_cast<size_t>(tokens * hs));
+      rope_angles(pos.data(), 0, tokens, inv.data(), hs / 2, angles.data());
+      for (bool step_angles : {false, true}) {
+        Layer got_l = got;
+        std::vector<float> got_q(want_q.size(), -3.0f);
+        const QkvArgs a{x.data(), x_stride, with_bias ? bias.data() : nullptr, pos.data(), inv.data(),
+                        step_angles ? angles.data() : nullptr, neox, got_q.data(), q_stride, qh, kvh, hs};
+        // items: token t's q heads (2t), then its k and v heads (2t + 1); split inside a token
+        qkv_epilogue(got_l.raw.data(), got_l.view, a, kSlots.data(), 0, 3);
+        qkv_epilogue(got_l.raw.data(), got_l.view, a, kSlots.data(), 3, 8);
+        qkv_epilogue(got_l.raw.data(), got_l.view, a, kSlots.data(), 8, 2 * tokens);
+        EXPECT_EQ(std::memcmp(got_q.data(), want_q.data(), want_q.size() * 4), 0) << neox << with_bias << step_angles;
+        EXPECT_EQ(got_l.raw, want.raw) << neox << with_bias << step_angles;
+      }
     }
   }
 }
