@@ -116,7 +116,10 @@ std::string cpu_model() {
 }
 
 void add_matmul(Program& p, const char* name, const Matrix& m, const MatmulInput& in, float* y, Isa isa) {
-  p.add(name, m.layout.groups, 1, [&m, in, y, isa](int64_t lo, int64_t hi) { matmul(m.w(), in, lo, hi, y, isa); });
+  // as the CPU device: weight groups from a shared counter
+  p.add(
+      name, m.layout.groups, 1, [&m, in, y, isa](int64_t lo, int64_t hi) { matmul(m.w(), in, lo, hi, y, isa); },
+      Program::Schedule::kDynamic);
 }
 
 }  // namespace
