@@ -245,7 +245,28 @@ int main(int argc, char** argv) {
     Program prog;
     prog.set_profiling(true);
     std::vector<float> angles(static_cast<size_t>(n) * s.head);
+    // as the CPU device: the residual add and norm of a row over the threads in column chunks
+    // when the rows are fewer than the threads (cpp/ops/cpu_norm.cpp), else by rows
+    const int nthreads = pool.num_threads();
+    std::vector<std::unique_ptr<std::vector<std::atomic<int32_t>>>> readies;
+    auto add_norm = [&](const float* weight, const QuantOut& qo) {
+      const int64_t chunk = ((s.hidden + nthreads - 1) / nthreads + qo.scale_block - 1) / qo.scale_block * qo.scale_block;
+      if (n < nthreads && chunk < s.hidden) {
+        const int64_t items = n * ((s.hidden + chunk - 1) / chunk);
+        readies.push_back(std::make_unique<std::vector<std::atomic<int32_t>>>(static_cast<size_t>(n)));
+        std::atomic<int32_t>* ready = readies.back()->data();
+        prog.add("add_rms_norm", items, 1, [&, weight, chunk, ready, qp = &qo](int64_t lo, int64_t hi) {
+          add_rms_norm_chunks(x.data(), tmp.data(), weight, y.data(), lo, hi, s.hidden, chunk, 1e-6f, 0.0f, qp, ready,
+                              isa);
+        });
+      } else {
+        prog.add("add_rms_norm", n, 1, [&, weight, qp = &qo](int64_t lo, int64_t hi) {
+          add_rms_norm(x.data(), tmp.data(), weight, y.data(), lo, hi, s.hidden, 1e-6f, 0.0f, qp);
+        });
+      }
+    };
     auto record = [&]() {
+      readies.clear();
       const float eps = 1e-6f;
       // as the CPU device: the step's RoPE angles once, when recorded
       rope_angles(positions.data(), 0, n, inv_freq.data(), s.head / 2, angles.data());
@@ -259,10 +280,7 @@ int main(int argc, char** argv) {
             rms_norm(x.data(), l.attn_norm.data(), y.data(), lo, hi, s.hidden, eps, 0.0f, &yq_qkv.out);
           });
         } else {  // the residual of the layer before, fused with this layer's norm
-          prog.add("add_rms_norm", n, 1, [&](int64_t lo, int64_t hi) {
-            add_rms_norm(x.data(), tmp.data(), l.attn_norm.data(), y.data(), lo, hi, s.hidden, eps, 0.0f,
-                         &yq_qkv.out);
-          });
+          add_norm(l.attn_norm.data(), yq_qkv.out);
         }
         add_matmul(prog, "matmul_qkv", l.qkv, MatmulInput{n, y.data(), &yq_qkv.view}, qkv.data(), isa);
         prog.add("qkv_epilogue", 2 * n, 1, [&](int64_t lo, int64_t hi) {  // as the runner: by q | kv parts
@@ -294,10 +312,7 @@ int main(int argc, char** argv) {
           });
         }
         add_matmul(prog, "matmul_o", l.o, MatmulInput{n, att.data(), &attq.view}, tmp.data(), isa);
-        prog.add("add_rms_norm", n, 1, [&](int64_t lo, int64_t hi) {
-          add_rms_norm(x.data(), tmp.data(), l.ffn_norm.data(), y.data(), lo, hi, s.hidden, eps, 0.0f,
-                       &yq_up.out);
-        });
+        add_norm(l.ffn_norm.data(), yq_up.out);
         add_matmul(prog, "matmul_gate_up", l.up, MatmulInput{n, y.data(), &yq_up.view}, gu.data(), isa);
         prog.add("gated_activation", n * column_chunks(s.ff), 1, [&](int64_t lo, int64_t hi) {
           gated_activation_chunks(gu.data(), gu.data() + s.ff, act.data(), lo, hi, s.ff, Activation::kSilu,
@@ -305,10 +320,7 @@ int main(int argc, char** argv) {
         });
         add_matmul(prog, "matmul_down", l.down, MatmulInput{n, act.data(), &actq.view}, tmp.data(), isa);
       }
-      prog.add("add_rms_norm", n, 1, [&](int64_t lo, int64_t hi) {
-        add_rms_norm(x.data(), tmp.data(), final_norm.data(), y.data(), lo, hi, s.hidden, 1e-6f, 0.0f,
-                     &yq_head.out);
-      });
+      add_norm(final_norm.data(), yq_head.out);
       add_matmul(prog, "matmul_lm_head", lm_head, MatmulInput{n, y.data(), &yq_head.view}, logits.data(), isa);
       // as the runner: in vocabulary chunks over the threads, then combined
       const int64_t chunks = vocab_chunks(s.vocab);

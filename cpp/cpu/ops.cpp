@@ -15,16 +15,23 @@ namespace specdec::cpu {
 namespace {
 
 // ops::ref::rms_norm of one row (squares in f32 summed in double, in order).
-void norm_row_portable(const float* x, const float* weight, float* y, int dim, float eps, float weight_offset) {
+void norm_row_portable(const float* x, const float* weight, float* y, int dim, float eps, float weight_offset, int c0,
+                       int c1) {
   double sum = 0.0;
   for (int i = 0; i < dim; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum / dim);
   const float scale = 1.0f / std::sqrt(mean + eps);
   if (weight == nullptr) {
-    for (int i = 0; i < dim; ++i) y[i] = x[i] * scale;
+    for (int i = c0; i < c1; ++i) y[i] = x[i] * scale;
   } else {
-    for (int i = 0; i < dim; ++i) y[i] = (x[i] * scale) * (weight[i] + weight_offset);
+    for (int i = c0; i < c1; ++i) y[i] = (x[i] * scale) * (weight[i] + weight_offset);
   }
+}
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
 
 void quantize_row(const float* y, int64_t r, int dim, const QuantOut* q, Isa isa) {
@@ -121,7 +128,7 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t
               float weight_offset, const QuantOut* q, Isa isa) {
   const vmath::Kernels& k = vmath_for(isa);
   for (int64_t r = r0; r < r1; ++r) {
-    k.norm_row(x + r * dim, weight, y + r * dim, dim, eps, weight_offset);
+    k.norm_row(x + r * dim, weight, y + r * dim, dim, eps, weight_offset, 0, dim);
     quantize_row(y, r, dim, q, isa);
   }
 }
@@ -133,8 +140,35 @@ void add_rms_norm(float* x, const float* residual, const float* weight, float* y
     float* xr = x + r * dim;
     const float* rr = residual + r * dim;
     for (int i = 0; i < dim; ++i) xr[i] = xr[i] + rr[i];
-    k.norm_row(xr, weight, y + r * dim, dim, eps, weight_offset);
+    k.norm_row(xr, weight, y + r * dim, dim, eps, weight_offset, 0, dim);
     quantize_row(y, r, dim, q, isa);
+  }
+}
+
+void add_rms_norm_chunks(float* x, const float* residual, const float* weight, float* y, int64_t i0, int64_t i1,
+                         int dim, int64_t chunk, float eps, float weight_offset, const QuantOut* q,
+                         std::atomic<int32_t>* ready, Isa isa) {
+  const vmath::Kernels& k = vmath_for(isa);
+  const int64_t chunks = (dim + chunk - 1) / chunk;
+  thread_local std::vector<float> sum_row;
+  sum_row.resize(static_cast<size_t>(dim));
+  for (int64_t i = i0; i < i1;) {
+    const int64_t r = i / chunks, end = std::min(i1, (r + 1) * chunks);  // this call's items of row r
+    float* xr = x + r * dim;
+    const float* rr = residual + r * dim;
+    for (int c = 0; c < dim; ++c) sum_row[static_cast<size_t>(c)] = xr[c] + rr[c];
+    // x read: the row's other items may write their columns once every item has read it
+    ready[r].fetch_add(static_cast<int32_t>(end - i), std::memory_order_acq_rel);
+    const int c0 = static_cast<int>((i % chunks) * chunk);
+    const int c1 = static_cast<int>(std::min<int64_t>(dim, ((end - 1) % chunks + 1) * chunk));
+    k.norm_row(sum_row.data(), weight, y + r * dim, dim, eps, weight_offset, c0, c1);  // its columns
+    if (q != nullptr) {
+      const int64_t at = r * dim + c0;
+      k.quantize_row(y + at, c1 - c0, q->scale_block, q->q + at, q->rec + at / 32);
+    }
+    while (ready[r].load(std::memory_order_acquire) < chunks) cpu_pause();
+    std::copy(sum_row.data() + c0, sum_row.data() + c1, xr + c0);
+    i = end;
   }
 }
 

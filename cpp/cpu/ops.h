@@ -6,6 +6,7 @@
 // Tested against the references in tests/cpp/cpu_ops_test.cpp.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "common/model_types.h"
@@ -31,6 +32,18 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t r0, int64_t
 // x += residual (written back), then y = rms_norm(x) as above; y may be x or residual.
 void add_rms_norm(float* x, const float* residual, const float* weight, float* y, int64_t r0, int64_t r1,
                   int dim, float eps, float weight_offset, const QuantOut* q, Isa isa = cpu_isa());
+
+// add_rms_norm of rows split in column chunks, so that a decode's one row keeps every thread
+// busy: items [i0, i1) of rows x ceil(dim / chunk) (item = row * chunks + c). Every item of a row
+// computes the whole row's sum and norm (bitwise the row path) and writes its columns of y (and,
+// with q, their quantisation: chunk a multiple of q->scale_block), then its columns of x = x +
+// residual only once every item of the row has read x: ready[row] counts the row's items that
+// have (set every entry to 0 before the op; an item waits, spinning, for the others of its row,
+// so the items of a row must run at once, as a region's static shares do). y must not overlap x
+// or residual.
+void add_rms_norm_chunks(float* x, const float* residual, const float* weight, float* y, int64_t i0, int64_t i1,
+                         int dim, int64_t chunk, float eps, float weight_offset, const QuantOut* q,
+                         std::atomic<int32_t>* ready, Isa isa = cpu_isa());
 
 // ---- element-wise (ops/elementwise.h), on the flat range [i0, i1) ----
 void add(float* x, const float* y, int64_t i0, int64_t i1);

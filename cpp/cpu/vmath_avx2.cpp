@@ -179,7 +179,7 @@ void quantize_row(const float* x, int64_t cols, int scale_block, int8_t* q, ActR
 }
 
 // The squares in f32 (as the reference), summed in f64 lanes; then the row scaled.
-void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off) {
+void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off, int c0, int c1) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   for (int i = 0; i < dim; i += 8) {
     const int left = dim - i;
@@ -194,8 +194,8 @@ void norm_row(const float* x, const float* w, float* y, int dim, float eps, floa
   const float mean = static_cast<float>(sum / dim);
   const __m256 sc = _mm256_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps))));
   const __m256 offv = _mm256_set1_ps(off);
-  for (int i = 0; i < dim; i += 8) {
-    const int left = dim - i;
+  for (int i = c0; i < c1; i += 8) {
+    const int left = c1 - i;
     __m256 v = _mm256_mul_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f), sc);
     if (w != nullptr) {
       const __m256 wv = left >= 8 ? _mm256_loadu_ps(w + i) : load_part(w + i, left, 0.0f);

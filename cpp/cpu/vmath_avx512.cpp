@@ -135,7 +135,7 @@ void quantize_row(const float* x, int64_t cols, int scale_block, int8_t* q, ActR
   }
 }
 
-void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off) {
+void norm_row(const float* x, const float* w, float* y, int dim, float eps, float off, int c0, int c1) {
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   for (int i = 0; i < dim; i += 16) {
     const __mmask16 m = tail(dim - i);
@@ -148,8 +148,8 @@ void norm_row(const float* x, const float* w, float* y, int dim, float eps, floa
   const float mean = static_cast<float>(sum / dim);
   const __m512 sc = _mm512_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps))));
   const __m512 offv = _mm512_set1_ps(off);
-  for (int i = 0; i < dim; i += 16) {
-    const __mmask16 m = tail(dim - i);
+  for (int i = c0; i < c1; i += 16) {
+    const __mmask16 m = tail(c1 - i);
     __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sc);
     if (w != nullptr) v = _mm512_mul_ps(v, _mm512_add_ps(_mm512_maskz_loadu_ps(m, w + i), offv));
     _mm512_mask_storeu_ps(y + i, m, v);

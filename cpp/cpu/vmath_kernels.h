@@ -34,8 +34,10 @@ struct Kernels {
   // bitwise on every path: max, one multiply and a rounding per value are exact operations).
   void (*quantize_row)(const float* x, int64_t cols, int scale_block, int8_t* q, ActRec* rec) = nullptr;
   // y = x / sqrt(mean(x^2) + eps) * (w + off) (w null: no weight), squares in f32 summed in double
-  // (portable: in order, bitwise the reference; vector paths: in lanes, within 1e-6 relative)
-  void (*norm_row)(const float* x, const float* w, float* y, int dim, float eps, float off) = nullptr;
+  // (portable: in order, bitwise the reference; vector paths: in lanes, within 1e-6 relative),
+  // written for columns [c0, c1) only (the sum is always the whole row's; each column's value is
+  // the same whatever the range: a row may be written in column chunks by several threads)
+  void (*norm_row)(const float* x, const float* w, float* y, int dim, float eps, float off, int c0, int c1) = nullptr;
   // The largest of x[0, n) (n >= 1; -inf for n = 0), +0 for a zero maximum, and whether any value
   // is NaN (*nan; the maximum is then meaningless). Exact on every path (a max is exact).
   float (*max_nan)(const float* x, int n, bool* nan) = nullptr;

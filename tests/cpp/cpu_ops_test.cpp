@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "common/errors.h"
@@ -392,6 +394,53 @@ TEST(CpuChunks, GatedActivationAndQuantiserChunksAreTheRowsBitwise) {
           quantize_activation_chunks(want.data(), 0, items, ff, block, cq.data(), cr.data(), isa);
           EXPECT_EQ(cq, wq) << what;
           EXPECT_EQ(std::memcmp(cr.data(), wr.data(), wr.size() * sizeof(ActRec)), 0) << what;
+        }
+      }
+    }
+  }
+}
+
+// add_rms_norm in column chunks (a decode's row over the threads): x, y and the quantisation
+// bitwise the row path's, the items of a row split between 1, 2 or 3 threads running at once (an
+// item writes its columns of x only after the row's other items read x).
+TEST(CpuChunks, AddRmsNormChunksAreTheRowsBitwise) {
+  for (int dim : {576, 1536, 96}) {
+    for (int rows : {1, 2}) {
+      const size_t n = static_cast<size_t>(dim) * rows;
+      const std::vector<float> x = randn(n, 81, 3.0f), res = randn(n, 82), w = randn(static_cast<size_t>(dim), 83);
+      for (Isa isa : paths()) {
+        for (int block : {32, 256}) {
+          if (dim % block != 0) continue;
+          std::vector<float> want_x = x, want_y(n);
+          std::vector<int8_t> wq(n);
+          std::vector<ActRec> wr(n / 32);
+          const QuantOut wo{wq.data(), wr.data(), block};
+          add_rms_norm(want_x.data(), res.data(), w.data(), want_y.data(), 0, rows, dim, 1e-6f, 0.0f, &wo, isa);
+          for (int threads : {1, 2, 3}) {
+            const int64_t chunk = ((dim + threads - 1) / threads + block - 1) / block * block;
+            const int64_t items = rows * ((dim + chunk - 1) / chunk);
+            std::vector<float> got_x = x, got_y(n, -1.0f);
+            std::vector<int8_t> gq(n);
+            std::vector<ActRec> gr(n / 32);
+            const QuantOut go{gq.data(), gr.data(), block};
+            std::vector<std::atomic<int32_t>> ready(static_cast<size_t>(rows));
+            auto share = [&](int t) {  // a region's static share of the items
+              const int64_t i0 = items * t / threads, i1 = items * (t + 1) / threads;
+              if (i0 < i1)
+                add_rms_norm_chunks(got_x.data(), res.data(), w.data(), got_y.data(), i0, i1, dim, chunk, 1e-6f,
+                                    0.0f, &go, ready.data(), isa);
+            };
+            std::vector<std::thread> others;
+            for (int t = 1; t < threads; ++t) others.emplace_back(share, t);
+            share(0);
+            for (std::thread& t : others) t.join();
+            const std::string what = str_cat(isa_name(isa), " dim ", dim, " rows ", rows, " block ", block, " threads ",
+                                             threads);
+            EXPECT_TRUE(same_bits(got_x, want_x)) << what;
+            EXPECT_TRUE(same_bits(got_y, want_y)) << what;
+            EXPECT_EQ(gq, wq) << what;
+            EXPECT_EQ(std::memcmp(gr.data(), wr.data(), wr.size() * sizeof(ActRec)), 0) << what;
+          }
         }
       }
     }
