@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "common/errors.h"
@@ -166,7 +167,12 @@ void add_rms_norm_chunks(float* x, const float* residual, const float* weight, f
       const int64_t at = r * dim + c0;
       k.quantize_row(y + at, c1 - c0, q->scale_block, q->q + at, q->rec + at / 32);
     }
-    while (ready[r].load(std::memory_order_acquire) < chunks) cpu_pause();
+    // (the others are mid-way through the same few µs of work; yielding now and then lets one
+    // that shares this CPU run: a loaded or oversubscribed machine)
+    for (int spins = 1; ready[r].load(std::memory_order_acquire) < chunks; ++spins) {
+      cpu_pause();
+      if (spins % 64 == 0) std::this_thread::yield();
+    }
     std::copy(sum_row.data() + c0, sum_row.data() + c1, xr + c0);
     i = end;
   }
