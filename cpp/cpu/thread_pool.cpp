@@ -109,6 +109,7 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) {
   check_config(options.pin >= -1 && options.pin <= 1, "ThreadPoolOptions.pin", options.pin,
                "-1 (SPECDEC_CPU_PIN), 0 or 1");
   check_config(options.spin_us >= 0, "ThreadPoolOptions.spin_us", options.spin_us, ">= 0");
+  check_config(options.idle_spin_us >= 0, "ThreadPoolOptions.idle_spin_us", options.idle_spin_us, ">= 0");
   const CpuBudget budget = read_cpu_budget();
   ThreadCountChoice choice;
   if (options.num_threads > 0) {
@@ -121,6 +122,7 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) {
   num_threads_ = choice.num_threads;
   pin_ = options.pin >= 0 ? options.pin == 1 : parse_pin(env_value(kPinEnv).value_or(""));
   spin_ns_ = choice.oversubscribed ? 0 : int64_t{options.spin_us} * 1000;
+  idle_spin_ns_ = spin_ns_ == 0 ? 0 : std::max<int64_t>(spin_ns_, int64_t{options.idle_spin_us} * 1000);
   yield_after_ns_ = options.yield_after_us < 0 ? -1 : int64_t{options.yield_after_us} * 1000;
   cpus_ = budget.allowed;
   if (cpus_.empty()) pin_ = false;
@@ -152,17 +154,17 @@ void ThreadPool::check_range(int64_t begin, int64_t end, int64_t grain) {
                "begin <= end");
 }
 
-// Waits until done(word.value) holds: spins with PAUSE up to spin_ns_, then sleeps on the futex.
+// Waits until done(word.value) holds: spins with PAUSE up to spin_ns, then sleeps on the futex.
 // Sleeping: announce in `sleepers` and re-read the word (both seq_cst) before the futex wait; the
 // waker changes the word and then reads `sleepers` (both seq_cst), so one of the two sees the other
 // and no wake-up is lost. Returns the word's value that satisfied done.
 // A sleeper woken while its wait is not over (prewake(), or a spurious return) spins again first.
 template <typename Done>
-uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
+uint32_t ThreadPool::wait_for(WaitWord& word, Done done, int64_t spin_ns) const {
   uint32_t value = word.value.load(std::memory_order_acquire);
   if (done(value)) return value;
   for (;;) {
-    if (spin_ns_ > 0) {
+    if (spin_ns > 0) {
       const int64_t start = now_ns();
       for (uint32_t i = 1;; ++i) {
         cpu_relax();
@@ -170,7 +172,7 @@ uint32_t ThreadPool::wait_for(WaitWord& word, Done done) const {
         if (done(value)) return value;
         if (i % 32 == 0) {
           const int64_t spun = now_ns() - start;
-          if (spun > spin_ns_) break;
+          if (spun > spin_ns) break;
           if (yield_after_ns_ >= 0 && spun > yield_after_ns_) sched_yield();
         }
       }
@@ -211,7 +213,7 @@ void ThreadPool::worker_main(int index) {
   if (pin_) pin_this_thread(index);
   uint32_t seen = 0;
   for (;;) {
-    seen = wait_for(region_, [seen](uint32_t v) { return v != seen; });
+    seen = wait_for(region_, [seen](uint32_t v) { return v != seen; }, idle_spin_ns_);
     if (seen & kFlagBit) return;  // stop
     if (stats_on_) slots_[index].start_ns = now_ns();
     execute(index);
@@ -261,7 +263,7 @@ void ThreadPool::barrier(int index) {
       barrier_.value.fetch_add(kStep, std::memory_order_seq_cst);
       wake_all(barrier_);
     } else {
-      const uint32_t now = wait_for(barrier_, [generation](uint32_t v) { return v != generation; });
+      const uint32_t now = wait_for(barrier_, [generation](uint32_t v) { return v != generation; }, spin_ns_);
       if (now & kFlagBit) throw RegionAborted();
     }
   }
@@ -308,7 +310,7 @@ void ThreadPool::run_region(RegionFn fn) {
   if (stats_on_) slots_[0].start_ns = now_ns();
   execute(0);
   if (stats_on_) slots_[0].end_ns = now_ns();
-  if (num_threads_ > 1) wait_for(pending_, [](uint32_t v) { return v == 0; });
+  if (num_threads_ > 1) wait_for(pending_, [](uint32_t v) { return v == 0; }, spin_ns_);
   if (stats_on_) finish_stats(start, now_ns());
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }

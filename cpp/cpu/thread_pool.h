@@ -10,8 +10,10 @@
 //     op2(...);
 //   });
 //
-// Waiting (between regions, at a barrier, and the caller waiting for the workers at the end of a
-// region) spins with PAUSE for at most spin_us, then blocks on a futex; a region start or a barrier
+// Waiting (at a barrier, and the caller waiting for the workers at the end of a region) spins
+// with PAUSE for at most spin_us, a worker waiting for the next region for at most idle_spin_us
+// (a decode loop's host work between steps: measured on SmolLM2, a 100 µs bound let the worker
+// fall asleep before most steps), then blocks on a futex; a region start or a barrier
 // release wakes the sleepers (one syscall, only when someone sleeps). After yield_after_us of
 // spinning the spin loop also calls sched_yield every 32 PAUSEs: when the thread it waits for
 // shares its CPU (a loaded machine, another thread of the engine), that thread then runs within
@@ -88,6 +90,9 @@ struct ThreadPoolOptions {
   int num_threads = 0;  // 0: SPECDEC_CPU_THREADS if set, else the CPUs this process may use
   int pin = -1;         // 1: thread i on the i-th allowed CPU; 0: no pinning; -1: SPECDEC_CPU_PIN
   int spin_us = 100;    // spin this long before blocking; 0 = block at once
+  // A worker waiting for the next region (between steps: the engine's host work, a step being
+  // recorded) spins this long before blocking (at least spin_us; 0 when spin_us is 0)
+  int idle_spin_us = 2000;
   int yield_after_us = 10;  // spinning longer than this, sched_yield every 32 PAUSEs; -1: never
   bool collect_stats = false;
 };
@@ -176,7 +181,7 @@ class ThreadPool {
   void barrier(int index);
   void fail(std::exception_ptr error);
   template <typename Done>
-  uint32_t wait_for(WaitWord& word, Done done) const;
+  uint32_t wait_for(WaitWord& word, Done done, int64_t spin_ns) const;
   static void wake_all(WaitWord& word);
   void pin_this_thread(int index) const;
   void finish_stats(int64_t start_ns, int64_t end_ns);
@@ -184,6 +189,7 @@ class ThreadPool {
   int num_threads_ = 1;
   bool pin_ = false;
   int64_t spin_ns_ = 0;
+  int64_t idle_spin_ns_ = 0;
   int64_t yield_after_ns_ = -1;
   std::vector<int> cpus_;  // the allowed CPUs, for pinning
 

@@ -394,6 +394,11 @@ TEST(CpuThreadPool, OptionsAreChecked) {
   options.num_threads = 1;
   options.pin = 2;
   EXPECT_THROW(ThreadPool{options}, ConfigError);
+  options.pin = 0;
+  options.idle_spin_us = -1;
+  EXPECT_THROW(ThreadPool{options}, ConfigError);
+  options.idle_spin_us = 0;  // no longer than spin_us: allowed
+  EXPECT_NO_THROW(ThreadPool{options});
 }
 
 TEST(CpuThreadPool, DefaultThreadCountFollowsEnvironment) {
