@@ -60,7 +60,8 @@ class CpuDevice final : public Device {
   // The RoPE angles (cpu::rope_angles) of tokens [0, num_tokens) at `positions` with `inv_freq`
   // (host memory of this device's buffers, read now: a transfer runs the recorded ops first, so
   // they hold what the ops will read), computed once and shared by the ops recorded until the next
-  // flush (a step's layers).
+  // flush (a step's layers). Both must have been filled by host transfers (upload / write), not by
+  // an op still recorded: that op has not run yet.
   std::shared_ptr<const std::vector<float>> rope_angles(const int32_t* positions, int64_t num_tokens,
                                                         const float* inv_freq, int half);
   cpu::Isa isa() const { return isa_; }

@@ -32,6 +32,8 @@ void cpu_rms_norm(device::Device& dev, Slice x, std::optional<Slice> residual,
       apart(yp, rp, n)) {
     const int64_t chunks = (dim + aligned - 1) / aligned;
     auto ready = std::make_shared<std::vector<std::atomic<int32_t>>>(static_cast<size_t>(rows));
+    // static shares (the default schedule): a row's chunks wait for each other, so they must all
+    // run at once, one share a thread; a counter handing out runs could leave one untaken
     cd.record("add_rms_norm", rows * chunks, 1, [=](int64_t i0, int64_t i1) {
       cpu::add_rms_norm_chunks(xp, rp, wp, yp, i0, i1, dim, aligned, eps, weight_offset, quantized ? &qo : nullptr,
                                ready->data(), isa);
