@@ -225,6 +225,8 @@ int main(int argc, char** argv) {
       {"smollm2-135m ffn_up q8_0 1536x576", GgmlType::kQ8_0, 1536, 576},
       {"smollm2-135m ffn_down q8_0 576x1536", GgmlType::kQ8_0, 576, 1536},
       {"smollm2-135m ffn_up q4_0 1536x576", GgmlType::kQ4_0, 1536, 576},
+      {"gemma-3-270m ffn_up q5_0 2048x640", GgmlType::kQ5_0, 2048, 640},
+      {"smollm2-135m ffn_up q4_1 1536x576", GgmlType::kQ4_1, 1536, 576},
   };
   if (opt.quick) {
     for (Case& c : cases) c.rows = std::min<int64_t>(c.rows, 64);

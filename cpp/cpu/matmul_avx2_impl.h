@@ -110,15 +110,14 @@ void q32_both(const Args& a, int64_t g) {
 }
 
 // Q8_0 on half h. VNNI: vectors 2k, 2k + 1 (2 bytes per lane) interleaved by 16-bit unpacks into
-// 4 bytes per lane, + 128 (xor 0x80), vpdpbusd, then 128 * sum(xq) off. Otherwise each vector is
-// sign-extended to 16-bit pairs and dotted with the activation pair by vpmaddwd.
+// 4 bytes per lane, + 128 (xor 0x80), vpdpbusd, then 128 * sum(xq) off. Otherwise the same 4-byte
+// lanes as |w| with w's signs on the activation bytes (vpsignb), vpmaddubsw and vpmaddwd.
 template <bool kVnni, int kN>
 void q8_0_half(const Args& a, int64_t g, int h) {
   const int n = kN > 0 ? kN : a.n;
   const int64_t nb = a.blocks_per_row;
   __m256 acc[kMaxRows];
   for (int i = 0; i < n; ++i) acc[i] = _mm256_setzero_ps();
-  alignas(32) int32_t pairs[16];
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t rec = g * nb + b;
     const uint8_t* qs = a.plane[0] + rec * 512 + 16 * h;
@@ -139,22 +138,24 @@ void q8_0_half(const Args& a, int64_t g, int h) {
         acc[i] = step(acc[i], s, d, a.xr[at].d);
       }
     } else {
-      __m256i w[16];
-      for (int p = 0; p < 16; ++p) w[p] = _mm256_cvtepi8_epi16(load16(qs + 32 * p));
+      // |w| (unsigned) and w's signs moved onto the activation bytes (vpsignb, as IQ4 below):
+      // |w| * |x| <= 128 * 127, so vpmaddubsw's pair sums stay below 2^15; widened by vpmaddwd
+      const __m256i ones = _mm256_set1_epi16(1);
+      __m256i w[8], sgn[8];
+      for (int k = 0; k < 8; ++k) {
+        const __m128i p0 = load16(qs + 64 * k), p1 = load16(qs + 64 * k + 32);
+        sgn[k] = _mm256_set_m128i(_mm_unpackhi_epi16(p0, p1), _mm_unpacklo_epi16(p0, p1));
+        w[k] = _mm256_abs_epi8(sgn[k]);
+      }
       for (int i = 0; i < n; ++i) {
         const int64_t at = i * nb + b;
         const int8_t* x = a.xq + i * a.cols + 32 * b;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs),
-                           _mm256_cvtepi8_epi16(load16(reinterpret_cast<const uint8_t*>(x))));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8),
-                           _mm256_cvtepi8_epi16(load16(reinterpret_cast<const uint8_t*>(x + 16))));
-        __m256i s0 = _mm256_madd_epi16(w[0], _mm256_set1_epi32(pairs[0]));
-        __m256i s1 = _mm256_madd_epi16(w[1], _mm256_set1_epi32(pairs[1]));
-        for (int p = 2; p < 16; p += 2) {
-          s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(w[p], _mm256_set1_epi32(pairs[p])));
-          s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(w[p + 1], _mm256_set1_epi32(pairs[p + 1])));
+        __m256i s = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          const __m256i xsg = _mm256_sign_epi8(bcast4(x + 4 * k), sgn[k]);
+          s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], xsg), ones));
         }
-        acc[i] = step(acc[i], _mm256_add_epi32(s0, s1), d, a.xr[at].d);
+        acc[i] = step(acc[i], s, d, a.xr[at].d);
       }
     }
   }

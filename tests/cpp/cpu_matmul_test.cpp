@@ -210,6 +210,34 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(FormatsByPath, CpuMatmul, ::testing::ValuesIn(all_params()), param_name);
 
+// Q8_0 weight bytes at the ends of int8 (-128, 127, a file may hold -128) against activations at
+// +-127: the integer dots stay exact on every path (the AVX2 path's vpmaddubsw pair sums of
+// |w| * |x| <= 128 * 127 stay below 2^15).
+TEST(CpuMatmulEdges, Q8_0ExtremeBytesAreExact) {
+  const int64_t rows = 32, cols = 256, nb = cols / 32;
+  std::vector<uint8_t> blocks(static_cast<size_t>(rows * nb * 34));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = blocks.data() + (r * nb + b) * 34;
+      blk[0] = 0x00;  // d = 1.0 (f16 0x3C00, little endian)
+      blk[1] = 0x3C;
+      for (int j = 0; j < 32; ++j) {
+        const bool low = (r + j + b) % 3 != 1;
+        blk[2 + j] = static_cast<uint8_t>(low ? -128 : 127);
+      }
+    }
+  }
+  Matrix m{GgmlType::kQ8_0, rows, cols, blocks, quant::device_layout(GgmlType::kQ8_0, rows, cols), {}};
+  m.packed = quant::repack(m.layout, m.blocks.data());
+  for (int64_t n : {1, 3, 8, 16}) {
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i * 7 % 5 < 3) ? -1.0f : 1.0f;  // quantised to +-127
+    const std::vector<float> want =
+        quant::matmul_reference(m.type, m.blocks.data(), rows, cols, x.data(), n, quant::Numerics::kDevice);
+    for (Isa isa : cpu_isas()) EXPECT_EQ(bit_differences(cpu_matmul(m, x, n, isa), want), 0) << isa_name(isa) << " n=" << n;
+  }
+}
+
 TEST(CpuMatmulChecks, BadInputsAreConfigErrors) {
   const Matrix m = random_matrix(GgmlType::kQ4_K, 20, 256, 1);
   const std::vector<float> x = gaussian(256, 2);
