@@ -416,19 +416,34 @@ AttentionPlan plan_attention(const AttentionCall& c, int key_chunk) {
   return plan;
 }
 
+namespace {
+// Item pi's part: (m, den, acc) of its rows into partials + pi.partial.
+void compute_part(const AttentionCall& c, const Kernels& kern, const vmath::Kernels& vm,
+                  const AttentionPlan::Item& pi, float* partials, Scratch& s) {
+  const int group = c.params->num_q_heads / c.params->num_kv_heads;
+  compute(c, kern, vm, Item{pi.r, pi.t0, pi.t1, pi.g}, pi.k0, pi.k1, s);
+  store_part(s, (pi.t1 - pi.t0) * group, c.params->head_size_v, partials + pi.partial);
+}
+
+// Out o from its parts (in item order) into c.out.
+void combine_out(const AttentionCall& c, const AttentionPlan& plan, const AttentionPlan::Out& o,
+                 const float* partials, Scratch& s) {
+  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
+  const Item it{o.r, o.t0, o.t1, o.g};
+  visible_range(c, it, s);
+  const int64_t stride = int64_t{o.t1 - o.t0} * group * (2 + dv);
+  const float* first = o.num_items ? partials + plan.items[static_cast<size_t>(o.first_item)].partial : partials;
+  finish(c, it, first, static_cast<int>(o.num_items), stride, s);
+}
+}  // namespace
+
 void attention_partial(const AttentionCall& c, const AttentionPlan& plan, float* partials, int64_t i0,
                        int64_t i1) {
-  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
   const Kernels& kern = kernels_for(c.isa);
   const vmath::Kernels& vm = vmath_for(c.isa);
   thread_local Scratch s;
   prepare(c, s);
-  for (int64_t i = i0; i < i1; ++i) {
-    const AttentionPlan::Item& pi = plan.items[static_cast<size_t>(i)];
-    const Item it{pi.r, pi.t0, pi.t1, pi.g};
-    compute(c, kern, vm, it, pi.k0, pi.k1, s);
-    store_part(s, (it.t1 - it.t0) * group, dv, partials + pi.partial);
-  }
+  for (int64_t i = i0; i < i1; ++i) compute_part(c, kern, vm, plan.items[static_cast<size_t>(i)], partials, s);
 }
 
 void reset_pending(const AttentionPlan& plan, std::atomic<int32_t>* pending) {
@@ -452,39 +467,25 @@ void quantize_out(const AttentionCall& c, const AttentionPlan::Out& o, const Qua
 
 void attention_fused(const AttentionCall& c, const AttentionPlan& plan, float* partials,
                      std::atomic<int32_t>* pending, const QuantOut* q, int64_t i0, int64_t i1) {
-  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
   const Kernels& kern = kernels_for(c.isa);
   const vmath::Kernels& vm = vmath_for(c.isa);
   thread_local Scratch s;
   prepare(c, s);
   for (int64_t i = i0; i < i1; ++i) {
     const AttentionPlan::Item& pi = plan.items[static_cast<size_t>(plan.order[static_cast<size_t>(i)])];
-    const Item it{pi.r, pi.t0, pi.t1, pi.g};
-    compute(c, kern, vm, it, pi.k0, pi.k1, s);
-    store_part(s, (it.t1 - it.t0) * group, dv, partials + pi.partial);
+    compute_part(c, kern, vm, pi, partials, s);
     // acq_rel: the last one sees every other part's stores (the counter's release sequence)
     if (pending[pi.out].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     const AttentionPlan::Out& o = plan.outs[static_cast<size_t>(pi.out)];
-    visible_range(c, it, s);
-    const int64_t stride = int64_t{o.t1 - o.t0} * group * (2 + dv);
-    finish(c, it, partials + plan.items[static_cast<size_t>(o.first_item)].partial,
-           static_cast<int>(o.num_items), stride, s);
+    combine_out(c, plan, o, partials, s);
     if (q != nullptr) quantize_out(c, o, *q);
   }
 }
 
 void attention_combine(const AttentionCall& c, const AttentionPlan& plan, const float* partials, int64_t o0,
                        int64_t o1) {
-  const int group = c.params->num_q_heads / c.params->num_kv_heads, dv = c.params->head_size_v;
   thread_local Scratch s;
-  for (int64_t i = o0; i < o1; ++i) {
-    const AttentionPlan::Out& o = plan.outs[static_cast<size_t>(i)];
-    const Item it{o.r, o.t0, o.t1, o.g};
-    visible_range(c, it, s);
-    const int64_t stride = int64_t{o.t1 - o.t0} * group * (2 + dv);
-    const float* first = o.num_items ? partials + plan.items[static_cast<size_t>(o.first_item)].partial : partials;
-    finish(c, it, first, static_cast<int>(o.num_items), stride, s);
-  }
+  for (int64_t i = o0; i < o1; ++i) combine_out(c, plan, plan.outs[static_cast<size_t>(i)], partials, s);
 }
 
 }  // namespace specdec::cpu
