@@ -11,8 +11,11 @@
 // when it beats plain decoding by 10 % (turning on) or 3 % (staying on): near break-even the
 // estimates' noise costs more than the gain. While off, a
 // request probes again after 8, 16, 32, ... plain steps (at most 256) so that it notices when
-// drafts become good. Costs not measured yet are explored first: the first steps use max_k,
-// and one plain step is taken to measure the plain forward. Turning speculation back on after
+// drafts become good. While nothing is known of the proposer's acceptance (no drafts in the pool
+// yet), a request's first two drafts explore with k <= 2 whatever the estimates; later requests
+// start from the pool's estimates. A position no draft has reached takes the estimate of the one
+// before it, so longer drafts get tried when the short ones were accepted. One plain step is
+// taken to measure the plain forward. Turning speculation back on after
 // plain steps has a price of its own for a draft model (it first catches up on the tokens it has
 // not seen): measured per missed token as the excess of such a proposer call over its usual cost,
 // it is charged (times the request's missed tokens) to the step that turns speculation on, so that
@@ -65,6 +68,7 @@ class AdaptiveK {
     int off_run = 0;      // plain steps since the last draft while off
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
     int missed = 0;       // plain steps since its last draft (its drafter has not seen them); > 0: off
+    bool started = false; // the proposer has been called for it (a drafter has its prompt)
   };
   std::vector<double> q(const Request* r) const;
   void switch_on_now(Request& r);

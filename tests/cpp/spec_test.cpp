@@ -241,6 +241,56 @@ TEST(SpecAdaptive, TurnsOffWhenDraftingCostsMoreThanItGains) {
   EXPECT_EQ(a.choose("r", 0), 0);  // no tokens left: never drafts
 }
 
+// Exploration is short and happens once: a request drafts whatever the estimates say only while the
+// pool knows nothing of the proposer's acceptance, and then with k <= 2; a later request starts from
+// the pool's estimates (here: drafts that do not pay, so it starts plain decoding at once).
+TEST(SpecAdaptive, ExploresBrieflyOnlyWhileNothingIsKnown) {
+  AdaptiveK a(6);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(a.choose("first", 6), 2) << "exploration draft " << i;
+    a.observe_proposer(2, 1.0);  // holds the drafter's prompt: not a usual cost
+    a.observe_draft("first", 2, 0);
+    a.observe_forward(3, 0.030);
+  }
+  EXPECT_EQ(a.proposer_seconds(2), 0.0);
+  EXPECT_EQ(a.choose("first", 6), 0) << "measures the plain forward once";
+  a.observe_forward(1, 0.010);
+  EXPECT_EQ(a.choose("first", 1), 0) << "nothing accepted, verification 3x: off";
+  EXPECT_EQ(a.choose("second", 6), 0) << "a new request starts from the pool: no exploration";
+  EXPECT_EQ(a.choose("second", 1), 0);
+}
+
+// A position no draft has reached takes the estimate of the last one reached: after 2-token drafts
+// that were always accepted, longer drafts look as good and are taken where verification is cheap.
+TEST(SpecAdaptive, UnseenPositionsTakeTheLastSeenEstimate) {
+  AdaptiveK a(6);
+  for (int i = 0; i < 6; ++i) a.observe_draft("r", 2, 2);
+  const auto q = a.acceptance("r");
+  ASSERT_EQ(q.size(), 6u);
+  EXPECT_GT(q[1], 0.8);
+  for (size_t i = 2; i < q.size(); ++i) EXPECT_DOUBLE_EQ(q[i], q[1]) << "position " << i;
+  a.observe_forward(1, 0.010);
+  a.observe_forward(3, 0.0105);
+  a.observe_proposer(2, 0.0002);
+  EXPECT_GT(a.choose("r", 6), 2);
+  a.observe_draft("r", 6, 2);  // position 3 reached and rejected: measured from now on
+  EXPECT_LT(a.acceptance("r")[2], q[2]);
+}
+
+// A request that starts drafting on the pool's estimates (no exploration of its own): its first
+// proposer call holds the drafter's prompt and is not taken for a usual cost or a catch-up.
+TEST(SpecAdaptive, ALaterRequestsFirstCallIsAPromptCall) {
+  AdaptiveK a(4);
+  feed(a, "r", 0.9, 0.010, 0.02, 0.001, 30);  // cheap drafts, mostly accepted: on
+  const double usual = a.proposer_seconds(2);
+  ASSERT_GT(usual, 0.0);
+  const int k = a.choose("new", 4);
+  ASSERT_GT(k, 0) << "the pool's acceptance is high: drafts at once";
+  a.observe_proposer(k, 5.0);  // the prompt's prefill
+  EXPECT_NEAR(a.proposer_seconds(2), usual, 1e-12);
+  EXPECT_EQ(a.catch_up_seconds_per_token(), 0.0);
+}
+
 namespace {
 // As feed, but a proposer call after plain steps costs `catch_up` seconds more per plain step since
 // the last draft (a draft model first processing the tokens it has not seen). Returns how often
