@@ -11,7 +11,8 @@
 // when it beats plain decoding by 10 % (turning on) or 3 % (staying on): near break-even the
 // estimates' noise costs more than the gain. While off, a
 // request probes again after 8, 16, 32, ... plain steps (at most 256) so that it notices when
-// drafts become good. While nothing is known of the proposer's acceptance (no drafts in the pool
+// drafts become good, where the probe's expected loss (the drafter's catch-up included) fits in 3 %
+// of the plain steps since the last probe (after 256 plain steps whatever it costs). While nothing is known of the proposer's acceptance (no drafts in the pool
 // yet), a request's first two drafts explore with k <= 2 whatever the estimates; later requests
 // start from the pool's estimates. A position no draft has reached takes the estimate of the one
 // before it, so longer drafts get tried when the short ones were accepted. One plain step is

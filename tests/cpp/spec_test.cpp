@@ -344,6 +344,27 @@ TEST(SpecAdaptive, ChargesTheDraftersCatchUpToTurningOn) {
   EXPECT_TRUE(k == 0 || costly.num_probes() == probes + 1) << "charged the catch-up: on only by a probe";
 }
 
+// A probe goes ahead only where its expected loss fits in 3 % of the plain steps since the last one:
+// a proposer without catch-up keeps probing (8, 16, 32 ... steps apart); a draft model whose
+// catch-up costs half a plain step per missed token (measured when it turns on) stops probing until
+// 256 plain steps have passed.
+TEST(SpecAdaptive, ProbesOnlyWhereTheProbeIsCheap) {
+  AdaptiveK cheap(4), costly(4);
+  int cheap_drafting = 0, costly_drafting = 0;
+  for (AdaptiveK* a : {&cheap, &costly}) {  // on: the usual costs measured
+    (void)feed_with_catch_up(*a, 0.9, 0.002, a == &cheap ? 0.0 : 0.005, 40, a == &cheap ? &cheap_drafting : &costly_drafting);
+  }
+  (void)feed_with_catch_up(cheap, 0.02, 0.002, 0.0, 40, &cheap_drafting);  // then off, a probe or two
+  (void)feed_with_catch_up(costly, 0.02, 0.002, 0.005, 40, &costly_drafting);
+  ASSERT_NEAR(costly.catch_up_seconds_per_token(), 0.005, 0.001) << "measured at its first probe";
+  const int cheap_ons = feed_with_catch_up(cheap, 0.02, 0.002, 0.0, 200, &cheap_drafting);
+  const int costly_ons = feed_with_catch_up(costly, 0.02, 0.002, 0.005, 200, &costly_drafting);
+  EXPECT_GE(cheap_ons, 2);
+  EXPECT_EQ(costly_ons, 0);
+  const int later = feed_with_catch_up(costly, 0.02, 0.002, 0.005, 100, &costly_drafting);
+  EXPECT_EQ(later, 1) << "after 256 plain steps it probes whatever it costs";
+}
+
 // The call that holds a new request's drafter prompt is never measured, whatever the order in which
 // the step's requests were chosen (one switching back on, one new).
 TEST(SpecAdaptive, APromptCallIsNeverTakenForACatchUp) {
