@@ -163,10 +163,9 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
   if (limit <= 0) return 0;
   batch_rows = std::max(batch_rows, 1);
   Request& r = requests_[request_id];
-  if (r.drafts < 2 && pool_.tried_at(0) < 1.5) {  // explore: no acceptance known for this proposer
-    catch_up_ = CatchUp::kPrompt;  // the first drafts include the drafter's prompt (over a switch-on)
-    r.missed = 0;
-    r.started = true;
+  // explore: fewer than two drafts in the pool, no acceptance known for this proposer
+  if (r.drafts < 2 && pool_.tried_at(0) < 1.5) {
+    switch_on_now(r);  // the first call holds the drafter's prompt (not measured); the second is usual
     return std::min(limit, kExploreK);
   }
   const double plain = forward_seconds(batch_rows);
@@ -204,16 +203,18 @@ int AdaptiveK::choose(const std::string& request_id, int limit, int batch_rows) 
     return best;
   }
   // probe: has the request's text become predictable? Only where the probe's expected loss (a draft
-  // model's catch-up included) fits in kProbeBudget of the plain steps since the last one, or after
-  // kMaxProbeAfter plain steps whatever it costs
+  // model's catch-up included) fits in kProbeBudget of the plain steps since the last one, a
+  // request's first probe (it never drafted: its cost is the drafter's prompt, not a catch-up), or
+  // after kMaxProbeAfter plain steps whatever it costs; at most kExploreK tokens (a large catch-up
+  // charge makes the longest draft look best)
   ++r.off_run;
   const bool affordable = best_positive_loss <= kProbeBudget * plain * static_cast<double>(r.off_run);
-  if (r.off_run >= r.probe_after && (affordable || r.off_run >= kMaxProbeAfter)) {
+  if (r.off_run >= r.probe_after && (affordable || r.drafts == 0 || r.off_run >= kMaxProbeAfter)) {
     r.off_run = 0;
     r.probe_after = std::min(2 * r.probe_after, kMaxProbeAfter);
     ++probes_;
     switch_on_now(r);
-    return best_positive;
+    return std::min(best_positive, kExploreK);
   }
   ++off_steps_;
   ++r.missed;

@@ -9,11 +9,13 @@
 // k in [0, max_k] the expected tokens per step, E(k) = 1 + sum_{j<=k} prod_{i<j} q_i, is divided
 // by the expected time of the step; the best k wins, k = 0 being plain decoding, and a k > 0 only
 // when it beats plain decoding by 10 % (turning on) or 3 % (staying on): near break-even the
-// estimates' noise costs more than the gain. While off, a
-// request probes again after 8, 16, 32, ... plain steps (at most 256) so that it notices when
-// drafts become good, where the probe's expected loss (the drafter's catch-up included) fits in 3 %
-// of the plain steps since the last probe (after 256 plain steps whatever it costs). While nothing is known of the proposer's acceptance (no drafts in the pool
-// yet), a request's first two drafts explore with k <= 2 whatever the estimates; later requests
+// estimates' noise costs more than the gain. While off, a request probes again after 8, 16, 32,
+// ... plain steps (at most 256) so that it notices when drafts become good, with at most 2 tokens
+// and only where the probe's expected loss (the drafter's catch-up included) fits in 3 % of the
+// plain steps since the last probe; a request's first probe, and any after 256 plain steps, go
+// ahead whatever they cost (so a draft model whose catch-up costs more than 3 % of the steps it
+// missed probes every 256 steps). While nothing is known of the proposer's acceptance (fewer than
+// two drafts in the pool), requests explore with k <= 2 whatever the estimates; later requests
 // start from the pool's estimates. A position no draft has reached takes the estimate of the one
 // before it, so longer drafts get tried when the short ones were accepted. One plain step is
 // taken to measure the plain forward. Turning speculation back on after
