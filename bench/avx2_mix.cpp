@@ -52,30 +52,28 @@ inline __m256i bcast4(const int8_t* x) {
   return _mm256_set1_epi32(v);
 }
 
-__attribute__((noinline)) void rows_int(const __m256i* w, const int8_t* x, int64_t ldx, int n, __m256i* s) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i wh[8];
-  for (int t = 0; t < 8; ++t) wh[t] = w[t];
-#pragma GCC unroll 1
-  for (int i = 0; i < n; ++i) {
-    const int8_t* xi = x + i * ldx;
-    __m256i p = _mm256_maddubs_epi16(wh[0], bcast4(xi));
-    for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wh[k], bcast4(xi + 4 * k)));
-    s[i] = _mm256_madd_epi16(p, ones);
-  }
+// One row's integer dot over a 32-weight block of 8 lanes, as split_dots does it.
+inline __m256i row_dot(const __m256i* wh, const int8_t* xi) {
+  __m256i p = _mm256_maddubs_epi16(wh[0], bcast4(xi));
+  for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wh[k], bcast4(xi + 4 * k)));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+__attribute__((noinline)) void rows_int(const __m256i* w, const int8_t* x, int64_t ldx, int n, __m256i* s) {
+  __m256i wh[8];
+  for (int t = 0; t < 8; ++t) wh[t] = w[t];
+#pragma GCC unroll 1
+  for (int i = 0; i < n; ++i) s[i] = row_dot(wh, x + i * ldx);
+}
+
+// The same with Q4_K's float step after each row's dot (cpu/matmul_avx2_k.h).
 __attribute__((noinline)) void rows_q4k(const __m256i* w, const int8_t* x, int64_t ldx, int n, __m256* acc,
                                         const float* dx, __m256 dsc, __m256 dmn) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256i wh[8];
   for (int t = 0; t < 8; ++t) wh[t] = w[t];
 #pragma GCC unroll 1
   for (int i = 0; i < n; ++i) {
-    const int8_t* xi = x + i * ldx;
-    __m256i p = _mm256_maddubs_epi16(wh[0], bcast4(xi));
-    for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wh[k], bcast4(xi + 4 * k)));
-    const __m256i s = _mm256_madd_epi16(p, ones);
+    const __m256i s = row_dot(wh, x + i * ldx);
     const __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), dsc), _mm256_set1_ps(dx[2 * i]), acc[i]);
     acc[i] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(dx[2 * i + 1]), v);
   }
