@@ -17,7 +17,8 @@
 // missed probes every 256 steps). While nothing is known of the proposer's acceptance (fewer than
 // two drafts in the pool), requests explore with k <= 2 whatever the estimates; later requests
 // start from the pool's estimates. A position no draft has reached takes the estimate of the one
-// before it, so longer drafts get tried when the short ones were accepted. One plain step is
+// before it, so longer drafts get tried when the short ones were accepted, and after two drafts in
+// a row accepted whole the next is one token longer whatever the estimates. One plain step is
 // taken to measure the plain forward. Turning speculation back on after
 // plain steps has a price of its own for a draft model (it first catches up on the tokens it has
 // not seen): measured per missed token as the excess of such a proposer call over its usual cost,
@@ -72,6 +73,8 @@ class AdaptiveK {
     int probe_after = 8;  // plain steps before the next probe (doubles up to 256)
     int missed = 0;       // plain steps since its last draft (its drafter has not seen them); > 0: off
     bool started = false; // the proposer has been called for it (a drafter has its prompt)
+    int full_run = 0;     // its last drafts accepted whole, in a row
+    int last_drafted = 0; // the length of its last draft
   };
   std::vector<double> q(const Request* r) const;
   void switch_on_now(Request& r);
