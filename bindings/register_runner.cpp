@@ -207,6 +207,32 @@ void register_runner(py::module_& m) {
         },
         py::arg("logits"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
         py::arg("top_p") = 1.0, py::arg("min_p") = 0.0);
+  m.def("apply_token_bitmask",
+        [](py::array logits, const std::vector<int64_t>& rows, py::array masks) {
+          SPECDEC_CHECK(py::isinstance<py::array_t<float>>(logits) && logits.ndim() == 2 && logits.writeable() &&
+                            (logits.flags() & py::array::c_style),
+                        "logits", std::string(py::str(logits.dtype())) + " array of " + std::to_string(logits.ndim()) + " dims",
+                        "a writable C-contiguous float32 array [rows, vocab]");
+          SPECDEC_CHECK(py::isinstance<py::array_t<int32_t>>(masks) && masks.ndim() == 2 &&
+                            (masks.flags() & py::array::c_style),
+                        "masks", std::string(py::str(masks.dtype())) + " array of " + std::to_string(masks.ndim()) + " dims",
+                        "a C-contiguous int32 array [len(rows), words]");
+          SPECDEC_CHECK(masks.shape(0) == static_cast<py::ssize_t>(rows.size()), "masks rows", masks.shape(0),
+                        str_cat(rows.size(), " (one mask per row)"));
+          const int64_t vocab = logits.shape(1), words = masks.shape(1);
+          auto* base = static_cast<float*>(logits.mutable_data());
+          const auto* m = static_cast<const int32_t*>(masks.data());
+          for (size_t j = 0; j < rows.size(); ++j) {
+            SPECDEC_CHECK(rows[j] >= 0 && rows[j] < logits.shape(0), "rows", rows[j],
+                          str_cat("a row index in [0, ", logits.shape(0), ")"));
+          }
+          py::gil_scoped_release release;
+          for (size_t j = 0; j < rows.size(); ++j)
+            sampling::apply_token_bitmask(base + rows[j] * vocab, vocab, m + static_cast<int64_t>(j) * words, words);
+        },
+        py::arg("logits"), py::arg("rows"), py::arg("masks"),
+        "Structured outputs: logits[rows[j], t] = -inf for every token t whose bit is clear in masks[j] "
+        "(bit t % 32 of word t // 32; llguidance's layout), in place.");
   m.def("token_logprobs",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, int n,
            const std::vector<int32_t>& ids) {

@@ -331,6 +331,19 @@ void register_spec_decode(py::module_& root) {
         std::copy(d.probs.begin(), d.probs.end(), a.mutable_data());
         return a;
       })
+      .def("truncated",
+           [](const Draft& d, size_t n) {
+             Draft t;
+             n = std::min(n, d.tokens.size());
+             t.tokens.assign(d.tokens.begin(), d.tokens.begin() + static_cast<std::ptrdiff_t>(n));
+             if (d.has_probs()) {
+               t.vocab_size = d.vocab_size;
+               t.probs.assign(d.probs.begin(), d.probs.begin() + static_cast<std::ptrdiff_t>(n * d.vocab_size));
+             }
+             return t;
+           },
+           py::arg("n"), "The draft's first n tokens (and their probabilities): structured outputs cut a draft "
+           "at its first token the grammar forbids.")
       .def("__len__", [](const Draft& d) { return d.tokens.size(); })
       .def("__repr__", [](const Draft& d) { return str_cat("Draft(", d.tokens.size(), " tokens", d.has_probs() ? ", probs)" : ")"); });
 

@@ -55,6 +55,16 @@ void register_tokenizer(py::module_& m) {
           },
           py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
       .def(
+          "encode_continuation",
+          [](const Tokenizer& t, const py::object& text) {
+            const std::string bytes = to_bytes(text);
+            py::gil_scoped_release release;
+            return t.encode_continuation(bytes);
+          },
+          py::arg("text"),
+          "Token ids of text that continues earlier text: no BOS / EOS, no special tokens parsed, no "
+          "SPM space prefix at its start.")
+      .def(
           "decode",
           [](const Tokenizer& t, const std::vector<int32_t>& ids, bool special, bool continuation) {
             return to_str(t.decode(ids, special, continuation));

@@ -16,6 +16,21 @@ void SamplingParams::validate() const {
   SPECDEC_CHECK(min_p >= 0 && min_p <= 1, "min_p", min_p, "in [0, 1]");
 }
 
+void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* mask, int64_t words) {
+  SPECDEC_CHECK(words >= 0, "words", words, "a count >= 0");
+  const int64_t covered = std::min(vocab, 32 * words);
+  for (int64_t w = 0; 32 * w < covered; ++w) {
+    const auto bits = static_cast<uint32_t>(mask[w]);
+    if (bits == 0xFFFFFFFFu) continue;
+    const int64_t end = std::min<int64_t>(32, covered - 32 * w);
+    float* row = logits + 32 * w;
+    for (int64_t b = 0; b < end; ++b) {
+      if (!((bits >> b) & 1u)) row[b] = -INFINITY;
+    }
+  }
+  for (int64_t i = covered; i < vocab; ++i) logits[i] = -INFINITY;
+}
+
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
   bool found = false;

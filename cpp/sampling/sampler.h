@@ -67,6 +67,11 @@ int32_t race(const std::vector<std::pair<int32_t, double>>& probs, const Generat
 // The same over a dense [vocab] distribution (entries <= 0 never win).
 int32_t race_dense(const std::vector<double>& p, const Generator& gen, int64_t position);
 
+// Structured outputs: logits[i] = -inf for every token i whose bit is clear in `mask` (bit i % 32
+// of word i / 32, the layout of llguidance's and xgrammar's token bitmasks; 1 = allowed). Tokens
+// past 32 * words are not allowed. Sampling, argmax and logprobs then see only allowed tokens.
+void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* mask, int64_t words);
+
 // Index of the largest logit; ties -> lowest index; NaN never wins (all NaN -> 0).
 int32_t argmax(const float* logits, int64_t vocab);
 

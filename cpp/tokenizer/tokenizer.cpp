@@ -72,12 +72,12 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::control_text_spans(std::string
 
 std::vector<int32_t> Tokenizer::encode_fragments(
     std::string_view text, bool add_special, bool parse_special,
-    const std::vector<std::pair<size_t, size_t>>* special_ranges) const {
+    const std::vector<std::pair<size_t, size_t>>* special_ranges, bool continuation) const {
   const Vocab& v = *vocab_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && v.add_bos) out.push_back(v.special.bos);
-  bool after_special = true;  // SPM: a text run at the start or after a special token
+  bool after_special = !continuation;  // SPM: a text run at the start or after a special token
   for (const Fragment& f : splitter_->split(text, parse_special, special_ranges)) {
     if (f.token != kNoToken) {
       out.push_back(f.token);

@@ -36,6 +36,11 @@ class Tokenizer {
   // (byte fallback), BPE reads each invalid byte as U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_special = true,
                               bool parse_special = false) const;
+  // Token ids of `text` continuing earlier text: no BOS / EOS, control-token text stays text, and
+  // no SPM space prefix at its start (what a grammar library needs to tokenize forced bytes).
+  std::vector<int32_t> encode_continuation(std::string_view text) const {
+    return encode_fragments(text, false, false, nullptr, true);
+  }
   // The bytes of `ids` concatenated. Control and unknown tokens are rendered only when `special`;
   // with add_space_prefix (SPM) the space that encode puts at the start of each text run (the text
   // start and after each special token) is removed. Throws ConfigError for an id out of range.
@@ -93,7 +98,7 @@ class Tokenizer {
   void check_id(int32_t id) const;
   std::vector<int32_t> encode_fragments(
       std::string_view text, bool add_special, bool parse_special,
-      const std::vector<std::pair<size_t, size_t>>* special_ranges) const;
+      const std::vector<std::pair<size_t, size_t>>* special_ranges, bool continuation = false) const;
 
   std::shared_ptr<const Vocab> vocab_;
   std::shared_ptr<const SpecialSplitter> splitter_;

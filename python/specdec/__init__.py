@@ -61,6 +61,7 @@ from specdec import engine, proposers
 from specdec.proposers import Proposer
 from specdec.speculative import SpeculativeConfig
 from specdec.outputs import CompletionOutput, Logprob, RequestOutput, SamplingParams
+from specdec.structured import StructuredOutputsParams
 from specdec.model import ModelConfig, format_inspect, inspect_model, load_model_config
 from specdec.tokenizer import StreamDecoder, Tokenizer
 from specdec.kv import (
@@ -84,6 +85,7 @@ __all__ = [
     "Logprob",
     "RequestOutput",
     "SamplingParams",
+    "StructuredOutputsParams",
     "FetchError",
     "ModelConfig",
     "cache_dir",

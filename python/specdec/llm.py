@@ -46,6 +46,7 @@ from specdec.memory import KvSizing, log, size_kv_cache
 from specdec.model import load_model_config
 from specdec.outputs import RequestOutput, SamplingParams
 from specdec.speculative import build_speculation, drafter_unified
+from specdec.structured import StructuredOutputs, StructuredOutputsParams
 from specdec.tokenizer import Tokenizer
 
 PromptType = Union[str, Dict[str, Any]]
@@ -220,6 +221,8 @@ class LLM:
         self.proposer = speculation.make_proposer(self.runner, self.drafter)
         self._next_id = 0
         self._id_lock = threading.Lock()
+        # structured outputs: llguidance's view of the vocabulary and the compiled grammars
+        self.structured_outputs = StructuredOutputs(self.tokenizer, self.config.vocab_size)
         self.last_metrics: Dict[str, float] = {}
         self._warm_up()
         self._prefix_followers = [self.drafter] if speculation.context_follows_target() else []
@@ -243,7 +246,7 @@ class LLM:
             max_num_seqs=max_num_seqs or self.max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens or self.max_num_batched_tokens,
             max_num_logits=max_num_logits or self.max_num_logits,
-            adaptive=adaptive, enable_prefix_caching=caching,
+            adaptive=adaptive, enable_prefix_caching=caching, structured=self.structured_outputs,
             # a DFlash drafter's context comes from the target's steps: its cache must hold any
             # prefix the target takes from its own
             prefix_followers=self._prefix_followers if caching else [])
@@ -359,6 +362,8 @@ class LLM:
             # the seed, alone or batched, whatever the drafts (docs/speculative.md)
             gen = _core.SamplingGenerator(seed, coupled=params.seed is not None)
         req = Request(rid, text, params, _core.spec_decode.Sequence(rid, ids), gen)
+        if params.structured_outputs is not None:  # compiled here, in the caller's thread
+            req.constraint = self.structured_outputs.constraint(params.structured_outputs)
         if params.logprobs is not None:
             req.logprobs = []
         if params.prompt_logprobs is not None:

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Union
 
+
+if TYPE_CHECKING:
+    from specdec.structured import StructuredOutputsParams
 
 from specdec._checks import (INT32_MAX, check_bool, check_int, check_real, check_text,
                              check_token_ids, error, is_int)
@@ -31,6 +34,9 @@ class SamplingParams:
     prompt_logprobs: Optional[int] = None
     skip_special_tokens: bool = True
     n: int = 1
+    # constrain the output to a JSON schema / regex / choice / grammar (vLLM's name; a dict of
+    # StructuredOutputsParams' fields is taken too): specdec.structured
+    structured_outputs: Optional["StructuredOutputsParams"] = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -81,6 +87,9 @@ class SamplingParams:
                 setattr(self, name, check_int(f(name), v, 0, 1000, "None or an integer in [0, 1000]"))
         if not is_int(self.n) or self.n != 1:
             raise error(f("n"), self.n, "1 (several completions per prompt are not supported yet)")
+        if self.structured_outputs is not None:
+            from specdec.structured import StructuredOutputsParams
+            self.structured_outputs = StructuredOutputsParams.from_any(self.structured_outputs, f("structured_outputs"))
 
     @property
     def greedy(self) -> bool:

@@ -112,6 +112,13 @@ class Tokenizer:
         return self._core.encode(bytes(text) if isinstance(text, bytearray) else text,
                                  add_special, parse_special)
 
+    def encode_continuation(self, text: Union[str, bytes]) -> List[int]:
+        """Token ids of ``text`` continuing earlier text: no BOS / EOS, control-token text stays
+        text, and no SPM space prefix at its start (``encode`` puts one at a text's start)."""
+        if not isinstance(text, (bytes, bytearray)):
+            check_text("text", text, "a str or bytes")
+        return self._core.encode_continuation(bytes(text) if isinstance(text, bytearray) else text)
+
     def decode(self, ids: Iterable[int], special: bool = False, continuation: bool = False) -> str:
         """Text of ``ids``; control tokens are rendered only when ``special``. Invalid UTF-8 in
         the result is replaced by U+FFFD (``decode_bytes`` gives the raw bytes).

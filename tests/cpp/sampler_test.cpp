@@ -241,3 +241,48 @@ TEST(SamplerTest, BadParamsNameTheField) {
   EXPECT_EQ(field(params(1, 0, 1, 2)), "min_p");
   EXPECT_EQ(field(params(0.8, 5, 0.9, 0.1)), "none");
 }
+
+// Structured outputs' token bitmask against a plain per-token reference, for vocabularies that
+// end inside a word, on a word boundary, and past the mask's words (those tokens not allowed),
+// with all-allowed, all-forbidden and random words.
+class TokenBitmaskTest : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(TokenBitmaskTest, MatchesPerTokenReference) {
+  const auto [vocab, words] = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(vocab * 131 + words));
+  std::vector<int32_t> mask(static_cast<size_t>(words));
+  for (int64_t w = 0; w < words; ++w) {
+    const uint32_t bits = w % 5 == 0 ? 0xFFFFFFFFu : w % 5 == 1 ? 0u : static_cast<uint32_t>(rng());
+    mask[static_cast<size_t>(w)] = static_cast<int32_t>(bits);
+  }
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (auto& x : logits) x = std::uniform_real_distribution<float>(-4, 4)(rng);
+  std::vector<float> want = logits;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const bool allowed = i < 32 * words && ((static_cast<uint32_t>(mask[static_cast<size_t>(i / 32)]) >> (i % 32)) & 1u);
+    if (!allowed) want[static_cast<size_t>(i)] = -INFINITY;
+  }
+  apply_token_bitmask(logits.data(), vocab, mask.data(), words);
+  for (int64_t i = 0; i < vocab; ++i) EXPECT_EQ(logits[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TokenBitmaskTest,
+                         ::testing::Values(std::pair<int64_t, int64_t>{1, 1}, std::pair<int64_t, int64_t>{31, 1},
+                                           std::pair<int64_t, int64_t>{64, 2}, std::pair<int64_t, int64_t>{100, 4},
+                                           std::pair<int64_t, int64_t>{100, 2}, std::pair<int64_t, int64_t>{1000, 0},
+                                           std::pair<int64_t, int64_t>{151936, 4748}));
+
+TEST(SamplerTest, MaskedLogitsAreNeverSampled) {
+  std::vector<float> logits = {5, 1, 4, 3, 2, 0, 6, 1};
+  const int32_t mask = 0b00011010;  // tokens 1, 3, 4
+  apply_token_bitmask(logits.data(), 8, &mask, 1);
+  EXPECT_EQ(argmax(logits.data(), 8), 3);
+  const Generator gen(7);
+  for (int64_t pos = 0; pos < 200; ++pos) {
+    const int32_t t = sample(logits.data(), 8, params(1.5, 0, 0.9), gen, pos);
+    EXPECT_TRUE(t == 1 || t == 3 || t == 4) << t;
+  }
+  const Logprobs lp = logprobs(logits.data(), 8, 3, {0, 3});
+  EXPECT_EQ(lp.of_ids[0], -INFINITY);
+  EXPECT_LT(lp.of_ids[1], 0.0);
+}

@@ -93,7 +93,7 @@ class EngineCore:
                  disable_by_batch_size: int = 0, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, max_num_logits: int = 128,
                  adaptive: bool = False, enable_prefix_caching: bool = False,
-                 prefix_followers=()) -> None:
+                 prefix_followers=(), structured=None) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
         self.proposer = proposer
@@ -113,15 +113,29 @@ class EngineCore:
         self.stats = EngineStats(spec=self.verifier.stats)
         self.propose_and_step = spec.propose_and_step  # attributes: benchmarks time them
         self.decode_step = spec.decode_step
+        # structured outputs (specdec.structured): masks of constrained requests' rows; while any
+        # is in the engine, steps take the path that returns logits to the host before verifying
+        self.structured = structured
+        self.num_constrained = 0
+        # (request id, error) of requests a step ended on their own error (a grammar that grew past
+        # the library's limits mid-output): LLMEngine hands each its error, the others go on
+        self.failures: List[tuple] = []
 
     # ---- requests ----
     def add_request(self, r: Request) -> None:
         p = r.params
+        if p.structured_outputs is not None and r.constraint is None:
+            r.constraint = self._structured().constraint(p.structured_outputs)
+        constrained = r.constraint is not None
         r.verify = spec.VerifyRequest(
             r.sequence, p.temperature, p.top_k, p.top_p, p.min_p, r.generator,
-            on_argmax=p.greedy and p.logprobs is None, ignore_eos=p.ignore_eos,
+            # a constrained output ends where its grammar lets the end of generation in, whatever
+            # ignore_eos says (after it the grammar allows nothing)
+            on_argmax=p.greedy and p.logprobs is None and not constrained,
+            ignore_eos=p.ignore_eos and not constrained,
             stop_token_ids=list(p.stop_token_ids), max_tokens=p.max_tokens, append=not p.stop)
-        r.needs_logits = not p.greedy or p.logprobs is not None
+        r.needs_logits = not p.greedy or p.logprobs is not None or constrained
+        self.num_constrained += constrained
         if p.stop:  # stop strings are looked for in the text of new tokens only
             r.text_decoder = self.tokenizer.stream_decoder(special=not p.skip_special_tokens,
                                                            continuation=True)
@@ -143,7 +157,15 @@ class EngineCore:
         self.stats = EngineStats(spec=self.verifier.stats)
         self.scheduler.num_preemptions = 0
 
+    def _structured(self):
+        if self.structured is None:
+            from specdec.structured import StructuredOutputs
+            self.structured = StructuredOutputs(self.tokenizer, self.vocab_size)
+        return self.structured
+
     def _finish(self, r: Request, status: RequestStatus) -> None:
+        if r.constraint is not None and not r.finished:
+            self.num_constrained -= 1
         r.status = status
         r.finished_time = time.monotonic()
         self.requests.pop(r.request_id, None)
@@ -213,6 +235,8 @@ class EngineCore:
             self.adaptive.observe_proposer(sum(k for _, k in reqs), time.perf_counter() - t0)
         if self._is_custom:
             drafts = self._check_custom(drafts, reqs)
+        if self.num_constrained:
+            drafts = [_grammar_cut(r, d) for (r, _), d in zip(reqs, drafts)]
         return {r.request_id: d for (r, _), d in zip(reqs, drafts) if len(d)}
 
     def _propose_and_step(self, asks, reqs, plan: SchedulerOutput, steps, need_logits: bool):
@@ -276,7 +300,7 @@ class EngineCore:
         # Nothing waits and every row fits the step's budgets, whole drafts and all: a C++ proposer
         # drafts, and the step is scheduled, run and verified in one call (unless a request is
         # short of KV blocks: then the scheduler below plans it, with preemption).
-        whole = bool(asks) and not self._is_custom and self._room_for(reqs)
+        whole = bool(asks) and not self._is_custom and not self.num_constrained and self._room_for(reqs)
         if whole:
             kept = self._decode_step(t0, reqs, per)
             if kept is not None:
@@ -313,6 +337,8 @@ class EngineCore:
             t_draft, t_forward, outcomes = 0.0, time.perf_counter() - t2, None
             rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
         if outcomes is None:
+            if self.num_constrained:
+                self._mask(plan, out)
             outcomes = self._verify(plan, out)
         kept, decoded = self._update(((i, s.request, len(s.draft.tokens) if s.draft is not None else 0,
                                        s.is_prefill) for i, s in enumerate(plan.scheduled)), out, outcomes)
@@ -366,6 +392,38 @@ class EngineCore:
         st.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
         st.decode_tokens += decoded
 
+    def _mask(self, plan: SchedulerOutput, out: _core.StepOutput) -> None:
+        """Structured outputs: every row a constrained request samples from (a verify's k + 1, a
+        finished prompt's last) gets its grammar's mask, the row after draft token j masked by the
+        state after the draft's first j tokens; forbidden tokens' logits become -inf in place."""
+        starts = out.logits_start
+        items, rows = [], []
+        for i, s in enumerate(plan.scheduled):
+            r = s.request
+            if r.constraint is None or r.finished:
+                continue
+            if s.is_prefill and s.num_computed + len(s.tokens) < r.num_tokens:
+                continue  # a prompt chunk with more to come: nothing sampled
+            draft = list(s.draft.tokens) if s.draft is not None else []
+            row0 = starts[i + 1] - 1 - len(draft)
+            items.append((r.constraint, draft))
+            rows.extend(range(row0, row0 + 1 + len(draft)))
+        if items:
+            so = self._structured()
+            masks = so.masks(items)
+            t0 = time.perf_counter()
+            _core.apply_token_bitmask(out.logits, rows, masks)
+            so.apply_seconds += time.perf_counter() - t0
+        for i, s in enumerate(plan.scheduled):
+            c = s.request.constraint
+            if c is not None and not s.request.finished and c.error:
+                self._fail(s.request, c.failure())
+
+    def _fail(self, r: Request, error: BaseException) -> None:
+        """Ends one request on its own error (its outcome this step is dropped)."""
+        self._finish(r, RequestStatus.FINISHED_ABORTED)
+        self.failures.append((r.request_id, error))
+
     def _verify(self, plan: SchedulerOutput, out: _core.StepOutput):
         """Verification, counters, rollback and token-level stops in one C++ call, after the prefill
         bookkeeping (prompt logprobs, a finished prompt starts running)."""
@@ -397,7 +455,7 @@ class EngineCore:
         now = time.monotonic()
         kept, decoded = [], 0
         for (i, r, ndraft, is_prefill), outcome in zip(rows, outcomes):
-            if outcome is None:
+            if outcome is None or r.finished:  # r.finished: ended on its own error this step
                 continue
             tokens, accepted, argmax_lp, finish, num_computed = outcome
             r.num_computed_tokens = num_computed
@@ -412,6 +470,9 @@ class EngineCore:
                 tokens, status = self._stop_strings(r, tokens, status)
             elif r.stream is not None:
                 text = r.stream.push_many(tokens)
+            if r.constraint is not None and not r.constraint.accept(tokens):
+                self._fail(r, r.constraint.failure())
+                continue
             if r.verify.on_argmax:  # the C++ sum, unless a stop string cut the tokens it covers
                 if len(tokens) == kept_tokens:
                     r.cumulative_logprob += argmax_lp
@@ -485,6 +546,14 @@ class EngineCore:
             actual = prompt[pos]
             top, of_ids, ranks = _core.token_logprobs(rows[j], n, [actual])
             r.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0], self._piece))
+
+
+def _grammar_cut(r: Request, d):
+    """A constrained request's draft up to its first token the grammar forbids."""
+    if r.constraint is None or not len(d):
+        return d
+    n = r.constraint.valid_prefix(d.tokens)
+    return d if n == len(d) else d.truncated(n)
 
 
 _FINISH = {0: None, 1: RequestStatus.FINISHED_STOPPED, 2: RequestStatus.FINISHED_STOPPED,

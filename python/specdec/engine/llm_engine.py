@@ -184,6 +184,9 @@ class LLMEngine:
                     o = self._deliver(u)
                     if o is not None:
                         outs.append(o)
+                failures, self.core.failures = self.core.failures, []
+                for rid, error in failures:  # requests that failed on their own: the others go on
+                    self._fail(rid, error)
             self._take_inbox()  # aborts that came during the step
         except BaseException as e:  # every running request fails with the step's error
             self._fail_all(e)

@@ -55,6 +55,7 @@ class Request:
     ask: Any = None                      # its _core ProposeRequest for ask_k draft tokens (kept while k stays)
     ask_k: int = 0
     needs_logits: bool = False           # the step must return logits rows (sampled, or logprobs)
+    constraint: Any = None               # structured outputs: its grammar state (specdec.structured.Constraint)
     stream: Any = None                   # a StreamDecoder: the text of new tokens as they come
     final_only: bool = False             # its queue gets only the finished output (all its tokens), not each step's
     num_streamed_chars: int = 0          # with stop strings: how much of ``text`` was streamed

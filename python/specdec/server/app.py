@@ -144,9 +144,10 @@ class Server:
                            f"limit is {self.max_pending} (--max-pending); retry later", None,
                            "server_busy", "server_overloaded")
 
-    def _build(self, prompts: List[Any], params: Any, n: int, field: str) -> List[Tuple[int, Any]]:
-        """(choice index, engine Request) for every prompt x n: tokenizes, so it runs in a worker
-        thread, not in the event loop."""
+    def _build(self, prompts: List[Any], params: Any, n: int, field: str,
+               constraint_field: Optional[str] = None) -> List[Tuple[int, Any]]:
+        """(choice index, engine Request) for every prompt x n: tokenizes and compiles an output
+        constraint, so it runs in a worker thread, not in the event loop."""
         llm = self.llm
         max_len = llm.runner.max_model_len
         reqs = []
@@ -160,6 +161,10 @@ class Server:
                     r = llm._make_request(p, sp, where, False, stream=True)
                 except ValueError as e:
                     msg = str(e)
+                    if msg.startswith("SamplingParams.structured_outputs") and constraint_field:
+                        # the grammar library could not take the request's schema / regex / grammar
+                        msg = constraint_field + msg[msg.index(":"):]
+                        raise ApiError(400, msg, constraint_field, "invalid_value") from None
                     code = "context_length_exceeded" if "max_model_len" in msg else "invalid_value"
                     raise ApiError(400, msg, where, code) from None
                 if sp.max_tokens is not None and r.num_tokens + sp.max_tokens > max_len:
@@ -172,14 +177,14 @@ class Server:
         return reqs
 
     async def _submit(self, prompts: List[Any], params: Any, n: int, sink: "_AsyncSink",
-                      field: str) -> List[Tuple[int, Any]]:
+                      field: str, constraint_field: Optional[str] = None) -> List[Tuple[int, Any]]:
         self._check_room(len(prompts) * n)
         size = sum(len(p) if isinstance(p, str) else len(p.get("prompt_token_ids", ())) for p in prompts)
-        if size <= SMALL_PROMPT_CHARS:
+        if size <= SMALL_PROMPT_CHARS and params.structured_outputs is None:
             reqs = self._build(prompts, params, n, field)
-        else:
+        else:  # a long prompt to tokenize, or a grammar to compile: off the event loop
             reqs = await asyncio.get_running_loop().run_in_executor(
-                self.tokenize_pool, self._build, prompts, params, n, field)
+                self.tokenize_pool, self._build, prompts, params, n, field, constraint_field)
         self._check_room(len(reqs))  # others may have come in meanwhile
         for _, r in reqs:
             self.inflight.add(r.request_id)
@@ -295,7 +300,8 @@ class Server:
             prompts = protocol.prompts(body, llm.config.vocab_size, max(1, self.max_pending // s.n),
                                        llm.runner.max_model_len, self.max_text_bytes)
         sink = _AsyncSink(asyncio.get_running_loop(), self._engine_finished)
-        reqs = await self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt")
+        reqs = await self._submit(prompts, s.params, s.n, sink, "messages" if chat else "prompt",
+                                  s.constraint_field)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         if s.stream:

@@ -3,10 +3,13 @@
 
 Sampling fields as OpenAI and vLLM name them: ``temperature``, ``top_p``, ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``logprobs`` / ``top_logprobs``, ``n``, and vLLM's
-``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``. Fields that do
-nothing to the output (``user``, ``stream_options`` without streaming) are accepted; fields that
-would change it and that specdec does not implement (penalties, ``logit_bias``, ``tools``,
-``response_format``, ``echo``, ``best_of`` ...) are refused unless they carry their neutral value.
+``top_k``, ``min_p``, ``ignore_eos``, ``stop_token_ids``, ``skip_special_tokens``. Structured
+outputs: OpenAI's ``response_format`` (``json_object``, ``json_schema``) and vLLM's
+``structured_outputs`` object (``json``, ``regex``, ``choice``, ``grammar``, ``json_object``; its
+older ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar`` fields too). Fields
+that do nothing to the output (``user``, ``stream_options`` without streaming) are accepted; fields
+that would change it and that specdec does not implement (penalties, ``logit_bias``, ``tools``,
+``echo``, ``best_of`` ...) are refused unless they carry their neutral value.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from specdec._checks import show
 from specdec.outputs import SamplingParams
+from specdec.structured import StructuredOutputsParams
 
 # fields whose neutral value changes nothing: accepted only with that value
 _NEUTRAL = {
@@ -32,7 +36,6 @@ _NEUTRAL = {
     "tools": ([],),
     "tool_choice": ("none",),
     "functions": ([],),
-    "response_format": ({"type": "text"},),
     "service_level": ("auto", "default"),
     "service_tier": ("auto", "default"),
     "store": (False,),
@@ -40,7 +43,10 @@ _NEUTRAL = {
 }
 _COMMON = {"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "max_tokens",
            "stop", "seed", "n", "ignore_eos", "stop_token_ids", "skip_special_tokens", "user",
-           "metadata"}
+           "metadata", "response_format", "structured_outputs", "guided_json", "guided_regex",
+           "guided_choice", "guided_grammar", "guided_whitespace_pattern"}
+_GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
+           "guided_grammar": "grammar"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
                          "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
@@ -183,6 +189,64 @@ class Sampling:
     n: int
     stream: bool
     include_usage: bool
+    constraint_field: Optional[str] = None  # the request field structured outputs came from
+
+
+def structured_outputs(body: Mapping) -> Tuple[Optional[StructuredOutputsParams], Optional[str]]:
+    """The request's output constraint and the field it came from: ``response_format``
+    (``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict", "description"}}``; ``{"type": "text"}`` is none), vLLM's ``structured_outputs`` or
+    one ``guided_*`` field. At most one of them."""
+    found: List[Tuple[str, Dict[str, Any]]] = []
+    rf = body.get("response_format")
+    if rf is not None:
+        if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+            raise bad("response_format", rf, '{"type": "text"}, {"type": "json_object"} or {"type": '
+                      '"json_schema", "json_schema": {"name": ..., "schema": {...}}}')
+        kind = rf["type"]
+        extra = sorted(set(rf) - {"type", "json_schema"}, key=str)
+        if extra or (kind != "json_schema" and "json_schema" in rf):
+            raise bad("response_format", rf, f'only "type" (and "json_schema" with type json_schema)')
+        if kind == "json_object":
+            found.append(("response_format", {"json_object": True}))
+        elif kind == "json_schema":
+            js = rf.get("json_schema")
+            keys = {"name", "schema", "strict", "description"}
+            if not isinstance(js, dict) or not isinstance(js.get("name"), str) or set(js) - keys:
+                raise bad("response_format.json_schema", js, 'an object with "name" (a string), '
+                          '"schema" (a JSON schema), optional "strict" and "description"')
+            if js.get("strict") is not None and not isinstance(js["strict"], bool):
+                raise bad("response_format.json_schema.strict", js["strict"], "true, false or null")
+            # strict or not, the schema is enforced (as vLLM does)
+            found.append(("response_format.json_schema.schema", {"json": js.get("schema", True)}))
+    so = body.get("structured_outputs")
+    if so is not None:
+        if not isinstance(so, dict):
+            raise bad("structured_outputs", so, "an object with one of json, regex, choice, grammar, "
+                      "json_object")
+        found.append(("structured_outputs", dict(so)))
+    guided = {k: body[k] for k in _GUIDED if body.get(k) is not None}
+    if guided:
+        d = {_GUIDED[k]: v for k, v in guided.items()}
+        if body.get("guided_whitespace_pattern") is not None:
+            d["whitespace_pattern"] = body["guided_whitespace_pattern"]
+        found.append((next(iter(guided)), d))
+    elif body.get("guided_whitespace_pattern") is not None:
+        raise bad("guided_whitespace_pattern", body["guided_whitespace_pattern"],
+                  "only beside guided_json")
+    if not found:
+        return None, None
+    if len(found) > 1:
+        names = [f.split(".")[0] for f, _ in found]
+        raise ApiError(400, f"{', '.join(names)}: one output constraint per request is allowed",
+                       names[1], "invalid_value")
+    field, d = found[0]
+    try:
+        return StructuredOutputsParams.from_any(d, field), field
+    except (TypeError, ValueError) as e:
+        msg = str(e).replace("StructuredOutputsParams.", f"{field}." if field == "structured_outputs" else "")
+        raise ApiError(400, f"{field}: {msg}" if not msg.startswith(field) else msg, field,
+                       "invalid_value") from None
 
 
 def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> Sampling:
@@ -242,18 +306,20 @@ def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> 
         include_usage = bool(v)
     ignore_eos = _bool(body, "ignore_eos") or False
     skip_special = _bool(body, "skip_special_tokens")
+    constraint, constraint_field = structured_outputs(body)
     try:
         params = SamplingParams(
             temperature=1.0 if temperature is None else temperature,
             top_p=1.0 if top_p is None else top_p, top_k=top_k or 0,
             min_p=min_p or 0.0, seed=seed, max_tokens=max_tokens, stop=stop,
             stop_token_ids=stop_ids, ignore_eos=ignore_eos, logprobs=logprobs,
-            skip_special_tokens=True if skip_special is None else skip_special)
+            skip_special_tokens=True if skip_special is None else skip_special,
+            structured_outputs=constraint)
     except ValueError as e:  # SamplingParams.<field> = ...: name the request's field
         msg = str(e)
         field = msg.split(" ", 1)[0].replace("SamplingParams.", "").split("[")[0]
         raise ApiError(400, msg.replace("SamplingParams.", ""), field, "invalid_value") from None
-    return Sampling(params, n, stream, include_usage)
+    return Sampling(params, n, stream, include_usage, constraint_field)
 
 
 def prompts(body: Mapping, vocab_size: int, max_prompts: int, max_model_len: int,

@@ -1,0 +1,131 @@
+"""Structured outputs through ``specdec serve`` with the official ``openai`` client: OpenAI's
+``response_format`` (json_object, json_schema) and vLLM's ``structured_outputs`` / ``guided_*``
+fields, whole and streamed, plain and speculative, equal to ``LLM`` with the same constraint; bad
+and hostile constraints answered with a 400 naming the field while the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+jsonschema = pytest.importorskip("jsonschema")
+
+import specdec  # noqa: E402
+from serve_helpers import ServerProcess  # noqa: E402
+from spec_helpers import STORIES  # noqa: E402
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def _client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = ServerProcess(["--model", STORIES, "--served-model-name", "stories", "--speculative-config",
+                       json.dumps({"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3})],
+                      str(tmp_path_factory.mktemp("serve") / "structured.log"))
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return specdec.LLM(STORIES, progress=False)
+
+
+def _want(llm, prompt, so, max_tokens=60):
+    p = specdec.SamplingParams(temperature=0, max_tokens=max_tokens, structured_outputs=so)
+    return llm.generate(prompt, p)[0].outputs[0].text
+
+
+def test_response_format_json_schema_whole_and_streamed(server, llm):
+    c = _client(server)
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
+    r = c.completions.create(model="stories", prompt="Once upon a time", max_tokens=60, temperature=0,
+                             extra_body={"response_format": rf})
+    text = r.choices[0].text
+    jsonschema.validate(json.loads(text), SCHEMA)
+    assert text == _want(llm, "Once upon a time", {"json": SCHEMA})
+    pieces = [ch.choices[0].text for ch in c.completions.create(
+        model="stories", prompt="Once upon a time", max_tokens=60, temperature=0, stream=True,
+        extra_body={"response_format": rf})]
+    assert "".join(pieces) == text
+
+
+def test_json_object_and_vllm_fields(server, llm):
+    c = _client(server)
+    r = c.completions.create(model="stories", prompt="The dog", max_tokens=60, temperature=0,
+                             extra_body={"response_format": {"type": "json_object"}})
+    # stories260K never closes an open object (json_object on a real model: the SmolLM2 test)
+    assert r.choices[0].text.startswith("{")
+    assert r.choices[0].text == _want(llm, "The dog", {"json_object": True})
+    r = c.completions.create(model="stories", prompt="The dog", max_tokens=10, temperature=0,
+                             extra_body={"guided_choice": ["happy", "sad"]})
+    assert r.choices[0].text in ("happy", "sad")
+    r = c.completions.create(model="stories", prompt="The dog", max_tokens=20, temperature=0,
+                             extra_body={"structured_outputs": {"regex": "(Tom|Lily) [a-z]{3,6}"}})
+    assert r.choices[0].text == _want(llm, "The dog", {"regex": "(Tom|Lily) [a-z]{3,6}"}, 20)
+    r = c.completions.create(model="stories", prompt="The dog", max_tokens=20, temperature=0.8, seed=3,
+                             extra_body={"structured_outputs": {"grammar": 'start: "a " ("cat" | "dog")'}})
+    assert r.choices[0].text in ("a cat", "a dog")
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
+     "response_format.json_schema.schema"),
+    ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
+    ({"guided_json": SCHEMA, "response_format": {"type": "json_object"}}, "guided_json"),
+    ({"guided_choice": "yes"}, "guided_json"),
+])
+def test_bad_constraints_are_400_naming_the_field(server, extra, param):
+    got, body, _ = server.request("POST", "/v1/completions", {"model": "stories", "prompt": "x", **extra})
+    assert got == 400, body
+    assert body["error"]["param"] in (param, param.split(".")[0], "guided_choice"), body
+
+
+def test_hostile_regex_is_bounded_and_the_server_keeps_serving(server):
+    t0 = time.monotonic()
+    got, body, _ = server.request("POST", "/v1/completions", {
+        "model": "stories", "prompt": "x", "max_tokens": 8,
+        "structured_outputs": {"regex": "(a|b)*a(a|b){40}"}})
+    assert got in (200, 400), body
+    assert time.monotonic() - t0 < 60
+    got, body, _ = server.request("POST", "/v1/completions", {
+        "model": "stories", "prompt": "x", "max_tokens": 3, "temperature": 0,
+        "structured_outputs": {"choice": ["ok"]}})
+    assert got == 200 and body["choices"][0]["text"] == "ok", body
+
+
+def test_chat_json_schema_on_smollm2(real_model, tmp_path):
+    path = real_model("smollm2-135m-instruct-q4_1")
+    s = ServerProcess(["--model", path, "--served-model-name", "smol", "--max-model-len", "512",
+                       "--max-num-seqs", "2", "--speculative-config",
+                       json.dumps({"method": "ngram", "num_speculative_tokens": 3})], str(tmp_path / "chat.log"))
+    try:
+        c = _client(s)
+        msgs = [{"role": "user", "content": "Give the name and age of a person as JSON."}]
+        rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+        r = c.chat.completions.create(model="smol", messages=msgs, max_tokens=60, temperature=0,
+                                      response_format=rf)
+        jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+        llm = specdec.LLM(path, progress=False, max_model_len=512, max_num_seqs=1)
+        want = llm.chat(msgs, specdec.SamplingParams(temperature=0, max_tokens=60,
+                                                     structured_outputs={"json": SCHEMA}))[0].outputs[0].text
+        assert r.choices[0].message.content == want
+        deltas = [ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="smol", messages=msgs, max_tokens=60, temperature=0, response_format=rf, stream=True)
+            if ch.choices]
+        assert "".join(deltas) == want
+    finally:
+        s.stop()
