@@ -120,9 +120,9 @@ def bench_model(key: str, device: str, rounds: int, max_tokens: int):
             r = run_mode(llms[name], constrained, max_tokens)
             label = f"{name}{'' if constrained else ' (unconstrained)'}"
             rows.setdefault(label, []).append(r)
+            acc = "-" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
             print(f"  {key:8s} round {rnd + 1} {label:36s} {r['tokens_per_s']:7.1f} tok/s  valid "
-                  f"{r['valid_json']}/{r['requests']}  accept "
-                  f"{'-' if r['acceptance_rate'] is None else f'{100 * r['acceptance_rate']:.0f}%'}  mask "
+                  f"{r['valid_json']}/{r['requests']}  accept {acc}  mask "
                   f"{r['mask_ms_per_token']:.3f} ms/token ({100 * r['mask_share_of_decode']:.2f} %)",
                   flush=True)
     base = rows["plain"]
