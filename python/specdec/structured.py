@@ -247,10 +247,10 @@ class StructuredOutputs:
                 for i in range(tok.vocab_size):
                     b = tok.token_to_piece(i, True)
                     kind = tok.token_type(i)
-                    # control, unknown and unused tokens (and <...> user-defined ones) are never the
-                    # text's own tokens: llguidance marks them with a leading 0xff
-                    if kind in ("control", "unknown", "unused") or (
-                            kind == "user_defined" and b.startswith(b"<") and b.endswith(b">")):
+                    # control, unknown and unused tokens are never the text's own tokens: llguidance
+                    # marks them with a leading 0xff. User-defined ones (Qwen's <tool_call>) are text:
+                    # the tokenizer makes them from their text, so the library must see them so too
+                    if kind in ("control", "unknown", "unused"):
                         b = b"\xff" + b
                         special.append(i)
                     pieces.append(b)

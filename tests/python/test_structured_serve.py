@@ -129,3 +129,105 @@ def test_chat_json_schema_on_smollm2(real_model, tmp_path):
         assert "".join(deltas) == want
     finally:
         s.stop()
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                   "required": ["city"], "additionalProperties": False}}}
+
+
+@pytest.fixture(scope="module")
+def qwen_server(real_model, tmp_path_factory):
+    path = real_model("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    s = ServerProcess(["--model", path, "--served-model-name", "qwen", "--max-model-len", "1024",
+                       "--max-num-seqs", "2", "--speculative-config",
+                       json.dumps({"method": "ngram", "num_speculative_tokens": 3})],
+                      str(tmp_path_factory.mktemp("serve") / "qwen.log"))
+    yield s
+    s.stop()
+
+
+def _check_call(call, names=("get_weather", "get_time")):
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name in names
+    args = json.loads(call.function.arguments)
+    assert isinstance(args.get("city"), str)
+    return args
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "named"])
+def test_tool_calls_whole_and_streamed(qwen_server, choice):
+    c = _client(qwen_server)
+    msgs = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    tool_choice = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else choice
+    kw = dict(model="qwen", messages=msgs, tools=[WEATHER, TIME], tool_choice=tool_choice,
+              max_tokens=80, temperature=0)
+    r = c.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert msg.tool_calls, (choice, msg)
+    assert r.choices[0].finish_reason == "tool_calls"
+    for call in msg.tool_calls:
+        _check_call(call, ("get_weather",) if choice == "named" else ("get_weather", "get_time"))
+    # streamed: the same calls as deltas (ids are new per response), no call text as content
+    calls, content = {}, ""
+    finish = None
+    for ch in c.chat.completions.create(stream=True, **kw):
+        for choice_ in ch.choices:
+            d = choice_.delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                calls[tc.index]["name"] += tc.function.name or ""
+                calls[tc.index]["arguments"] += tc.function.arguments or ""
+            finish = choice_.finish_reason or finish
+    assert finish == "tool_calls" and "<tool_call>" not in content
+    assert [(v["name"], json.loads(v["arguments"])) for _, v in sorted(calls.items())] == \
+        [(t.function.name, json.loads(t.function.arguments)) for t in msg.tool_calls]
+    # the call's result back in a tool message, the reply in words
+    msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": t.id, "type": "function", "function": {"name": t.function.name, "arguments": t.function.arguments}}
+        for t in msg.tool_calls]}] + [{"role": "tool", "tool_call_id": t.id, "content": '{"celsius": 18}'}
+                                     for t in msg.tool_calls]
+    r2 = c.chat.completions.create(model="qwen", messages=msgs2, tools=[WEATHER, TIME], max_tokens=40,
+                                   temperature=0)
+    assert r2.choices[0].message.content and not r2.choices[0].message.tool_calls
+
+
+def test_tool_choice_none_and_bad_tools(qwen_server):
+    c = _client(qwen_server)
+    r = c.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "Say hi."}],
+                                  tools=[WEATHER], tool_choice="none", max_tokens=8, temperature=0)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    for extra, param in (({"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+                          "tools[0].function.name"),
+                         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+                         ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                          "tool_choice.function.name"),
+                         ({"tool_choice": "required"}, "tool_choice"),
+                         ({"tools": [WEATHER], "tool_choice": "required",
+                           "response_format": {"type": "json_object"}}, "tool_choice")):
+        got, body, _ = qwen_server.request("POST", "/v1/chat/completions", {
+            "model": "qwen", "messages": [{"role": "user", "content": "x"}], **extra})
+        assert got == 400 and body["error"]["param"] == param, body
+
+
+def test_tools_on_a_template_without_a_call_format_are_refused(tmp_path):
+    s = ServerProcess(["--model", STORIES, "--served-model-name", "stories", "--chat-template",
+                       "{% for m in messages %}{{ m['content'] }}{% endfor %}"], str(tmp_path / "t.log"))
+    try:
+        got, body, _ = s.request("POST", "/v1/chat/completions", {
+            "model": "stories", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER]})
+        assert got == 400 and body["error"]["param"] == "tool_choice", body
+        assert "no tool-call format" in body["error"]["message"]
+        got, body, _ = s.request("POST", "/v1/chat/completions", {
+            "model": "stories", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
+            "tool_choice": "none", "max_tokens": 4})
+        assert got == 200, body
+    finally:
+        s.stop()

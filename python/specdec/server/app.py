@@ -16,6 +16,7 @@ Endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/complet
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -30,6 +31,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specdec.chat_template import RESERVED_VARIABLES
+from specdec.server import tools
 from specdec.server import protocol
 from specdec.server.limits import BodyReader, ServeLimits
 from specdec.server.metrics import ServerMetrics
@@ -268,6 +270,7 @@ class Server:
         llm = self.llm
         s = protocol.sampling(body, chat, llm.runner.max_model_len, llm.config.vocab_size)
         if chat:
+            s.tools = self._tools(body, s)
             msgs = protocol.messages(body, self.max_text_bytes, llm.runner.max_model_len)
             add_gen = body.get("add_generation_prompt", True)
             cont = body.get("continue_final_message", False)
@@ -280,7 +283,8 @@ class Server:
             for key in kwargs or {}:
                 if key in RESERVED_VARIABLES:
                     raise protocol.bad(f"chat_template_kwargs.{key}", kwargs[key],
-                                       "not settable: specdec sets it (tools are not supported)")
+                                       "not settable: specdec sets it (pass tools as the request's "
+                                       "tools field)")
             size = (len(json.dumps(msgs, ensure_ascii=False))
                     + len(json.dumps(kwargs or {}, ensure_ascii=False)))
             if size > self.max_text_bytes:
@@ -289,6 +293,8 @@ class Server:
                                "messages", "context_length_exceeded")
             options = dict(continue_final_message=cont, chat_template_kwargs=kwargs,
                            chat_template=self.chat_template)
+            if s.tools is not None:  # the model's own template renders them (its tool_use one if any)
+                options["tools"] = s.tools.tools
             def render():  # one render, in a worker process bounded in time and memory
                 return llm.tokenizer.chat_prompt(msgs, add_gen, **options)
             try:  # off the event loop: a slow template never holds up other clients
@@ -309,6 +315,27 @@ class Server:
             return StreamingResponse(gen, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await self._whole(http, reqs, sink, rid, created, chat, s)
+
+    def _tools(self, body: Dict[str, Any], s: Any) -> Optional[tools.ToolRequest]:
+        """The chat request's tools, its template's call format, and for tool_choice required or a
+        named function the constraint that makes the reply a call (set on s.params)."""
+        tr = tools.parse_request(body)
+        if tr is None:
+            return None
+        try:
+            _, source = self.llm.tokenizer._template_source(self.chat_template, True)
+        except ValueError as e:
+            raise ApiError(400, f"tools: {e}", "tools", "chat_template_error") from None
+        tools.check_template_format(tr, source)
+        so = tools.constraint(tr)
+        if so is not None:
+            if s.params.structured_outputs is not None:
+                raise ApiError(400, f"tool_choice = {tr.choice if tr.name is None else tr.name!r} "
+                               f"with {s.constraint_field}: one output constraint per request "
+                               "(a required tool call is one)", "tool_choice", "invalid_value")
+            s.params = dataclasses.replace(s.params, structured_outputs=so)
+            s.constraint_field = "tools"
+        return tr
 
     def _usage(self, reqs: List[Tuple[int, Any]], n: int) -> Dict[str, Any]:
         prompt = sum(len(r.prompt_token_ids) for i, r in reqs if i % n == 0)
@@ -356,6 +383,11 @@ class Server:
             c: Dict[str, Any] = {"index": i, "finish_reason": comp.finish_reason, "logprobs": lp}
             if chat:
                 c["message"] = {"role": "assistant", "content": comp.text}
+                if s.tools is not None and s.tools.format is not None:
+                    content, calls = tools.parse(s.tools.format, comp.text, list(s.tools.schemas))
+                    if calls:
+                        c["message"] = {"role": "assistant", "content": content, "tool_calls": calls}
+                        c["finish_reason"] = "tool_calls"
             else:
                 c["text"] = comp.text
             c["stop_reason"] = comp.stop_reason
@@ -378,6 +410,9 @@ class Server:
                 d["usage"] = usage
             return f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
 
+        # with tools: content streams while it cannot be a call's start; calls go out at the end
+        holders = ({r.request_id: tools.StreamHolder(s.tools.format, list(s.tools.schemas)) for _, r in reqs}
+                   if chat and s.tools is not None and s.tools.format is not None else None)
         # closing this generator at any point (even before its first chunk) ends its requests
         flight = _Flight(self, reqs)
         outputs = self._outputs(http, reqs, sink, False, flight)
@@ -394,7 +429,20 @@ class Server:
                     sent[r.request_id] = start + len(ids)
                     c: Dict[str, Any] = {"index": i, "logprobs": self._logprobs(r, start, ids, chat, top, offsets),
                                          "finish_reason": r.finish_reason if item.finished else None}
-                    if chat:
+                    if chat and holders is not None:
+                        h = holders[r.request_id]
+                        text = h.push(item.new_text)
+                        calls = []
+                        if item.finished:
+                            rest, calls = h.finish()
+                            text += rest
+                        c["delta"] = {"content": text} if text else {}
+                        if calls:
+                            c["delta"]["tool_calls"] = [dict(call, index=j) for j, call in enumerate(calls)]
+                            c["finish_reason"] = "tool_calls"
+                        if not c["delta"] and not item.finished and not c["logprobs"]:
+                            continue
+                    elif chat:
                         c["delta"] = {"content": item.new_text} if item.new_text or not item.finished else {}
                     else:
                         c["text"] = item.new_text

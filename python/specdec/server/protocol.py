@@ -14,6 +14,7 @@ that would change it and that specdec does not implement (penalties, ``logit_bia
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "cho
            "guided_grammar": "grammar"}
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"}
 CHAT_FIELDS = _COMMON | {"messages", "logprobs", "top_logprobs", "max_completion_tokens",
-                         "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
+                         "add_generation_prompt", "continue_final_message", "chat_template_kwargs",
+                         "tools", "tool_choice", "parallel_tool_calls"}
 MAX_USER_CHARS = 1024  # `user`: an end-user id (OpenAI documents no limit)
 # OpenAI's roles: a template may build control tokens from the role ('<|' + role + '|>'), so a
 # client cannot pick other ones
@@ -190,6 +192,7 @@ class Sampling:
     stream: bool
     include_usage: bool
     constraint_field: Optional[str] = None  # the request field structured outputs came from
+    tools: Any = None  # the chat request's tools (server.tools.ToolRequest), None without
 
 
 def structured_outputs(body: Mapping) -> Tuple[Optional[StructuredOutputsParams], Optional[str]]:
@@ -409,6 +412,8 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
                       "a string or a list of text parts (null only beside tool_calls)")
         msg = {k: m[k] for k in MESSAGE_KEYS if k in m}
         msg.update(role=m["role"], content=c)
+        if isinstance(msg.get("tool_calls"), list):  # OpenAI sends arguments as JSON text;
+            msg["tool_calls"] = [_arguments_as_object(t) for t in msg["tool_calls"]]  # templates want objects
         # characters: at least as many bytes (tool calls counted as their JSON)
         total += len(c or "") + len(m["role"]) + sum(len(repr(m[k])) for k in MESSAGE_KEYS if k in m)
         if total > max_text_bytes:
@@ -417,6 +422,21 @@ def messages(body: Mapping, max_text_bytes: int, max_model_len: int) -> List[Dic
                            "hold", "messages", "context_length_exceeded")
         out.append(msg)
     return out
+
+
+def _arguments_as_object(call: Any) -> Any:
+    """A tool call with its function's ``arguments`` as an object when they are JSON text (as
+    vLLM passes them: chat templates write ``arguments | tojson``)."""
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    args = call["function"].get("arguments")
+    if isinstance(args, str):
+        try:
+            value = json.loads(args)
+        except ValueError:
+            return call
+        return {**call, "function": {**call["function"], "arguments": value}}
+    return call
 
 
 def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece,
