@@ -102,7 +102,7 @@ def parse_request(body: Mapping) -> Optional[ToolRequest]:
 
 def detect_format(template: str) -> Optional[str]:
     """The tool-call format a chat template teaches its model, or None."""
-    if "<tool_call>" in template:
+    if "<tool_call>" in template and "<function=" not in template:  # not Qwen3-Coder's XML calls
         return "hermes"
     if "[TOOL_CALLS]" in template:
         return "mistral"

@@ -1,0 +1,123 @@
+"""Tool-call formats (specdec.server.tools) on real chat templates (llama.cpp's models/templates
+from the pinned llama-cpp-python sdist): each template's format is recognised, renders the tools,
+and a reply in that format parses into OpenAI's tool_calls — whole, and streamed through the
+holder that keeps call text out of the content; the grammars of required / named calls take a
+well-formed call and refuse another function's name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import specdec
+from specdec.server import tools as T
+from specdec.structured import StructuredOutputs
+from spec_helpers import STORIES
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time in a zone.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}
+
+TEMPLATES = {
+    "Qwen-Qwen2.5-7B-Instruct.jinja": "hermes",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
+    "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json",
+    "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3_json",
+    "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+    "Qwen3-Coder.jinja": None,  # XML calls (<function=...>): not parsed, refused unless tool_choice none
+    "google-gemma-2-2b-it.jinja": None,
+}
+REPLIES = {
+    "hermes": 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+              '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>',
+    "llama3_json": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+                   '{"name": "get_time", "parameters": {"tz": "CET"}}',
+    "mistral": '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+               '{"name": "get_time", "arguments": {"tz": "CET"}}]',
+}
+
+
+@pytest.fixture(scope="module")
+def stories_tokenizer():
+    return specdec.Tokenizer.from_file(STORIES)
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_formats_of_real_templates(vocab_dir, stories_tokenizer, name):
+    source = (vocab_dir / "templates" / name).read_text()
+    assert T.detect_format(source) == TEMPLATES[name]
+    if TEMPLATES[name] is None:
+        return
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    try:
+        text = stories_tokenizer.apply_chat_template(msgs, tools=[WEATHER, TIME], chat_template=source)
+    except ValueError as e:  # a template that wants what stories260K's vocabulary lacks
+        pytest.skip(f"{name} does not render here: {e}")
+    assert "get_weather" in text and "get_time" in text
+
+
+@pytest.mark.parametrize("fmt", T.FORMATS)
+def test_replies_parse_whole_and_streamed(fmt):
+    text = REPLIES[fmt]
+    content, calls = T.parse(fmt, text, ["get_weather", "get_time"])
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+        [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "CET"})]
+    assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+    assert content == ("Let me look." if fmt == "hermes" else None)
+    for step in (1, 3, 7):  # the reply in pieces of several sizes
+        h = T.StreamHolder(fmt, ["get_weather", "get_time"])
+        streamed = "".join(h.push(text[i:i + step]) for i in range(0, len(text), step))
+        rest, got = h.finish()
+        assert [c["function"]["name"] for c in got] == ["get_weather", "get_time"]
+        assert (streamed + rest).strip() == (content or "")
+        assert "get_weather" not in streamed
+
+
+@pytest.mark.parametrize("fmt", T.FORMATS)
+def test_plain_replies_are_content(fmt):
+    for text in ("The weather is fine.", "{not json", "[TOOL_CALLS] nope", "<tool_call>{bad}</tool_call>"):
+        content, calls = T.parse(fmt, text, ["get_weather"])
+        assert calls == [] and content == text
+        h = T.StreamHolder(fmt, ["get_weather"])
+        streamed = "".join(h.push(text[i:i + 4]) for i in range(0, len(text), 4))
+        rest, got = h.finish()
+        assert got == [] and streamed + rest == text
+
+
+@pytest.mark.parametrize("fmt", T.FORMATS)
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_call_grammars_take_a_call_and_refuse_other_names(stories_tokenizer, fmt, choice):
+    body = {"tools": [WEATHER, TIME], "tool_choice": "required" if choice == "required" else
+            {"type": "function", "function": {"name": "get_weather"}}}
+    tr = T.parse_request(body)
+    tr.format = fmt
+    so = StructuredOutputs(stories_tokenizer, stories_tokenizer.vocab_size)
+    key = "parameters" if fmt == "llama3_json" else "arguments"
+    call = json.dumps({"name": "get_weather", key: {"city": "Paris"}})
+    other = json.dumps({"name": "get_time", key: {"tz": "CET"}})
+    wrap = {"hermes": lambda c: f"<tool_call>\n{c}\n</tool_call>",
+            "llama3_json": lambda c: c, "mistral": lambda c: f"[TOOL_CALLS] [{c}]"}[fmt]
+    good = stories_tokenizer.encode_continuation(wrap(call))
+    c = so.constraint(T.constraint(tr))
+    assert c.valid_prefix(good) == len(good)
+    assert c.accept(good) and c.matcher.is_accepting()
+    bad = stories_tokenizer.encode_continuation(wrap(other))
+    n = so.constraint(T.constraint(tr)).valid_prefix(bad)
+    if choice == "named":
+        assert n < len(bad)  # another function's name is refused
+    else:
+        assert n == len(bad)
+
+
+def test_auto_and_none_add_no_constraint():
+    for choice in ("auto", "none", None):
+        tr = T.parse_request({"tools": [WEATHER], **({"tool_choice": choice} if choice else {})})
+        tr.format = "hermes"
+        assert T.constraint(tr) is None
+    assert T.parse_request({"tools": []}) is None
