@@ -233,6 +233,11 @@ void register_runner(py::module_& m) {
         py::arg("logits"), py::arg("rows"), py::arg("masks"),
         "Structured outputs: logits[rows[j], t] = -inf for every token t whose bit is clear in masks[j] "
         "(bit t % 32 of word t // 32; llguidance's layout), in place.");
+  m.def("token_logprob",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, int32_t id) {
+          return sampling::token_logprob(row(logits), logits.shape(0), id);
+        },
+        py::arg("logits"), py::arg("id"), "log_softmax(logits)[id] from raw logits (token_logprobs' of_ids[0]).");
   m.def("token_logprobs",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, int n,
            const std::vector<int32_t>& ids) {

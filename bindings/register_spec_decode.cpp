@@ -170,8 +170,52 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
 // ProposeRequest or None. Returns None (nothing run) when a request cannot get the KV blocks of its
 // one decode token, else (draft lengths, StepOutput, seconds proposing, seconds in the forward,
 // outcomes, draft tokens asked of the proposer).
+// StepConstraints calling a Python object (specdec.engine.core's step masker) with the GIL:
+// cut([[draft tokens] per row]) -> [tokens kept per row]; masks([row ends]) -> (rows, int32
+// [len(rows), words]) or None.
+class PyStepConstraints final : public StepConstraints {
+ public:
+  explicit PyStepConstraints(py::object obj) : obj_(std::move(obj)) {}
+  void cut(std::vector<Draft>& drafts) override {
+    py::gil_scoped_acquire gil;
+    py::list tokens(drafts.size());
+    for (size_t i = 0; i < drafts.size(); ++i) tokens[i] = py::cast(drafts[i].tokens);
+    const auto keep = obj_.attr("cut")(tokens).cast<std::vector<int64_t>>();
+    SPECDEC_CHECK(keep.size() == drafts.size(), "cut", str_cat(keep.size(), " lengths"),
+                  str_cat(drafts.size(), " (one per row)"));
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      Draft& d = drafts[i];
+      const auto n = static_cast<size_t>(std::clamp<int64_t>(keep[i], 0, static_cast<int64_t>(d.tokens.size())));
+      if (n == d.tokens.size()) continue;
+      d.tokens.resize(n);
+      if (d.has_probs()) d.probs.resize(n * static_cast<size_t>(d.vocab_size));
+      if (n == 0) d = Draft{};
+    }
+  }
+  void mask(const std::vector<int64_t>& row_end, runner::StepOutput& out) override {
+    py::gil_scoped_acquire gil;
+    const py::object got = obj_.attr("masks")(row_end);
+    if (got.is_none()) return;
+    const auto pair = got.cast<py::tuple>();
+    const auto rows = pair[0].cast<std::vector<int64_t>>();
+    const auto masks = pair[1].cast<py::array_t<int32_t, py::array::c_style>>();
+    SPECDEC_CHECK(masks.ndim() == 2 && masks.shape(0) == static_cast<py::ssize_t>(rows.size()), "masks",
+                  str_cat(masks.ndim(), " dims"), str_cat("[", rows.size(), ", words]"));
+    const int64_t vocab = out.vocab_size, words = masks.shape(1);
+    const auto num_rows = static_cast<int64_t>(out.logits.size()) / std::max<int64_t>(vocab, 1);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      SPECDEC_CHECK(rows[j] >= 0 && rows[j] < num_rows, "mask row", rows[j], str_cat("a logits row < ", num_rows));
+      sampling::apply_token_bitmask(out.logits.data() + rows[j] * vocab, vocab,
+                                    masks.data() + static_cast<int64_t>(j) * words, words);
+    }
+  }
+
+ private:
+  py::object obj_;
+};
+
 py::object decode_step(Proposer& p, runner::ModelRunner& runner, StepVerifier& verifier, const py::list& verifies,
-                       const py::list& asks, bool return_logits) {
+                       const py::list& asks, bool return_logits, const py::object& constraints) {
   SPECDEC_CHECK(py::len(asks) == py::len(verifies), "asks", str_cat(py::len(asks), " items"),
                 str_cat(py::len(verifies), " (one per VerifyRequest, None for no draft)"));
   std::vector<DecodeRow> rows(py::len(verifies));
@@ -184,9 +228,11 @@ py::object decode_step(Proposer& p, runner::ModelRunner& runner, StepVerifier& v
     if (!a.is_none()) rows[i].ask = a.cast<const ProposeRequest*>();
   }
   std::optional<DecodeStep> step;
+  std::optional<PyStepConstraints> hook;
+  if (!constraints.is_none()) hook.emplace(constraints);
   {
     py::gil_scoped_release release;
-    step = run_decode_step(p, runner, verifier, rows, return_logits);
+    step = run_decode_step(p, runner, verifier, rows, return_logits, hook ? &*hook : nullptr);
   }
   if (!step) return py::none();
   py::list lens(rows.size());
@@ -354,7 +400,7 @@ void register_spec_decode(py::module_& root) {
       .def_property_readonly("drafts_full_length", &Proposer::drafts_full_length,
                              "Drafts come as long as asked (a drafting model): propose_and_step applies.");
   m.def("decode_step", &decode_step, py::arg("proposer"), py::arg("runner"), py::arg("verifier"),
-        py::arg("verifies"), py::arg("asks"), py::arg("return_logits"),
+        py::arg("verifies"), py::arg("asks"), py::arg("return_logits"), py::arg("constraints") = py::none(),
         "A decode / verify step of the running requests in one call: KV blocks reserved (a draft that "
         "does not fit is dropped), drafts proposed, the forward run and verified. None (nothing run) "
         "when a request cannot get the blocks of one token; else (draft lengths, StepOutput, seconds "

@@ -190,6 +190,21 @@ int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params,
   return race(candidate_probs(logits, vocab, params), gen, position);
 }
 
+double token_logprob(const float* logits, int64_t vocab, int32_t id) {
+  SPECDEC_CHECK(id >= 0 && id < vocab, "token_id", id, str_cat("in [0, ", vocab, ")"));
+  if (std::isnan(logits[id])) return -INFINITY;
+  double max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!std::isnan(logits[i])) max = std::max(max, static_cast<double>(logits[i]));
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float x = logits[i];
+    if (x != -INFINITY && !std::isnan(x)) sum += std::exp(x - max);
+  }
+  return static_cast<double>(logits[id]) - (max + std::log(sum));
+}
+
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids) {
   SPECDEC_CHECK(n >= 0, "logprobs", n, "a count >= 0");
   double max = -INFINITY;

@@ -94,5 +94,8 @@ struct Logprobs {
   std::vector<int64_t> ranks_of_ids;  // 1 + the number of tokens with a larger logprob
 };
 Logprobs logprobs(const float* logits, int64_t vocab, int n, const std::vector<int32_t>& ids);
+// log_softmax(logits)[id] alone (what a request's cumulative logprob needs): logprobs(...).of_ids[0]
+// without the ranks and the sort; -inf logits (structured outputs' masked tokens) skipped.
+double token_logprob(const float* logits, int64_t vocab, int32_t id);
 
 }  // namespace specdec::sampling

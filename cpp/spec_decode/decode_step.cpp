@@ -17,7 +17,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 std::optional<DecodeStep> run_decode_step(Proposer& proposer, runner::ModelRunner& runner,
                                           const StepVerifier& verifier, const std::vector<DecodeRow>& rows,
-                                          bool return_logits) {
+                                          bool return_logits, StepConstraints* constraints) {
   // the schedule: the blocks of 1 + k rows, or of the one decode row when the draft's do not fit
   runner::StepBlockBudget blocks(runner);
   std::vector<runner::StepRequest> reqs(rows.size());
@@ -54,24 +54,30 @@ std::optional<DecodeStep> run_decode_step(Proposer& proposer, runner::ModelRunne
   step.propose_seconds = since(t0);
   SPECDEC_CHECK(drafts.size() == asks.size(), "drafts", drafts.size(), str_cat(asks.size(), " (one per ask)"));
   for (size_t a = 0; a < asks.size(); ++a) {
-    const std::vector<int32_t>& t = drafts[a].tokens;
-    SPECDEC_CHECK(static_cast<int>(t.size()) <= asks[a].num_speculative_tokens, "draft length", t.size(),
-                  str_cat("at most num_speculative_tokens = ", asks[a].num_speculative_tokens));
-    runner::StepRequest& s = reqs[row_of_ask[a]];
+    SPECDEC_CHECK(static_cast<int>(drafts[a].tokens.size()) <= asks[a].num_speculative_tokens, "draft length",
+                  drafts[a].tokens.size(), str_cat("at most num_speculative_tokens = ", asks[a].num_speculative_tokens));
+    step.drafts[row_of_ask[a]] = std::move(drafts[a]);
+  }
+  if (constraints != nullptr) constraints->cut(step.drafts);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<int32_t>& t = step.drafts[i].tokens;
+    runner::StepRequest& s = reqs[i];
     s.tokens.insert(s.tokens.end(), t.begin(), t.end());
     s.num_logits += static_cast<int>(t.size());
-    step.drafts[row_of_ask[a]] = std::move(drafts[a]);
   }
   const auto t1 = std::chrono::steady_clock::now();
   step.out = runner.step(reqs, {}, return_logits, 0);
   step.forward_seconds = since(t1);
   int64_t row_end = 0;
+  std::vector<int64_t> ends(rows.size());
   step.items.reserve(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     row_end += reqs[i].num_logits;
+    ends[i] = row_end;
     const Draft* d = step.drafts[i].tokens.empty() ? nullptr : &step.drafts[i];
     step.items.push_back(VerifyItem{rows[i].verify, d, row_end, reqs[i].num_computed_tokens});
   }
+  if (constraints != nullptr) constraints->mask(ends, step.out);
   step.decided = verifier.decide(step.items, StepRows::of(step.out));
   return step;
 }

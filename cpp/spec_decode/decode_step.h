@@ -30,11 +30,24 @@ struct DecodeStep {
   int64_t num_asked = 0;  // draft tokens asked of the proposer (drafts dropped for blocks not counted)
 };
 
+// Structured outputs (specdec.structured, through the binding): before the forward, each row's
+// draft is cut to what its request's grammar allows (nothing verified past a forbidden token);
+// after it, the logits of the rows of constrained requests are masked in place, before the rows
+// are decided. Rows of requests without a constraint are left alone.
+class StepConstraints {
+ public:
+  virtual ~StepConstraints() = default;
+  // drafts[i]: row i's draft (empty: none); may shorten any of them.
+  virtual void cut(std::vector<Draft>& drafts) = 0;
+  // row_end[i]: one past row i's last logits row in out.logits (its 1 + k rows end there).
+  virtual void mask(const std::vector<int64_t>& row_end, runner::StepOutput& out) = 0;
+};
+
 // nullopt (nothing run, nothing reserved): some request cannot get the KV blocks of even its one
 // decode token; the scheduler preempts. Each row's sequence must end with its one token to compute
 // (the request's cache holds all tokens before it).
 std::optional<DecodeStep> run_decode_step(Proposer& proposer, runner::ModelRunner& runner,
                                           const StepVerifier& verifier, const std::vector<DecodeRow>& rows,
-                                          bool return_logits);
+                                          bool return_logits, StepConstraints* constraints = nullptr);
 
 }  // namespace specdec::spec_decode

@@ -286,3 +286,21 @@ TEST(SamplerTest, MaskedLogitsAreNeverSampled) {
   EXPECT_EQ(lp.of_ids[0], -INFINITY);
   EXPECT_LT(lp.of_ids[1], 0.0);
 }
+
+TEST(SamplerTest, TokenLogprobIsLogprobsOfIds) {
+  std::mt19937 rng(3);
+  std::vector<float> logits(1000);
+  for (auto& x : logits) x = std::uniform_real_distribution<float>(-6, 6)(rng);
+  logits[7] = -INFINITY;
+  logits[9] = NAN;
+  for (int32_t id : {0, 5, 7, 9, 999}) {
+    const Logprobs lp = logprobs(logits.data(), 1000, 0, {id});
+    const double got = token_logprob(logits.data(), 1000, id);
+    if (std::isinf(lp.of_ids[0])) {
+      EXPECT_EQ(got, lp.of_ids[0]) << id;
+    } else {
+      EXPECT_NEAR(got, lp.of_ids[0], 1e-12) << id;
+    }
+  }
+  EXPECT_THROW(token_logprob(logits.data(), 1000, 1000), ConfigError);
+}

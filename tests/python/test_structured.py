@@ -237,3 +237,25 @@ def test_grammars_are_compiled_once(plain_llm):
         plain_llm.generate("Once", _params("lark"))
     keys = [k for k in so._cache if k[0] == "grammar" and k[1] == LARK]
     assert len(keys) == 1
+
+
+def test_the_one_call_decode_step_carries_constraints(plain_llm, plain_outputs):
+    """With n-gram drafts every step can be the one-call C++ decode step; constrained requests
+    keep it (drafts cut and rows masked through its hook), and unconstrained ones beside them get
+    plain decoding's tokens."""
+    llm = specdec.LLM(STORIES, progress=False, speculative_config=METHODS["ngram"])
+    core = llm.engine.core
+    hooked = []
+    real = core.decode_step
+
+    def spy(*args):
+        hooked.append(args[-1] is not None)
+        return real(*args)
+
+    core.decode_step = spy
+    free = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in plain_llm.generate(PROMPTS, free)]
+    outs = llm.generate(PROMPTS * 2, [free] * 3 + [_params("json")] * 3)
+    assert [o.outputs[0].token_ids for o in outs[:3]] == want
+    assert [o.outputs[0].token_ids for o in outs[3:]] == [o.outputs[0].token_ids for o in plain_outputs["json"]]
+    assert any(hooked) and llm.last_metrics["num_draft_tokens"] > 0

@@ -300,14 +300,14 @@ class EngineCore:
         # Nothing waits and every row fits the step's budgets, whole drafts and all: a C++ proposer
         # drafts, and the step is scheduled, run and verified in one call (unless a request is
         # short of KV blocks: then the scheduler below plans it, with preemption).
-        whole = bool(asks) and not self._is_custom and not self.num_constrained and self._room_for(reqs)
+        whole = bool(asks) and not self._is_custom and self._room_for(reqs)
         if whole:
             kept = self._decode_step(t0, reqs, per)
             if kept is not None:
                 return kept
         # A drafting model (drafts as long as asked) proposes inside the forward's call, after the
         # schedule reserved its rows, and the same call verifies: one return to Python per step.
-        fused = whole and self.proposer.drafts_full_length
+        fused = whole and self.proposer.drafts_full_length and not self.num_constrained
         drafts = {} if fused else self._propose(asks, reqs)
         t1 = time.perf_counter()
         plan: SchedulerOutput = self.scheduler.schedule(
@@ -355,11 +355,16 @@ class EngineCore:
                 need_logits = True
                 break
         t1 = time.perf_counter()
+        masker = _StepMasker(self._structured(), running) if self.num_constrained else None
         got = self.decode_step(self.proposer, self.runner, self.verifier, [r.verify for r in running],
-                               per, need_logits)
+                               per, need_logits, masker)
         t2 = time.perf_counter()
         if got is None:
             return None
+        if masker is not None:
+            for r in running:
+                if r.constraint is not None and r.constraint.error:
+                    self._fail(r, r.constraint.failure())
         lens, out, t_draft, t_forward, outcomes, asked = got
         if self.adaptive is not None and asked:
             self.adaptive.observe_proposer(asked, t_draft)
@@ -527,6 +532,9 @@ class EngineCore:
 
     def _logprobs(self, r: Request, row: np.ndarray, tid: int) -> None:
         p = r.params
+        if r.logprobs is None:  # the cumulative logprob only
+            r.cumulative_logprob += _core.token_logprob(row, tid)
+            return
         top, of_ids, ranks = _core.token_logprobs(row, p.logprobs or 0, [tid])
         r.cumulative_logprob += of_ids[0]
         if r.logprobs is not None:
@@ -546,6 +554,46 @@ class EngineCore:
             actual = prompt[pos]
             top, of_ids, ranks = _core.token_logprobs(rows[j], n, [actual])
             r.prompt_logprobs.append(position_logprobs(top, actual, of_ids[0], ranks[0], self._piece))
+
+
+class _StepMasker:
+    """Structured outputs inside the one-call decode step (spec_decode.decode_step's constraints):
+    each constrained request's draft cut at its first token the grammar forbids, the masks of its
+    rows computed before the forward, and handed back after it to be applied to the logits."""
+
+    __slots__ = ("structured", "running", "items", "computed")
+
+    def __init__(self, structured, running) -> None:
+        self.structured = structured
+        self.running = running
+        self.items: List[Optional[tuple]] = []
+        self.computed = None
+
+    def cut(self, drafts: List[List[int]]) -> List[int]:
+        keep = []
+        for r, d in zip(self.running, drafts):
+            c = r.constraint
+            if c is None:
+                keep.append(len(d))
+                self.items.append(None)
+                continue
+            n = c.valid_prefix(d) if d and not c.error else 0
+            keep.append(n)
+            self.items.append((c, d[:n]))
+        live = [x for x in self.items if x is not None]
+        self.computed = self.structured.masks(live) if live else None
+        return keep
+
+    def masks(self, row_end: List[int]):
+        if self.computed is None:
+            return None
+        t0 = time.perf_counter()
+        rows = []
+        for x, end in zip(self.items, row_end):
+            if x is not None:
+                rows.extend(range(end - 1 - len(x[1]), end))
+        self.structured.apply_seconds += time.perf_counter() - t0  # the -inf writes follow in C++
+        return rows, self.computed
 
 
 def _grammar_cut(r: Request, d):
