@@ -229,6 +229,7 @@ class StructuredOutputs:
         self._lltok = None
         self._limits = None
         self._cache: "OrderedDict[tuple, Any]" = OrderedDict()
+        self._worker = None  # masks_async's thread, made on first use
         # what the masks cost (bench/structured_bench.py reads these): calls, rows, seconds
         self.mask_calls = 0
         self.mask_rows = 0
@@ -312,6 +313,14 @@ class StructuredOutputs:
                 while len(self._cache) > _CACHE_SIZE:
                     self._cache.popitem(last=False)
         return Constraint(base.deep_copy(), p.kind)
+
+    def masks_async(self, items: Sequence[Tuple[Constraint, Sequence[int]]]):
+        """masks(items) in this object's worker thread: a future (the caller's forward runs meanwhile)."""
+        with self._lock:
+            if self._worker is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="specdec-masks")
+        return self._worker.submit(self.masks, list(items))
 
     def masks(self, items: Sequence[Tuple[Constraint, Sequence[int]]]) -> np.ndarray:
         """The bitmasks of a step: per item (constraint, draft) one row for the position after the

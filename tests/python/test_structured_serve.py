@@ -231,3 +231,22 @@ def test_tools_on_a_template_without_a_call_format_are_refused(tmp_path):
         assert got == 200, body
     finally:
         s.stop()
+
+
+def test_json_schema_on_qwen_equals_llm_plain(qwen_server, real_model):
+    """The Qwen 0.5B behind the server speculates (n-gram drafts); its constrained reply is the
+    one plain constrained decoding gives through LLM, and it validates."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                               "population": {"type": "integer", "minimum": 0}},
+              "required": ["city", "population"], "additionalProperties": False}
+    msgs = [{"role": "user", "content": "The largest city of France and its population, as JSON."}]
+    r = _client(qwen_server).chat.completions.create(
+        model="qwen", messages=msgs, max_tokens=60, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    text = r.choices[0].message.content
+    jsonschema.validate(json.loads(text), schema)
+    llm = specdec.LLM(real_model("qwen2.5-coder-0.5b-instruct-q4_k_m"), progress=False, max_model_len=1024,
+                      max_num_seqs=1)
+    want = llm.chat(msgs, specdec.SamplingParams(temperature=0, max_tokens=60,
+                                                 structured_outputs={"json": schema}))[0].outputs[0].text
+    assert text == want

@@ -93,7 +93,7 @@ class EngineCore:
                  disable_by_batch_size: int = 0, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, max_num_logits: int = 128,
                  adaptive: bool = False, enable_prefix_caching: bool = False,
-                 prefix_followers=(), structured=None) -> None:
+                 prefix_followers=(), structured=None, mask_while_forward: bool = False) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
         self.proposer = proposer
@@ -117,6 +117,10 @@ class EngineCore:
         # is in the engine, steps take the path that returns logits to the host before verifying
         self.structured = structured
         self.num_constrained = 0
+        # compute the masks while the forward runs (llguidance drops the GIL): where the forward
+        # leaves the host's cores free, a GPU; on a CPU device the mask thread would take a core
+        # from the forward's own threads, so the masks come before or after it
+        self.mask_while_forward = mask_while_forward
         # (request id, error) of requests a step ended on their own error (a grammar that grew past
         # the library's limits mid-output): LLMEngine hands each its error, the others go on
         self.failures: List[tuple] = []
@@ -333,12 +337,15 @@ class EngineCore:
             rows_dec = (out.num_rows if outcomes is not None  # every row a decode / verify row
                         else sum(len(s.tokens) for s in plan.scheduled) - rows_pre)
         else:
+            # structured outputs: the masks of the rows to sample depend on the drafts only, so
+            # they can be computed while the forward runs (on a GPU; see mask_while_forward)
+            pending = self._start_masks(plan) if self.num_constrained else None
             out = self.runner.step(steps, return_logits=need_logits)
             t_draft, t_forward, outcomes = 0.0, time.perf_counter() - t2, None
             rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
         if outcomes is None:
             if self.num_constrained:
-                self._mask(plan, out)
+                self._mask(plan, out, pending)
             outcomes = self._verify(plan, out)
         kept, decoded = self._update(((i, s.request, len(s.draft.tokens) if s.draft is not None else 0,
                                        s.is_prefill) for i, s in enumerate(plan.scheduled)), out, outcomes)
@@ -355,7 +362,8 @@ class EngineCore:
                 need_logits = True
                 break
         t1 = time.perf_counter()
-        masker = _StepMasker(self._structured(), running) if self.num_constrained else None
+        masker = (_StepMasker(self._structured(), running, self.mask_while_forward)
+                  if self.num_constrained else None)
         got = self.decode_step(self.proposer, self.runner, self.verifier, [r.verify for r in running],
                                per, need_logits, masker)
         t2 = time.perf_counter()
@@ -397,25 +405,40 @@ class EngineCore:
         st.decode_seconds += dt * rows_dec / (rows_pre + rows_dec)
         st.decode_tokens += decoded
 
-    def _mask(self, plan: SchedulerOutput, out: _core.StepOutput) -> None:
-        """Structured outputs: every row a constrained request samples from (a verify's k + 1, a
-        finished prompt's last) gets its grammar's mask, the row after draft token j masked by the
-        state after the draft's first j tokens; forbidden tokens' logits become -inf in place."""
-        starts = out.logits_start
-        items, rows = [], []
+    def _mask_items(self, plan: SchedulerOutput) -> List[tuple]:
+        """(scheduled index, constraint, draft) of every constrained request that samples this
+        step (a verify, or a prompt's last chunk)."""
+        items = []
         for i, s in enumerate(plan.scheduled):
             r = s.request
             if r.constraint is None or r.finished:
                 continue
             if s.is_prefill and s.num_computed + len(s.tokens) < r.num_tokens:
                 continue  # a prompt chunk with more to come: nothing sampled
-            draft = list(s.draft.tokens) if s.draft is not None else []
+            items.append((i, r.constraint, list(s.draft.tokens) if s.draft is not None else []))
+        return items
+
+    def _start_masks(self, plan: SchedulerOutput):
+        """The step's constrained items, and their masks or the future computing them (in the
+        structured outputs' worker thread while the forward runs, when mask_while_forward)."""
+        items = self._mask_items(plan)
+        if not items or not self.mask_while_forward:
+            return items, None
+        return items, self._structured().masks_async([(c, d) for _, c, d in items])
+
+    def _mask(self, plan: SchedulerOutput, out: _core.StepOutput, pending=None) -> None:
+        """Structured outputs: every row a constrained request samples from (a verify's k + 1, a
+        finished prompt's last) gets its grammar's mask, the row after draft token j masked by the
+        state after the draft's first j tokens; forbidden tokens' logits become -inf in place."""
+        items, future = pending if pending is not None else (self._mask_items(plan), None)
+        starts = out.logits_start
+        rows = []
+        for i, _, draft in items:
             row0 = starts[i + 1] - 1 - len(draft)
-            items.append((r.constraint, draft))
             rows.extend(range(row0, row0 + 1 + len(draft)))
         if items:
             so = self._structured()
-            masks = so.masks(items)
+            masks = future.result() if future is not None else so.masks([(c, d) for _, c, d in items])
             t0 = time.perf_counter()
             _core.apply_token_bitmask(out.logits, rows, masks)
             so.apply_seconds += time.perf_counter() - t0
@@ -561,13 +584,14 @@ class _StepMasker:
     each constrained request's draft cut at its first token the grammar forbids, the masks of its
     rows computed before the forward, and handed back after it to be applied to the logits."""
 
-    __slots__ = ("structured", "running", "items", "computed")
+    __slots__ = ("structured", "running", "items", "computed", "overlap")
 
-    def __init__(self, structured, running) -> None:
+    def __init__(self, structured, running, overlap: bool = False) -> None:
         self.structured = structured
         self.running = running
         self.items: List[Optional[tuple]] = []
         self.computed = None
+        self.overlap = overlap
 
     def cut(self, drafts: List[List[int]]) -> List[int]:
         keep = []
@@ -581,7 +605,8 @@ class _StepMasker:
             keep.append(n)
             self.items.append((c, d[:n]))
         live = [x for x in self.items if x is not None]
-        self.computed = self.structured.masks(live) if live else None
+        if live:
+            self.computed = self.structured.masks_async(live) if self.overlap else self.structured.masks(live)
         return keep
 
     def masks(self, row_end: List[int]):
@@ -592,8 +617,9 @@ class _StepMasker:
         for x, end in zip(self.items, row_end):
             if x is not None:
                 rows.extend(range(end - 1 - len(x[1]), end))
+        computed = self.computed.result() if self.overlap else self.computed
         self.structured.apply_seconds += time.perf_counter() - t0  # the -inf writes follow in C++
-        return rows, self.computed
+        return rows, computed
 
 
 def _grammar_cut(r: Request, d):
