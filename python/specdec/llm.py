@@ -247,8 +247,6 @@ class LLM:
             max_num_batched_tokens=max_num_batched_tokens or self.max_num_batched_tokens,
             max_num_logits=max_num_logits or self.max_num_logits,
             adaptive=adaptive, enable_prefix_caching=caching, structured=self.structured_outputs,
-            # masks while the forward runs where it leaves the host's cores free (a GPU)
-            mask_while_forward=self.context.kind == "opencl" and self.context.device.type != "cpu",
             # a DFlash drafter's context comes from the target's steps: its cache must hold any
             # prefix the target takes from its own
             prefix_followers=self._prefix_followers if caching else [])

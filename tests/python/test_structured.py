@@ -262,12 +262,13 @@ def test_the_one_call_decode_step_carries_constraints(plain_llm, plain_outputs):
 
 
 @pytest.mark.parametrize("method", ["plain", "ngram"])
-def test_masks_computed_while_the_forward_runs_give_the_same_tokens(plain_outputs, method):
-    """mask_while_forward (on for GPUs): the masks come from a worker thread during the forward,
-    on the Python step path and inside the one-call decode step; the tokens are the same."""
+def test_masks_computed_before_or_after_the_forward_give_the_same_tokens(plain_outputs, method):
+    """mask_while_forward (the default: the masks from a worker thread during the forward, on
+    the Python step path and inside the one-call decode step) off: the same tokens."""
     llm = specdec.LLM(STORIES, progress=False,
                       speculative_config=None if method == "plain" else METHODS[method])
-    llm.engine.core.mask_while_forward = True
+    assert llm.engine.core.mask_while_forward
+    llm.engine.core.mask_while_forward = False
     for kind in ("json", "regex", "gbnf"):
         outs = llm.generate(PROMPTS, _params(kind))
         assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in plain_outputs[kind]]
