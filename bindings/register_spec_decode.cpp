@@ -171,16 +171,19 @@ py::tuple propose_and_step(Proposer& p, const std::vector<ProposeRequest>& asks,
 // one decode token, else (draft lengths, StepOutput, seconds proposing, seconds in the forward,
 // outcomes, draft tokens asked of the proposer).
 // StepConstraints calling a Python object (specdec.engine.core's step masker) with the GIL:
-// cut([[draft tokens] per row]) -> [tokens kept per row]; masks([row ends]) -> (rows, int32
+// cut([[draft tokens] per row], [has probabilities per row]) -> [tokens kept per row]; masks([row ends]) -> (rows, int32
 // [len(rows), words]) or None.
 class PyStepConstraints final : public StepConstraints {
  public:
   explicit PyStepConstraints(py::object obj) : obj_(std::move(obj)) {}
   void cut(std::vector<Draft>& drafts) override {
     py::gil_scoped_acquire gil;
-    py::list tokens(drafts.size());
-    for (size_t i = 0; i < drafts.size(); ++i) tokens[i] = py::cast(drafts[i].tokens);
-    const auto keep = obj_.attr("cut")(tokens).cast<std::vector<int64_t>>();
+    py::list tokens(drafts.size()), has_probs(drafts.size());
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      tokens[i] = py::cast(drafts[i].tokens);
+      has_probs[i] = py::bool_(drafts[i].has_probs());
+    }
+    const auto keep = obj_.attr("cut")(tokens, has_probs).cast<std::vector<int64_t>>();
     SPECDEC_CHECK(keep.size() == drafts.size(), "cut", str_cat(keep.size(), " lengths"),
                   str_cat(drafts.size(), " (one per row)"));
     for (size_t i = 0; i < drafts.size(); ++i) {

@@ -31,6 +31,6 @@ echo "== installing Python build and test tools"
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   "scikit-build-core>=0.10" "pybind11>=2.10" "numpy>=1.22" "jinja2>=3.1" "pytest>=7" "safetensors>=0.4" "tokenizers>=0.15" \
   "gguf>=0.17" "matplotlib>=3.5" \
-  "fastapi>=0.100" "uvicorn>=0.23" "prometheus_client>=0.17" "openai>=1.0" "llguidance>=1.0" "jsonschema>=4"
+  "fastapi>=0.100" "uvicorn>=0.23" "prometheus_client>=0.17" "openai>=1.0" "llguidance>=1.9,<2" "jsonschema>=4"
 echo "== building and installing specdec (pip install .)"
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation .

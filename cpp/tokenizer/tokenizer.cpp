@@ -81,7 +81,7 @@ std::vector<int32_t> Tokenizer::encode_fragments(
   for (const Fragment& f : splitter_->split(text, parse_special, special_ranges)) {
     if (f.token != kNoToken) {
       out.push_back(f.token);
-      after_special = true;
+      after_special = !continuation;
       continue;
     }
     const std::string_view run = text.substr(f.offset, f.length);

@@ -187,13 +187,17 @@ class Constraint:
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` (a draft) the grammar allows from here."""
-        return self.matcher.validate_tokens(list(tokens)) if tokens else 0
+        m = self.matcher
+        # a complete grammar takes nothing more (not even EOS, which ends the request anyway)
+        return m.validate_tokens(list(tokens)) if tokens and not m.is_stopped() and not m.is_error() else 0
 
     def accept(self, tokens: Sequence[int]) -> bool:
         """Feeds the tokens a step kept (each drawn under this grammar's mask). The end of
         generation after a complete grammar (llguidance stops there: nothing else may follow) is
         not fed."""
         m = self.matcher
+        if m.is_error():
+            return False
         for n, t in enumerate(tokens):
             if m.is_stopped() and n == len(tokens) - 1:
                 return True  # the end-of-generation token the stopped grammar allowed
@@ -224,7 +228,7 @@ class StructuredOutputs:
         self.tokenizer = tokenizer
         # the logits' width (it may exceed the tokenizer's ids: padded embeddings)
         self.vocab_size = max(vocab_size, tokenizer.vocab_size)
-        self.words = (vocab_size + 31) // 32
+        self.words = (self.vocab_size + 31) // 32
         self._lock = threading.Lock()
         self._lltok = None
         self._limits = None
@@ -254,7 +258,11 @@ class StructuredOutputs:
                         b = b"\xff" + b
                         special.append(i)
                     pieces.append(b)
-                eog = list(tok.eog_token_ids) or ([tok.eos_token_id] if tok.eos_token_id is not None else [0])
+                # the end llguidance allows first is the tokenizer's EOS (Qwen's <|im_end|>, not the
+                # lowest end-of-generation id), then the others
+                eog = sorted(tok.eog_token_ids, key=lambda i: i != tok.eos_token_id)
+                if not eog:
+                    eog = [tok.eos_token_id if tok.eos_token_id is not None else 0]
 
                 class _Wrapper:
                     eos_token_id = eog[0]
@@ -338,8 +346,8 @@ class StructuredOutputs:
             m = c.matcher
             m.unsafe_compute_mask_ptr(base + at * nbytes, nbytes)
             n = 0
-            for t in d:  # (a draft is cut to its valid prefix before; never left in an error state)
-                if m.try_consume_tokens([t]) != 1:
+            for t in d:  # the draft's valid prefix (a kept forbidden last token: its row is never used)
+                if m.is_stopped() or m.try_consume_tokens([t]) != 1:
                     break
                 n += 1
                 m.unsafe_compute_mask_ptr(base + (at + n) * nbytes, nbytes)

@@ -161,15 +161,19 @@ def test_constrained_sampling_distribution_equals_plain():
         return np.array([hash(w[0]) % 1000 for w in words]), np.array([hash(" ".join(w[:2])) % 100000 for w in words])
 
     ref = sample(specdec.LLM(STORIES, progress=False, max_num_seqs=64), range(10**6, 10**6 + 1800), True)
-    llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64, speculative_config={
-        "method": "draft_model", "model": STORIES, "num_speculative_tokens": 3,
-        "draft_vocab_size": 48})  # a weaker drafter: some drafts rejected
-    for seeded in (True, False):
-        got = sample(llm, range(n), seeded)
-        assert llm.last_metrics["num_draft_tokens"] > 0
-        for a, b in zip(got, ref):
-            assert _chi2_z(a, b) < 4.0, seeded
-        assert len(np.unique(got[1])) > 3  # a distribution, not one answer
+    # a weaker drafter (some drafts rejected), and the model itself, whose unconstrained
+    # distribution puts most of its mass on tokens the regex forbids: drafts with probabilities
+    # keep their first forbidden token, rejected for sure, so the residual is drawn (cutting the
+    # draft before it drew from p instead, which tilts the output by q's forbidden mass)
+    for drafter in ({"draft_vocab_size": 48}, {}):
+        llm = specdec.LLM(STORIES, progress=False, max_num_seqs=64, speculative_config={
+            "method": "draft_model", "model": STORIES, "num_speculative_tokens": 3, **drafter})
+        for seeded in (True, False):
+            got = sample(llm, range(n), seeded)
+            assert llm.last_metrics["num_draft_tokens"] > 0
+            for a, b in zip(got, ref):
+                assert _chi2_z(a, b) < 4.0, (drafter, seeded)
+            assert len(np.unique(got[1])) > 3  # a distribution, not one answer
 
 
 @pytest.mark.parametrize("fields,field", [
@@ -272,3 +276,46 @@ def test_masks_computed_before_or_after_the_forward_give_the_same_tokens(plain_o
     for kind in ("json", "regex", "gbnf"):
         outs = llm.generate(PROMPTS, _params(kind))
         assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in plain_outputs[kind]]
+
+
+def test_a_request_failing_on_its_grammar_leaves_the_batch_and_its_blocks(plain_llm):
+    free = plain_llm.runner.num_free_blocks()
+    good = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    bad = SamplingParams(temperature=0, max_tokens=8, structured_outputs={"regex": "(x{1000}){1000}"})
+    sink = plain_llm.engine
+    import queue
+    q = queue.SimpleQueue()
+    reqs = [plain_llm._make_request(p, sp) for p, sp in (("Once", good), ("The", bad), ("Lily", good))]
+    for r in reqs:
+        sink.add_request(r, q)
+    outs = {}
+    with pytest.raises(ValueError, match="structured_outputs.regex"):
+        for item in sink.iterate(q, [r.request_id for r in reqs]):
+            if item.finished:
+                outs[item.request_id] = item
+    while len(outs) < 2:  # the good ones go on to the end
+        for item in sink.iterate(q, [r.request_id for r in (reqs[0], reqs[2]) if r.request_id not in outs]):
+            if item.finished:
+                outs[item.request_id] = item
+    assert [len(outs[r.request_id].output.outputs[0].token_ids) for r in (reqs[0], reqs[2])] == [20, 20]
+    assert plain_llm.runner.num_free_blocks() == free
+
+
+def test_drafts_with_probabilities_keep_their_first_forbidden_token():
+    """Point-mass drafts (n-gram, suffix, greedy) end before their first forbidden token; a draft
+    with probabilities keeps it, to be rejected for sure so that the residual (p - q)+ is drawn
+    there: drawing from p instead would tilt sampled output by q's mass on forbidden tokens."""
+    from specdec.engine.core import _keep
+
+    class Grammar:
+        error = False
+
+        def valid_prefix(self, tokens):
+            return tokens.index(9) if 9 in tokens else len(tokens)
+
+    g = Grammar()
+    assert _keep(g, [1, 2, 9, 4], False) == 2
+    assert _keep(g, [1, 2, 9, 4], True) == 3
+    assert _keep(g, [1, 2, 3], True) == 3
+    assert _keep(g, [9], True) == 1 and _keep(g, [9], False) == 0
+    assert _keep(g, [], True) == 0

@@ -78,6 +78,20 @@ def test_json_object_and_vllm_fields(server, llm):
     assert r.choices[0].text in ("a cat", "a dog")
 
 
+def test_logprobs_of_a_constrained_reply_are_json_numbers(server):
+    """Masked tokens have logprob -inf; the reply carries vLLM's -9999.0 instead (valid JSON)."""
+    for stream in (False, True):
+        got, body, raw = server.request("POST", "/v1/completions", {
+            "model": "stories", "prompt": "The dog", "max_tokens": 4, "temperature": 0, "logprobs": 5,
+            "stream": stream, "structured_outputs": {"choice": ["happy", "sad"]}})
+        assert got == 200, body
+        assert "Infinity" not in raw and "NaN" not in raw
+        if not stream:
+            lp = body["choices"][0]["logprobs"]
+            assert all(v >= -9999.0 for top in lp["top_logprobs"] for v in top.values())
+            assert min(v for top in lp["top_logprobs"] for v in top.values()) == -9999.0
+
+
 @pytest.mark.parametrize("extra,param", [
     ({"response_format": {"type": "xml"}}, "response_format"),
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
@@ -87,6 +101,8 @@ def test_json_object_and_vllm_fields(server, llm):
     ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
     ({"guided_json": SCHEMA, "response_format": {"type": "json_object"}}, "guided_json"),
     ({"guided_choice": "yes"}, "guided_json"),
+    ({"guided_regex": "a+", "guided_whitespace_pattern": " "}, "guided_whitespace_pattern"),
+    ({"structured_outputs": {"regex": "a" * 300000}}, "structured_outputs"),
 ])
 def test_bad_constraints_are_400_naming_the_field(server, extra, param):
     got, body, _ = server.request("POST", "/v1/completions", {"model": "stories", "prompt": "x", **extra})

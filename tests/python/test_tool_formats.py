@@ -29,7 +29,7 @@ TEMPLATES = {
     "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
     "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
-    "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": None,  # v11: [TOOL_CALLS]name[ARGS]{...}, not parsed
     "Qwen3-Coder.jinja": None,  # XML calls (<function=...>): not parsed, refused unless tool_choice none
     "google-gemma-2-2b-it.jinja": None,
 }
@@ -121,3 +121,30 @@ def test_auto_and_none_add_no_constraint():
         tr.format = "hermes"
         assert T.constraint(tr) is None
     assert T.parse_request({"tools": []}) is None
+
+
+def test_review_edge_cases():
+    # JSON that names no tool of the request is an answer (Llama 3 format)
+    assert T.parse("llama3_json", '{"name": "Alice", "age": 3}', ["get_weather"]) == ('{"name": "Alice", "age": 3}', [])
+    assert T.parse("mistral", '[TOOL_CALLS] [{"name": "x", "arguments": {}}]', ["get_weather"])[1] == []
+    # Mistral's array followed by an end-of-generation token's text
+    _, calls = T.parse("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "P"}}]</s>',
+                       ["get_weather"])
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    # a bare Hermes call after a newline is held back, not streamed and then called too
+    h = T.StreamHolder("hermes", ["get_weather"])
+    text = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    streamed = "".join(h.push(ch) for ch in text)
+    rest, calls = h.finish()
+    assert "get_weather" not in streamed and [c["function"]["name"] for c in calls] == ["get_weather"]
+    # tool_choice naming a function with a non-string
+    from specdec.server.protocol import ApiError
+    with pytest.raises(ApiError) as e:
+        T.parse_request({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": ["x"]}}})
+    assert e.value.param == "tool_choice.function.name"
+    # Mistral v11 calls ([TOOL_CALLS]name[ARGS]{...}) are not the format parsed here
+    assert T.detect_format("[TOOL_CALLS]{{ name }}[ARGS]{{ args }}") is None
+    # a marker that is a control token is named by id in the grammar
+    tr = T.parse_request({"tools": [WEATHER], "tool_choice": "required"})
+    tr.format, tr.control = "mistral", {"[TOOL_CALLS]": 9}
+    assert T.constraint(tr).grammar.startswith("start: <[9]>")

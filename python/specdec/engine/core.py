@@ -344,12 +344,17 @@ class EngineCore:
             out = self.runner.step(steps, return_logits=need_logits)
             t_draft, t_forward, outcomes = 0.0, time.perf_counter() - t2, None
             rows_dec = sum(len(s.tokens) for s in plan.scheduled) - rows_pre
+        failed = []
         if outcomes is None:
             if self.num_constrained:
-                self._mask(plan, out, pending)
+                failed = self._mask(plan, out, pending)
             outcomes = self._verify(plan, out)
         kept, decoded = self._update(((i, s.request, len(s.draft.tokens) if s.draft is not None else 0,
-                                       s.is_prefill) for i, s in enumerate(plan.scheduled)), out, outcomes)
+                                       s.is_prefill) for i, s in enumerate(plan.scheduled)), out, outcomes,
+                                     skip=failed)
+        for r in failed:
+            if not r.finished:
+                self._fail(r, r.constraint.failure())
         self._count(t0, t1, t2, t_draft, t_forward, rows_pre, rows_dec, decoded)
         return kept
 
@@ -443,10 +448,9 @@ class EngineCore:
             t0 = time.perf_counter()
             _core.apply_token_bitmask(out.logits, rows, masks)
             so.apply_seconds += time.perf_counter() - t0
-        for i, s in enumerate(plan.scheduled):
-            c = s.request.constraint
-            if c is not None and not s.request.finished and c.error:
-                self._fail(s.request, c.failure())
+        # a grammar the library gave up on (its mask then allows only the end): the request is
+        # failed after this step's verification and bookkeeping (_update), never before them
+        return [s.request for i, c, _ in items for s in (plan.scheduled[i],) if c.error]
 
     def _fail(self, r: Request, error: BaseException) -> None:
         """Ends one request on its own error (its outcome this step is dropped)."""
@@ -475,7 +479,7 @@ class EngineCore:
         got = iter(self.verifier.verify([x for x in items if x is not None], out))
         return [None if x is None else next(got) for x in items]
 
-    def _update(self, rows, out: _core.StepOutput, outcomes):
+    def _update(self, rows, out: _core.StepOutput, outcomes, skip=()):
         """What needs Python after verification: logprobs, stop strings, streamed text, finishing.
         rows: (row index, request, draft length, is_prefill) per outcome (None: no tokens yet).
         Returns (the updates of requests that got tokens or finished, in the plan's order; decode /
@@ -484,7 +488,7 @@ class EngineCore:
         now = time.monotonic()
         kept, decoded = [], 0
         for (i, r, ndraft, is_prefill), outcome in zip(rows, outcomes):
-            if outcome is None or r.finished:  # r.finished: ended on its own error this step
+            if outcome is None or r.finished or any(r is f for f in skip):  # ended on its own error
                 continue
             tokens, accepted, argmax_lp, finish, num_computed = outcome
             r.num_computed_tokens = num_computed
@@ -594,15 +598,15 @@ class _StepMasker:
         self.computed = None
         self.overlap = overlap
 
-    def cut(self, drafts: List[List[int]]) -> List[int]:
+    def cut(self, drafts: List[List[int]], has_probs: List[bool]) -> List[int]:
         keep = []
-        for r, d in zip(self.running, drafts):
+        for r, d, probs in zip(self.running, drafts, has_probs):
             c = r.constraint
             if c is None:
                 keep.append(len(d))
                 self.items.append(None)
                 continue
-            n = c.valid_prefix(d) if d and not c.error else 0
+            n = _keep(c, d, probs)
             keep.append(n)
             self.items.append((c, d[:n]))
         live = [x for x in self.items if x is not None]
@@ -624,11 +628,21 @@ class _StepMasker:
 
 
 def _grammar_cut(r: Request, d):
-    """A constrained request's draft up to its first token the grammar forbids."""
+    """A constrained request's draft up to its first token the grammar forbids (see _keep)."""
     if r.constraint is None or not len(d):
         return d
-    n = r.constraint.valid_prefix(d.tokens)
+    n = _keep(r.constraint, list(d.tokens), d.has_probs)
     return d if n == len(d) else d.truncated(n)
+
+
+def _keep(c, tokens: List[int], has_probs: bool) -> int:
+    """How many draft tokens to verify: those the grammar allows, and, for a draft with its
+    probabilities, the first forbidden one too. Rejection sampling then rejects it (its masked
+    probability is 0) and draws from the residual (p - q)+; ending the draft before it would draw
+    from p instead, which over the drafts that reached it is not p (q's mass on forbidden tokens
+    would tilt the output). A point-mass draft's residual is p itself: it is cut before."""
+    n = c.valid_prefix(tokens) if tokens and not c.error else 0
+    return n + 1 if has_probs and n < len(tokens) else n
 
 
 _FINISH = {0: None, 1: RequestStatus.FINISHED_STOPPED, 2: RequestStatus.FINISHED_STOPPED,

@@ -189,6 +189,7 @@ class LLMEngine:
                     self._fail(rid, error)
             self._take_inbox()  # aborts that came during the step
         except BaseException as e:  # every running request fails with the step's error
+            self.core.failures = []  # (those it ended on their own errors are among them)
             self._fail_all(e)
             raise
         finally:

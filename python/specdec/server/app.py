@@ -327,7 +327,18 @@ class Server:
         except ValueError as e:
             raise ApiError(400, f"tools: {e}", "tools", "chat_template_error") from None
         tools.check_template_format(tr, source)
-        so = tools.constraint(tr)
+        tok = self.llm.tokenizer
+        for marker in tools.MARKER_TEXTS.get(tr.format, ()):
+            i = tok.token_id(marker)
+            if i is not None and tok.token_type(i) == "control":
+                tr.control[marker] = i
+        if tr.control:  # Mistral's [TOOL_CALLS]: a control token, whose text must stay (as vLLM does)
+            s.params = dataclasses.replace(s.params, skip_special_tokens=False)
+        try:
+            so = tools.constraint(tr)
+        except ValueError as e:
+            raise ApiError(400, f"tools: the call grammar of these tools is too large ({e})", "tools",
+                           "invalid_value") from None
         if so is not None:
             if s.params.structured_outputs is not None:
                 raise ApiError(400, f"tool_choice = {tr.choice if tr.name is None else tr.name!r} "
@@ -336,6 +347,16 @@ class Server:
             s.params = dataclasses.replace(s.params, structured_outputs=so)
             s.constraint_field = "tools"
         return tr
+
+    def _without_end(self, text: str) -> str:
+        """text without a trailing end-of-generation token's text (a reply decoded with its special
+        tokens for a tool format whose marker is one)."""
+        tok = self.llm.tokenizer
+        for i in tok.eog_token_ids:
+            end = tok.decode([i], special=True)
+            if end and text.endswith(end):
+                return text[:-len(end)]
+        return text
 
     def _usage(self, reqs: List[Tuple[int, Any]], n: int) -> Dict[str, Any]:
         prompt = sum(len(r.prompt_token_ids) for i, r in reqs if i % n == 0)
@@ -384,7 +405,9 @@ class Server:
             if chat:
                 c["message"] = {"role": "assistant", "content": comp.text}
                 if s.tools is not None and s.tools.format is not None:
-                    content, calls = tools.parse(s.tools.format, comp.text, list(s.tools.schemas))
+                    text = self._without_end(comp.text) if s.tools.control else comp.text
+                    c["message"]["content"] = text
+                    content, calls = tools.parse(s.tools.format, text, list(s.tools.schemas))
                     if calls:
                         c["message"] = {"role": "assistant", "content": content, "tool_calls": calls}
                         c["finish_reason"] = "tool_calls"
@@ -431,7 +454,10 @@ class Server:
                                          "finish_reason": r.finish_reason if item.finished else None}
                     if chat and holders is not None:
                         h = holders[r.request_id]
-                        text = h.push(item.new_text)
+                        piece = item.new_text
+                        if item.finished and s.tools.control:  # special tokens kept: not the end's
+                            piece = self._without_end(h.text + piece)[len(h.text):]
+                        text = h.push(piece)
                         calls = []
                         if item.finished:
                             rest, calls = h.finish()

@@ -229,14 +229,14 @@ def structured_outputs(body: Mapping) -> Tuple[Optional[StructuredOutputsParams]
                       "json_object")
         found.append(("structured_outputs", dict(so)))
     guided = {k: body[k] for k in _GUIDED if body.get(k) is not None}
+    ws = body.get("guided_whitespace_pattern")
+    if ws is not None and "guided_json" not in guided:
+        raise bad("guided_whitespace_pattern", ws, "only beside guided_json")
     if guided:
         d = {_GUIDED[k]: v for k, v in guided.items()}
-        if body.get("guided_whitespace_pattern") is not None:
-            d["whitespace_pattern"] = body["guided_whitespace_pattern"]
+        if ws is not None:
+            d["whitespace_pattern"] = ws
         found.append((next(iter(guided)), d))
-    elif body.get("guided_whitespace_pattern") is not None:
-        raise bad("guided_whitespace_pattern", body["guided_whitespace_pattern"],
-                  "only beside guided_json")
     if not found:
         return None, None
     if len(found) > 1:
@@ -439,6 +439,11 @@ def _arguments_as_object(call: Any) -> Any:
     return call
 
 
+def _finite(lp: float) -> float:
+    """A logprob JSON can carry: a token structured outputs masked has -inf; vLLM sends -9999.0."""
+    return lp if math.isfinite(lp) else -9999.0
+
+
 def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece,
                         offset: int) -> Tuple[Dict[str, Any], int]:
     """The legacy completions ``logprobs`` object for these tokens (and the next text offset)."""
@@ -446,8 +451,8 @@ def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], pie
     for tid, pos in zip(token_ids, entries):
         text = piece(tid)
         tokens.append(text)
-        lps.append(pos[tid].logprob)
-        tops.append({piece(t): lp.logprob for t, lp in pos.items()})  # the top n and the token
+        lps.append(_finite(pos[tid].logprob))
+        tops.append({piece(t): _finite(lp.logprob) for t, lp in pos.items()})  # the top n and the token
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}, offset
@@ -461,7 +466,7 @@ def chat_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece, to
     for tid, pos in zip(token_ids, entries):
         ranked = sorted(((lp.rank, t, lp) for t, lp in pos.items() if lp.rank is not None and lp.rank <= top_n),
                         key=lambda x: x[0])
-        content.append({"token": piece(tid), "logprob": pos[tid].logprob, "bytes": piece_bytes(tid),
-                        "top_logprobs": [{"token": piece(t), "logprob": lp.logprob,
+        content.append({"token": piece(tid), "logprob": _finite(pos[tid].logprob), "bytes": piece_bytes(tid),
+                        "top_logprobs": [{"token": piece(t), "logprob": _finite(lp.logprob),
                                           "bytes": piece_bytes(t)} for _, t, lp in ranked]})
     return {"content": content}

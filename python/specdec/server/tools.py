@@ -26,6 +26,8 @@ from specdec.server.protocol import ApiError, bad
 from specdec.structured import StructuredOutputsParams
 
 MAX_TOOLS = 128
+# the texts that open and close calls, per format
+MARKER_TEXTS = {"hermes": ("<tool_call>", "</tool_call>"), "mistral": ("[TOOL_CALLS]",)}
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FORMATS = ("hermes", "llama3_json", "mistral")
 
@@ -37,6 +39,9 @@ class ToolRequest:
     name: Optional[str] = None         # the named function
     parallel: bool = True
     format: Optional[str] = None       # set once the template is known
+    # the format's markers that are control tokens in this vocabulary: text -> id (a grammar
+    # names them by id, and the reply's text must keep them: skip_special_tokens off)
+    control: Dict[str, int] = field(default_factory=dict)
     schemas: Dict[str, Any] = field(default_factory=dict)  # name -> parameters schema
 
 
@@ -90,7 +95,7 @@ def parse_request(body: Mapping) -> Optional[ToolRequest]:
             raise bad("tool_choice", choice, '"none", "auto", "required" or {"type": "function", '
                       '"function": {"name": ...}}')
         name = fn["name"]
-        if name not in schemas:
+        if not isinstance(name, str) or name not in schemas:
             raise bad("tool_choice.function.name", name, f"one of the tools: {', '.join(schemas)}")
         choice = "named"
     elif choice not in ("none", "auto", "required"):
@@ -104,7 +109,7 @@ def detect_format(template: str) -> Optional[str]:
     """The tool-call format a chat template teaches its model, or None."""
     if "<tool_call>" in template and "<function=" not in template:  # not Qwen3-Coder's XML calls
         return "hermes"
-    if "[TOOL_CALLS]" in template:
+    if "[TOOL_CALLS]" in template and "[ARGS]" not in template:  # not v11's [TOOL_CALLS]name[ARGS]{...}
         return "mistral"
     if "<|python_tag|>" in template or ("ipython" in template and "parameters" in template):
         return "llama3_json"
@@ -125,12 +130,17 @@ def constraint(tr: ToolRequest) -> Optional[StructuredOutputsParams]:
     if tr.choice not in ("required", "named"):
         return None
     many = tr.parallel and tr.choice == "required"
+
+    def lit(text: str) -> str:  # a marker: its control token by id, else its text
+        return f"<[{tr.control[text]}]>" if text in tr.control else json.dumps(text)
+
     if tr.format == "hermes":
-        call = '"<tool_call>\\n" %json ' + json.dumps(_call_schema(tr, "arguments")) + ' "\\n</tool_call>"'
+        call = (lit("<tool_call>") + ' "\\n" %json ' + json.dumps(_call_schema(tr, "arguments"))
+                + ' "\\n" ' + lit("</tool_call>"))
         start = 'call ("\\n" call)*' if many else "call"
     elif tr.format == "mistral":
         call = "%json " + json.dumps(_call_schema(tr, "arguments"))
-        start = '"[TOOL_CALLS]" " "? "[" ' + ('call (", " call)*' if many else "call") + ' "]"'
+        start = lit("[TOOL_CALLS]") + ' " "? "[" ' + ('call (", " call)*' if many else "call") + ' "]"'
     else:
         call = "%json " + json.dumps(_call_schema(tr, "parameters"))
         start = 'call ("; " call)*' if many else "call"
@@ -177,9 +187,12 @@ def parse(fmt: str, text: str, names: Optional[List[str]] = None) -> Tuple[Optio
         at = text.find("[TOOL_CALLS]")
         if at < 0:
             return text, []
-        try:
-            objs = json.loads(text[at + len("[TOOL_CALLS]"):].strip())
+        try:  # the first JSON value after the marker (an end-of-generation token's text may follow)
+            objs, _ = json.JSONDecoder().raw_decode(text[at + len("[TOOL_CALLS]"):].lstrip())
         except ValueError:
+            return text, []
+        if names is not None and not all(isinstance(o, dict) and o.get("name") in names
+                                         for o in (objs if isinstance(objs, list) else [objs])):
             return text, []
         calls = _calls_from(objs if isinstance(objs, list) else [objs], "arguments")
         if calls is None:
@@ -197,6 +210,8 @@ def parse(fmt: str, text: str, names: Optional[List[str]] = None) -> Tuple[Optio
             objs.append(json.loads(part))
         except ValueError:
             return text, []
+    if names is not None and not all(isinstance(o, dict) and o.get("name") in names for o in objs):
+        return text, []  # JSON that names no tool of the request is an answer, not a call
     calls = _calls_from(objs, "parameters")
     return (text, []) if calls is None else (None, calls)
 
@@ -261,7 +276,7 @@ class StreamHolder:
         if self.holding:
             return ""
         marker = self.MARKERS.get(self.fmt)
-        if self.fmt == "hermes" and self.sent == 0 and self.text.lstrip()[:1] == "{":
+        if self.fmt == "hermes" and not self.text[:self.sent].strip() and self.text.lstrip()[:1] == "{":
             self.holding = True  # perhaps a call without its tags
             return ""
         if marker is None:  # llama3_json: a reply that starts (after spaces) with { or <|python_tag|>
