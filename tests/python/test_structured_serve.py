@@ -117,6 +117,12 @@ def test_hostile_regex_is_bounded_and_the_server_keeps_serving(server):
         "structured_outputs": {"regex": "(a|b)*a(a|b){40}"}})
     assert got in (200, 400), body
     assert time.monotonic() - t0 < 60
+    # past the library's limits mid-output: a 400 naming the request's field
+    got, body, _ = server.request("POST", "/v1/completions", {
+        "model": "stories", "prompt": "x", "max_tokens": 8, "temperature": 0,
+        "structured_outputs": {"regex": "(x{1000}){1000}"}})
+    assert got == 400 and body["error"]["param"] == "structured_outputs", body
+    assert "stopped following this constraint" in body["error"]["message"]
     got, body, _ = server.request("POST", "/v1/completions", {
         "model": "stories", "prompt": "x", "max_tokens": 3, "temperature": 0,
         "structured_outputs": {"choice": ["ok"]}})

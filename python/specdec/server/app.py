@@ -218,7 +218,8 @@ class Server:
         return {k: (None if isinstance(m[k], float) and m[k] != m[k] else m[k]) for k in keys if k in m}
 
     async def _outputs(self, http: HttpRequest, reqs: List[Tuple[int, Any]], sink: _AsyncSink,
-                       watch: bool, flight: "_Flight") -> AsyncIterator[Tuple[int, Any, Any]]:
+                       watch: bool, flight: "_Flight",
+                       constraint_field: Optional[str] = None) -> AsyncIterator[Tuple[int, Any, Any]]:
         """(choice index, Request, StreamOutput) as they come; aborts what is left when the consumer
         stops early (a streaming response is closed when its client goes away) or, with `watch`
         (a whole response, which nothing else cancels), when the client has disconnected: checked
@@ -240,6 +241,11 @@ class Server:
                     continue
                 error = getattr(item, "error", None)
                 if error is not None:
+                    msg = str(error)
+                    if isinstance(error, ValueError) and msg.startswith("SamplingParams.structured_outputs"):
+                        # its own constraint, past the grammar library's limits mid-output
+                        field = constraint_field or "structured_outputs"
+                        raise ApiError(400, field + msg[msg.index(":"):], field, "invalid_value")
                     raise ApiError(500, f"the engine failed on this request: {error}", None,
                                    "engine_error", "server_error")
                 i, r = index[item.request_id]
@@ -385,7 +391,7 @@ class Server:
     async def _whole(self, http, reqs, sink, rid, created, chat, s) -> Response:
         outs: Dict[int, Any] = {}
         flight = _Flight(self, reqs)
-        outputs = self._outputs(http, reqs, sink, True, flight)
+        outputs = self._outputs(http, reqs, sink, True, flight, s.constraint_field)
         try:
             async for i, r, item in outputs:
                 if item.finished:
@@ -438,7 +444,7 @@ class Server:
                    if chat and s.tools is not None and s.tools.format is not None else None)
         # closing this generator at any point (even before its first chunk) ends its requests
         flight = _Flight(self, reqs)
-        outputs = self._outputs(http, reqs, sink, False, flight)
+        outputs = self._outputs(http, reqs, sink, False, flight, s.constraint_field)
         try:
             if chat:  # the role first, as OpenAI sends it
                 yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
