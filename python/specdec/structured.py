@@ -38,7 +38,7 @@ MAX_CHOICES = 4096
 # llguidance's own limits, tighter than its defaults where a hostile request could take memory:
 # lexer states (1-2 kB each) and grammar symbols; the fuel bounds the time of a compile and of
 # each mask (~50k units a millisecond).
-_LIMITS = dict(max_items_in_row=2000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000,
+_LIMITS = dict(max_items_in_row=MAX_CHOICES + 100, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000,
                step_max_items=50_000, max_lexer_states=50_000, max_grammar_size=200_000)
 _CACHE_SIZE = 64
 # JSON's whitespace between tokens unless a request says otherwise: a space, or one or two
@@ -77,7 +77,7 @@ class StructuredOutputsParams:
 
     def __post_init__(self) -> None:
         f = "StructuredOutputsParams."
-        given = [k for k in _KINDS if getattr(self, k) not in (None, False)]
+        given = [k for k in _KINDS if getattr(self, k) is not None and not (k == "json_object" and self.json_object is False)]
         if len(given) != 1:
             raise ValueError(
                 f"StructuredOutputsParams: {'none' if not given else ', '.join(given)} given; exactly "
@@ -86,6 +86,11 @@ class StructuredOutputsParams:
         self.disable_any_whitespace = check_bool(f + "disable_any_whitespace", self.disable_any_whitespace)
         if self.whitespace_pattern is not None:
             _check_text(f + "whitespace_pattern", self.whitespace_pattern, "None or a regex for JSON's whitespace")
+        for name in ("disable_any_whitespace", "whitespace_pattern"):  # JSON's options, nothing else's
+            if getattr(self, name) not in (None, False) and given[0] not in ("json", "json_object"):
+                raise ValueError(f"{f}{name}: only with json or json_object (not {given[0]})")
+        if self.disable_any_whitespace and self.whitespace_pattern is not None:
+            raise ValueError(f"{f}whitespace_pattern: not beside disable_any_whitespace=True (one or the other)")
         if self.json is not None:
             self.json = _schema(f + "json", self.json)
         if self.regex is not None:
@@ -109,7 +114,7 @@ class StructuredOutputsParams:
 
     @property
     def kind(self) -> str:
-        return next(k for k in _KINDS if getattr(self, k) not in (None, False))
+        return next(k for k in _KINDS if getattr(self, k) is not None and not (k == "json_object" and self.json_object is False))
 
     def key(self) -> Tuple[str, str, bool, Optional[str]]:
         """What identifies the compiled grammar (the cache's key)."""
@@ -154,7 +159,7 @@ def _schema(field: str, value: Any) -> Union[Dict[str, Any], bool]:
         except ValueError as e:
             raise ValueError(f"{field}: not valid JSON ({e}); {allowed} is allowed") from None
     if value is True:
-        return value
+        return {}  # any JSON value (llguidance applies its options to object schemas only)
     if not isinstance(value, dict):
         raise error(field, value, allowed)
     try:
@@ -211,9 +216,12 @@ class Constraint:
 
     def failure(self) -> ValueError:
         """What ends a request whose grammar the library could not follow further."""
+        why = _error_line(self.matcher.get_error())
+        if not why or why == "None":
+            why = "it allowed no token (an unsatisfiable constraint?)"
         return ValueError(f"SamplingParams.structured_outputs.{self.kind}: the grammar library stopped "
-                          f"following this constraint mid-output: {_error_line(self.matcher.get_error())} "
-                          "(too complex for its limits; simplify the schema / regex / grammar)")
+                          f"following this constraint: {why} (past its limits, or allowing nothing; "
+                          "simplify the schema / regex / grammar)")
 
     @property
     def stopped(self) -> bool:
@@ -314,6 +322,13 @@ class StructuredOutputs:
                 msg = str(e)
                 raise ValueError(msg if msg.startswith("SamplingParams") else f"{field}: {msg}") from None
             base = llg.LLMatcher(lltok, grammar, log_level=0, limits=self._limits)
+            if not base.is_error():  # the first mask, here: a constraint that fails at once (or
+                first = base.deep_copy()  # allows nothing) is refused before any output
+                allowed = any(first.compute_bitmask())
+                if first.is_error() or not allowed:
+                    why = _error_line(first.get_error()) if first.is_error() else ""
+                    raise ValueError(f"{field}: {why or 'no output can satisfy it (an empty language)'}"
+                                     " (what llguidance could not take)")
             if base.is_error():
                 raise ValueError(f"{field}: {_error_line(base.get_error())} (what llguidance could not take)")
             with self._lock:

@@ -188,6 +188,10 @@ def test_constrained_sampling_distribution_equals_plain():
     ({"grammar": 5}, "StructuredOutputsParams.grammar"),
     ({"json_object": "yes"}, "StructuredOutputsParams.json_object"),
     ({"json_object": True, "disable_any_whitespace": 2}, "StructuredOutputsParams.disable_any_whitespace"),
+    ({"json": False}, "StructuredOutputsParams.json"),
+    ({"regex": "a", "disable_any_whitespace": True}, "disable_any_whitespace: only with json or json_object"),
+    ({"choice": ["a"], "whitespace_pattern": " "}, "whitespace_pattern: only with json or json_object"),
+    ({"json_object": True, "disable_any_whitespace": True, "whitespace_pattern": " "}, "not beside"),
 ])
 def test_bad_params_name_the_field(fields, field):
     with pytest.raises(ValueError, match=re.escape(field)):
@@ -209,6 +213,8 @@ def test_params_from_a_dict_and_in_sampling_params():
     ({"grammar": "root ::= (("}, "structured_outputs.grammar"),
     ({"json": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}, "structured_outputs.json"),
     ({"json": {"type": "strange"}}, "structured_outputs.json"),
+    ({"regex": "[^\\s\\S]"}, "structured_outputs.regex"),  # matches nothing: refused at compile
+    ({"grammar": 'start: "a" start'}, "structured_outputs.grammar"),  # an empty language
 ])
 def test_constraints_the_library_cannot_take_are_refused(plain_llm, fields, what):
     with pytest.raises(ValueError, match=re.escape(what)):
@@ -319,3 +325,15 @@ def test_drafts_with_probabilities_keep_their_first_forbidden_token():
     assert _keep(g, [1, 2, 3], True) == 3
     assert _keep(g, [9], True) == 1 and _keep(g, [9], False) == 0
     assert _keep(g, [], True) == 0
+
+
+def test_every_documented_choice_count_and_a_true_schema(plain_llm):
+    from specdec.structured import MAX_CHOICES
+    many = [f"c{i}" for i in range(MAX_CHOICES)]
+    out = plain_llm.generate("Once", SamplingParams(temperature=0, max_tokens=8, structured_outputs={"choice": many}))
+    assert out[0].outputs[0].text in many
+    for schema in (True, "true", {}):
+        out = plain_llm.generate("Once", SamplingParams(temperature=0, max_tokens=30,
+                                                        structured_outputs={"json": schema}))
+        text = out[0].outputs[0].text
+        assert out[0].outputs[0].finish_reason == "length" or json.loads(text) is not None or text == "null"

@@ -220,8 +220,8 @@ def structured_outputs(body: Mapping) -> Tuple[Optional[StructuredOutputsParams]
                           '"schema" (a JSON schema), optional "strict" and "description"')
             if js.get("strict") is not None and not isinstance(js["strict"], bool):
                 raise bad("response_format.json_schema.strict", js["strict"], "true, false or null")
-            # strict or not, the schema is enforced (as vLLM does)
-            found.append(("response_format.json_schema.schema", {"json": js.get("schema", True)}))
+            # strict or not, the schema is enforced (as vLLM does); none given: any JSON value
+            found.append(("response_format.json_schema.schema", {"json": js.get("schema", {})}))
     so = body.get("structured_outputs")
     if so is not None:
         if not isinstance(so, dict):
@@ -248,8 +248,10 @@ def structured_outputs(body: Mapping) -> Tuple[Optional[StructuredOutputsParams]
         return StructuredOutputsParams.from_any(d, field), field
     except (TypeError, ValueError) as e:
         msg = str(e).replace("StructuredOutputsParams.", f"{field}." if field == "structured_outputs" else "")
-        raise ApiError(400, f"{field}: {msg}" if not msg.startswith(field) else msg, field,
-                       "invalid_value") from None
+        if not msg.startswith(field):
+            msg = f"{field}: {msg}"
+        param = msg.split(":", 1)[0].split(" ", 1)[0] if field == "structured_outputs" else field
+        raise ApiError(400, msg, param, "invalid_value") from None
 
 
 def sampling(body: Mapping, chat: bool, max_model_len: int, vocab_size: int) -> Sampling:
@@ -446,13 +448,20 @@ def _finite(lp: float) -> float:
 
 def completion_logprobs(entries: List[Dict[int, Any]], token_ids: List[int], piece,
                         offset: int) -> Tuple[Dict[str, Any], int]:
-    """The legacy completions ``logprobs`` object for these tokens (and the next text offset)."""
+    """The legacy completions ``logprobs`` object for these tokens (and the next text offset).
+    ``top_logprobs`` is keyed by token text: where two tokens read the same (a byte token beside
+    a merged one), the larger logprob stays, so the chosen token's entry is its own."""
     tokens, lps, tops, offsets = [], [], [], []
     for tid, pos in zip(token_ids, entries):
         text = piece(tid)
         tokens.append(text)
         lps.append(_finite(pos[tid].logprob))
-        tops.append({piece(t): _finite(lp.logprob) for t, lp in pos.items()})  # the top n and the token
+        top: Dict[str, float] = {}
+        for t, lp in pos.items():  # the top n and the token
+            key, v = piece(t), _finite(lp.logprob)
+            if key not in top or v > top[key]:
+                top[key] = v
+        tops.append(top)
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}, offset
