@@ -25,6 +25,7 @@ from pathlib import Path
 
 import specdec
 from specdec import SamplingParams, StructuredOutputsParams
+from specdec._files import write_file_atomic
 
 SCHEMA = {
     "type": "object",
@@ -167,7 +168,7 @@ def main() -> int:
             print(f"  {r['mode']:38s} {r['tokens_per_s']:7.1f} ({r['vs_constrained_plain']:.2f}x, {acc}, "
                   f"{r['mask_ms_per_token']:.3f} ms = {100 * r['mask_share_of_decode']:.2f} %) valid {r['valid_json']}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=1))
+    write_file_atomic(a.out, json.dumps(results, indent=1) + "\n", "--out")
     print(f"wrote {a.out}")
     return 0
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import specdec
+from specdec._files import write_file_atomic
 from specdec.structured import StructuredOutputs, StructuredOutputsParams
 
 SCHEMA = {"type": "object",
@@ -92,7 +93,7 @@ def main() -> int:
     print(text)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text)
+        write_file_atomic(a.out, text + "\n", "--out")
     return 0
 
 
