@@ -204,12 +204,9 @@ def parse(fmt: str, text: str, names: Optional[List[str]] = None) -> Tuple[Optio
         body = body[len("<|python_tag|>"):].strip()
     if not body.startswith("{"):
         return text, []
-    objs = []
-    for part in _split_top_level(body, ";"):
-        try:
-            objs.append(json.loads(part))
-        except ValueError:
-            return text, []
+    objs = _json_parts(body, ";")
+    if objs is None:
+        return text, []
     if names is not None and not all(isinstance(o, dict) and o.get("name") in names for o in objs):
         return text, []  # JSON that names no tool of the request is an answer, not a call
     calls = _calls_from(objs, "parameters")
@@ -220,16 +217,21 @@ def _bare_calls(text: str, names: Optional[List[str]]) -> Tuple[Optional[str], L
     body = text.strip()
     if not names or not body.startswith("{"):
         return text, []
-    objs = []
-    for part in _split_top_level(body, "\n"):
-        try:
-            objs.append(json.loads(part))
-        except ValueError:
-            return text, []
+    objs = _json_parts(body, "\n")
+    if objs is None:
+        return text, []
     if not all(isinstance(o, dict) and o.get("name") in names and isinstance(o.get("arguments"), dict)
                and set(o) == {"name", "arguments"} for o in objs):
         return text, []
     return None, _calls_from(objs, "arguments") or []
+
+
+def _json_parts(body: str, sep: str) -> Optional[List[Any]]:
+    """The JSON values of ``body`` separated by ``sep`` at the top level; None if one is not JSON."""
+    try:
+        return [json.loads(part) for part in _split_top_level(body, sep)]
+    except ValueError:
+        return None
 
 
 def _split_top_level(text: str, sep: str) -> List[str]:
