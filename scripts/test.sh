@@ -18,6 +18,11 @@ if ! dpkg-query -W -f='${Status}' qemu-user 2>/dev/null | grep -q "install ok in
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends qemu-user
 fi
 
+# Test-only Python packages: Ray Serve for `specdec serve --ray` (tests/python/test_ray_serve.py),
+# the version pyproject's `ray` extra pins.
+echo "== installing Ray Serve for the tests (specdec[ray])"
+.venv/bin/python -m pip install -q --disable-pip-version-check "ray[serve]==2.60.0"
+
 # llama.cpp's vocabulary files and token vectors, for the C++ and Python tokenizer tests: from the
 # pinned llama-cpp-python sdist (pip download, sha256 checked), fetched once into the specdec cache.
 echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"

@@ -17,8 +17,9 @@ import re
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import specdec
 from specdec import _core
@@ -298,60 +299,25 @@ def _chat_template_arg(value: Optional[str]) -> Optional[str]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     """Loads the model (interruptible), then serves it with uvicorn in the main thread, so Ctrl-C
-    and SIGTERM shut the server down gracefully."""
+    and SIGTERM shut the server down gracefully. With --ray: replicas on Ray Serve."""
     try:
         import uvicorn  # noqa: F401 - checked before the model loads
         from specdec.server.app import build_app
     except ImportError as e:
         raise ValueError(f"specdec serve needs fastapi, uvicorn and prometheus_client ({e}); "
                          "install them with: pip install 'specdec[serve]' (or pip install '.[serve]')") from None
-    if args.api_key is not None:
-        check_text("--api-key", args.api_key, "a non-empty key", empty_ok=False)
-    template = _chat_template_arg(args.chat_template)
-    _serve_limits(args)  # a bad limit fails before the model loads
-    api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
-        sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
-                         "reaches this port can use the server\n")
-    box: dict = {}
-
-    def load(a: argparse.Namespace) -> int:
-        check_attention_backend(a.attention_backend, "--attention-backend")
-        if a.device is not None:
-            specdec.select_device(check_text("--device", a.device))
-        if a.kv_cache_memory != "auto":
-            parse_bytes(a.kv_cache_memory, "--kv-cache-memory")
-        from specdec.speculative import build_speculation
-        try:
-            build_speculation(a.speculative_config, load=False)
-        except ValueError as e:
-            raise ValueError(f"--speculative-config: {e}") from None
-        box["llm"] = specdec.LLM(
-            a.model, device=a.device, attention_backend=a.attention_backend,
-            max_model_len=a.max_model_len, kv_cache_memory_bytes=a.kv_cache_memory,
-            memory_utilization=a.memory_utilization, max_num_seqs=a.max_num_seqs,
-            max_num_batched_tokens=a.max_num_batched_tokens, progress=True,
-            speculative_config=a.speculative_config,
-            disable_hybrid_kv_cache_manager=a.disable_hybrid_kv_cache_manager,
-            enable_prefix_caching=not a.no_enable_prefix_caching)
-        return 0
-
-    _run_interruptible(load, args)
-    llm = box["llm"]
-    if template is not None:  # a template that cannot render one message fails here, not per request
-        try:
-            llm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
-                                              chat_template=template)
-        except ValueError as e:
-            raise ValueError(f"--chat-template: {e}") from None
-    name = args.served_model_name or os.path.basename(args.model)
-    max_pending = args.max_pending or 4 * llm.max_num_seqs
+    if args.ray:
+        from specdec.server.ray_serve import run_cli
+        return run_cli(args)
+    _check_ray_flags(args)
+    setup = serve_setup(args, interruptible=True)
     from specdec.server import plan_text
-    sys.stderr.write(plan_text(llm, name, args.host, args.port, api_key, max_pending) + "\n")
+    sys.stderr.write(plan_text(setup.llm, setup.name, args.host, args.port, setup.api_key,
+                               setup.max_pending) + "\n")
     sys.stderr.flush()
     import uvicorn
-    limits = _serve_limits(args)
-    app = build_app(llm, name, api_key, max_pending, chat_template=template, limits=limits)
+    app = build_app(setup.llm, setup.name, setup.api_key, setup.max_pending,
+                    chat_template=setup.template, limits=setup.limits)
 
     def after_shutdown(sig: int, _frame: object) -> None:
         # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again
@@ -361,8 +327,89 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, after_shutdown)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=5, **limits.uvicorn_options())
+                timeout_graceful_shutdown=5, **setup.limits.uvicorn_options())
     return 0
+
+
+RAY_FLAGS = ("num_replicas", "min_replicas", "max_replicas", "ray_address", "replica_cpus",
+             "router", "target_waiting")
+
+
+def _check_ray_flags(args: argparse.Namespace) -> None:
+    """Ray's flags without --ray: an error naming them, not silently ignored."""
+    given = [f for f in RAY_FLAGS if getattr(args, f, None) is not None]
+    if given:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise ValueError(f"{flags}: only with --ray (replicas on Ray Serve); without it specdec "
+                         "serve is one server in this process")
+
+
+def check_serve_args(args: argparse.Namespace) -> Optional[str]:
+    """The serve flags checked before any model loads (also in the Ray driver, before any replica
+    starts): the chat template's source (None: the model's own)."""
+    if args.api_key is not None:
+        check_text("--api-key", args.api_key, "a non-empty key", empty_ok=False)
+    template = _chat_template_arg(args.chat_template)
+    _serve_limits(args)  # a bad limit fails before the model loads
+    check_attention_backend(args.attention_backend, "--attention-backend")
+    if args.kv_cache_memory != "auto":
+        parse_bytes(args.kv_cache_memory, "--kv-cache-memory")
+    from specdec.speculative import build_speculation
+    try:
+        build_speculation(args.speculative_config, load=False)
+    except ValueError as e:
+        raise ValueError(f"--speculative-config: {e}") from None
+    return template
+
+
+@dataclass
+class ServeSetup:
+    """What one server serves: the loaded model and the options of its app."""
+    llm: Any
+    name: str
+    api_key: Optional[str]
+    max_pending: int
+    template: Optional[str]
+    limits: Any
+
+
+def serve_setup(args: argparse.Namespace, interruptible: bool = False) -> ServeSetup:
+    """Checks the serve flags, loads the model and checks the chat template: the same for
+    ``specdec serve`` and for each of its Ray Serve replicas."""
+    template = check_serve_args(args)
+    api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
+                         "reaches this port can use the server\n")
+    box: dict = {}
+
+    def load(a: argparse.Namespace) -> int:
+        if a.device is not None:
+            specdec.select_device(check_text("--device", a.device))
+        box["llm"] = specdec.LLM(
+            a.model, device=a.device, attention_backend=a.attention_backend,
+            max_model_len=a.max_model_len, kv_cache_memory_bytes=a.kv_cache_memory,
+            memory_utilization=a.memory_utilization, max_num_seqs=a.max_num_seqs,
+            max_num_batched_tokens=a.max_num_batched_tokens, progress=interruptible,
+            speculative_config=a.speculative_config,
+            disable_hybrid_kv_cache_manager=a.disable_hybrid_kv_cache_manager,
+            enable_prefix_caching=not a.no_enable_prefix_caching)
+        return 0
+
+    if interruptible:
+        _run_interruptible(load, args)
+    else:
+        load(args)
+    llm = box["llm"]
+    if template is not None:  # a template that cannot render one message fails here, not per request
+        try:
+            llm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
+                                              chat_template=template)
+        except ValueError as e:
+            raise ValueError(f"--chat-template: {e}") from None
+    name = args.served_model_name or os.path.basename(args.model)
+    max_pending = args.max_pending or 4 * llm.max_num_seqs
+    return ServeSetup(llm, name, api_key, max_pending, template, _serve_limits(args))
 
 
 def _serve_limits(args: argparse.Namespace):
@@ -812,6 +859,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit-concurrency", type=_int_in(0, 1 << 20), default=1024,
                    help="connections before new requests get 503 (default 1024; 0: no limit)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
+    g = p.add_argument_group("replicas on Ray Serve (pip install 'specdec[ray]'; docs/serving.md)")
+    g.add_argument("--ray", action="store_true",
+                   help="serve with replicas on Ray Serve: an ingress routing by prompt prefix, then load")
+    g.add_argument("--num-replicas", type=_int_in(1, 1 << 12), default=None,
+                   help="engine replicas (default 1; with --min-replicas / --max-replicas: the start)")
+    g.add_argument("--min-replicas", type=_int_in(0, 1 << 12), default=None,
+                   help="autoscale on the engines' waiting queues down to this many replicas")
+    g.add_argument("--max-replicas", type=_int_in(1, 1 << 12), default=None,
+                   help="autoscale on the engines' waiting queues up to this many replicas")
+    g.add_argument("--target-waiting", type=_float_in("a number of requests > 0", lambda v: v > 0),
+                   default=None, help="autoscaling: waiting requests per replica before one more "
+                                      "starts (default 2)")
+    g.add_argument("--replica-cpus", type=_float_in("a number of CPUs > 0", lambda v: v > 0),
+                   default=None, help="Ray CPUs reserved by each replica (default 1); its threads: "
+                                      "SPECDEC_CPU_THREADS in the workers' environment")
+    g.add_argument("--ray-address", default=None,
+                   help="the Ray cluster to join (default: RAY_ADDRESS, else a local one started here)")
+    g.add_argument("--router", choices=["prefix", "ray-default"], default=None,
+                   help="prefix: prefix affinity then load (default); ray-default: Ray Serve's own "
+                        "power-of-two-choices router (for comparison)")
     p.set_defaults(func=_cmd_serve, main_thread=True)
 
     p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "

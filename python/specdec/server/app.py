@@ -135,6 +135,12 @@ class Server:
     def pending(self) -> int:
         return len(self.inflight)
 
+    def num_waiting(self) -> int:
+        """Requests waiting to be scheduled: the scheduler's queue and those handed to the engine
+        since its last step (what /metrics exports and Ray's autoscaler reads)."""
+        engine = self.llm.engine
+        return len(engine.core.scheduler.waiting) + len(engine._inbox)
+
     def _check_room(self, n: int) -> None:
         """Before any work on a request of n engine requests: 400 if it can never fit, 503 if it
         does not fit now."""

@@ -41,7 +41,7 @@ class _EngineCollector:
         yield g
         g = GaugeMetricFamily("specdec:num_requests_waiting", "Requests waiting to be scheduled",
                               labels=["model_name"])
-        g.add_metric(labels, len(sched.waiting))
+        g.add_metric(labels, len(sched.waiting) + len(llm.engine._inbox))
         yield g
         free = llm.runner.num_free_blocks()
         total = [grp.num_blocks - 1 for grp in llm.runner.kv_config.groups]

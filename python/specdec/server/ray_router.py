@@ -1,0 +1,172 @@
+"""Routing and autoscaling of ``specdec serve --ray``'s engine replicas (Ray Serve).
+
+``PrefixAffinityRouter`` is a Ray Serve request router (``ray.serve.request_router.RequestRouter``):
+a request goes to the replica whose prefix cache most likely holds its prompt's leading part, unless
+that replica is busier than the least loaded one by more than ``max_imbalance`` requests; then (and
+for a prompt no replica has seen) the least loaded replica takes it. What a replica holds is guessed
+from what was routed to it: the prompt's text (a chat's messages, a completion's prompt) is cut into
+``block_chars``-character blocks, each block's hash chained to the one before it as the engine's
+KV blocks are, and each replica keeps the chained hashes routed to it (least recently used out past
+``capacity`` blocks). A request's match on a replica is its number of leading blocks found there.
+The guess lives in the process that routes (the ingress replica); the engines' own caches decide
+what is hit.
+
+``QueuePolicy`` is a Ray Serve autoscaling policy on the engines' waiting queues (the
+``specdec:num_requests_waiting`` that each replica's ``/metrics`` exports, reported to Ray by the
+replica's ``record_autoscaling_stats``).
+
+This module imports only the standard library and Ray: Ray pickles the policy by value into its
+controller.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+from typing import Any, Dict, List, Optional, Tuple
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from specdec.server import ray_common
+from specdec.server.ray_common import RoutingHint, block_hashes
+
+class PrefixAffinityRouter(RequestRouter):
+    """Prefix affinity first, then load (module docstring)."""
+
+    def initialize_state(self, block_chars: int = 128, max_imbalance: int = 4,
+                         capacity: int = 1 << 16, **kwargs: Any) -> None:
+        for name, value, low in (("block_chars", block_chars, 1), ("max_imbalance", max_imbalance, 0),
+                                 ("capacity", capacity, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"request_router_kwargs.{name} = {value!r}: an integer >= {low}")
+        if kwargs:
+            raise ValueError(f"request_router_kwargs: unknown {sorted(kwargs)}; known: block_chars, "
+                             "max_imbalance, capacity")
+        self.block_chars = block_chars
+        self.max_imbalance = max_imbalance
+        self.capacity = capacity
+        self.tables: Dict[ReplicaID, "collections.OrderedDict[int, None]"] = {}
+        # counters: routed by affinity, routed by load (no replica held the prefix, or the one that
+        # did was too busy), and of those the ones where a replica held it but was too busy
+        self.stats = {"affinity": 0, "load": 0, "overloaded": 0, "targeted": 0}
+        self.matched_blocks = 0
+        self.prompt_blocks = 0
+        ray_common.register(self._deployment_id.name, self)
+
+    # ---- what the ingress asks ----
+    def replica_ids(self) -> List[Tuple[str, ReplicaID]]:
+        return [(rid.unique_id, rid) for rid in self.curr_replicas]
+
+    def load(self, rid: ReplicaID) -> int:
+        q = self.replica_queue_len_cache.get(rid)
+        return 0 if q is None else q
+
+    # ---- Ray's interface ----
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self.tables.pop(replica_id, None)
+
+    def update_replicas(self, replicas: List[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        live = {r.replica_id for r in replicas}
+        for rid in list(self.tables):
+            if rid not in live:
+                del self.tables[rid]
+
+    async def choose_replicas(self, candidate_replicas: List[RunningReplica],
+                              pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
+        hint = _hint(pending_request)
+        if not candidate_replicas:
+            return []
+        if hint is not None and hint.replica is not None:  # one replica's own endpoints
+            return [[r for r in candidate_replicas if r.replica_id.unique_id == hint.replica]]
+        candidates = list(candidate_replicas)
+        if hint is not None and hint.avoid is not None and len(candidates) > 1:
+            candidates = [r for r in candidates if r.replica_id.unique_id != hint.avoid] or candidates
+        random.shuffle(candidates)  # ties among equally loaded replicas: any
+        by_load = sorted(candidates, key=lambda r: self.load(r.replica_id))
+        if hint is None or not hint.text:
+            return [[r] for r in by_load]
+        if hint.blocks is None:
+            hint.blocks = block_hashes(hint.text, self.block_chars)
+        best, best_len = None, 0
+        for r in by_load:  # the least loaded among the longest matches
+            n = self._match(r.replica_id, hint.blocks)
+            if n > best_len:
+                best, best_len = r, n
+        least = self.load(by_load[0].replica_id)
+        if best is not None and self.load(best.replica_id) - least <= self.max_imbalance:
+            return [[best]] + [[r] for r in by_load if r is not best]
+        return [[r] for r in by_load]
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
+                          result: Any) -> None:
+        hint = _hint(pending_request)
+        if hint is not None and hint.replica is not None:
+            self.stats["targeted"] += 1
+            return
+        if hint is None or not hint.text:
+            self.stats["load"] += 1
+            return
+        blocks = hint.blocks if hint.blocks is not None else block_hashes(hint.text, self.block_chars)
+        matched = self._match(replica_id, blocks)
+        best = max((self._match(rid, blocks) for rid in self.tables), default=0)
+        if matched > 0:
+            self.stats["affinity"] += 1
+        else:
+            self.stats["load"] += 1
+            if best > 0:
+                self.stats["overloaded"] += 1
+        self.matched_blocks += matched
+        self.prompt_blocks += len(blocks)
+        table = self.tables.setdefault(replica_id, collections.OrderedDict())
+        for h in blocks:
+            table[h] = None
+            table.move_to_end(h)
+        while len(table) > self.capacity:
+            table.popitem(last=False)
+
+    def _match(self, rid: ReplicaID, blocks: List[int]) -> int:
+        table = self.tables.get(rid)
+        if not table:
+            return 0
+        n = 0
+        for h in blocks:
+            if h not in table:
+                break
+            n += 1
+        return n
+
+
+def _hint(pending_request: Optional[PendingRequest]) -> Optional[RoutingHint]:
+    if pending_request is None:
+        return None
+    hint = pending_request.kwargs.get("routing")
+    return hint if isinstance(hint, RoutingHint) else None
+
+
+class QueuePolicy:
+    """Replicas for the engines' waiting queues: one more while the waiting requests per replica
+    are over ``target_waiting`` (ceil(waiting / target_waiting) at once when far over), one fewer
+    when nothing waits and the running requests would fit the other replicas' batches
+    (``max_num_seqs`` each) at half their size; Ray applies the deployment's min / max replicas
+    and its up- and downscale delays. A Ray Serve class policy: ``policy_kwargs`` reach
+    the constructor."""
+
+    def __init__(self, target_waiting: float = 2.0, max_num_seqs: int = 16) -> None:
+        self.target = float(target_waiting)
+        self.batch = float(max_num_seqs)
+
+    def __call__(self, ctx: Any) -> Tuple[int, Dict[str, Any]]:
+        metrics = ctx.aggregated_metrics or {}
+        waiting = sum(metrics.get("waiting", {}).values())
+        running = sum(metrics.get("running", {}).values())
+        current = ctx.current_num_replicas
+        if current == 0:
+            return (1 if waiting > 0 else 0), {}
+        if waiting > self.target * current:
+            return max(current + 1, math.ceil(waiting / max(self.target, 1e-9))), {}
+        if waiting == 0 and current > 1 and running <= (current - 1) * self.batch * 0.5:
+            return current - 1, {}
+        return current, {}

@@ -1,0 +1,618 @@
+"""``specdec serve --ray``: the same server as replicas on Ray Serve.
+
+Two deployments make the application:
+
+- ``SpecdecEngine``: each replica is one ``specdec serve`` — the model, one engine loop and the
+  FastAPI app of ``specdec.server.app`` (the same routes, validation, streaming and metrics). It
+  takes HTTP requests as plain data from the ingress (``http``), runs them through that app in its
+  own process and streams the response back; it reports its engine's waiting and running requests
+  to Ray's autoscaler and fails Ray's health check when its engine loop has stopped (Ray then
+  replaces it).
+- ``SpecdecIngress``: the HTTP face behind Ray's proxy. It checks the API key and the body's size,
+  reads the prompt's text for the router (``ray_router.PrefixAffinityRouter``: prefix affinity,
+  then load), forwards the request, retries once on another replica when the one serving it dies
+  before its response is complete (a whole response, or a stream that has sent nothing yet), ends
+  a stream cut by a dying replica with an error chunk and ``[DONE]``, and answers ``/health``,
+  ``/metrics`` and ``/replicas`` for every replica together.
+
+``run_cli`` is ``specdec serve --ray``; ``build_application`` builds the application from the
+serve flags for ``serve.run``; ``app_builder`` is the same for Ray's ``serve run`` / ``serve
+deploy`` config files (``import_path: specdec.server.ray_serve:app_builder``). Ray is an optional
+dependency (``pip install 'specdec[ray]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+try:
+    import ray
+    from ray import serve
+    from ray.exceptions import RayActorError
+    from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+    from ray.serve.exceptions import BackPressureError
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError(f"specdec serve --ray needs Ray Serve ({e}); install it with: "
+                      "pip install 'specdec[ray]' (or pip install '.[ray]')") from None
+
+from fastapi import FastAPI, Request as HttpRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from specdec.server.protocol import ApiError
+from specdec.server import ray_common
+from specdec.server.ray_common import RoutingHint
+
+log = logging.getLogger("specdec.server.ray")
+
+APP_NAME = "specdec"
+ENGINE = "SpecdecEngine"
+INGRESS = "SpecdecIngress"
+RAY_VERSION = "2.60.0"  # the version specdec[ray] pins and is tested with (docs/serving.md)
+ROUTER_CLASS = "specdec.server.ray_router:PrefixAffinityRouter"
+POLICY_CLASS = "specdec.server.ray_router:QueuePolicy"
+CALL_TIMEOUT_S = 10.0  # /health, /metrics, /replicas: per replica
+# request headers the ingress does not pass on (the key is checked here; the body is re-sent whole)
+_DROP_REQUEST = {b"authorization", b"content-length", b"transfer-encoding", b"connection", b"expect"}
+_DROP_RESPONSE = {"content-length", "transfer-encoding", "connection"}
+
+
+# ---------------------------------------------------------------- the engine replica
+class SpecdecEngine:
+    """One engine replica: a ``specdec serve`` without its own socket."""
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        from specdec.cli import serve_setup
+        from specdec.server.app import build_app
+
+        args = argparse.Namespace(**options)
+        args.api_key = None  # the ingress checks the key; replicas are reached only through Ray
+        self.setup = serve_setup(args)
+        self.app = build_app(self.setup.llm, self.setup.name, None, self.setup.max_pending,
+                             chat_template=self.setup.template, limits=self.setup.limits)
+        self.server = self.app.state.server
+        self.server.loop.start()
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        self.started = time.time()
+
+    async def http(self, request: Dict[str, Any], routing: Optional[RoutingHint] = None):
+        """One HTTP request through this replica's app: yields ``{"status", "headers",
+        "replica"}`` first, then the body's chunks (bytes). When the caller goes away (a client
+        that disconnected), the app sees its client disconnect and aborts the engine requests."""
+        out: "asyncio.Queue[Any]" = asyncio.Queue()
+        disconnected = asyncio.Event()
+        body = {"type": "http.request", "body": request["body"], "more_body": False}
+        sent_body = False
+
+        async def receive() -> Dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return body
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Dict[str, Any]) -> None:
+            await out.put(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+                 "http_version": "1.1", "method": request["method"], "scheme": "http",
+                 "path": request["path"], "raw_path": request["path"].encode(),
+                 "query_string": request.get("query_string", b""), "root_path": "",
+                 "headers": request["headers"] + [(b"content-length", str(len(request["body"])).encode())],
+                 "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0), "state": {}}
+        task = asyncio.create_task(self.app(scope, receive, send))
+        task.add_done_callback(lambda _t: out.put_nowait(None))
+        started = False
+        try:
+            while True:
+                message = await out.get()
+                if message is None:  # the app returned
+                    if not started:
+                        error = task.exception() if not task.cancelled() else None
+                        yield {"status": 500, "headers": [("content-type", "application/json")],
+                               "replica": self.replica}
+                        yield json.dumps(ApiError(500, f"internal error on replica {self.replica}: "
+                                                  f"{error!r}", None, "internal_error",
+                                                  "server_error").body()).encode()
+                    return
+                kind = message["type"]
+                if kind == "http.response.start":
+                    started = True
+                    headers = [(k.decode("latin-1"), v.decode("latin-1"))
+                               for k, v in message.get("headers", [])]
+                    yield {"status": message["status"], "headers": headers, "replica": self.replica}
+                elif kind == "http.response.body":
+                    chunk = message.get("body", b"")
+                    if chunk:
+                        yield bytes(chunk)
+                    if not message.get("more_body", False):
+                        return
+        finally:
+            disconnected.set()  # the app's requests are aborted, if any are left
+            if not task.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), 5.0)
+                except BaseException:  # noqa: BLE001 - cancelled or timed out: stop it
+                    task.cancel()
+
+    def info(self, routing: Optional[RoutingHint] = None) -> Dict[str, Any]:
+        """This replica's state, for the ingress's /health and /replicas."""
+        sched = self.server.llm.engine.core.scheduler
+        return {"replica": self.replica, "alive": self.server.loop.alive, "pid": os.getpid(),
+                "node": ray.get_runtime_context().get_node_id(), "started": self.started,
+                "running": len(sched.running), "waiting": self.server.num_waiting(),
+                "inflight": self.server.pending}
+
+    def metrics_text(self, routing: Optional[RoutingHint] = None) -> str:
+        from prometheus_client import generate_latest
+        return generate_latest(self.server.metrics.registry).decode()
+
+    def check_health(self) -> None:
+        """Ray's health check: a replica whose engine loop has stopped is replaced."""
+        if not self.server.loop.alive:
+            raise RuntimeError(f"replica {self.replica}: the engine loop has stopped")
+
+    def record_autoscaling_stats(self) -> Dict[str, float]:
+        """The autoscaling policy's inputs (ray_router.QueuePolicy)."""
+        sched = self.server.llm.engine.core.scheduler
+        return {"waiting": float(self.server.num_waiting()), "running": float(len(sched.running))}
+
+    def __del__(self) -> None:  # Ray Serve calls it when it stops the replica
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.loop.stop()
+            server.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------- the ingress
+class SpecdecIngress:
+    """The HTTP face: key, body limits, routing hints, retries, fleet-wide endpoints."""
+
+    def __init__(self, engine: Any, options: Dict[str, Any]) -> None:
+        from specdec.cli import _serve_limits
+        from specdec.server.limits import BodyReader
+
+        self.engine = engine
+        args = argparse.Namespace(**options)
+        self.name = args.served_model_name or os.path.basename(args.model)
+        self.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+        self.bodies = BodyReader(_serve_limits(args))
+        self.counters = {"retries": 0, "streams_cut": 0, "failed": 0}
+
+    # ---- forwarding ----
+    def _payload(self, request: HttpRequest, body: bytes) -> Dict[str, Any]:
+        headers = [(k, v) for k, v in request.scope.get("headers", []) if k.lower() not in _DROP_REQUEST]
+        return {"method": request.method, "path": request.url.path, "headers": headers,
+                "query_string": request.scope.get("query_string", b""), "body": bytes(body)}
+
+    async def forward(self, request: HttpRequest, body: bytes, text: str) -> Response:
+        payload = self._payload(request, body)
+        avoid: Optional[str] = None
+        for attempt in (0, 1):
+            gen = self.engine.options(stream=True).http.remote(
+                payload, routing=RoutingHint(text=text, avoid=avoid))
+            try:
+                head = await gen.__anext__()
+            except (RayActorError, BackPressureError) as e:
+                gen.cancel()
+                if isinstance(e, RayActorError) and attempt == 0:
+                    self.counters["retries"] += 1
+                    log.warning("a replica died before answering: retrying on another (%s)", e)
+                    continue
+                return self._failed(e)
+            except BaseException:
+                gen.cancel()
+                raise
+            avoid = head["replica"]
+            headers = {k: v for k, v in head["headers"] if k.lower() not in _DROP_RESPONSE}
+            headers["x-specdec-replica"] = head["replica"]
+            if headers.get("content-type", "").startswith("text/event-stream"):
+                return StreamingResponse(self._stream(gen, head["replica"]), status_code=head["status"],
+                                         headers=headers)
+            chunks: List[bytes] = []
+            try:
+                async for chunk in gen:
+                    chunks.append(chunk)
+            except RayActorError as e:
+                if attempt == 0:
+                    self.counters["retries"] += 1
+                    log.warning("replica %s died before its response was complete: retrying on "
+                                "another (%s)", head["replica"], e)
+                    continue
+                return self._failed(e)
+            finally:
+                gen.cancel()  # a client gone while waiting: the replica aborts its requests
+            return Response(b"".join(chunks), status_code=head["status"], headers=headers)
+        raise AssertionError("unreachable")
+
+    def _failed(self, e: BaseException) -> Response:
+        self.counters["failed"] += 1
+        if isinstance(e, BackPressureError):
+            err = ApiError(503, "every replica is at capacity and the ingress queue is full; retry "
+                           "later", None, "server_busy", "server_overloaded")
+        else:
+            err = ApiError(503, f"the replica serving this request died, and so did the one it was "
+                           f"retried on: {type(e).__name__}", None, "replica_died", "server_error")
+        headers = {"Retry-After": "1"}
+        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+    async def _stream(self, gen: Any, replica: str):
+        done = False
+        try:
+            async for chunk in gen:
+                yield chunk
+            done = True
+        except RayActorError as e:
+            self.counters["streams_cut"] += 1
+            log.warning("replica %s died mid-stream: the stream ends with an error (%s)", replica, e)
+            err = ApiError(503, f"the replica serving this stream ({replica}) died mid-response: "
+                           "the output is incomplete; send the request again", None,
+                           "replica_died", "server_error")
+            yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            done = True
+        finally:
+            if not done:  # the client went away: the replica aborts its requests
+                gen.cancel()
+
+    # ---- the fleet ----
+    def _replica_ids(self) -> Optional[List[str]]:
+        router = ray_common.get(ENGINE)
+        if router is None:
+            return None
+        return sorted(uid for uid, _ in router.replica_ids())
+
+    async def _each(self, method: str) -> Dict[str, Any]:
+        """{replica id: result or the exception} of one call on every replica (None: this router
+        cannot reach replicas one by one: Ray's default router)."""
+        ids = self._replica_ids()
+        if ids is None:
+            return {}
+
+        async def one(uid: str) -> Any:
+            try:
+                return await asyncio.wait_for(
+                    getattr(self.engine, method).remote(routing=RoutingHint(replica=uid)), CALL_TIMEOUT_S)
+            except BaseException as e:  # noqa: BLE001 - reported per replica
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                return e
+        results = await asyncio.gather(*(one(uid) for uid in ids))
+        return dict(zip(ids, results))
+
+    async def replicas(self) -> Dict[str, Any]:
+        infos = await self._each("info")
+        if not infos and ray_common.get(ENGINE) is None:  # Ray's default router: any one replica
+            try:
+                info = await asyncio.wait_for(self.engine.info.remote(), CALL_TIMEOUT_S)
+                infos = {info["replica"]: info}
+            except Exception as e:  # noqa: BLE001
+                infos = {"?": e}
+        out = {}
+        for uid, info in infos.items():
+            if isinstance(info, BaseException):
+                out[uid] = {"replica": uid, "healthy": False, "error": f"{type(info).__name__}: {info}"}
+            else:
+                out[uid] = {**info, "healthy": bool(info.get("alive"))}
+        return out
+
+    async def metrics_text(self, aggregate: bool) -> str:
+        texts = await self._each("metrics_text")
+        if not texts and ray_common.get(ENGINE) is None:
+            texts = {"any": await self.engine.metrics_text.remote()}
+        ok = {uid: t for uid, t in texts.items() if isinstance(t, str)}
+        return merge_metrics(ok, aggregate) + self._own_metrics(len(texts), len(ok))
+
+    def _own_metrics(self, replicas: int, answered: int) -> str:
+        router = ray_common.get(ENGINE)
+        lines = ["# HELP specdec_ingress:replicas Engine replicas the router knows",
+                 "# TYPE specdec_ingress:replicas gauge", f"specdec_ingress:replicas {replicas}",
+                 "# HELP specdec_ingress:replicas_answering Replicas that answered this scrape",
+                 "# TYPE specdec_ingress:replicas_answering gauge",
+                 f"specdec_ingress:replicas_answering {answered}"]
+        for key, doc in (("retries", "Requests retried on another replica after theirs died"),
+                         ("streams_cut", "Streams ended with an error chunk: their replica died"),
+                         ("failed", "Requests answered 503: no replica could take them")):
+            lines += [f"# HELP specdec_ingress:{key}_total {doc}", f"# TYPE specdec_ingress:{key}_total counter",
+                      f"specdec_ingress:{key}_total {self.counters[key]}"]
+        if router is not None:
+            lines += ["# HELP specdec_ingress:routed_total Requests routed, by the rule that chose the replica",
+                      "# TYPE specdec_ingress:routed_total counter"]
+            for key, value in router.stats.items():
+                lines.append(f'specdec_ingress:routed_total{{rule="{key}"}} {value}')
+            lines += ["# HELP specdec_ingress:prefix_blocks_total Prompt text blocks routed, and those "
+                      "found on the chosen replica", "# TYPE specdec_ingress:prefix_blocks_total counter",
+                      f'specdec_ingress:prefix_blocks_total{{kind="prompt"}} {router.prompt_blocks}',
+                      f'specdec_ingress:prefix_blocks_total{{kind="matched"}} {router.matched_blocks}']
+        return "\n".join(lines) + "\n"
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return build_ingress_app(self)
+
+
+def routing_text(body: Any) -> str:
+    """The text the router matches: a chat's tools and messages, or a completion's (first) prompt."""
+    if not isinstance(body, dict):
+        return ""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        if body.get("tools") is not None:
+            parts.append(json.dumps(body.get("tools"), sort_keys=True, ensure_ascii=False))
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict)
+                                    and isinstance(p.get("text"), str))
+            parts.append(f"{m.get('role')}\x1e{content if isinstance(content, str) else ''}\x1f")
+        return "".join(parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):  # token ids
+        return ",".join(str(t) for t in prompt)
+    return ""
+
+
+def merge_metrics(texts: Dict[str, str], aggregate: bool) -> str:
+    """Several replicas' Prometheus texts as one: each series with a ``replica`` label, or with
+    ``aggregate`` summed over the replicas (a percentage gauge averaged)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: Dict[str, Tuple[str, str, Dict[Tuple, float]]] = {}
+    order: List[str] = []
+    for uid, text in sorted(texts.items()):
+        for fam in text_string_to_metric_families(text):
+            if fam.name.endswith("_created"):  # when each replica's counter began: left out
+                continue
+            if fam.name not in families:
+                families[fam.name] = (fam.type, fam.documentation, {})
+                order.append(fam.name)
+            samples = families[fam.name][2]
+            for s in fam.samples:
+                labels = dict(s.labels)
+                if not aggregate:
+                    labels["replica"] = uid
+                key = (s.name, tuple(sorted(labels.items())))
+                samples.setdefault(key, []).append(s.value)
+    lines: List[str] = []
+    for name in order:
+        typ, doc, samples = families[name]
+        lines.append(f"# HELP {name} {doc}")
+        lines.append(f"# TYPE {name} {typ if typ != 'unknown' else 'untyped'}")
+        for (sname, labels), values in samples.items():
+            if sname.endswith("_created"):
+                continue
+            if name.endswith("_perc"):
+                value = sum(values) / len(values)
+            else:
+                value = sum(values)
+            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            lines.append(f"{sname}{{{lab}}} {_num(value)}" if lab else f"{sname} {_num(value)}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(v: float) -> str:
+    if v == math.inf:
+        return "+Inf"
+    if v == -math.inf:
+        return "-Inf"
+    return repr(float(v)) if v != int(v) or abs(v) >= 1e15 else str(int(v)) + ".0"
+
+
+def build_ingress_app(ingress: SpecdecIngress) -> Any:
+    from specdec.server.app import _ApiKeyGuard, _error
+    from specdec.server.limits import parse_json
+
+    app = FastAPI(title="specdec", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def proxy(request: HttpRequest, route: bool) -> Response:
+        try:
+            with ingress.bodies.budget.hold() as held:
+                body = await ingress.bodies.read(request, held) if request.method == "POST" else b""
+                text = ""
+                if route and body:
+                    try:  # the replica parses it again and says what is wrong, if anything
+                        text = routing_text(parse_json(body)) if len(body) <= 1 << 20 else ""
+                    except ApiError:
+                        text = ""
+                return await ingress.forward(request, body, text)
+        except ApiError as e:
+            return _error(e)
+
+    @app.post("/v1/completions")
+    async def completions(request: HttpRequest) -> Response:
+        return await proxy(request, True)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: HttpRequest) -> Response:
+        return await proxy(request, True)
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health() -> Response:
+        """200 while at least one replica's engine runs (JSON: each replica's state)."""
+        reps = await ingress.replicas()
+        healthy = sum(1 for r in reps.values() if r.get("healthy"))
+        status = 200 if healthy else 503
+        return JSONResponse({"healthy_replicas": healthy, "replicas": len(reps)}, status_code=status)
+
+    @app.get("/replicas")
+    async def replicas() -> Response:
+        return JSONResponse({"replicas": list((await ingress.replicas()).values())})
+
+    @app.get("/replicas/{uid}/health")
+    async def replica_health(uid: str) -> Response:
+        reps = await ingress.replicas()
+        if uid not in reps:
+            return _error(ApiError(404, f"no replica {uid!r}; GET /replicas lists them", None, "not_found"))
+        return JSONResponse(reps[uid], status_code=200 if reps[uid].get("healthy") else 503)
+
+    @app.get("/replicas/{uid}/metrics")
+    async def replica_metrics(uid: str) -> Response:
+        if uid not in (ingress._replica_ids() or []):
+            return _error(ApiError(404, f"no replica {uid!r}; GET /replicas lists them", None, "not_found"))
+        from prometheus_client import CONTENT_TYPE_LATEST
+        text = await asyncio.wait_for(ingress.engine.metrics_text.remote(routing=RoutingHint(replica=uid)),
+                                      CALL_TIMEOUT_S)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/metrics")
+    async def metrics(aggregate: bool = False) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+        return Response(await ingress.metrics_text(aggregate), media_type=CONTENT_TYPE_LATEST)
+
+    @app.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+    async def other(request: HttpRequest, path: str) -> Response:
+        """/v1/models and everything else: any replica answers, as a single server would."""
+        return await proxy(request, False)
+
+    return _ApiKeyGuard(app, ingress.api_key) if ingress.api_key else app
+
+
+# ---------------------------------------------------------------- the application
+def _options(args: argparse.Namespace) -> Dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if k not in ("func", "main_thread")}
+
+
+def check_ray_args(args: argparse.Namespace) -> None:
+    """The replica flags, before Ray starts."""
+    lo, hi, n = args.min_replicas, args.max_replicas, args.num_replicas
+    if (lo is None) != (hi is None):
+        raise ValueError("--min-replicas and --max-replicas: give both (autoscaling) or neither")
+    if lo is not None:
+        if lo > hi:
+            raise ValueError(f"--min-replicas {lo} > --max-replicas {hi}: the minimum must be at most "
+                             "the maximum")
+        if n is not None and not lo <= n <= hi:
+            raise ValueError(f"--num-replicas {n}: the replicas to start with, between --min-replicas "
+                             f"{lo} and --max-replicas {hi}")
+    elif args.target_waiting is not None:
+        raise ValueError("--target-waiting: only with --min-replicas / --max-replicas (autoscaling)")
+
+
+def build_application(args: argparse.Namespace) -> Any:
+    """The Ray Serve application of ``specdec serve`` flags (``serve.run`` it)."""
+    check_ray_args(args)
+    options = _options(args)
+    max_pending = args.max_pending or 4 * args.max_num_seqs
+    router = args.router or "prefix"
+    engine_opts: Dict[str, Any] = dict(
+        name=ENGINE, max_ongoing_requests=max_pending, max_queued_requests=max(64, 4 * max_pending),
+        ray_actor_options={"num_cpus": args.replica_cpus if args.replica_cpus is not None else 1.0},
+        health_check_period_s=2.0, health_check_timeout_s=30.0, graceful_shutdown_timeout_s=10.0)
+    if router == "prefix":
+        engine_opts["request_router_config"] = RequestRouterConfig(request_router_class=ROUTER_CLASS)
+    if args.min_replicas is not None:
+        engine_opts["autoscaling_config"] = AutoscalingConfig(
+            min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+            initial_replicas=args.num_replicas, upscale_delay_s=2.0, downscale_delay_s=10.0,
+            look_back_period_s=2.0, metrics_interval_s=0.5,
+            policy={"policy_function": POLICY_CLASS,
+                    "policy_kwargs": {"target_waiting": args.target_waiting or 2.0,
+                                      "max_num_seqs": args.max_num_seqs}})
+    else:
+        engine_opts["num_replicas"] = args.num_replicas or 1
+    engine = serve.deployment(SpecdecEngine, **engine_opts).bind(options)
+    ingress_cls = serve.ingress()(SpecdecIngress)
+    ingress = serve.deployment(ingress_cls, name=INGRESS, num_replicas=1,
+                               max_ongoing_requests=max(1, args.limit_concurrency or 1 << 20),
+                               ray_actor_options={"num_cpus": 0})
+    return ingress.bind(engine, options)
+
+
+def app_builder(config: Dict[str, Any]) -> Any:
+    """For Ray's ``serve run`` / ``serve deploy``: ``specdec serve`` flags as a dict, e.g.
+    ``{"model": "stories260K", "num_replicas": 2}`` (``serve run
+    specdec.server.ray_serve:app_builder model=stories260K num_replicas=2``)."""
+    from specdec.cli import build_parser
+    argv = ["serve"]
+    for key, value in config.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True or (isinstance(value, str) and value.lower() == "true" and key.startswith("no_")):
+            argv.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            argv += [flag, value if isinstance(value, str) else json.dumps(value)]
+    args = build_parser().parse_args(argv + ["--ray"])
+    return build_application(args)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """``specdec serve --ray``: starts (or joins) Ray, runs the application, waits for Ctrl-C or
+    SIGTERM, then takes it down."""
+    from specdec.cli import check_serve_args
+    check_ray_args(args)
+    check_serve_args(args)  # a bad flag fails here, before Ray starts or any replica loads
+    api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
+                         "reaches this port can use the server\n")
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    stop = threading.Event()
+    got: Dict[str, int] = {}
+
+    def on_signal(sig: int, _frame: object) -> None:
+        got["sig"] = sig
+        stop.set()
+
+    sys.stderr.write(f"specdec serve: Ray {ray.__version__} "
+                     f"({'joining ' + address if address else 'starting a local instance'})\n")
+    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=args.log_level in ("info", "debug"))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which sets handlers of its own
+        signal.signal(sig, on_signal)
+    try:
+        serve.start(http_options={"host": args.host, "port": args.port})
+        app = build_application(args)
+        n = args.num_replicas or args.min_replicas or 1
+        auto = (f", autoscaling {args.min_replicas}..{args.max_replicas} on waiting requests"
+                if args.min_replicas is not None else "")
+        sys.stderr.write(f"specdec serve: starting {n} engine replica(s) of {args.model}{auto}, "
+                         f"router {args.router or 'prefix'}\n")
+        sys.stderr.flush()
+        try:
+            serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        except Exception as e:  # noqa: BLE001 - a replica could not start: its reason, in one line
+            raise ValueError(f"the replicas did not start: {_last_line(e)}") from None
+        sys.stderr.write(f"specdec serve: listening on http://{args.host}:{args.port} (Ray Serve); "
+                         "/health, /metrics and /replicas cover every replica\n")
+        sys.stderr.flush()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+    sig = got.get("sig", signal.SIGTERM)
+    sys.stderr.write(f"specdec serve: shut down ({signal.Signals(sig).name})\n")
+    return 0 if sig == signal.SIGTERM else 130
+
+
+def _last_line(e: BaseException) -> str:
+    """The replica's own error out of Ray's deployment failure (a traceback in its text)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for kind in ("ValueError: ", "Error: "):
+        for ln in reversed(lines):
+            if kind in ln:
+                return ln[ln.index(kind) + len(kind):] if kind == "ValueError: " else ln
+    return lines[-1] if lines else type(e).__name__
