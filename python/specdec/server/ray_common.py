@@ -30,7 +30,6 @@ class RoutingHint:
     the engine call; the replica ignores it)."""
 
     text: str = ""                    # the prompt's text: a chat's messages or a completion's prompt
-    replica: Optional[str] = None     # only this replica (its unique id): /health, /metrics of one
     avoid: Optional[str] = None       # not this one unless it is the only one (a retry)
     blocks: Optional[List[int]] = field(default=None, repr=False)  # chained hashes, computed once
 

@@ -3,9 +3,10 @@
 ``PrefixAffinityRouter`` is a Ray Serve request router (``ray.serve.request_router.RequestRouter``):
 a request goes to the replica whose prefix cache most likely holds its prompt's leading part, unless
 that replica is busier than the least loaded one by more than ``max_imbalance`` requests; then (and
-for a prompt no replica has seen) the least loaded replica takes it. What a replica holds is guessed
+for a prompt no replica holds ``min_match_chars`` of) the least loaded replica takes it, among equally
+loaded ones the one holding least. What a replica holds is guessed
 from what was routed to it: the prompt's text (a chat's messages, a completion's prompt) is cut into
-``block_chars``-character blocks, each block's hash chained to the one before it as the engine's
+``block_chars``-character blocks (16: a few tokens, so that short shared prompts count), each block's hash chained to the one before it as the engine's
 KV blocks are, and each replica keeps the chained hashes routed to it (least recently used out past
 ``capacity`` blocks). A request's match on a replica is its number of leading blocks found there.
 The guess lives in the process that routes (the ingress replica); the engines' own caches decide
@@ -34,22 +35,25 @@ from specdec.server.ray_common import RoutingHint, block_hashes
 class PrefixAffinityRouter(RequestRouter):
     """Prefix affinity first, then load (module docstring)."""
 
-    def initialize_state(self, block_chars: int = 128, max_imbalance: int = 4,
-                         capacity: int = 1 << 16, **kwargs: Any) -> None:
-        for name, value, low in (("block_chars", block_chars, 1), ("max_imbalance", max_imbalance, 0),
-                                 ("capacity", capacity, 1)):
+    def initialize_state(self, block_chars: int = 16, min_match_chars: int = 64, max_imbalance: int = 4,
+                         capacity: int = 1 << 17, **kwargs: Any) -> None:
+        for name, value, low in (("block_chars", block_chars, 1), ("min_match_chars", min_match_chars, 0),
+                                 ("max_imbalance", max_imbalance, 0), ("capacity", capacity, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"request_router_kwargs.{name} = {value!r}: an integer >= {low}")
         if kwargs:
             raise ValueError(f"request_router_kwargs: unknown {sorted(kwargs)}; known: block_chars, "
-                             "max_imbalance, capacity")
+                             "min_match_chars, max_imbalance, capacity")
         self.block_chars = block_chars
+        # fewer matching blocks than this is no reason to prefer a replica (a few tokens of a
+        # template's preamble are in every prompt)
+        self.min_blocks = max(1, -(-min_match_chars // block_chars))
         self.max_imbalance = max_imbalance
         self.capacity = capacity
         self.tables: Dict[ReplicaID, "collections.OrderedDict[int, None]"] = {}
         # counters: routed by affinity, routed by load (no replica held the prefix, or the one that
         # did was too busy), and of those the ones where a replica held it but was too busy
-        self.stats = {"affinity": 0, "load": 0, "overloaded": 0, "targeted": 0}
+        self.stats = {"affinity": 0, "load": 0, "overloaded": 0}
         self.matched_blocks = 0
         self.prompt_blocks = 0
         ray_common.register(self._deployment_id.name, self)
@@ -77,20 +81,23 @@ class PrefixAffinityRouter(RequestRouter):
     async def choose_replicas(self, candidate_replicas: List[RunningReplica],
                               pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
         hint = _hint(pending_request)
+        if pending_request is not None:  # every rank tried and none took it: Ray waits, then asks again
+            pending_request.routing_context.should_backoff = True
         if not candidate_replicas:
             return []
-        if hint is not None and hint.replica is not None:  # one replica's own endpoints
-            return [[r for r in candidate_replicas if r.replica_id.unique_id == hint.replica]]
         candidates = list(candidate_replicas)
         if hint is not None and hint.avoid is not None and len(candidates) > 1:
             candidates = [r for r in candidates if r.replica_id.unique_id != hint.avoid] or candidates
-        random.shuffle(candidates)  # ties among equally loaded replicas: any
-        by_load = sorted(candidates, key=lambda r: self.load(r.replica_id))
+        random.shuffle(candidates)  # ties among equally loaded replicas holding as much: any
+        # the least loaded first; among equals, the one holding the fewest blocks (new prefixes
+        # spread over the replicas' caches)
+        by_load = sorted(candidates, key=lambda r: (self.load(r.replica_id),
+                                                    len(self.tables.get(r.replica_id, ()))))
         if hint is None or not hint.text:
             return [[r] for r in by_load]
         if hint.blocks is None:
             hint.blocks = block_hashes(hint.text, self.block_chars)
-        best, best_len = None, 0
+        best, best_len = None, self.min_blocks - 1
         for r in by_load:  # the least loaded among the longest matches
             n = self._match(r.replica_id, hint.blocks)
             if n > best_len:
@@ -103,20 +110,17 @@ class PrefixAffinityRouter(RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
         hint = _hint(pending_request)
-        if hint is not None and hint.replica is not None:
-            self.stats["targeted"] += 1
-            return
         if hint is None or not hint.text:
             self.stats["load"] += 1
             return
         blocks = hint.blocks if hint.blocks is not None else block_hashes(hint.text, self.block_chars)
         matched = self._match(replica_id, blocks)
         best = max((self._match(rid, blocks) for rid in self.tables), default=0)
-        if matched > 0:
+        if matched >= self.min_blocks:
             self.stats["affinity"] += 1
         else:
             self.stats["load"] += 1
-            if best > 0:
+            if best >= self.min_blocks:
                 self.stats["overloaded"] += 1
         self.matched_blocks += matched
         self.prompt_blocks += len(blocks)

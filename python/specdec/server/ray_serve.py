@@ -60,10 +60,48 @@ INGRESS = "SpecdecIngress"
 RAY_VERSION = "2.60.0"  # the version specdec[ray] pins and is tested with (docs/serving.md)
 ROUTER_CLASS = "specdec.server.ray_router:PrefixAffinityRouter"
 POLICY_CLASS = "specdec.server.ray_router:QueuePolicy"
-CALL_TIMEOUT_S = 10.0  # /health, /metrics, /replicas: per replica
+CALL_TIMEOUT_S = 10.0  # /health, /metrics, /replicas: the board's answer
 # request headers the ingress does not pass on (the key is checked here; the body is re-sent whole)
 _DROP_REQUEST = {b"authorization", b"content-length", b"transfer-encoding", b"connection", b"expect"}
 _DROP_RESPONSE = {"content-length", "transfer-encoding", "connection"}
+
+
+# ---------------------------------------------------------------- the replicas' board
+REPORT_S = 1.0      # a replica reports its state and metrics this often
+STALE_S = 5.0       # a replica silent this long is reported unhealthy
+
+
+@ray.remote(num_cpus=0)
+class FleetBoard:
+    """Each engine replica's last report (its state and its /metrics text), for the ingress's
+    /health, /metrics and /replicas: reports are pushed, so that no request has to be routed to
+    one replica in particular, and a replica that stops reporting shows as such."""
+
+    def __init__(self) -> None:
+        self.reports: Dict[str, Tuple[float, Dict[str, Any], str]] = {}
+
+    def put(self, replica: str, info: Dict[str, Any], metrics: str) -> None:
+        self.reports[replica] = (time.time(), info, metrics)
+
+    def drop(self, replica: str) -> None:
+        self.reports.pop(replica, None)
+
+    def get(self) -> Dict[str, Tuple[float, Dict[str, Any], str]]:
+        now = time.time()
+        for uid in [u for u, (t, _, _) in self.reports.items() if now - t > 600]:  # long gone
+            del self.reports[uid]
+        return self.reports
+
+
+def board_name(app_name: str) -> str:
+    return f"specdec-board-{app_name}"
+
+
+def _board(app_name: str) -> Any:
+    """The application's board (made by whichever replica needs it first; detached, so that the
+    death of that replica does not take it along; ``run_cli`` removes it at shutdown)."""
+    return FleetBoard.options(name=board_name(app_name), namespace="serve", get_if_exists=True,
+                              lifetime="detached").remote()
 
 
 # ---------------------------------------------------------------- the engine replica
@@ -81,8 +119,25 @@ class SpecdecEngine:
                              chat_template=self.setup.template, limits=self.setup.limits)
         self.server = self.app.state.server
         self.server.loop.start()
-        self.replica = serve.get_replica_context().replica_id.unique_id
+        context = serve.get_replica_context()
+        self.replica = context.replica_id.unique_id
+        self.app_name = context.app_name
         self.started = time.time()
+        self._stop_reports = threading.Event()
+        threading.Thread(target=self._report, name="specdec-report", daemon=True).start()
+
+    def _report(self) -> None:
+        """Pushes this replica's state and metrics to the board every REPORT_S seconds."""
+        board = None
+        while not self._stop_reports.wait(REPORT_S if board is not None else 0.0):
+            try:
+                if board is None:
+                    board = _board(self.app_name)
+                board.put.remote(self.replica, self.info(), self.metrics_text())
+            except Exception as e:  # noqa: BLE001 - the board is gone: made again next time
+                log.warning("replica %s: could not report to the board: %s", self.replica, e)
+                board = None
+                self._stop_reports.wait(REPORT_S)
 
     async def http(self, request: Dict[str, Any], routing: Optional[RoutingHint] = None):
         """One HTTP request through this replica's app: yields ``{"status", "headers",
@@ -145,15 +200,15 @@ class SpecdecEngine:
                 except BaseException:  # noqa: BLE001 - cancelled or timed out: stop it
                     task.cancel()
 
-    def info(self, routing: Optional[RoutingHint] = None) -> Dict[str, Any]:
-        """This replica's state, for the ingress's /health and /replicas."""
+    def info(self) -> Dict[str, Any]:
+        """This replica's state, for the ingress's /health and /replicas (through the board)."""
         sched = self.server.llm.engine.core.scheduler
         return {"replica": self.replica, "alive": self.server.loop.alive, "pid": os.getpid(),
                 "node": ray.get_runtime_context().get_node_id(), "started": self.started,
                 "running": len(sched.running), "waiting": self.server.num_waiting(),
                 "inflight": self.server.pending}
 
-    def metrics_text(self, routing: Optional[RoutingHint] = None) -> str:
+    def metrics_text(self) -> str:
         from prometheus_client import generate_latest
         return generate_latest(self.server.metrics.registry).decode()
 
@@ -168,6 +223,13 @@ class SpecdecEngine:
         return {"waiting": float(self.server.num_waiting()), "running": float(len(sched.running))}
 
     def __del__(self) -> None:  # Ray Serve calls it when it stops the replica
+        stop = getattr(self, "_stop_reports", None)
+        if stop is not None:
+            stop.set()
+            try:
+                _board(self.app_name).drop.remote(self.replica)
+            except Exception:  # noqa: BLE001 - shutting down: the board may be gone already
+                pass
         server = getattr(self, "server", None)
         if server is not None:
             server.loop.stop()
@@ -188,6 +250,8 @@ class SpecdecIngress:
         self.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
         self.bodies = BodyReader(_serve_limits(args))
         self.counters = {"retries": 0, "streams_cut": 0, "failed": 0}
+        self.app_name = serve.get_replica_context().app_name
+        self.board: Any = None
 
     # ---- forwarding ----
     def _payload(self, request: HttpRequest, body: bytes) -> Dict[str, Any]:
@@ -266,60 +330,59 @@ class SpecdecIngress:
                 gen.cancel()
 
     # ---- the fleet ----
-    def _replica_ids(self) -> Optional[List[str]]:
+    async def _reports(self) -> Dict[str, Tuple[float, Dict[str, Any], str]]:
+        """{replica id: (time, state, metrics text)} of the replicas Ray routes to (those its
+        router knows, with Ray's default router those that reported lately); a replica with no
+        report yet has none."""
+        if self.board is None:
+            self.board = _board(self.app_name)
+        try:
+            reports = await asyncio.wait_for(self.board.get.remote(), CALL_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - the board is gone: made again next time
+            log.warning("the replicas' board did not answer: %s", e)
+            self.board, reports = None, {}
         router = ray_common.get(ENGINE)
-        if router is None:
-            return None
-        return sorted(uid for uid, _ in router.replica_ids())
-
-    async def _each(self, method: str) -> Dict[str, Any]:
-        """{replica id: result or the exception} of one call on every replica (None: this router
-        cannot reach replicas one by one: Ray's default router)."""
-        ids = self._replica_ids()
-        if ids is None:
-            return {}
-
-        async def one(uid: str) -> Any:
-            try:
-                return await asyncio.wait_for(
-                    getattr(self.engine, method).remote(routing=RoutingHint(replica=uid)), CALL_TIMEOUT_S)
-            except BaseException as e:  # noqa: BLE001 - reported per replica
-                if isinstance(e, asyncio.CancelledError):
-                    raise
-                return e
-        results = await asyncio.gather(*(one(uid) for uid in ids))
-        return dict(zip(ids, results))
+        now = time.time()
+        if router is not None:
+            live = [uid for uid, _ in router.replica_ids()]
+        else:
+            live = [uid for uid, (t, _, _) in reports.items() if now - t <= STALE_S]
+        return {uid: reports.get(uid) for uid in sorted(live)}
 
     async def replicas(self) -> Dict[str, Any]:
-        infos = await self._each("info")
-        if not infos and ray_common.get(ENGINE) is None:  # Ray's default router: any one replica
-            try:
-                info = await asyncio.wait_for(self.engine.info.remote(), CALL_TIMEOUT_S)
-                infos = {info["replica"]: info}
-            except Exception as e:  # noqa: BLE001
-                infos = {"?": e}
         out = {}
-        for uid, info in infos.items():
-            if isinstance(info, BaseException):
-                out[uid] = {"replica": uid, "healthy": False, "error": f"{type(info).__name__}: {info}"}
-            else:
-                out[uid] = {**info, "healthy": bool(info.get("alive"))}
+        now = time.time()
+        for uid, report in (await self._reports()).items():
+            if report is None:
+                out[uid] = {"replica": uid, "healthy": False, "error": "no report yet (starting)"}
+                continue
+            t, info, _ = report
+            age = now - t
+            out[uid] = {**info, "report_age_s": round(age, 3), "healthy": bool(info.get("alive")) and age <= STALE_S}
+            if age > STALE_S:
+                out[uid]["error"] = f"no report for {age:.1f} s"
+            elif not info.get("alive"):
+                out[uid]["error"] = "the engine loop has stopped"
         return out
 
     async def metrics_text(self, aggregate: bool) -> str:
-        texts = await self._each("metrics_text")
-        if not texts and ray_common.get(ENGINE) is None:
-            texts = {"any": await self.engine.metrics_text.remote()}
-        ok = {uid: t for uid, t in texts.items() if isinstance(t, str)}
-        return merge_metrics(ok, aggregate) + self._own_metrics(len(texts), len(ok))
+        reports = await self._reports()
+        now = time.time()
+        texts = {uid: r[2] for uid, r in reports.items() if r is not None and now - r[0] <= STALE_S}
+        return merge_metrics(texts, aggregate) + self._own_metrics(len(reports), len(texts))
+
+    async def replica_metrics(self, uid: str) -> Optional[str]:
+        report = (await self._reports()).get(uid)
+        return None if report is None else report[2]
 
     def _own_metrics(self, replicas: int, answered: int) -> str:
         router = ray_common.get(ENGINE)
         lines = ["# HELP specdec_ingress:replicas Engine replicas the router knows",
                  "# TYPE specdec_ingress:replicas gauge", f"specdec_ingress:replicas {replicas}",
-                 "# HELP specdec_ingress:replicas_answering Replicas that answered this scrape",
-                 "# TYPE specdec_ingress:replicas_answering gauge",
-                 f"specdec_ingress:replicas_answering {answered}"]
+                 "# HELP specdec_ingress:replicas_reporting Replicas whose report is in this scrape "
+                 f"(at most {STALE_S:g} s old)",
+                 "# TYPE specdec_ingress:replicas_reporting gauge",
+                 f"specdec_ingress:replicas_reporting {answered}"]
         for key, doc in (("retries", "Requests retried on another replica after theirs died"),
                          ("streams_cut", "Streams ended with an error chunk: their replica died"),
                          ("failed", "Requests answered 503: no replica could take them")):
@@ -467,11 +530,11 @@ def build_ingress_app(ingress: SpecdecIngress) -> Any:
 
     @app.get("/replicas/{uid}/metrics")
     async def replica_metrics(uid: str) -> Response:
-        if uid not in (ingress._replica_ids() or []):
-            return _error(ApiError(404, f"no replica {uid!r}; GET /replicas lists them", None, "not_found"))
         from prometheus_client import CONTENT_TYPE_LATEST
-        text = await asyncio.wait_for(ingress.engine.metrics_text.remote(routing=RoutingHint(replica=uid)),
-                                      CALL_TIMEOUT_S)
+        text = await ingress.replica_metrics(uid)
+        if text is None:
+            return _error(ApiError(404, f"no report from a replica {uid!r}; GET /replicas lists them",
+                                   None, "not_found"))
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metrics")
@@ -601,6 +664,10 @@ def run_cli(args: argparse.Namespace) -> int:
     finally:
         try:
             serve.shutdown()
+            try:
+                ray.kill(ray.get_actor(board_name(APP_NAME), namespace="serve"))
+            except ValueError:  # never made
+                pass
         finally:
             ray.shutdown()
     sig = got.get("sig", signal.SIGTERM)

@@ -1,0 +1,386 @@
+"""``specdec serve --ray``: engine replicas on a local Ray Serve instance, as a client sees them.
+
+A real ``specdec serve --ray`` process (it starts its own local Ray instance) with two stories260K
+replicas under speculative decoding: the official ``openai`` client's chat and completions,
+streamed and whole, equal ``specdec.LLM`` alone; a session's requests stick to one replica and hit
+its prefix cache; /health, /metrics and /replicas cover both replicas; a replica killed under load
+loses no request and leaves no stream hanging, and Ray replaces it. A second server autoscales on
+the engines' waiting queues. The router's and the policy's rules are tested without Ray running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("ray.serve")
+
+import specdec  # noqa: E402
+from serve_helpers import ServerProcess  # noqa: E402
+from spec_helpers import STORIES  # noqa: E402
+
+NAME = "stories"
+SPEC = {"method": "draft_model", "model": STORIES, "num_speculative_tokens": 3}
+# stories260K has no chat template: one given with --chat-template (passed through to every replica)
+TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+SYSTEMS = ["Cats only: you tell short stories about a cat named Tom who likes milk.",
+           "Dogs only: you tell short stories about a dog named Max and his red ball."]
+
+
+def _start(args, log_path, timeout=240.0):
+    return ServerProcess(["--ray", "--model", STORIES, "--served-model-name", NAME,
+                          "--replica-cpus", "0.5"] + args, log_path, timeout=timeout)
+
+
+def _stop(server):
+    code = server.stop()
+    if code not in (0,):  # killed: a local Ray instance may be left behind
+        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+                       capture_output=True, timeout=60)
+    return code
+
+
+def _client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def _replicas(server):
+    status, body, _ = server.request("GET", "/replicas")
+    assert status == 200, body
+    return body["replicas"]
+
+
+def _wait_replicas(server, n, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reps = _replicas(server)
+        if len(reps) == n and all(r["healthy"] for r in reps):
+            return reps
+        time.sleep(0.5)
+    raise AssertionError(f"not {n} healthy replicas in {timeout} s: {_replicas(server)}")
+
+
+@pytest.fixture(scope="module")
+def ray_server(tmp_path_factory):
+    s = _start(["--num-replicas", "2", "--speculative-config", json.dumps(SPEC),
+                "--chat-template", TEMPLATE, "--max-num-seqs", "4"],
+               str(tmp_path_factory.mktemp("ray") / "serve.log"))
+    try:
+        _wait_replicas(s, 2)
+    except BaseException:
+        _stop(s)
+        raise
+    yield s
+    assert _stop(s) == 0, s.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return specdec.LLM(STORIES, progress=False)
+
+
+def _greedy(llm, prompt, max_tokens):
+    return llm.generate([prompt], specdec.SamplingParams(max_tokens=max_tokens, temperature=0))[0].outputs[0].text
+
+
+def test_openai_client_chat_and_completions_equal_llm(ray_server, llm):
+    c = _client(ray_server)
+    prompt = "Once upon a time"
+    want = _greedy(llm, prompt, 24)
+    got = c.completions.create(model=NAME, prompt=prompt, max_tokens=24, temperature=0)
+    assert got.choices[0].text == want
+    pieces = c.completions.create(model=NAME, prompt=prompt, max_tokens=24, temperature=0, stream=True)
+    assert "".join(ch.choices[0].text for ch in pieces if ch.choices) == want
+    msgs = [{"role": "system", "content": SYSTEMS[0]}, {"role": "user", "content": "Tell me one."}]
+    want_chat = llm.chat(msgs, specdec.SamplingParams(max_tokens=20, temperature=0),
+                         chat_template=TEMPLATE)[0].outputs[0].text
+    got = c.chat.completions.create(model=NAME, messages=msgs, max_completion_tokens=20, temperature=0)
+    assert got.choices[0].message.content == want_chat
+    stream = c.chat.completions.create(model=NAME, messages=msgs, max_completion_tokens=20,
+                                       temperature=0, stream=True)
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == want_chat
+    # the same code path as one server: its errors and its models list
+    with pytest.raises(openai.NotFoundError):
+        c.completions.create(model="other", prompt=prompt, max_tokens=4)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=NAME, prompt=prompt, max_tokens=4, temperature=-1)
+    assert "temperature" in str(e.value)
+    assert [m.id for m in c.models.list().data] == [NAME]
+
+
+def test_sessions_stick_to_a_replica_and_hit_its_prefix_cache(ray_server):
+    c = _client(ray_server)
+    replicas, cached = {}, {}
+    for turn in range(3):
+        for s in range(4):
+            msgs = [{"role": "system", "content": SYSTEMS[s % 2]}, {"role": "user", "content": f"I am {s}."}]
+            msgs += [{"role": "user", "content": f"Part {t} please."} for t in range(turn + 1)]
+            r = c.chat.completions.with_raw_response.create(model=NAME, messages=msgs,
+                                                            max_completion_tokens=4, temperature=0)
+            replicas.setdefault(s, set()).add(r.headers["x-specdec-replica"])
+            if turn > 0:
+                cached.setdefault(s, []).append(r.parse().usage.prompt_tokens_details.cached_tokens)
+    assert all(len(v) == 1 for v in replicas.values()), replicas
+    assert all(n > 0 for v in cached.values() for n in v), cached
+    assert len(set().union(*replicas.values())) == 2, "the sessions should spread over both replicas"
+
+
+def test_health_metrics_and_replicas_cover_every_replica(ray_server):
+    status, body, _ = ray_server.request("GET", "/health")
+    assert status == 200 and body == {"healthy_replicas": 2, "replicas": 2}, body
+    reps = _replicas(ray_server)
+    ids = sorted(r["replica"] for r in reps)
+    assert len(ids) == 2 and all(r["alive"] and r["pid"] > 0 for r in reps)
+    per = ray_server.metrics()
+    for rid in ids:
+        assert any(f"replica={rid}" in k and k.startswith("specdec:num_requests_waiting") for k in per), per
+        status, one, text = ray_server.request("GET", f"/replicas/{rid}/metrics")
+        assert status == 200 and "specdec:num_requests_running" in text and "replica=" not in text
+        status, one, _ = ray_server.request("GET", f"/replicas/{rid}/health")
+        assert status == 200 and one["replica"] == rid
+    # summed over the replicas: equal to the labelled series' sum
+    _, _, text = ray_server.request("GET", "/metrics?aggregate=true")
+    from prometheus_client.parser import text_string_to_metric_families
+    total = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+             if s.name == "specdec:generation_tokens_total"}
+    labelled = sum(v for k, v in per.items() if k.startswith("specdec:generation_tokens_total{"))
+    assert total["specdec:generation_tokens_total"] == labelled > 0
+    assert per["specdec_ingress:replicas"] == 2
+    assert per["specdec_ingress:routed_total{rule=affinity}"] > 0
+    status, body, _ = ray_server.request("GET", "/replicas/nosuch/health")
+    assert status == 404 and "GET /replicas" in body["error"]["message"]
+
+
+def test_a_replica_killed_under_load_loses_no_request(ray_server, llm):
+    """Clients keep two replicas busy (whole responses and streams); one replica's process is
+    killed. Every whole response is answered in full (retried on the other replica), every stream
+    ends (complete, or with an error chunk and [DONE]), nothing hangs, and Ray starts a new
+    replica."""
+    prompts = ["Once upon a time", "The dog", "Lily went to the park and", "Tom had a big red"]
+    want = {p: _greedy(llm, p, 40) for p in prompts}
+    before = {r["replica"]: r["pid"] for r in _replicas(ray_server)}
+    stop = threading.Event()
+    results = {"whole": [], "stream": [], "errors": []}
+    lock = threading.Lock()
+
+    def whole(i):
+        c = _client(ray_server)
+        while not stop.is_set():
+            p = prompts[i % len(prompts)]
+            try:
+                r = c.completions.create(model=NAME, prompt=p, max_tokens=40, temperature=0)
+                with lock:
+                    results["whole"].append(r.choices[0].text == want[p])
+            except Exception as e:  # noqa: BLE001 - counted: the test requires none
+                with lock:
+                    results["errors"].append(repr(e))
+            i += 1
+
+    def stream(i):
+        body = json.dumps({"model": NAME, "prompt": prompts[i % len(prompts)], "max_tokens": 40,
+                           "temperature": 0, "stream": True}).encode()
+        while not stop.is_set():
+            p = prompts[i % len(prompts)]
+            body = json.dumps({"model": NAME, "prompt": p, "max_tokens": 40, "temperature": 0,
+                               "stream": True}).encode()
+            req = urllib.request.Request(ray_server.base + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    events = [ln[6:] for ln in r.read().decode().split("\n") if ln.startswith("data: ")]
+                text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]
+                               if "choices" in json.loads(e))
+                error = [json.loads(e)["error"] for e in events[:-1] if "error" in json.loads(e)]
+                with lock:
+                    results["stream"].append((events[-1] == "[DONE]", text == want[p], error))
+            except Exception as e:  # noqa: BLE001 - a hang ends in the timeout: counted
+                with lock:
+                    results["errors"].append(repr(e))
+            i += 1
+
+    threads = [threading.Thread(target=whole, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=stream, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(3.0)
+    victim = sorted(before)[0]
+    os.kill(before[victim], signal.SIGKILL)
+    time.sleep(4.0)
+    stop.set()
+    for t in threads:
+        t.join(timeout=90)
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    assert results["errors"] == [], results["errors"][:5]
+    assert results["whole"] and all(results["whole"]), "a whole response differed from LLM's"
+    assert results["stream"] and all(done for done, _, _ in results["stream"]), "a stream did not end"
+    for done, equal, error in results["stream"]:  # complete and equal, or cut with a clear error
+        assert equal or (error and "died" in error[0]["message"]), (equal, error)
+    per = ray_server.metrics()
+    assert per["specdec_ingress:retries_total"] + per["specdec_ingress:streams_cut_total"] >= 1, per
+    reps = _wait_replicas(ray_server, 2)
+    assert victim not in {r["replica"] for r in reps}, "the killed replica was not replaced"
+
+
+def test_autoscaling_on_the_waiting_queue(tmp_path):
+    """One replica of one sequence at a time under 6 concurrent long streams: requests wait, a
+    second replica starts; idle again, it is taken down."""
+    s = _start(["--num-replicas", "1", "--min-replicas", "1", "--max-replicas", "2",
+                "--target-waiting", "1", "--max-num-seqs", "1"], str(tmp_path / "auto.log"))
+    try:
+        _wait_replicas(s, 1)
+        stop = threading.Event()
+
+        def load():
+            c = _client(s)
+            while not stop.is_set():
+                c.completions.create(model=NAME, prompt="Once", max_tokens=100, temperature=0,
+                                     extra_body={"ignore_eos": True})
+        threads = [threading.Thread(target=load, daemon=True) for _ in range(6)]
+        for t in threads:
+            t.start()
+        try:
+            _wait_replicas(s, 2, timeout=90)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+        _wait_replicas(s, 1, timeout=120)
+    finally:
+        _stop(s)
+
+
+# ---- without a Ray cluster: flags, the router's rule, the policy, the merged metrics ----
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "specdec", "serve", "--model", STORIES] + list(args),
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--num-replicas", "2"], "--num-replicas: only with --ray"),
+    (["--ray", "--min-replicas", "3", "--max-replicas", "2"], "--min-replicas 3 > --max-replicas 2"),
+    (["--ray", "--min-replicas", "1"], "give both"),
+    (["--ray", "--num-replicas", "5", "--min-replicas", "1", "--max-replicas", "2"], "between"),
+    (["--ray", "--target-waiting", "2"], "only with --min-replicas"),
+    (["--ray", "--speculative-config", "{\"method\": \"nope\"}"], "--speculative-config"),
+])
+def test_bad_replica_flags_fail_before_ray_starts(args, words):
+    r = _cli(*args)
+    assert r.returncode != 0 and words in r.stderr, r.stderr
+    assert "Ray 2" not in r.stderr  # refused before Ray started
+
+
+class _Cache:
+    def __init__(self, loads):
+        self.loads = loads
+
+    def get(self, rid):
+        return self.loads.get(rid.unique_id)
+
+
+class _Replica:
+    def __init__(self, rid):
+        self.replica_id = rid
+
+
+def _router(loads, **kwargs):
+    from ray.serve._private.common import DeploymentID, ReplicaID
+    from specdec.server.ray_router import PrefixAffinityRouter
+    r = PrefixAffinityRouter.__new__(PrefixAffinityRouter)
+    r._deployment_id = DeploymentID(name="test-router", app_name="t")
+    r._replica_queue_len_cache = _Cache(loads)
+    r.initialize_state(**kwargs)
+    reps = [_Replica(ReplicaID(unique_id=u, deployment_id=r._deployment_id)) for u in sorted(loads)]
+    return r, reps
+
+
+def _choose(router, reps, **hint):
+    """The router's ranks for a request with this hint, and the request (made in an event loop,
+    as Ray makes it)."""
+    from ray.serve.request_router import PendingRequest
+    from specdec.server.ray_common import RoutingHint
+
+    async def go():
+        pr = PendingRequest(args=[], kwargs={"routing": RoutingHint(**hint)}, metadata=None)
+        return await router.choose_replicas(reps, pr), pr
+    return asyncio.run(go())
+
+
+def _route(router, reps, text):
+    ranks, pr = _choose(router, reps, text=text)
+    chosen = ranks[0][0]
+    router.on_request_routed(pr, chosen.replica_id, None)
+    return chosen.replica_id.unique_id, ranks
+
+
+def test_router_prefers_the_prefix_holder_until_it_is_too_busy():
+    router, reps = _router({"a": 0, "b": 0}, block_chars=8, min_match_chars=16, max_imbalance=2)
+    shared = "system prompt shared by a session. " * 4
+    first, _ = _route(router, reps, shared + "turn one")
+    for turn in range(5):  # the same prefix: the same replica
+        assert _route(router, reps, shared + f"turn one, and {turn}")[0] == first
+    other = "b" if first == "a" else "a"
+    # a prompt nobody has seen: the least loaded replica
+    router._replica_queue_len_cache.loads.update({first: 1, other: 0})
+    assert _route(router, reps, "a new and different prompt of some length")[0] == other
+    # the holder busier than the least loaded by more than max_imbalance: load wins
+    router._replica_queue_len_cache.loads.update({first: 3, other: 0})
+    got, ranks = _route(router, reps, shared + "turn two")
+    assert got == other and [r[0].replica_id.unique_id for r in ranks] == [other, first]
+    router._replica_queue_len_cache.loads.update({first: 2, other: 0})  # within the bound
+    assert _route(router, reps, shared + "turn three")[0] in (first, other)
+    assert router.stats["affinity"] >= 5 and router.stats["overloaded"] >= 1
+    # a retry avoids the replica that died
+    ranks, _ = _choose(router, reps, text=shared + "x", avoid=first)
+    assert all(r.replica_id.unique_id != first for rank in ranks for r in rank)
+
+
+def test_router_kwargs_are_checked():
+    with pytest.raises(ValueError, match="block_chars"):
+        _router({"a": 0}, block_chars=0)
+    with pytest.raises(ValueError, match="unknown"):
+        _router({"a": 0}, prefix=True)
+
+
+class _Ctx:
+    def __init__(self, current, waiting, running):
+        self.current_num_replicas = current
+        self.aggregated_metrics = {"waiting": dict(enumerate(waiting)), "running": dict(enumerate(running))}
+
+
+def test_queue_policy():
+    from specdec.server.ray_router import QueuePolicy
+    p = QueuePolicy(target_waiting=2, max_num_seqs=4)
+    assert p(_Ctx(1, [3], [4]))[0] == 2          # waiting over the target: one more
+    assert p(_Ctx(2, [10, 10], [4, 4]))[0] == 10  # far over: enough for the queue at once
+    assert p(_Ctx(2, [1, 1], [4, 4]))[0] == 2     # within: stay
+    assert p(_Ctx(2, [0, 0], [1, 0]))[0] == 1     # nothing waits, little runs: one fewer
+    assert p(_Ctx(2, [0, 0], [4, 4]))[0] == 2     # busy batches: stay
+    assert p(_Ctx(1, [0], [0]))[0] == 1
+
+
+def test_merged_metrics_label_or_sum_each_replica():
+    from specdec.server.ray_serve import merge_metrics, routing_text
+    a = ('# HELP x_total X\n# TYPE x_total counter\nx_total{model_name="m"} 2.0\n'
+         '# HELP u_perc U\n# TYPE u_perc gauge\nu_perc{model_name="m"} 0.2\n')
+    b = a.replace("2.0", "3.0").replace("0.2", "0.4")
+    labelled = merge_metrics({"r1": a, "r2": b}, aggregate=False)
+    assert 'x_total{model_name="m",replica="r1"} 2.0' in labelled
+    assert 'x_total{model_name="m",replica="r2"} 3.0' in labelled
+    summed = merge_metrics({"r1": a, "r2": b}, aggregate=True)
+    assert 'x_total{model_name="m"} 5.0' in summed and 'u_perc{model_name="m"} 0.3' in summed
+    assert routing_text({"prompt": ["first", "second"]}) == "first"
+    assert routing_text({"prompt": [1, 2]}) == "1,2"
+    chat = routing_text({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+    assert "user" in chat and "hi" in chat
+    assert routing_text(["not", "an object"]) == ""
