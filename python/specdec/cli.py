@@ -332,7 +332,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 RAY_FLAGS = ("num_replicas", "min_replicas", "max_replicas", "ray_address", "replica_cpus",
-             "router", "target_waiting")
+             "router", "router_kwargs", "target_waiting")
 
 
 def _check_ray_flags(args: argparse.Namespace) -> None:
@@ -864,7 +864,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve with replicas on Ray Serve: an ingress routing by prompt prefix, then load")
     g.add_argument("--num-replicas", type=_int_in(1, 1 << 12), default=None,
                    help="engine replicas (default 1; with --min-replicas / --max-replicas: the start)")
-    g.add_argument("--min-replicas", type=_int_in(0, 1 << 12), default=None,
+    g.add_argument("--min-replicas", type=_int_in(1, 1 << 12), default=None,
                    help="autoscale on the engines' waiting queues down to this many replicas")
     g.add_argument("--max-replicas", type=_int_in(1, 1 << 12), default=None,
                    help="autoscale on the engines' waiting queues up to this many replicas")
@@ -879,6 +879,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--router", choices=["prefix", "ray-default"], default=None,
                    help="prefix: prefix affinity then load (default); ray-default: Ray Serve's own "
                         "power-of-two-choices router (for comparison)")
+    g.add_argument("--router-kwargs", default=None,
+                   help='the prefix router\'s options as JSON: block_chars (16), min_match_chars '
+                        '(64), max_imbalance (4), capacity (131072), e.g. \'{"max_imbalance": 2}\'')
     p.set_defaults(func=_cmd_serve, main_thread=True)
 
     p = sub.add_parser("draft-vocab", help="count tokens over text files for a drafter's reduced "

@@ -33,6 +33,12 @@ class RoutingHint:
     avoid: Optional[str] = None       # not this one unless it is the only one (a retry)
     blocks: Optional[List[int]] = field(default=None, repr=False)  # chained hashes, computed once
 
+    def __getstate__(self) -> Dict[str, Any]:  # the replica needs none of it: not sent along
+        return {"text": ""}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.text, self.avoid, self.blocks = "", None, None
+
 
 def block_hashes(text: str, block_chars: int) -> List[int]:
     """Chained hashes of the text's whole ``block_chars``-character blocks."""

@@ -32,18 +32,30 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from specdec.server import ray_common
 from specdec.server.ray_common import RoutingHint, block_hashes
 
+ROUTER_DEFAULTS = {"block_chars": 16, "min_match_chars": 64, "max_imbalance": 4, "capacity": 1 << 17}
+_LOWEST = {"block_chars": 1, "min_match_chars": 0, "max_imbalance": 0, "capacity": 1}
+
+
+def router_options(kwargs: Dict[str, Any]) -> Dict[str, int]:
+    """The router's options over their defaults, or a ValueError naming the one that is wrong."""
+    unknown = sorted(set(kwargs) - set(ROUTER_DEFAULTS))
+    if unknown:
+        raise ValueError(f"router kwargs: unknown {unknown}; known: {', '.join(ROUTER_DEFAULTS)}")
+    out = dict(ROUTER_DEFAULTS)
+    for name, value in kwargs.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < _LOWEST[name]:
+            raise ValueError(f"router kwargs: {name} = {value!r}: an integer >= {_LOWEST[name]}")
+        out[name] = value
+    return out
+
+
 class PrefixAffinityRouter(RequestRouter):
     """Prefix affinity first, then load (module docstring)."""
 
-    def initialize_state(self, block_chars: int = 16, min_match_chars: int = 64, max_imbalance: int = 4,
-                         capacity: int = 1 << 17, **kwargs: Any) -> None:
-        for name, value, low in (("block_chars", block_chars, 1), ("min_match_chars", min_match_chars, 0),
-                                 ("max_imbalance", max_imbalance, 0), ("capacity", capacity, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"request_router_kwargs.{name} = {value!r}: an integer >= {low}")
-        if kwargs:
-            raise ValueError(f"request_router_kwargs: unknown {sorted(kwargs)}; known: block_chars, "
-                             "min_match_chars, max_imbalance, capacity")
+    def initialize_state(self, **kwargs: Any) -> None:
+        o = router_options(kwargs)
+        block_chars, min_match_chars = o["block_chars"], o["min_match_chars"]
+        max_imbalance, capacity = o["max_imbalance"], o["capacity"]
         self.block_chars = block_chars
         # fewer matching blocks than this is no reason to prefer a replica (a few tokens of a
         # template's preamble are in every prompt)
@@ -56,6 +68,10 @@ class PrefixAffinityRouter(RequestRouter):
         self.stats = {"affinity": 0, "load": 0, "overloaded": 0}
         self.matched_blocks = 0
         self.prompt_blocks = 0
+        # requests this router sent to each replica and not yet completed: its load as this router
+        # knows it at once (Ray's own figure comes from probes, which a busy machine answers late:
+        # a replica whose probe misses Ray's deadline is skipped for the next rank)
+        self.inflight: Dict[ReplicaID, set] = {}
         ray_common.register(self._deployment_id.name, self)
 
     # ---- what the ingress asks ----
@@ -63,20 +79,27 @@ class PrefixAffinityRouter(RequestRouter):
         return [(rid.unique_id, rid) for rid in self.curr_replicas]
 
     def load(self, rid: ReplicaID) -> int:
+        """Requests on the replica: those this router sent it, or more when Ray heard of more (from
+        other routers' requests, in the replica's own answers)."""
         q = self.replica_queue_len_cache.get(rid)
-        return 0 if q is None else q
+        return max(len(self.inflight.get(rid, ())), 0 if q is None else q)
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self.inflight.get(replica_id, set()).discard(internal_request_id)
 
     # ---- Ray's interface ----
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
         self.tables.pop(replica_id, None)
+        self.inflight.pop(replica_id, None)
 
     def update_replicas(self, replicas: List[RunningReplica]) -> None:
         super().update_replicas(replicas)
         live = {r.replica_id for r in replicas}
-        for rid in list(self.tables):
-            if rid not in live:
-                del self.tables[rid]
+        for table in (self.tables, self.inflight):
+            for rid in list(table):
+                if rid not in live:
+                    del table[rid]
 
     async def choose_replicas(self, candidate_replicas: List[RunningReplica],
                               pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
@@ -94,6 +117,7 @@ class PrefixAffinityRouter(RequestRouter):
         by_load = sorted(candidates, key=lambda r: (self.load(r.replica_id),
                                                     len(self.tables.get(r.replica_id, ()))))
         if hint is None or not hint.text:
+            self._seed_queue_lens(by_load)
             return [[r] for r in by_load]
         if hint.blocks is None:
             hint.blocks = block_hashes(hint.text, self.block_chars)
@@ -104,12 +128,26 @@ class PrefixAffinityRouter(RequestRouter):
                 best, best_len = r, n
         least = self.load(by_load[0].replica_id)
         if best is not None and self.load(best.replica_id) - least <= self.max_imbalance:
-            return [[best]] + [[r] for r in by_load if r is not best]
-        return [[r] for r in by_load]
+            ranks = [[best]] + [[r] for r in by_load if r is not best]
+        else:
+            ranks = [[r] for r in by_load]
+        self._seed_queue_lens(by_load)
+        return ranks
+
+    def _seed_queue_lens(self, replicas: List[RunningReplica]) -> None:
+        """Ray takes a rank's replica without probing it when its queue length is known: the
+        loads this router knows, for replicas Ray has no fresh figure of."""
+        cache = self.replica_queue_len_cache
+        for r in replicas:
+            if cache.get(r.replica_id) is None and hasattr(cache, "update"):
+                cache.update(r.replica_id, len(self.inflight.get(r.replica_id, ())))
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
         hint = _hint(pending_request)
+        rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", None)
+        if rid is not None:
+            self.inflight.setdefault(replica_id, set()).add(rid)
         if hint is None or not hint.text:
             self.stats["load"] += 1
             return
@@ -166,11 +204,13 @@ class QueuePolicy:
         metrics = ctx.aggregated_metrics or {}
         waiting = sum(metrics.get("waiting", {}).values())
         running = sum(metrics.get("running", {}).values())
-        current = ctx.current_num_replicas
+        current = ctx.current_num_replicas  # running replicas: the ones whose metrics these are
+        base = max(current, ctx.target_num_replicas)  # and those still starting: kept
         if current == 0:
-            return (1 if waiting > 0 else 0), {}
+            return max(base, 1), {}
         if waiting > self.target * current:
-            return max(current + 1, math.ceil(waiting / max(self.target, 1e-9))), {}
-        if waiting == 0 and current > 1 and running <= (current - 1) * self.batch * 0.5:
+            return max(base, current + 1, math.ceil(waiting / max(self.target, 1e-9))), {}
+        if (waiting == 0 and current > 1 and current == ctx.target_num_replicas
+                and running <= (current - 1) * self.batch * 0.5):
             return current - 1, {}
-        return current, {}
+        return base, {}

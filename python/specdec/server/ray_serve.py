@@ -61,6 +61,7 @@ RAY_VERSION = "2.60.0"  # the version specdec[ray] pins and is tested with (docs
 ROUTER_CLASS = "specdec.server.ray_router:PrefixAffinityRouter"
 POLICY_CLASS = "specdec.server.ray_router:QueuePolicy"
 CALL_TIMEOUT_S = 10.0  # /health, /metrics, /replicas: the board's answer
+MAX_ROUTING_CHARS = 1 << 15  # the prompt's leading part the router matches
 # request headers the ingress does not pass on (the key is checked here; the body is re-sent whole)
 _DROP_REQUEST = {b"authorization", b"content-length", b"transfer-encoding", b"connection", b"expect"}
 _DROP_RESPONSE = {"content-length", "transfer-encoding", "connection"}
@@ -101,7 +102,7 @@ def _board(app_name: str) -> Any:
     """The application's board (made by whichever replica needs it first; detached, so that the
     death of that replica does not take it along; ``run_cli`` removes it at shutdown)."""
     return FleetBoard.options(name=board_name(app_name), namespace="serve", get_if_exists=True,
-                              lifetime="detached").remote()
+                              lifetime="detached", max_restarts=-1, max_task_retries=-1).remote()
 
 
 # ---------------------------------------------------------------- the engine replica
@@ -128,15 +129,17 @@ class SpecdecEngine:
 
     def _report(self) -> None:
         """Pushes this replica's state and metrics to the board every REPORT_S seconds."""
-        board = None
+        board, sent = None, None
         while not self._stop_reports.wait(REPORT_S if board is not None else 0.0):
             try:
+                if sent is not None:  # the last report arrived (an error here: the board is gone)
+                    ray.get(sent, timeout=CALL_TIMEOUT_S)
                 if board is None:
                     board = _board(self.app_name)
-                board.put.remote(self.replica, self.info(), self.metrics_text())
-            except Exception as e:  # noqa: BLE001 - the board is gone: made again next time
+                sent = board.put.remote(self.replica, self.info(), self.metrics_text())
+            except Exception as e:  # noqa: BLE001 - the board is gone: looked up again next time
                 log.warning("replica %s: could not report to the board: %s", self.replica, e)
-                board = None
+                board, sent = None, None
                 self._stop_reports.wait(REPORT_S)
 
     async def http(self, request: Dict[str, Any], routing: Optional[RoutingHint] = None):
@@ -171,7 +174,11 @@ class SpecdecEngine:
         try:
             while True:
                 message = await out.get()
-                if message is None:  # the app returned
+                if message is None:  # the app returned (or failed) before its response's end
+                    if started:
+                        error = task.exception() if not task.cancelled() else None
+                        log.error("replica %s: the app failed mid-response: %r", self.replica, error)
+                        yield {"error": f"internal error on replica {self.replica} mid-response: {error!r}"}
                     if not started:
                         error = task.exception() if not task.cancelled() else None
                         yield {"status": 500, "headers": [("content-type", "application/json")],
@@ -249,54 +256,60 @@ class SpecdecIngress:
         self.name = args.served_model_name or os.path.basename(args.model)
         self.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
         self.bodies = BodyReader(_serve_limits(args))
-        self.counters = {"retries": 0, "streams_cut": 0, "failed": 0}
+        self.counters = {"retries": 0, "busy_retries": 0, "streams_cut": 0, "failed": 0}
         self.app_name = serve.get_replica_context().app_name
         self.board: Any = None
 
     # ---- forwarding ----
     def _payload(self, request: HttpRequest, body: bytes) -> Dict[str, Any]:
         headers = [(k, v) for k, v in request.scope.get("headers", []) if k.lower() not in _DROP_REQUEST]
-        return {"method": request.method, "path": request.url.path, "headers": headers,
+        path, root = request.scope["path"], request.scope.get("root_path", "")
+        if root and path.startswith(root):  # the app's own path, under any route prefix
+            path = path[len(root):] or "/"
+        return {"method": request.method, "path": path, "headers": headers,
                 "query_string": request.scope.get("query_string", b""), "body": bytes(body)}
 
     async def forward(self, request: HttpRequest, body: bytes, text: str) -> Response:
+        """The request through a replica. Tried again once, on another replica, when the first
+        dies before its response is complete (a whole response) or before its first chunk (a
+        stream), or answers 503 because it is full."""
         payload = self._payload(request, body)
-        avoid: Optional[str] = None
+        hint = RoutingHint(text=text[:MAX_ROUTING_CHARS])
         for attempt in (0, 1):
-            gen = self.engine.options(stream=True).http.remote(
-                payload, routing=RoutingHint(text=text, avoid=avoid))
+            last = attempt == 1
+            gen = self.engine.options(stream=True).http.remote(payload, routing=hint)
+            head: Optional[Dict[str, Any]] = None
             try:
                 head = await gen.__anext__()
+                headers = {k: v for k, v in head["headers"] if k.lower() not in _DROP_RESPONSE}
+                headers["x-specdec-replica"] = head["replica"]
+                if headers.get("content-type", "").startswith("text/event-stream"):
+                    first = await _next_or_none(gen)
+                    return StreamingResponse(self._stream(gen, head["replica"], first),
+                                             status_code=head["status"], headers=headers)
+                chunks = [chunk async for chunk in gen]
             except (RayActorError, BackPressureError) as e:
                 gen.cancel()
-                if isinstance(e, RayActorError) and attempt == 0:
+                if isinstance(e, RayActorError) and not last:
                     self.counters["retries"] += 1
-                    log.warning("a replica died before answering: retrying on another (%s)", e)
+                    hint = RoutingHint(text=hint.text, avoid=head["replica"] if head else None)
+                    log.warning("a replica died before its response was complete: retrying on "
+                                "another (%s)", e)
                     continue
                 return self._failed(e)
             except BaseException:
-                gen.cancel()
-                raise
-            avoid = head["replica"]
-            headers = {k: v for k, v in head["headers"] if k.lower() not in _DROP_RESPONSE}
-            headers["x-specdec-replica"] = head["replica"]
-            if headers.get("content-type", "").startswith("text/event-stream"):
-                return StreamingResponse(self._stream(gen, head["replica"]), status_code=head["status"],
-                                         headers=headers)
-            chunks: List[bytes] = []
-            try:
-                async for chunk in gen:
-                    chunks.append(chunk)
-            except RayActorError as e:
-                if attempt == 0:
-                    self.counters["retries"] += 1
-                    log.warning("replica %s died before its response was complete: retrying on "
-                                "another (%s)", head["replica"], e)
-                    continue
-                return self._failed(e)
-            finally:
                 gen.cancel()  # a client gone while waiting: the replica aborts its requests
-            return Response(b"".join(chunks), status_code=head["status"], headers=headers)
+                raise
+            if any(isinstance(c, dict) for c in chunks):  # the replica's app failed mid-response
+                error = next(c for c in chunks if isinstance(c, dict))["error"]
+                err = ApiError(500, error, None, "internal_error", "server_error")
+                return JSONResponse(err.body(), status_code=500)
+            content = b"".join(chunks)
+            if head["status"] == 503 and not last and _is_busy(content):
+                self.counters["busy_retries"] += 1  # full: another replica may have room
+                hint = RoutingHint(text=hint.text, avoid=head["replica"])
+                continue
+            return Response(content, status_code=head["status"], headers=headers)
         raise AssertionError("unreachable")
 
     def _failed(self, e: BaseException) -> Response:
@@ -310,23 +323,31 @@ class SpecdecIngress:
         headers = {"Retry-After": "1"}
         return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
-    async def _stream(self, gen: Any, replica: str):
-        done = False
+    async def _stream(self, gen: Any, replica: str, first: Any):
+        done, ended = False, False
         try:
-            async for chunk in gen:
+            chunk = first
+            while chunk is not None:
+                if isinstance(chunk, dict):  # the replica's app failed mid-stream
+                    raise _AppFailed(chunk["error"])
                 yield chunk
+                ended = chunk.endswith(b"data: [DONE]\n\n")
+                chunk = await _next_or_none(gen)
             done = True
-        except RayActorError as e:
-            self.counters["streams_cut"] += 1
-            log.warning("replica %s died mid-stream: the stream ends with an error (%s)", replica, e)
-            err = ApiError(503, f"the replica serving this stream ({replica}) died mid-response: "
-                           "the output is incomplete; send the request again", None,
-                           "replica_died", "server_error")
-            yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
-            yield b"data: [DONE]\n\n"
-            done = True
+        except (RayActorError, _AppFailed) as e:
+            if isinstance(e, RayActorError):
+                self.counters["streams_cut"] += 1
+                log.warning("replica %s failed mid-stream: the stream ends with an error (%s)", replica, e)
+                msg = (f"the replica serving this stream ({replica}) died mid-response: the output "
+                       "is incomplete; send the request again")
+                err = ApiError(503, msg, None, "replica_died", "server_error")
+            else:
+                err = ApiError(500, str(e), None, "internal_error", "server_error")
+            if not ended:
+                yield b"data: " + json.dumps(err.body()).encode() + b"\n\n"
+                yield b"data: [DONE]\n\n"
         finally:
-            if not done:  # the client went away: the replica aborts its requests
+            if not done:  # the client went away, or the replica failed: its generation stops
                 gen.cancel()
 
     # ---- the fleet ----
@@ -384,6 +405,7 @@ class SpecdecIngress:
                  "# TYPE specdec_ingress:replicas_reporting gauge",
                  f"specdec_ingress:replicas_reporting {answered}"]
         for key, doc in (("retries", "Requests retried on another replica after theirs died"),
+                         ("busy_retries", "Requests retried on another replica after theirs was full"),
                          ("streams_cut", "Streams ended with an error chunk: their replica died"),
                          ("failed", "Requests answered 503: no replica could take them")):
             lines += [f"# HELP specdec_ingress:{key}_total {doc}", f"# TYPE specdec_ingress:{key}_total counter",
@@ -401,6 +423,25 @@ class SpecdecIngress:
 
     def __serve_build_asgi_app__(self) -> Any:
         return build_ingress_app(self)
+
+
+class _AppFailed(Exception):
+    pass
+
+
+async def _next_or_none(gen: Any) -> Any:
+    try:
+        return await gen.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _is_busy(content: bytes) -> bool:
+    """A replica's 503 because it is full (its --max-pending), not another 503."""
+    try:
+        return json.loads(content)["error"]["code"] == "server_busy"
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def routing_text(body: Any) -> str:
@@ -455,8 +496,9 @@ def merge_metrics(texts: Dict[str, str], aggregate: bool) -> str:
     lines: List[str] = []
     for name in order:
         typ, doc, samples = families[name]
-        lines.append(f"# HELP {name} {doc}")
-        lines.append(f"# TYPE {name} {typ if typ != 'unknown' else 'untyped'}")
+        shown = name + "_total" if typ == "counter" else name  # as prometheus_client writes them
+        lines.append(f"# HELP {shown} {doc}")
+        lines.append(f"# TYPE {shown} {typ if typ != 'unknown' else 'untyped'}")
         for (sname, labels), values in samples.items():
             if sname.endswith("_created"):
                 continue
@@ -557,6 +599,7 @@ def _options(args: argparse.Namespace) -> Dict[str, Any]:
 
 def check_ray_args(args: argparse.Namespace) -> None:
     """The replica flags, before Ray starts."""
+    _router_kwargs(args)
     lo, hi, n = args.min_replicas, args.max_replicas, args.num_replicas
     if (lo is None) != (hi is None):
         raise ValueError("--min-replicas and --max-replicas: give both (autoscaling) or neither")
@@ -571,6 +614,26 @@ def check_ray_args(args: argparse.Namespace) -> None:
         raise ValueError("--target-waiting: only with --min-replicas / --max-replicas (autoscaling)")
 
 
+def _router_kwargs(args: argparse.Namespace) -> Dict[str, int]:
+    from specdec.server.ray_router import router_options
+    text = getattr(args, "router_kwargs", None)
+    if text is None:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--router-kwargs = {text!r}: not JSON ({e})") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--router-kwargs = {text!r}: a JSON object, e.g. '{{\"max_imbalance\": 2}}'")
+    if (args.router or "prefix") != "prefix":
+        raise ValueError("--router-kwargs: only for --router prefix")
+    try:
+        router_options(kwargs)
+    except ValueError as e:
+        raise ValueError(f"--router-kwargs: {e}") from None
+    return kwargs
+
+
 def build_application(args: argparse.Namespace) -> Any:
     """The Ray Serve application of ``specdec serve`` flags (``serve.run`` it)."""
     check_ray_args(args)
@@ -580,9 +643,12 @@ def build_application(args: argparse.Namespace) -> Any:
     engine_opts: Dict[str, Any] = dict(
         name=ENGINE, max_ongoing_requests=max_pending, max_queued_requests=max(64, 4 * max_pending),
         ray_actor_options={"num_cpus": args.replica_cpus if args.replica_cpus is not None else 1.0},
-        health_check_period_s=2.0, health_check_timeout_s=30.0, graceful_shutdown_timeout_s=10.0)
+        health_check_period_s=2.0, health_check_timeout_s=30.0,
+        # a replica taken down (scaling down, a new deployment) first finishes what it serves
+        graceful_shutdown_timeout_s=300.0)
     if router == "prefix":
-        engine_opts["request_router_config"] = RequestRouterConfig(request_router_class=ROUTER_CLASS)
+        engine_opts["request_router_config"] = RequestRouterConfig(
+            request_router_class=ROUTER_CLASS, request_router_kwargs=_router_kwargs(args))
     if args.min_replicas is not None:
         engine_opts["autoscaling_config"] = AutoscalingConfig(
             min_replicas=args.min_replicas, max_replicas=args.max_replicas,
@@ -607,26 +673,54 @@ def app_builder(config: Dict[str, Any]) -> Any:
     specdec.server.ray_serve:app_builder model=stories260K num_replicas=2``)."""
     from specdec.cli import build_parser
     argv = ["serve"]
+    parser = build_parser()
+    serve_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    switches = {a.dest for a in serve_parser._actions if a.nargs == 0}
     for key, value in config.items():
         flag = "--" + str(key).replace("_", "-")
-        if value is True or (isinstance(value, str) and value.lower() == "true" and key.startswith("no_")):
-            argv.append(flag)
-        elif value is False or value is None:
-            continue
-        else:
+        if key in switches:  # on / off switches: true or false (a bool, or its text in a YAML file)
+            on = value if isinstance(value, bool) else str(value).strip().lower()
+            if on not in (True, False, "true", "false"):
+                raise ValueError(f"{key} = {value!r}: true or false")
+            if on in (True, "true"):
+                argv.append(flag)
+        elif value is not None:
             argv += [flag, value if isinstance(value, str) else json.dumps(value)]
-    args = build_parser().parse_args(argv + ["--ray"])
+    args = parser.parse_args(argv + ["--ray"])
+    from specdec.cli import check_serve_args
+    _absolute(args, check_serve_args(args))
     return build_application(args)
+
+
+def _absolute(args: argparse.Namespace, template: Optional[str]) -> None:
+    """Paths as the replicas need them: their processes start in other directories (and on
+    other machines, where a catalog name is fetched into each one's cache)."""
+    if os.path.exists(args.model):
+        args.model = os.path.abspath(args.model)
+    if template is not None:
+        args.chat_template = template  # the source, read here: a file need not be on every node
+    if args.speculative_config:
+        try:
+            spec = json.loads(args.speculative_config)
+        except ValueError:
+            return
+        if isinstance(spec, dict):
+            for key in ("model", "draft_vocab_file"):
+                if isinstance(spec.get(key), str) and os.path.exists(spec[key]):
+                    spec[key] = os.path.abspath(spec[key])
+            args.speculative_config = json.dumps(spec)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """``specdec serve --ray``: starts (or joins) Ray, runs the application, waits for Ctrl-C or
-    SIGTERM, then takes it down."""
+    SIGTERM, then takes it down (a local instance whole; on a cluster it joined, its application)."""
     from specdec.cli import check_serve_args
     check_ray_args(args)
-    check_serve_args(args)  # a bad flag fails here, before Ray starts or any replica loads
-    api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+    template = check_serve_args(args)  # a bad flag fails here, before Ray starts or any replica loads
+    _absolute(args, template)
+    # the key as this process sees it (SPECDEC_API_KEY here need not be in the cluster's workers)
+    args.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
                          "reaches this port can use the server\n")
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
@@ -639,7 +733,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
     sys.stderr.write(f"specdec serve: Ray {ray.__version__} "
                      f"({'joining ' + address if address else 'starting a local instance'})\n")
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+    # "local": a new instance of our own, never a cluster that happens to run on this machine
+    ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=args.log_level in ("info", "debug"))
     for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which sets handlers of its own
         signal.signal(sig, on_signal)
@@ -652,18 +747,33 @@ def run_cli(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specdec serve: starting {n} engine replica(s) of {args.model}{auto}, "
                          f"router {args.router or 'prefix'}\n")
         sys.stderr.flush()
-        try:
-            serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
-        except Exception as e:  # noqa: BLE001 - a replica could not start: its reason, in one line
-            raise ValueError(f"the replicas did not start: {_last_line(e)}") from None
-        sys.stderr.write(f"specdec serve: listening on http://{args.host}:{args.port} (Ray Serve); "
-                         "/health, /metrics and /replicas cover every replica\n")
-        sys.stderr.flush()
-        while not stop.wait(1.0):
-            pass
+        started: Dict[str, Any] = {}
+
+        def deploy() -> None:
+            try:
+                serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+                started["ok"] = True
+            except Exception as e:  # noqa: BLE001 - reported below
+                started["error"] = e
+            stop.set()
+
+        threading.Thread(target=deploy, name="specdec-deploy", daemon=True).start()
+        stop.wait()  # deployed, failed, or Ctrl-C / SIGTERM while the replicas load
+        if "error" in started:  # a replica could not start: its reason, in one line
+            raise ValueError(f"the replicas did not start: {_deploy_error(started['error'])}")
+        if "ok" in started and "sig" not in got:
+            stop.clear()
+            sys.stderr.write(f"specdec serve: listening on http://{args.host}:{args.port} (Ray Serve); "
+                             "/health, /metrics and /replicas cover every replica\n")
+            sys.stderr.flush()
+            while not stop.wait(1.0):
+                pass
     finally:
         try:
-            serve.shutdown()
+            if address:  # a cluster it joined: only this application goes
+                serve.delete(APP_NAME)
+            else:
+                serve.shutdown()
             try:
                 ray.kill(ray.get_actor(board_name(APP_NAME), namespace="serve"))
             except ValueError:  # never made
@@ -673,6 +783,20 @@ def run_cli(args: argparse.Namespace) -> int:
     sig = got.get("sig", signal.SIGTERM)
     sys.stderr.write(f"specdec serve: shut down ({signal.Signals(sig).name})\n")
     return 0 if sig == signal.SIGTERM else 130
+
+
+def _deploy_error(e: BaseException) -> str:
+    """Why the application did not deploy: the replicas' own error from Serve's status (its
+    message holds the replica's traceback), else the exception's."""
+    try:
+        app = serve.status().applications.get(APP_NAME)
+        for name in (ENGINE, INGRESS):
+            dep = app.deployments.get(name) if app is not None else None
+            if dep is not None and dep.message and "Traceback" in dep.message:
+                return _last_line(RuntimeError(dep.message))
+    except Exception:  # noqa: BLE001 - Serve itself is down: the exception says what it can
+        pass
+    return _last_line(e)
 
 
 def _last_line(e: BaseException) -> str:
