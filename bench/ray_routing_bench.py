@@ -193,7 +193,7 @@ def main() -> int:
     report["workload"]["kv_bytes_per_replica"] = per_replica if a.kv_tokens_per_replica else "auto"
     import ray
     report["ray_version"] = ray.__version__
-    logs = Path(a.out).parent / "logs"
+    logs = ROOT / "bench" / "out" / "ray_routing_logs"  # the servers' own output (not kept in git)
     logs.mkdir(parents=True, exist_ok=True)
     for setup in a.setups.split(","):
         context = min(4096, a.kv_tokens_per_replica) if a.kv_tokens_per_replica else 4096
