@@ -307,7 +307,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"specdec serve needs fastapi, uvicorn and prometheus_client ({e}); "
                          "install them with: pip install 'specdec[serve]' (or pip install '.[serve]')") from None
     if args.ray:
-        from specdec.server.ray_serve import run_cli
+        try:
+            from specdec.server.ray_serve import run_cli
+        except ImportError as e:  # Ray is an optional extra: say how to get it
+            raise ValueError(str(e)) from None
         return run_cli(args)
     _check_ray_flags(args)
     setup = serve_setup(args, interruptible=True)

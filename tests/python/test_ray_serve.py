@@ -438,3 +438,11 @@ def test_routing_hint_is_not_sent_to_the_replica():
     back = pickle.loads(pickle.dumps(h))
     assert back.text == "" and back.blocks is None and back.avoid is None
     assert len(pickle.dumps(h)) < 200
+
+
+def test_without_ray_installed_the_flag_says_how_to_get_it():
+    code = ("import sys; sys.modules['ray'] = None; from specdec.cli import main; "
+            f"sys.exit(main(['serve', '--model', {STORIES!r}, '--ray']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "pip install 'specdec[ray]'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
