@@ -728,6 +728,8 @@ def run_cli(args: argparse.Namespace) -> int:
     got: Dict[str, int] = {}
 
     def on_signal(sig: int, _frame: object) -> None:
+        if "closing" in got:  # a second signal while requests in flight finish: stop at once
+            raise KeyboardInterrupt
         got["sig"] = sig
         stop.set()
 
@@ -769,6 +771,10 @@ def run_cli(args: argparse.Namespace) -> int:
             while not stop.wait(1.0):
                 pass
     finally:
+        got["closing"] = 1
+        sys.stderr.write("specdec serve: shutting down: requests in flight finish first (up to "
+                         "300 s); Ctrl-C again stops at once\n")
+        sys.stderr.flush()
         try:
             if address:  # a cluster it joined: only this application goes
                 serve.delete(APP_NAME)
