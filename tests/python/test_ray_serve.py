@@ -446,3 +446,127 @@ def test_without_ray_installed_the_flag_says_how_to_get_it():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "pip install 'specdec[ray]'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ---- the ingress's failover rules, with a fake engine handle (no cluster) ----
+class _FakeGen:
+    """A replica's response stream: items, then optionally an exception (a dying replica)."""
+
+    def __init__(self, items, error=None):
+        self.items, self.error, self.cancelled = list(items), error, False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self.items:
+            return self.items.pop(0)
+        if self.error is not None:
+            raise self.error
+        raise StopAsyncIteration
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _FakeEngine:
+    def __init__(self, gens):
+        self.gens, self.hints = list(gens), []
+
+    def options(self, **_kw):
+        return self
+
+    @property
+    def http(self):
+        return self
+
+    def remote(self, payload, routing=None):
+        self.hints.append(routing)
+        return self.gens.pop(0)
+
+
+def _ingress(gens):
+    from specdec.server.ray_serve import SpecdecIngress
+    ing = SpecdecIngress.__new__(SpecdecIngress)
+    ing.engine = _FakeEngine(gens)
+    ing.counters = {"retries": 0, "busy_retries": 0, "streams_cut": 0, "failed": 0}
+    return ing
+
+
+class _Req:
+    method = "POST"
+    scope = {"path": "/v1/completions", "root_path": "", "headers": [(b"authorization", b"Bearer k")],
+             "query_string": b""}
+
+
+def _died():
+    from ray.exceptions import ActorDiedError
+    return ActorDiedError()
+
+
+def _head(replica, status=200, stream=False):
+    ctype = "text/event-stream" if stream else "application/json"
+    return {"status": status, "headers": [("content-type", ctype), ("content-length", "9")], "replica": replica}
+
+
+def _forward(ing, text="hello"):
+    async def go():
+        resp = await ing.forward(_Req(), b"{}", text)
+        body = b""
+        if hasattr(resp, "body_iterator"):
+            async for chunk in resp.body_iterator:
+                body += chunk if isinstance(chunk, bytes) else chunk.encode()
+        else:
+            body = resp.body
+        return resp, body
+    return asyncio.run(go())
+
+
+def test_ingress_retries_a_whole_response_once_on_another_replica():
+    first = _FakeGen([_head("r1"), b'{"par'], _died())
+    second = _FakeGen([_head("r2"), b'{"ok": 1}'])
+    ing = _ingress([first, second])
+    resp, body = _forward(ing)
+    assert resp.status_code == 200 and body == b'{"ok": 1}' and resp.headers["x-specdec-replica"] == "r2"
+    assert ing.counters["retries"] == 1 and first.cancelled
+    assert ing.engine.hints[1].avoid == "r1" and ing.engine.hints[1].text == "hello"
+    # the key never reaches a replica; the path is the app's own
+    ing2 = _ingress([_FakeGen([_head("r1"), b"{}"])])
+    payload = ing2._payload(_Req(), b"{}")
+    assert payload["path"] == "/v1/completions" and all(k != b"authorization" for k, _ in payload["headers"])
+
+
+def test_ingress_gives_up_after_one_retry_with_a_503():
+    ing = _ingress([_FakeGen([], _died()), _FakeGen([_head("r2")], _died())])
+    resp, body = _forward(ing)
+    assert resp.status_code == 503 and b"replica_died" in body and resp.headers["retry-after"] == "1"
+    assert ing.counters["failed"] == 1
+
+
+def test_ingress_retries_a_full_replicas_503_elsewhere():
+    busy = json.dumps({"error": {"message": "full", "type": "server_overloaded", "param": None,
+                                 "code": "server_busy"}}).encode()
+    ing = _ingress([_FakeGen([_head("r1", 503), busy]), _FakeGen([_head("r2"), b"{}"])])
+    resp, _ = _forward(ing)
+    assert resp.status_code == 200 and ing.counters["busy_retries"] == 1
+    other = json.dumps({"error": {"code": "engine_dead"}}).encode()  # any other 503: passed on
+    ing = _ingress([_FakeGen([_head("r1", 503), other])])
+    resp, _ = _forward(ing)
+    assert resp.status_code == 503
+
+
+def test_a_stream_cut_by_a_dying_replica_ends_with_an_error_and_done():
+    ing = _ingress([_FakeGen([_head("r1", stream=True), b'data: {"a": 1}\n\n'], _died())])
+    resp, body = _forward(ing)
+    events = [ln for ln in body.decode().split("\n") if ln.startswith("data: ")]
+    assert events[0] == 'data: {"a": 1}' and "replica_died" in events[1] and events[-1] == "data: [DONE]"
+    assert ing.counters["streams_cut"] == 1
+    # dying after [DONE]: nothing more is added
+    ing = _ingress([_FakeGen([_head("r1", stream=True), b"data: [DONE]\n\n"], _died())])
+    _, body = _forward(ing)
+    assert body == b"data: [DONE]\n\n"
+    # dying before the first chunk: retried like a whole response
+    ing = _ingress([_FakeGen([_head("r1", stream=True)], _died()),
+                    _FakeGen([_head("r2", stream=True), b"data: x\n\n", b"data: [DONE]\n\n"])])
+    resp, body = _forward(ing)
+    assert body == b"data: x\n\ndata: [DONE]\n\n" and resp.headers["x-specdec-replica"] == "r2"
