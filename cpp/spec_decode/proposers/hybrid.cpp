@@ -88,10 +88,20 @@ std::vector<Draft> HybridProposer::propose(const std::vector<ProposeRequest>& re
     for (size_t p = 0; p < np; ++p) observe(p, r.parts[p], requests[i].sequence->tokens());
     rs[i] = &r;
   }
+  // the parts in order of what they are worth per second (the pool's expected tokens over their
+  // cost and a verification): the draft in hand first is the best one to beat. Cost alone ordered
+  // two near-free parts by timer noise, and the worse one ran on every step a hiccup put it first.
+  int k_max = 0;
+  for (const auto& r : requests) k_max = std::max(k_max, r.num_speculative_tokens);
+  std::vector<double> rate(np, 0.0);
+  for (size_t p = 0; p < np; ++p) {
+    const int k = part_tokens_.empty() ? k_max : std::min(k_max, part_tokens_[p]);
+    rate[p] = verify_seconds_ > 0 ? expected(p, nullptr, k) / (stats_[p].seconds_per_call + verify_seconds_)
+                                  : -stats_[p].seconds_per_call;  // not measured yet: cheapest first
+  }
   std::vector<size_t> order(np);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return stats_[a].seconds_per_call < stats_[b].seconds_per_call; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rate[a] > rate[b]; });
   for (size_t p : order) {
     std::vector<size_t> who;
     std::vector<ProposeRequest> sub;
