@@ -7,7 +7,8 @@
 //   parts whose draft was not taken keep being measured;
 // - cost: each part's seconds per call, and the engine's time between two calls (the target's
 //   verification and the host work), both as moving averages.
-// Parts run in increasing order of measured cost. A part runs for a request when its expected
+// Parts run in decreasing order of their rate over all requests (the pool's E(k) / (their cost +
+// the verification); cheapest first until a verification is measured). A part runs for a request when its expected
 // rate, E(k) / (its cost + the verification), beats the best draft already in hand, E / the
 // verification; a part skipped on a request is tried again after 8, 16, ... 64 steps (a regime
 // may change). E(draft) = 1 + sum over positions j of prod_{i<=j} q_i.
