@@ -225,7 +225,10 @@ def test_a_replica_killed_under_load_loses_no_request(ray_server, llm):
     for t in threads:
         t.start()
     time.sleep(3.0)
-    victim = sorted(before)[0]
+    # the busiest replica (affinity may have sent every prompt to one): it has requests in flight
+    per = ray_server.metrics()
+    served = {rid: per.get(f"specdec:generation_tokens_total{{replica={rid}}}", 0.0) for rid in before}
+    victim = max(served, key=served.get)
     os.kill(before[victim], signal.SIGKILL)
     time.sleep(4.0)
     stop.set()
