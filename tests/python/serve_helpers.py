@@ -50,11 +50,12 @@ class ServerProcess:
         with open(self.log_path) as f:
             return f.read()
 
-    def stop(self) -> int:
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then SIGKILL past `timeout` seconds; the exit status."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

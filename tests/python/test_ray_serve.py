@@ -46,16 +46,11 @@ def _start(args, log_path, timeout=240.0):
 def _stop(server):
     """SIGTERM, and time for Serve and the local Ray instance to go down (more than the helper's
     20 s on a busy machine); killed only past that (then its Ray processes are stopped too)."""
-    if server.proc.poll() is None:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
-            subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-                           capture_output=True, timeout=60)
-    return server.stop()
+    code = server.stop(timeout=120)
+    if code == -signal.SIGKILL:
+        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+                       capture_output=True, timeout=60)
+    return code
 
 
 def _client(server):
