@@ -144,17 +144,39 @@ def run_workload(server: ServerProcess, name: str, a: argparse.Namespace) -> dic
     cached = sum(r["cached_tokens"] for r in records)
     ttfts = [r["ttft_s"] for r in records if r["ttft_s"] is not None]
     later = [r["ttft_s"] for r in records if r["ttft_s"] is not None and r["turn"] > 0]
-    sticky = {}
-    for r in records:
+    sticky, last, moves = {}, {}, 0
+    for r in sorted(records, key=lambda r: (r["session"], r["turn"])):
         sticky.setdefault(r["session"], set()).add(r["replica"])
+        moves += r["session"] in last and last[r["session"]] != r["replica"]
+        last[r["session"]] = r["replica"]
     return {"requests": len(records), "failed": failures, "wall_s": round(wall, 3),
             "prompt_tokens": prompt, "cached_tokens": cached,
             "hit_rate": round(cached / prompt, 4) if prompt else None,
             "ttft_p50_s": pct(ttfts, 50), "ttft_p90_s": pct(ttfts, 90),
             "ttft_later_turns_p50_s": pct(later, 50),
             "output_tokens_per_s": round(sum(r["completion_tokens"] for r in records) / wall, 2),
+            "moves": moves, "later_turns": sum(1 for r in records if r["turn"] > 0),
             "replicas_per_session": {str(k): sorted(v) for k, v in sorted(sticky.items())},
             "records": records}
+
+
+def summarize(rs: list) -> dict:
+    """One setup's runs: the mean hit rate (and each run's), the median TTFTs, the mean
+    throughput, every run's moves and failures, and the runs themselves."""
+    def mean(key):
+        xs = [r[key] for r in rs if r[key] is not None]
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    def median(key):
+        return pct([r[key] for r in rs if r[key] is not None], 50)
+
+    return {"runs": len(rs), "hit_rate": mean("hit_rate"), "hit_rate_runs": [r["hit_rate"] for r in rs],
+            "prompt_tokens": rs[0]["prompt_tokens"], "cached_tokens": mean("cached_tokens"),
+            "ttft_p50_s": median("ttft_p50_s"), "ttft_p90_s": median("ttft_p90_s"),
+            "ttft_later_turns_p50_s": median("ttft_later_turns_p50_s"),
+            "output_tokens_per_s": mean("output_tokens_per_s"),
+            "moves_runs": [r["moves"] for r in rs], "later_turns": rs[0]["later_turns"],
+            "failed": [f for r in rs for f in r["failed"]], "results": rs}
 
 
 def main() -> int:
@@ -172,19 +194,23 @@ def main() -> int:
     ap.add_argument("--threads-per-replica", type=int, default=1,
                     help="SPECDEC_CPU_THREADS of each Ray replica (the single server uses every core)")
     ap.add_argument("--setups", default="single,prefix,ray-default")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each setup, taking turns; figures are means over them")
     ap.add_argument("--router-kwargs", default=None, help="the prefix router's options (JSON)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "issue37" / "ray_routing.json"))
     ap.add_argument("--kv-tokens-per-replica", type=int, default=2048,
                     help="each replica's KV cache in tokens (the single server gets --replicas times "
                          "as much: the same memory in all); 0: sized by the server (auto)")
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error(f"--repeats: {a.repeats} is not allowed: give 1 or more runs of each setup")
     path = str(specdec.fetch(a.model, progress=True)) if not os.path.exists(a.model) else a.model
     llm = specdec.LLM(path, progress=False, max_model_len=256, kv_cache_memory_bytes=64 << 20)
     group = llm.runner.kv_config.groups[0]
     block_bytes = group.bytes_per_block
     block_tokens = group.token_capacity // max(1, group.usable_blocks)
     report = {"workload": {k: getattr(a, k) for k in ("model", "replicas", "sessions", "systems", "turns",
-                                                       "max_tokens", "think_s", "max_num_seqs", "threads_per_replica",
+                                                       "max_tokens", "think_s", "max_num_seqs", "threads_per_replica", "repeats",
                                                        "kv_tokens_per_replica", "router_kwargs")},
               "machine": machine_info(llm.context), "ray_version": None, "setups": {}}
     del llm
@@ -195,7 +221,12 @@ def main() -> int:
     report["ray_version"] = ray.__version__
     logs = ROOT / "bench" / "out" / "ray_routing_logs"  # the servers' own output (not kept in git)
     logs.mkdir(parents=True, exist_ok=True)
-    for setup in a.setups.split(","):
+    setups = a.setups.split(",")
+    runs = {setup: [] for setup in setups}
+    # the setups take turns (single, prefix, ray-default, single, ...) so that a slow spell of
+    # the machine does not fall on one of them; Ray's default router chooses at random, so its
+    # hit rate differs from run to run: each setup's figures are the mean of its runs
+    for setup in [x for _ in range(a.repeats) for x in setups]:
         context = min(4096, a.kv_tokens_per_replica) if a.kv_tokens_per_replica else 4096
         common = ["--model", path, "--served-model-name", "m", "--max-num-seqs", str(a.max_num_seqs),
                   "--max-model-len", str(context)]
@@ -229,15 +260,21 @@ def main() -> int:
             if code != 0 and setup != "single":
                 subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
                                capture_output=True, timeout=120)
-        report["setups"][setup] = result
-        sys.stderr.write(f"   hit rate {result['hit_rate']}, TTFT p50 {result['ttft_p50_s']}, "
-                         f"{result['output_tokens_per_s']} tok/s, failed {len(result['failed'])}\n")
+        runs[setup].append(result)
+        sys.stderr.write(f"   hit rate {result['hit_rate']}, {result['moves']} of {result['later_turns']} "
+                         f"turns moved, TTFT p50 {result['ttft_p50_s']}, {result['output_tokens_per_s']} "
+                         f"tok/s, failed {len(result['failed'])}\n")
+    for setup, rs in runs.items():
+        report["setups"][setup] = summarize(rs)
     s = report["setups"]
     if "prefix" in s and "single" in s and "ray-default" in s:
         hp, hs, hd = s["prefix"]["hit_rate"], s["single"]["hit_rate"], s["ray-default"]["hit_rate"]
         report["targets"] = {
             "prefix_vs_single": round(hp / hs, 3) if hs else None, "prefix_vs_single_target": 0.9,
             "prefix_vs_ray_default": round(hp / hd, 3) if hd else None, "prefix_vs_ray_default_target": 1.5,
+            # run i of prefix against run i of ray-default (the spread of the ratio above)
+            "prefix_vs_ray_default_runs": [round(p["hit_rate"] / d["hit_rate"], 3) if d["hit_rate"] else None
+                                           for p, d in zip(runs["prefix"], runs["ray-default"])],
         }
         sys.stderr.write(f"hit rate: prefix / single = {report['targets']['prefix_vs_single']} (target >= 0.9), "
                          f"prefix / ray-default = {report['targets']['prefix_vs_ray_default']} (target >= 1.5)\n")

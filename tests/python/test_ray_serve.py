@@ -457,6 +457,44 @@ def test_without_ray_installed_the_flag_says_how_to_get_it():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_replica_whose_engine_loop_died_fails_the_health_check():
+    """Ray replaces a replica whose check_health raises: it must raise once the engine loop's
+    thread has died (a step's own errors end its requests and the loop goes on: not this), and
+    not before."""
+    from types import SimpleNamespace
+    from specdec.server.app import EngineLoop
+    from specdec.server.ray_serve import SpecdecEngine
+
+    class Engine:
+        def __init__(self):
+            self._cond = threading.Condition()
+            self.broken = False
+
+        def has_unfinished_requests(self):
+            if self.broken:
+                raise RuntimeError("the engine's state is lost")
+            return False
+
+    engine = Engine()
+    loop = EngineLoop(SimpleNamespace(engine=engine))
+    loop.start()
+    replica = SpecdecEngine.__new__(SpecdecEngine)  # the deployment without its model
+    replica.replica, replica.server = "r0", SimpleNamespace(loop=loop)
+    try:
+        replica.check_health()  # serving: healthy
+        engine.broken = True
+        with engine._cond:
+            engine._cond.notify_all()
+        loop.thread.join(timeout=10)
+        assert not loop.thread.is_alive()
+        with pytest.raises(RuntimeError, match="r0: the engine loop has stopped"):
+            replica.check_health()
+    finally:
+        loop._stop = True
+        replica.server = None  # nothing of a real replica's to stop
+
+
 # ---- the ingress's failover rules, with a fake engine handle (no cluster) ----
 class _FakeGen:
     """A replica's response stream: items, then optionally an exception (a dying replica)."""
