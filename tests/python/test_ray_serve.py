@@ -376,6 +376,31 @@ def test_router_prefers_the_prefix_holder_until_it_is_too_busy():
     assert all(r.replica_id.unique_id != first for rank in ranks for r in rank)
 
 
+def test_router_spreads_conversations_that_share_only_a_system_prompt():
+    """Four replicas, eight sessions over two system prompts: a first turn matches only the shared
+    system prompt (where earlier prompts went on otherwise), so it is placed by load, two sessions
+    per replica; every later turn matches its own conversation and stays, although its replica is
+    busier."""
+    reps_ids = ["a", "b", "c", "d"]
+    router, reps = _router({u: 0 for u in reps_ids}, block_chars=8, min_match_chars=16, max_imbalance=4)
+    loads = router._replica_queue_len_cache.loads
+    systems = ["You are a tutor: explain each idea in plain words with one example. " * 2,
+               "You plan train journeys in Europe: name the route and the travel time. " * 2]
+    prompts, home = {}, {}
+    for s in range(8):
+        prompts[s] = systems[s % 2] + f"user: question {s} of session {s}, about something of its own"
+        home[s], _ = _route(router, reps, prompts[s])
+        loads[home[s]] += 1  # its request is in flight
+    assert sorted(home.values()) == sorted(reps_ids * 2), home
+    assert router.stats["shared"] == 6 and router.stats["affinity"] == 0
+    loads.update({home[0]: 4, **{u: 0 for u in reps_ids if u != home[0]}})  # session 0's replica is busier
+    for turn in range(2):
+        for s in range(8):
+            prompts[s] += f" assistant: the answer of turn {turn} to {s}. user: and then what, {s}?"
+            assert _route(router, reps, prompts[s])[0] == home[s], (s, turn)
+    assert router.stats["affinity"] == 16 and router.stats["shared"] == 6
+
+
 def test_router_kwargs_are_checked():
     with pytest.raises(ValueError, match="block_chars = 0"):
         _router({"a": 0}, block_chars=0)

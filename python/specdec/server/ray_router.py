@@ -9,8 +9,18 @@ from what was routed to it: the prompt's text (a chat's messages, a completion's
 ``block_chars``-character blocks (16: a few tokens, so that short shared prompts count), each block's hash chained to the one before it as the engine's
 KV blocks are, and each replica keeps the chained hashes routed to it (least recently used out past
 ``capacity`` blocks). A request's match on a replica is its number of leading blocks found there.
-The guess lives in the process that routes (the ingress replica); the engines' own caches decide
-what is hit.
+
+A match that ends where an earlier prompt went on differently is a preamble that several
+conversations share (a system prompt, a few-shot header), not a conversation's own history: the
+router also keeps, over all replicas, the first continuation seen after each block, and when the
+longest match ends at a block that another prompt continued otherwise, the request is placed by
+load (among equally loaded replicas the one holding most of it). Every replica then takes the
+shared preamble once (one prefill) instead of one replica taking every conversation that starts
+with it: with 4 replicas and 2 system prompts, affinity to the preamble left two replicas idle
+and the other two short of memory (bench/README.md, "Replicas on Ray Serve"). A conversation's
+next turn still matches up to the end of its previous prompt, where nothing else went on: it
+stays. The guess lives in the process that routes (the ingress replica); the engines' own caches
+decide what is hit.
 
 ``QueuePolicy`` is a Ray Serve autoscaling policy on the engines' waiting queues (the
 ``specdec:num_requests_waiting`` that each replica's ``/metrics`` exports, reported to Ray by the
@@ -32,6 +42,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from specdec.server import ray_common
 from specdec.server.ray_common import RoutingHint, block_hashes
 
+_ROOT, _FORKED = 0, -1  # next_block's key before the first block; its value once prompts fork
 ROUTER_DEFAULTS = {"block_chars": 16, "min_match_chars": 64, "max_imbalance": 4, "capacity": 1 << 17}
 _LOWEST = {"block_chars": 1, "min_match_chars": 0, "max_imbalance": 0, "capacity": 1}
 
@@ -65,7 +76,11 @@ class PrefixAffinityRouter(RequestRouter):
         self.tables: Dict[ReplicaID, "collections.OrderedDict[int, None]"] = {}
         # counters: routed by affinity, routed by load (no replica held the prefix, or the one that
         # did was too busy), and of those the ones where a replica held it but was too busy
-        self.stats = {"affinity": 0, "load": 0, "overloaded": 0}
+        self.stats = {"affinity": 0, "load": 0, "overloaded": 0, "shared": 0}
+        # over all replicas: each block's first continuation seen (chained hash -> the next
+        # block's), or _FORKED once another prompt went on differently; least recently used out
+        # past capacity entries
+        self.next_block: "collections.OrderedDict[int, int]" = collections.OrderedDict()
         self.matched_blocks = 0
         self.prompt_blocks = 0
         # requests this router sent to each replica and not yet completed: its load as this router
@@ -122,10 +137,19 @@ class PrefixAffinityRouter(RequestRouter):
         if hint.blocks is None:
             hint.blocks = block_hashes(hint.text, self.block_chars)
         best, best_len = None, self.min_blocks - 1
+        matches = {}
         for r in by_load:  # the least loaded among the longest matches
-            n = self._match(r.replica_id, hint.blocks)
+            n = matches[r.replica_id] = self._match(r.replica_id, hint.blocks)
             if n > best_len:
                 best, best_len = r, n
+        if best is not None and self._shared(hint.blocks, best_len):
+            # only a preamble other conversations share matched: by load; among equally loaded
+            # replicas the one holding most of it (ties: the one holding least in all)
+            hint.shared = True
+            by_load.sort(key=lambda r: (self.load(r.replica_id), -matches[r.replica_id],
+                                        len(self.tables.get(r.replica_id, ()))))
+            self._seed_queue_lens(by_load)
+            return [[r] for r in by_load]
         least = self.load(by_load[0].replica_id)
         if best is not None and self.load(best.replica_id) - least <= self.max_imbalance:
             ranks = [[best]] + [[r] for r in by_load if r is not best]
@@ -154,7 +178,9 @@ class PrefixAffinityRouter(RequestRouter):
         blocks = hint.blocks if hint.blocks is not None else block_hashes(hint.text, self.block_chars)
         matched = self._match(replica_id, blocks)
         best = max((self._match(rid, blocks) for rid in self.tables), default=0)
-        if matched >= self.min_blocks:
+        if getattr(hint, "shared", False):
+            self.stats["shared"] += 1
+        elif matched >= self.min_blocks:
             self.stats["affinity"] += 1
         else:
             self.stats["load"] += 1
@@ -168,6 +194,25 @@ class PrefixAffinityRouter(RequestRouter):
             table.move_to_end(h)
         while len(table) > self.capacity:
             table.popitem(last=False)
+        nxt, parent = self.next_block, _ROOT
+        for h in blocks:
+            seen = nxt.get(parent)
+            if seen is None:
+                nxt[parent] = h
+            elif seen != h and seen != _FORKED:
+                nxt[parent] = _FORKED
+            nxt.move_to_end(parent)
+            parent = h
+        while len(nxt) > self.capacity:
+            nxt.popitem(last=False)
+
+    def _shared(self, blocks: List[int], matched: int) -> bool:
+        """Whether the first `matched` blocks end where another prompt went on otherwise (a
+        shared preamble) rather than where a prompt ended (a conversation's own history)."""
+        if matched <= 0 or matched >= len(blocks):
+            return False
+        seen = self.next_block.get(blocks[matched - 1])
+        return seen is not None and seen != blocks[matched]
 
     def _match(self, rid: ReplicaID, blocks: List[int]) -> int:
         table = self.tables.get(rid)
