@@ -399,6 +399,12 @@ def test_router_spreads_conversations_that_share_only_a_system_prompt():
             prompts[s] += f" assistant: the answer of turn {turn} to {s}. user: and then what, {s}?"
             assert _route(router, reps, prompts[s])[0] == home[s], (s, turn)
     assert router.stats["affinity"] == 16 and router.stats["shared"] == 6
+    # the last message edited, or another branch from the same point: the conversation's history
+    # (its previous turn's end, which one continuation followed) is matched, not only a preamble
+    for s in range(8):
+        edited = prompts[s].rsplit(" user: ", 1)[0] + f" user: no, something else entirely, {s}!"
+        assert _route(router, reps, edited)[0] == home[s], s
+    assert router.stats["affinity"] == 24 and router.stats["shared"] == 6
 
 
 def test_router_kwargs_are_checked():

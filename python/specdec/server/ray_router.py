@@ -13,14 +13,16 @@ KV blocks are, and each replica keeps the chained hashes routed to it (least rec
 A match that ends where an earlier prompt went on differently is a preamble that several
 conversations share (a system prompt, a few-shot header), not a conversation's own history: the
 router also keeps, over all replicas, the first continuation seen after each block, and when the
-longest match ends at a block that another prompt continued otherwise, the request is placed by
-load (among equally loaded replicas the one holding most of it). Every replica then takes the
+longest match ends at a block that another prompt continued otherwise (and holds no earlier
+prompt's end that one continuation followed: a conversation's previous turn), the request is placed
+by load (among equally loaded replicas the one holding most of it). Every replica then takes the
 shared preamble once (one prefill) instead of one replica taking every conversation that starts
 with it: with 4 replicas and 2 system prompts, affinity to the preamble left two replicas idle
 and the other two short of memory (bench/README.md, "Replicas on Ray Serve"). A conversation's
 next turn still matches up to the end of its previous prompt, where nothing else went on: it
-stays. The guess lives in the process that routes (the ingress replica); the engines' own caches
-decide what is hit.
+stays, and so does an edited last message or a branch from its middle (an agent's). The guess
+lives in the process that routes (the ingress replica); the engines' own caches decide what is
+hit.
 
 ``QueuePolicy`` is a Ray Serve autoscaling policy on the engines' waiting queues (the
 ``specdec:num_requests_waiting`` that each replica's ``/metrics`` exports, reported to Ray by the
@@ -81,6 +83,9 @@ class PrefixAffinityRouter(RequestRouter):
         # block's), or _FORKED once another prompt went on differently; least recently used out
         # past capacity entries
         self.next_block: "collections.OrderedDict[int, int]" = collections.OrderedDict()
+        # over all replicas: the last whole block of each prompt routed (where a conversation's
+        # next turn will go on), least recently used out past capacity entries
+        self.ends: "collections.OrderedDict[int, None]" = collections.OrderedDict()
         self.matched_blocks = 0
         self.prompt_blocks = 0
         # requests this router sent to each replica and not yet completed: its load as this router
@@ -205,14 +210,26 @@ class PrefixAffinityRouter(RequestRouter):
             parent = h
         while len(nxt) > self.capacity:
             nxt.popitem(last=False)
+        if blocks:
+            self.ends[blocks[-1]] = None
+            self.ends.move_to_end(blocks[-1])
+            while len(self.ends) > self.capacity:
+                self.ends.popitem(last=False)
 
     def _shared(self, blocks: List[int], matched: int) -> bool:
-        """Whether the first `matched` blocks end where another prompt went on otherwise (a
-        shared preamble) rather than where a prompt ended (a conversation's own history)."""
+        """Whether the first `matched` blocks are a preamble other conversations share: they end
+        where an earlier prompt went on otherwise, and no earlier prompt ended inside them that
+        only one continuation followed. A conversation's own history holds the end of its
+        previous turn's prompt, which its next turns continue the same way (with the reply): an
+        edited last message or several branches from one point (an agent's) keep their replica;
+        a preamble sent alone (to warm a cache) counts as shared once two conversations went on
+        from it differently."""
         if matched <= 0 or matched >= len(blocks):
             return False
         seen = self.next_block.get(blocks[matched - 1])
-        return seen is not None and seen != blocks[matched]
+        if seen is None or seen == blocks[matched]:
+            return False
+        return not any(h in self.ends and self.next_block.get(h) != _FORKED for h in blocks[:matched])
 
     def _match(self, rid: ReplicaID, blocks: List[int]) -> int:
         table = self.tables.get(rid)
