@@ -177,7 +177,7 @@ def summarize(rs: list) -> dict:
         return pct([r[key] for r in rs if r[key] is not None], 50)
 
     return {"runs": len(rs), "hit_rate": mean("hit_rate"), "hit_rate_runs": [r["hit_rate"] for r in rs],
-            "prompt_tokens": rs[0]["prompt_tokens"], "cached_tokens": mean("cached_tokens"),
+            "prompt_tokens": mean("prompt_tokens"), "cached_tokens": mean("cached_tokens"),
             "ttft_p50_s": median("ttft_p50_s"), "ttft_p90_s": median("ttft_p90_s"),
             "ttft_later_turns_p50_s": median("ttft_later_turns_p50_s"),
             "output_tokens_per_s": mean("output_tokens_per_s"),
@@ -248,7 +248,7 @@ def main() -> int:
                 args += ["--router-kwargs", a.router_kwargs]
             env["SPECDEC_CPU_THREADS"] = str(a.threads_per_replica)
         sys.stderr.write(f"== {setup}\n")
-        server = ServerProcess(args, str(logs / f"{setup}.log"), timeout=600, env=env)
+        server = ServerProcess(args, str(logs / f"{setup}-{len(runs[setup]) + 1}.log"), timeout=600, env=env)
         try:
             if setup != "single":  # /health answers once one replica is up: wait for all of them
                 deadline = time.monotonic() + 300
@@ -270,30 +270,40 @@ def main() -> int:
         sys.stderr.write(f"   hit rate {result['hit_rate']}, {result['moves']} of {result['later_turns']} "
                          f"turns moved, TTFT p50 {result['ttft_p50_s']}, {result['output_tokens_per_s']} "
                          f"tok/s, failed {len(result['failed'])}\n")
-    for setup, rs in runs.items():
-        report["setups"][setup] = summarize(rs)
+        write_report(report, runs, a.out)  # after every run: a later one that fails loses nothing
+    targets = report.get("targets")
+    if targets:
+        sys.stderr.write(f"hit rate: prefix / single = {targets['prefix_vs_single']} (target >= 0.9), "
+                         f"prefix / ray-default = {targets['prefix_vs_ray_default']} (target >= 1.5; "
+                         f"single / ray-default, about the most a router can reach: "
+                         f"{targets['single_vs_ray_default']})\n")
+    print(a.out)
+    return 0
+
+
+def _ratio(x, y):
+    return round(x / y, 3) if x is not None and y else None
+
+
+def write_report(report: dict, runs: dict, out: str) -> None:
+    """The runs so far, each setup summarized, and the targets once every setup has run."""
+    report["setups"] = {setup: summarize(rs) for setup, rs in runs.items() if rs}
     s = report["setups"]
     if "prefix" in s and "single" in s and "ray-default" in s:
         hp, hs, hd = s["prefix"]["hit_rate"], s["single"]["hit_rate"], s["ray-default"]["hit_rate"]
         report["targets"] = {
-            "prefix_vs_single": round(hp / hs, 3) if hs else None, "prefix_vs_single_target": 0.9,
-            "prefix_vs_ray_default": round(hp / hd, 3) if hd else None, "prefix_vs_ray_default_target": 1.5,
+            "prefix_vs_single": _ratio(hp, hs), "prefix_vs_single_target": 0.9,
+            "prefix_vs_ray_default": _ratio(hp, hd), "prefix_vs_ray_default_target": 1.5,
             # about the most any router can reach against Ray's: one cache holding every conversation
             # once (the single server, same memory) loses only what no cache can hold (the new
             # part of each prompt, and the start of a conversation)
-            "single_vs_ray_default": round(hs / hd, 3) if hd else None,
+            "single_vs_ray_default": _ratio(hs, hd),
             # run i of prefix against run i of ray-default (the spread of the ratio above)
-            "prefix_vs_ray_default_runs": [round(p["hit_rate"] / d["hit_rate"], 3) if d["hit_rate"] else None
+            "prefix_vs_ray_default_runs": [_ratio(p["hit_rate"], d["hit_rate"])
                                            for p, d in zip(runs["prefix"], runs["ray-default"])],
         }
-        sys.stderr.write(f"hit rate: prefix / single = {report['targets']['prefix_vs_single']} (target >= 0.9), "
-                         f"prefix / ray-default = {report['targets']['prefix_vs_ray_default']} (target >= 1.5; "
-                         f"single / ray-default, about the most a router can reach: "
-                         f"{report['targets']['single_vs_ray_default']})\n")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(a.out, json.dumps(report, indent=1))
-    print(a.out)
-    return 0
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(out, json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -405,6 +405,36 @@ def test_router_spreads_conversations_that_share_only_a_system_prompt():
         edited = prompts[s].rsplit(" user: ", 1)[0] + f" user: no, something else entirely, {s}!"
         assert _route(router, reps, edited)[0] == home[s], s
     assert router.stats["affinity"] == 24 and router.stats["shared"] == 6
+    # a third branch of session 0 from that point stays on its (busier) replica; from the fourth
+    # on, a point that many prompts went on from is shared: by load
+    base = prompts[0].rsplit(" user: ", 1)[0]
+    assert _route(router, reps, base + " user: a third thing")[0] == home[0]
+    assert _route(router, reps, base + " user: four is next")[0] != home[0]
+    assert router.stats["shared"] == 7
+
+
+def test_router_spreads_sessions_that_start_alike_from_the_fourth_on():
+    """Eight sessions with the same system prompt, first message and reply: their first turns
+    are one prompt (affinity, within max_imbalance); at the second turn, where they differ, the
+    first three keep a replica holding their start and the others are placed by load."""
+    reps_ids = ["a", "b", "c", "d"]
+    router, reps = _router({u: 0 for u in reps_ids}, block_chars=8, min_match_chars=16, max_imbalance=4)
+    loads = router._replica_queue_len_cache.loads
+    start = "You are a tutor: explain each idea in plain words with one example. " * 2 + "user: Hi!"
+    first = set()
+    for s in range(8):
+        got, _ = _route(router, reps, start)
+        first.add(got)
+        loads[got] += 1
+    loads.update({u: 0 for u in reps_ids})  # the first turns ended
+    second = {}
+    for s in range(8):
+        p = start + f" assistant: Hello, how can I help you today? user: tell me about topic {s} please"
+        second[s], _ = _route(router, reps, p)
+        loads[second[s]] += 1
+    assert all(second[s] in first for s in range(3)), (first, second)
+    assert max(list(second.values()).count(u) for u in reps_ids) <= 3, second
+    assert router.stats["shared"] == 5
 
 
 def test_router_kwargs_are_checked():

@@ -12,10 +12,11 @@ KV blocks are, and each replica keeps the chained hashes routed to it (least rec
 
 A match that ends where an earlier prompt went on differently is a preamble that several
 conversations share (a system prompt, a few-shot header), not a conversation's own history: the
-router also keeps, over all replicas, the first continuation seen after each block, and when the
-longest match ends at a block that another prompt continued otherwise (and holds no earlier
-prompt's end that one continuation followed: a conversation's previous turn), the request is placed
-by load (among equally loaded replicas the one holding most of it). Every replica then takes the
+router also keeps, over all replicas, the different blocks seen after each block, and when the
+longest match ends at a block that another prompt continued otherwise — and prompts went on from
+there in 3 ways or more, or the match holds no earlier prompt's end that fewer than 3 continuations
+followed (a conversation's previous turn) — the request is placed by load (among equally loaded
+replicas the one holding most of it). Every replica then takes the
 shared preamble once (one prefill) instead of one replica taking every conversation that starts
 with it: with 4 replicas and 2 system prompts, affinity to the preamble left two replicas idle
 and the other two short of memory (bench/README.md, "Replicas on Ray Serve"). A conversation's
@@ -44,7 +45,11 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from specdec.server import ray_common
 from specdec.server.ray_common import RoutingHint, block_hashes
 
-_ROOT, _FORKED = 0, -1  # next_block's key before the first block; its value once prompts fork
+_ROOT = 0  # next_blocks' key before a prompt's first block
+# a block that prompts went on from in this many different ways or more is a point that several
+# conversations share (a system prompt, a common first message); in fewer, one conversation's (its
+# next turn, an edited message, a regenerated reply, a few branches of an agent's)
+_MANY = 3
 ROUTER_DEFAULTS = {"block_chars": 16, "min_match_chars": 64, "max_imbalance": 4, "capacity": 1 << 17}
 _LOWEST = {"block_chars": 1, "min_match_chars": 0, "max_imbalance": 0, "capacity": 1}
 
@@ -77,12 +82,12 @@ class PrefixAffinityRouter(RequestRouter):
         self.capacity = capacity
         self.tables: Dict[ReplicaID, "collections.OrderedDict[int, None]"] = {}
         # counters: routed by affinity, routed by load (no replica held the prefix, or the one that
-        # did was too busy), and of those the ones where a replica held it but was too busy
+        # did was too busy), of those the ones where a replica held it but was too busy, and routed
+        # by load because only a preamble other conversations share matched
         self.stats = {"affinity": 0, "load": 0, "overloaded": 0, "shared": 0}
-        # over all replicas: each block's first continuation seen (chained hash -> the next
-        # block's), or _FORKED once another prompt went on differently; least recently used out
-        # past capacity entries
-        self.next_block: "collections.OrderedDict[int, int]" = collections.OrderedDict()
+        # over all replicas: the different blocks seen after each block (chained hash -> up to
+        # _MANY next blocks' hashes); least recently used out past capacity entries per replica
+        self.next_blocks: "collections.OrderedDict[int, Tuple[int, ...]]" = collections.OrderedDict()
         # over all replicas: the last whole block of each prompt routed (where a conversation's
         # next turn will go on), least recently used out past capacity entries
         self.ends: "collections.OrderedDict[int, None]" = collections.OrderedDict()
@@ -147,10 +152,10 @@ class PrefixAffinityRouter(RequestRouter):
             n = matches[r.replica_id] = self._match(r.replica_id, hint.blocks)
             if n > best_len:
                 best, best_len = r, n
-        if best is not None and self._shared(hint.blocks, best_len):
+        hint.shared = best is not None and self._shared(hint.blocks, best_len)
+        if hint.shared:
             # only a preamble other conversations share matched: by load; among equally loaded
             # replicas the one holding most of it (ties: the one holding least in all)
-            hint.shared = True
             by_load.sort(key=lambda r: (self.load(r.replica_id), -matches[r.replica_id],
                                         len(self.tables.get(r.replica_id, ()))))
             self._seed_queue_lens(by_load)
@@ -199,16 +204,15 @@ class PrefixAffinityRouter(RequestRouter):
             table.move_to_end(h)
         while len(table) > self.capacity:
             table.popitem(last=False)
-        nxt, parent = self.next_block, _ROOT
+        nxt, parent = self.next_blocks, _ROOT
         for h in blocks:
-            seen = nxt.get(parent)
-            if seen is None:
-                nxt[parent] = h
-            elif seen != h and seen != _FORKED:
-                nxt[parent] = _FORKED
-            nxt.move_to_end(parent)
+            seen = nxt.get(parent, ())
+            if h not in seen and len(seen) < _MANY:
+                nxt[parent] = seen + (h,)
+            if parent in nxt:
+                nxt.move_to_end(parent)
             parent = h
-        while len(nxt) > self.capacity:
+        while len(nxt) > self.capacity * max(1, len(self.tables)):
             nxt.popitem(last=False)
         if blocks:
             self.ends[blocks[-1]] = None
@@ -218,18 +222,23 @@ class PrefixAffinityRouter(RequestRouter):
 
     def _shared(self, blocks: List[int], matched: int) -> bool:
         """Whether the first `matched` blocks are a preamble other conversations share: they end
-        where an earlier prompt went on otherwise, and no earlier prompt ended inside them that
-        only one continuation followed. A conversation's own history holds the end of its
-        previous turn's prompt, which its next turns continue the same way (with the reply): an
-        edited last message or several branches from one point (an agent's) keep their replica;
-        a preamble sent alone (to warm a cache) counts as shared once two conversations went on
-        from it differently."""
+        where an earlier prompt went on otherwise, and either prompts went on from there in
+        _MANY ways already, or no earlier prompt ended inside them that fewer than _MANY
+        continuations followed. A conversation's own history holds the end of its previous
+        turn's prompt, which its next turns continue the same way (with the reply): an edited
+        last message, a regenerated reply or a few branches of an agent's keep their replica;
+        sessions that start alike (a common first message and reply) are spread from the
+        (_MANY + 1)-th on; a preamble sent alone once (to warm a cache) counts as shared once
+        _MANY conversations went on from it."""
         if matched <= 0 or matched >= len(blocks):
             return False
-        seen = self.next_block.get(blocks[matched - 1])
-        if seen is None or seen == blocks[matched]:
+        seen = self.next_blocks.get(blocks[matched - 1], ())
+        if not seen or blocks[matched] in seen:
             return False
-        return not any(h in self.ends and self.next_block.get(h) != _FORKED for h in blocks[:matched])
+        if len(seen) >= _MANY:
+            return True
+        nxt = self.next_blocks
+        return not any(h in self.ends and len(nxt.get(h, ())) < _MANY for h in blocks[:matched])
 
     def _match(self, rid: ReplicaID, blocks: List[int]) -> int:
         table = self.tables.get(rid)
