@@ -32,13 +32,16 @@ class RoutingHint:
     text: str = ""                    # the prompt's text: a chat's messages or a completion's prompt
     avoid: Optional[str] = None       # not this one unless it is the only one (a retry)
     blocks: Optional[List[int]] = field(default=None, repr=False)  # chained hashes, computed once
-    shared: bool = field(default=False, repr=False)  # the router placed it by load: a shared preamble
+    # what the router found when it chose (for its counters): a shared preamble only (placed by
+    # load), and the longest match on any replica in blocks
+    shared: bool = field(default=False, repr=False)
+    best_match: int = field(default=0, repr=False)
 
     def __getstate__(self) -> Dict[str, Any]:  # the replica needs none of it: not sent along
         return {"text": ""}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.text, self.avoid, self.blocks, self.shared = "", None, None, False
+        self.text, self.avoid, self.blocks, self.shared, self.best_match = "", None, None, False, 0
 
 
 def block_hashes(text: str, block_chars: int) -> List[int]:

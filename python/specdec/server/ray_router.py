@@ -16,14 +16,13 @@ router also keeps, over all replicas, the different blocks seen after each block
 longest match ends at a block that another prompt continued otherwise — and prompts went on from
 there in 3 ways or more, or the match holds no earlier prompt's end that fewer than 3 continuations
 followed (a conversation's previous turn) — the request is placed by load (among equally loaded
-replicas the one holding most of it). Every replica then takes the
-shared preamble once (one prefill) instead of one replica taking every conversation that starts
-with it: with 4 replicas and 2 system prompts, affinity to the preamble left two replicas idle
-and the other two short of memory (bench/README.md, "Replicas on Ray Serve"). A conversation's
-next turn still matches up to the end of its previous prompt, where nothing else went on: it
-stays, and so does an edited last message or a branch from its middle (an agent's). The guess
-lives in the process that routes (the ingress replica); the engines' own caches decide what is
-hit.
+replicas the one holding most of it). Every replica then takes the shared preamble once (one
+prefill) instead of one replica taking every conversation that starts with it: with 4 replicas
+and 2 system prompts, affinity to the preamble left two replicas idle and the other two short of
+memory (bench/README.md, "Replicas on Ray Serve"). A conversation's next turn still matches up
+to the end of its previous prompt, where nothing else went on: it stays, and so does an edited
+last message or a branch from its middle (an agent's). The guess lives in the process that
+routes (the ingress replica); the engines' own caches decide what is hit.
 
 ``QueuePolicy`` is a Ray Serve autoscaling policy on the engines' waiting queues (the
 ``specdec:num_requests_waiting`` that each replica's ``/metrics`` exports, reported to Ray by the
@@ -152,6 +151,7 @@ class PrefixAffinityRouter(RequestRouter):
             n = matches[r.replica_id] = self._match(r.replica_id, hint.blocks)
             if n > best_len:
                 best, best_len = r, n
+        hint.best_match = max(matches.values(), default=0)  # for on_request_routed's counters
         hint.shared = best is not None and self._shared(hint.blocks, best_len)
         if hint.shared:
             # only a preamble other conversations share matched: by load; among equally loaded
@@ -187,14 +187,13 @@ class PrefixAffinityRouter(RequestRouter):
             return
         blocks = hint.blocks if hint.blocks is not None else block_hashes(hint.text, self.block_chars)
         matched = self._match(replica_id, blocks)
-        best = max((self._match(rid, blocks) for rid in self.tables), default=0)
-        if getattr(hint, "shared", False):
+        if hint.shared:
             self.stats["shared"] += 1
         elif matched >= self.min_blocks:
             self.stats["affinity"] += 1
         else:
             self.stats["load"] += 1
-            if best >= self.min_blocks:
+            if hint.best_match >= self.min_blocks:
                 self.stats["overloaded"] += 1
         self.matched_blocks += matched
         self.prompt_blocks += len(blocks)
