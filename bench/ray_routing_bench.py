@@ -7,8 +7,8 @@ Each of S sessions (``--sessions``, default 8) uses one of P system prompts (``-
 default 2) and holds T turns (``--turns``): each turn sends the whole conversation so far (the
 system prompt, every earlier user message and reply) with a new user message, streamed, greedy,
 ``--max-tokens`` tokens (128). The sessions run concurrently, each turn after the previous one's reply
-and a user's pause (``--think-s``: uniform in [0, 2] s by default, seeded, so the setups see the
-same pauses; without pauses the sessions move in lockstep, and Ray's default router, choosing by
+and a user's pause (uniform in [``--think-min-s``, ``--think-s``], [0, 2] s by default, seeded, so
+the setups see the same pauses; without pauses the sessions move in lockstep, and Ray's default router, choosing by
 queue lengths that repeat each round, keeps most sessions on one replica by accident).
 The same workload runs against:
 
@@ -34,7 +34,7 @@ about the most any router can reach against Ray's.
 
     .venv/bin/python bench/ray_routing_bench.py [--model smollm2-135m-instruct-q4_1] \\
         [--replicas 2] [--sessions 8] [--turns 6] [--max-tokens 128] [--repeats 3] \\
-        [--kv-tokens-per-replica 3072] [--threads-per-replica 1]
+        [--think-min-s 0] [--think-s 2] [--kv-tokens-per-replica 3072] [--threads-per-replica 1]
 
 Writes bench/results/issue37/ray_routing.json (``--out``). Not a test: nothing asserts on timings.
 """
@@ -105,10 +105,10 @@ def run_workload(server: ServerProcess, name: str, a: argparse.Namespace) -> dic
     def session(s: int) -> None:
         rng = random.Random(1000 + s)  # the same pauses in every setup
         messages = [{"role": "system", "content": SYSTEMS[s % a.systems]}]
-        time.sleep(rng.uniform(0, a.think_s))  # users do not start at once
+        time.sleep(rng.uniform(0, a.think_s))  # users do not start at once (within --think-s)
         for t in range(a.turns):
             if t:
-                time.sleep(rng.uniform(0, a.think_s))  # reading the reply, typing the next
+                time.sleep(rng.uniform(a.think_min_s, a.think_s))  # reading the reply, typing the next
             q = QUESTIONS[(s * 5 + t * 7) % len(QUESTIONS)]
             messages.append({"role": "user", "content": f"(turn {t + 1}) {q}"})
             start = time.monotonic()
@@ -194,8 +194,11 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=128, help="each reply's length (a chat's)")
     ap.add_argument("--think-s", type=float, default=2.0,
-                    help="a user's pause before each turn: uniform in [0, this] seconds, seeded per "
-                         "session (the same in every setup)")
+                    help="a user's pause before each turn: uniform in [--think-min-s, this] seconds, "
+                         "seeded per session (the same in every setup); the first turns start within "
+                         "[0, this]")
+    ap.add_argument("--think-min-s", type=float, default=0.0,
+                    help="the shortest pause between a reply and the next turn (reading it, typing)")
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--threads-per-replica", type=int, default=1,
                     help="SPECDEC_CPU_THREADS of each Ray replica (the single server uses every core)")
@@ -208,6 +211,8 @@ def main() -> int:
                     help="each replica's KV cache in tokens (the single server gets --replicas times "
                          "as much: the same memory in all); 0: sized by the server (auto)")
     a = ap.parse_args()
+    if not 0 <= a.think_min_s <= a.think_s:
+        ap.error(f"--think-min-s {a.think_min_s}: between 0 and --think-s ({a.think_s})")
     if a.repeats < 1:
         ap.error(f"--repeats: {a.repeats} is not allowed: give 1 or more runs of each setup")
     path = str(specdec.fetch(a.model, progress=True)) if not os.path.exists(a.model) else a.model
@@ -216,7 +221,7 @@ def main() -> int:
     block_bytes = group.bytes_per_block
     block_tokens = group.token_capacity // max(1, group.usable_blocks)
     report = {"workload": {k: getattr(a, k) for k in ("model", "replicas", "sessions", "systems", "turns",
-                                                       "max_tokens", "think_s", "max_num_seqs", "threads_per_replica", "repeats",
+                                                       "max_tokens", "think_s", "think_min_s", "max_num_seqs", "threads_per_replica", "repeats",
                                                        "kv_tokens_per_replica", "router_kwargs")},
               "machine": machine_info(llm.context), "ray_version": None, "setups": {}}
     del llm

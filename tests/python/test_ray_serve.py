@@ -168,6 +168,57 @@ def test_health_metrics_and_replicas_cover_every_replica(ray_server):
     assert status == 404 and "GET /replicas" in body["error"]["message"]
 
 
+def _fleet(server):
+    """Over every replica (their latest reports): (aborted requests, running, waiting, KV usage)."""
+    m = server.metrics()
+
+    def total(name, cond=""):
+        return sum(v for k, v in m.items() if k.startswith(name + "{") and cond in k)
+
+    return (total("specdec:request_success_total", "finished_reason=abort"),
+            total("specdec:num_requests_running"), total("specdec:num_requests_waiting"),
+            total("specdec:kv_cache_usage_perc"))
+
+
+def _fleet_idle_after_abort(server, aborted_before, timeout=60.0):
+    """Waits (the replicas report every second) until some request has ended as 'abort' since
+    `aborted_before` and no replica runs, queues or holds KV blocks; returns the aborted count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        aborted, running, waiting, kv = _fleet(server)
+        if aborted > aborted_before and running == waiting == kv == 0:
+            return aborted - aborted_before
+        assert time.monotonic() < deadline, (
+            f"after {timeout} s: {aborted - aborted_before} aborted, {running} running, {waiting} "
+            f"waiting, KV usage {kv}")
+        time.sleep(0.25)
+
+
+def test_a_client_gone_mid_stream_aborts_it_on_its_replica(ray_server):
+    """A client that disconnects mid-stream through Ray's proxy ends its requests on the replica:
+    they finish as 'abort' and every KV block comes back, on every replica; the fleet then serves
+    as before. (A whole response's client going away: the ingress cancels the replica's stream,
+    test_ingress_cancels_the_replica_when_its_client_goes.)"""
+    import http.client
+    _wait_replicas(ray_server, 2)
+    time.sleep(1.5)  # reports taken after any earlier test's requests ended
+    aborted_before = _fleet(ray_server)[0]
+    # 16 choices of 110 tokens (stories260K's context is 128), 4 at a time on one replica: the
+    # disconnect comes right after the first chunk, long before the last
+    body = json.dumps({"model": NAME, "prompt": "Once upon a time,", "n": 16, "max_tokens": 110,
+                       "temperature": 0, "ignore_eos": True, "stream": True})
+    conn = http.client.HTTPConnection("127.0.0.1", ray_server.port, timeout=60)
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()
+    assert resp.read(6) == b"data: "  # the first chunk came
+    conn.sock.shutdown(2)
+    conn.close()
+    assert _fleet_idle_after_abort(ray_server, aborted_before) >= 1
+    r = _client(ray_server).completions.create(model=NAME, prompt="The dog", max_tokens=3)
+    assert r.usage.completion_tokens == 3
+
+
 def test_a_replica_killed_under_load_loses_no_request(ray_server, llm):
     """Clients keep the replicas busy (whole responses and streams); the busiest replica's
     process is killed. Every whole response is answered in full (retried on the other replica
@@ -256,9 +307,12 @@ def test_autoscaling_on_the_waiting_queue(tmp_path):
     """One replica of one sequence at a time under 6 concurrent long streams: requests wait, a
     second replica starts; idle again, it is taken down."""
     s = _start(["--num-replicas", "1", "--min-replicas", "1", "--max-replicas", "2",
-                "--target-waiting", "1", "--max-num-seqs", "1"], str(tmp_path / "auto.log"))
+                "--target-waiting", "1", "--max-num-seqs", "1", "--header-timeout", "5"],
+               str(tmp_path / "auto.log"))
     try:
         _wait_replicas(s, 1)
+        # a flag Ray's proxy takes over is named at start, not dropped in silence
+        assert "--header-timeout 5 does not apply with --ray" in s.log()
         stop = threading.Event()
 
         errors = []
@@ -435,6 +489,15 @@ def test_router_spreads_sessions_that_start_alike_from_the_fourth_on():
     assert all(second[s] in first for s in range(3)), (first, second)
     assert max(list(second.values()).count(u) for u in reps_ids) <= 3, second
     assert router.stats["shared"] == 5
+
+
+def test_the_header_timeout_default_is_the_servers():
+    """run_cli warns about --header-timeout under --ray when it differs from ServeLimits' default:
+    the flag's default must be that one, or every start would warn."""
+    from specdec.cli import build_parser
+    from specdec.server.limits import ServeLimits
+    args = build_parser().parse_args(["serve", "--model", "m"])
+    assert args.header_timeout == ServeLimits.header_timeout_s
 
 
 def test_router_kwargs_are_checked():
@@ -678,3 +741,79 @@ def test_a_stream_cut_by_a_dying_replica_ends_with_an_error_and_done():
                     _FakeGen([_head("r2", stream=True), b"data: x\n\n", b"data: [DONE]\n\n"])])
     resp, body = _forward(ing)
     assert body == b"data: x\n\ndata: [DONE]\n\n" and resp.headers["x-specdec-replica"] == "r2"
+
+
+def _asgi(app, method, path, body=b"", headers=()):
+    """(status, body) of one request through an ASGI app, in-process."""
+    async def go():
+        sent, out = {"body": False}, {"status": None, "body": b""}
+
+        async def receive():
+            if not sent["body"]:
+                sent["body"] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                out["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                out["body"] += message.get("body", b"")
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "root_path": "", "headers": [(b"content-length", str(len(body)).encode()),
+                                              (b"content-type", b"application/json"), *headers],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000)}
+        await app(scope, receive, send)
+        return out["status"], out["body"]
+    return asyncio.run(go())
+
+
+def test_ingress_checks_the_key_and_the_body_limit_before_any_replica():
+    """The ingress's own checks (the same code as a single server's): /v1 without the key is
+    401 and a body over --max-body-bytes 413, and neither reaches a replica."""
+    from specdec.server.limits import BodyReader, ServeLimits
+    from specdec.server.ray_serve import build_ingress_app
+    ok = [_head("r1"), b'{"ok": true}']
+    ing = _ingress([_FakeGen(ok)])
+    ing.api_key = "k"
+    ing.bodies = BodyReader(ServeLimits(max_body_bytes=1000))
+    app = build_ingress_app(ing)
+    body = json.dumps({"model": NAME, "prompt": "hi"}).encode()
+    assert _asgi(app, "POST", "/v1/completions", body)[0] == 401
+    status, text = _asgi(app, "POST", "/v1/completions", body, [(b"authorization", b"Bearer nope")])
+    assert status == 401 and b"invalid_api_key" in text
+    big = json.dumps({"model": NAME, "prompt": "x" * 2000}).encode()
+    status, text = _asgi(app, "POST", "/v1/completions", big, [(b"authorization", b"Bearer k")])
+    assert status == 413 and b"--max-body-bytes" in text, text
+    assert ing.engine.hints == []  # none of these reached a replica
+    status, text = _asgi(app, "POST", "/v1/completions", body, [(b"authorization", b"Bearer k")])
+    assert status == 200 and json.loads(text) == {"ok": True}
+    assert ing.engine.hints[0].text  # routed by its prompt
+    ing.bodies.close()
+
+
+def test_ingress_cancels_the_replica_when_its_client_goes():
+    """A client gone while the ingress waits for a whole response (Ray cancels the ingress's
+    handler): the replica's stream is cancelled, so the replica's app sees the disconnect and
+    aborts its engine requests, and the cancellation goes on up."""
+    class _Pending(_FakeGen):
+        async def __anext__(self):
+            if self.items:
+                return self.items.pop(0)
+            await asyncio.sleep(3600)  # the replica still generating
+
+    gen = _Pending([_head("r1")])
+    ing = _ingress([gen])
+
+    async def go():
+        task = asyncio.create_task(ing.forward(_Req(), b"{}", "hello"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert gen.cancelled
+    assert ing.counters == {"retries": 0, "busy_retries": 0, "streams_cut": 0, "failed": 0}

@@ -720,6 +720,11 @@ def run_cli(args: argparse.Namespace) -> int:
     _absolute(args, template)
     # the key as this process sees it (SPECDEC_API_KEY here need not be in the cluster's workers)
     args.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
+    from specdec.server.limits import ServeLimits
+    if args.header_timeout != ServeLimits.header_timeout_s:  # Ray's proxy reads the request heads
+        sys.stderr.write(f"specdec serve: warning: --header-timeout {args.header_timeout:g} does not "
+                         "apply with --ray: Ray Serve's HTTP proxy holds the connections "
+                         "(docs/serving.md, 'What is and is not shared')\n")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
                          "reaches this port can use the server\n")
