@@ -76,7 +76,7 @@ def _wait_replicas(server, n, timeout=120.0):
 @pytest.fixture(scope="module")
 def ray_server(tmp_path_factory):
     s = _start(["--num-replicas", "2", "--speculative-config", json.dumps(SPEC),
-                "--chat-template", TEMPLATE, "--max-num-seqs", "4"],
+                "--chat-template", TEMPLATE, "--max-num-seqs", "4", "--max-pending", "64"],
                str(tmp_path_factory.mktemp("ray") / "serve.log"))
     try:
         _wait_replicas(s, 2)
@@ -188,9 +188,11 @@ def _fleet_idle_after_abort(server, aborted_before, timeout=60.0):
         aborted, running, waiting, kv = _fleet(server)
         if aborted > aborted_before and running == waiting == kv == 0:
             return aborted - aborted_before
-        assert time.monotonic() < deadline, (
-            f"after {timeout} s: {aborted - aborted_before} aborted, {running} running, {waiting} "
-            f"waiting, KV usage {kv}")
+        if time.monotonic() > deadline:
+            m = server.metrics()
+            ended = {k: v for k, v in m.items() if k.startswith("specdec:request_success_total{")}
+            raise AssertionError(f"after {timeout} s: {aborted - aborted_before} aborted, {running} "
+                                 f"running, {waiting} waiting, KV usage {kv}; requests ended: {ended}")
         time.sleep(0.25)
 
 
@@ -203,9 +205,10 @@ def test_a_client_gone_mid_stream_aborts_it_on_its_replica(ray_server):
     _wait_replicas(ray_server, 2)
     time.sleep(1.5)  # reports taken after any earlier test's requests ended
     aborted_before = _fleet(ray_server)[0]
-    # 16 choices of 110 tokens (stories260K's context is 128), 4 at a time on one replica: the
-    # disconnect comes right after the first chunk, long before the last
-    body = json.dumps({"model": NAME, "prompt": "Once upon a time,", "n": 16, "max_tokens": 110,
+    # 64 choices of 110 tokens (stories260K's context is 128; --max-pending 64), 4 at a time on
+    # one replica: 16 rounds of 110 tokens, and the disconnect comes right after the first chunk
+    prompts = ["Once upon a time,", "The cat sat", "A little dog", "In the garden"]
+    body = json.dumps({"model": NAME, "prompt": prompts, "n": 16, "max_tokens": 110,
                        "temperature": 0, "ignore_eos": True, "stream": True})
     conn = http.client.HTTPConnection("127.0.0.1", ray_server.port, timeout=60)
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -307,12 +310,13 @@ def test_autoscaling_on_the_waiting_queue(tmp_path):
     """One replica of one sequence at a time under 6 concurrent long streams: requests wait, a
     second replica starts; idle again, it is taken down."""
     s = _start(["--num-replicas", "1", "--min-replicas", "1", "--max-replicas", "2",
-                "--target-waiting", "1", "--max-num-seqs", "1", "--header-timeout", "5"],
-               str(tmp_path / "auto.log"))
+                "--target-waiting", "1", "--max-num-seqs", "1", "--header-timeout", "5",
+                "--limit-concurrency", "100"], str(tmp_path / "auto.log"))
     try:
         _wait_replicas(s, 1)
-        # a flag Ray's proxy takes over is named at start, not dropped in silence
+        # flags Ray's proxy takes over, or that mean less there, are named at start
         assert "--header-timeout 5 does not apply with --ray" in s.log()
+        assert "--limit-concurrency 100 bounds the requests the ingress serves at once" in s.log()
         stop = threading.Event()
 
         errors = []
@@ -743,8 +747,9 @@ def test_a_stream_cut_by_a_dying_replica_ends_with_an_error_and_done():
     assert body == b"data: x\n\ndata: [DONE]\n\n" and resp.headers["x-specdec-replica"] == "r2"
 
 
-def _asgi(app, method, path, body=b"", headers=()):
-    """(status, body) of one request through an ASGI app, in-process."""
+def _asgi(app, method, path, body=b"", headers=(), length=True):
+    """(status, body) of one request through an ASGI app, in-process (with a content-length
+    header, or without one as a chunked upload is; 10 s at most)."""
     async def go():
         sent, out = {"body": False}, {"status": None, "body": b""}
 
@@ -762,10 +767,11 @@ def _asgi(app, method, path, body=b"", headers=()):
 
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "headers": [(b"content-length", str(len(body)).encode()),
-                                              (b"content-type", b"application/json"), *headers],
+                 "root_path": "", "headers": [(b"content-type", b"application/json"), *headers],
                  "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000)}
-        await app(scope, receive, send)
+        if length:
+            scope["headers"].append((b"content-length", str(len(body)).encode()))
+        await asyncio.wait_for(app(scope, receive, send), 10)
         return out["status"], out["body"]
     return asyncio.run(go())
 
@@ -779,19 +785,23 @@ def test_ingress_checks_the_key_and_the_body_limit_before_any_replica():
     ing = _ingress([_FakeGen(ok)])
     ing.api_key = "k"
     ing.bodies = BodyReader(ServeLimits(max_body_bytes=1000))
-    app = build_ingress_app(ing)
-    body = json.dumps({"model": NAME, "prompt": "hi"}).encode()
-    assert _asgi(app, "POST", "/v1/completions", body)[0] == 401
-    status, text = _asgi(app, "POST", "/v1/completions", body, [(b"authorization", b"Bearer nope")])
-    assert status == 401 and b"invalid_api_key" in text
-    big = json.dumps({"model": NAME, "prompt": "x" * 2000}).encode()
-    status, text = _asgi(app, "POST", "/v1/completions", big, [(b"authorization", b"Bearer k")])
-    assert status == 413 and b"--max-body-bytes" in text, text
-    assert ing.engine.hints == []  # none of these reached a replica
-    status, text = _asgi(app, "POST", "/v1/completions", body, [(b"authorization", b"Bearer k")])
-    assert status == 200 and json.loads(text) == {"ok": True}
-    assert ing.engine.hints[0].text  # routed by its prompt
-    ing.bodies.close()
+    try:
+        app = build_ingress_app(ing)
+        key = [(b"authorization", b"Bearer k")]
+        body = json.dumps({"model": NAME, "prompt": "hi"}).encode()
+        assert _asgi(app, "POST", "/v1/completions", body)[0] == 401
+        status, text = _asgi(app, "POST", "/v1/completions", body, [(b"authorization", b"Bearer nope")])
+        assert status == 401 and b"invalid_api_key" in text
+        big = json.dumps({"model": NAME, "prompt": "x" * 2000}).encode()
+        for length in (True, False):  # its size said up front, or found while reading
+            status, text = _asgi(app, "POST", "/v1/completions", big, key, length=length)
+            assert status == 413 and b"--max-body-bytes" in text, (length, text)
+        assert ing.engine.hints == []  # none of these reached a replica
+        status, text = _asgi(app, "POST", "/v1/completions", body, key)
+        assert status == 200 and json.loads(text) == {"ok": True}
+        assert ing.engine.hints[0].text  # routed by its prompt
+    finally:
+        ing.bodies.close()
 
 
 def test_ingress_cancels_the_replica_when_its_client_goes():

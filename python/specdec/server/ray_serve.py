@@ -725,6 +725,10 @@ def run_cli(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specdec serve: warning: --header-timeout {args.header_timeout:g} does not "
                          "apply with --ray: Ray Serve's HTTP proxy holds the connections "
                          "(docs/serving.md, 'What is and is not shared')\n")
+    if args.limit_concurrency != ServeLimits.limit_concurrency:
+        sys.stderr.write(f"specdec serve: note: with --ray, --limit-concurrency {args.limit_concurrency} "
+                         "bounds the requests the ingress serves at once; Ray's proxy queues the "
+                         "rest instead of answering 503\n")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         sys.stderr.write(f"specdec serve: warning: --host {args.host} without --api-key: anyone who "
                          "reaches this port can use the server\n")
