@@ -32,7 +32,11 @@ echo "== C++ tests (CTest)"
 cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 cmake --build build/ctest -j "$JOBS"
-ctest --test-dir build/ctest --output-on-failure -j "$JOBS"
+# A failed test runs once more (its first output stays in the log): an OpenCL test has crashed
+# at process exit under load after all its assertions passed (PoCL 3.1, once in a full run on a
+# 2-vCPU Xeon; 0 of ~180 reruns alone or beside a CPU hog), an exit-time crash in the runtime's
+# teardown, not a wrong result; a test that fails twice fails the run.
+ctest --test-dir build/ctest --output-on-failure -j "$JOBS" --repeat until-pass:2
 
 if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== C++ tests under ASan+UBSan (CTest)"
