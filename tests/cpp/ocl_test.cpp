@@ -244,6 +244,26 @@ TEST(Ocl, ThreadsShareOneContext) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// A context dropped with work still queued (no finish, no read: a caller that abandoned its
+// results) waits for that work before it releases anything; a new context then works as usual.
+TEST(Ocl, ContextDroppedWithWorkInFlight) {
+  constexpr int kN = 1 << 20;
+  for (int round = 0; round < 3; ++round) {
+    auto ctx = Context::create();
+    const auto dev = device::wrap(ctx);
+    const device::Buffer x = dev->allocate(kN * sizeof(float));
+    for (int r = 0; r < 20; ++r) ops::scale(*dev, x, kN, 1.0f);
+  }  // buffers, device and context released with the scales possibly still queued
+  auto ctx = Context::create();
+  const auto dev = device::wrap(ctx);
+  const device::Buffer x = dev->allocate(4 * sizeof(float));
+  std::vector<float> host = {1, 2, 3, 4};
+  dev->write(x, host.data(), host.size() * sizeof(float));
+  ops::scale(*dev, x, 4, 2.0f);
+  dev->read(x, host.data(), host.size() * sizeof(float));
+  EXPECT_EQ(host, (std::vector<float>{2, 4, 6, 8}));
+}
+
 TEST(Ocl, CpuFeaturesOnlyForCpuDevices) {
   for (const DeviceInfo& d : list_devices()) {
     const CpuFeatures f = cpu_features(d);
