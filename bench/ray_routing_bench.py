@@ -8,8 +8,9 @@ default 2) and holds T turns (``--turns``): each turn sends the whole conversati
 system prompt, every earlier user message and reply) with a new user message, streamed, greedy,
 ``--max-tokens`` tokens (128). The sessions run concurrently, each turn after the previous one's reply
 and a user's pause (uniform in [``--think-min-s``, ``--think-s``], [0, 2] s by default, seeded, so
-the setups see the same pauses; without pauses the sessions move in lockstep, and Ray's default router, choosing by
-queue lengths that repeat each round, keeps most sessions on one replica by accident).
+the setups see the same pauses; without pauses the sessions move in lockstep, and Ray's default
+router, choosing by queue lengths that repeat each round, keeps most sessions on one replica by
+accident).
 The same workload runs against:
 
 - ``single``: one ``specdec serve`` (no Ray), the native device on every core;

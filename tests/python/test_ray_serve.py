@@ -222,6 +222,34 @@ def test_a_client_gone_mid_stream_aborts_it_on_its_replica(ray_server):
     assert r.usage.completion_tokens == 3
 
 
+def test_bad_requests_through_the_fleet_get_openai_errors(ray_server):
+    """Bad requests through Ray's proxy, the ingress and a replica: the replica's own 4xx with its
+    OpenAI error (code and param) comes back as it is, nothing is retried elsewhere, no KV block
+    stays taken, and the fleet keeps serving."""
+    cases = [
+        (b"{not json", 400, "invalid_json", None),
+        (json.dumps({"model": "nope", "prompt": "a"}).encode(), 404, "model_not_found", "model"),
+        (json.dumps({"model": NAME, "prompt": "a", "n": 99}).encode(), 400, "invalid_value", "n"),
+        (json.dumps({"model": NAME, "prompt": "a", "max_tokens": 10**6}).encode(), 400,
+         "context_length_exceeded", "max_tokens"),
+        (json.dumps({"model": NAME, "prompt": "a", "bogus": 1}).encode(), 400,
+         "unsupported_parameter", "bogus"),
+    ]
+    retries = ray_server.metrics().get("specdec_ingress:retries_total", 0)
+    for raw, status, code, param in cases:
+        got, body, text = ray_server.request("POST", "/v1/completions", raw=raw)
+        assert got == status, (raw[:60], got, text[:300])
+        err = body["error"]
+        assert err["code"] == code and err["param"] == param and err["message"], (raw[:60], err)
+    assert ray_server.metrics().get("specdec_ingress:retries_total", 0) == retries
+    deadline = time.monotonic() + 30
+    while _fleet(ray_server)[1:] != (0, 0, 0):  # the replicas' next reports
+        assert time.monotonic() < deadline, _fleet(ray_server)
+        time.sleep(0.25)
+    r = _client(ray_server).completions.create(model=NAME, prompt="The dog", max_tokens=3)
+    assert r.usage.completion_tokens == 3
+
+
 def test_a_replica_killed_under_load_loses_no_request(ray_server, llm):
     """Clients keep the replicas busy (whole responses and streams); the busiest replica's
     process is killed. Every whole response is answered in full (retried on the other replica
