@@ -14,6 +14,7 @@
 
 #include "common/errors.h"
 #include "common/huge_pages.h"
+#include "cpu/matmul.h"
 #include "cpu/ops.h"
 
 namespace specdec::device {
@@ -84,7 +85,11 @@ Info cpu_info(int num_threads, cpu::Isa isa) {
   info.name = cpuinfo_field("model name");
   if (info.name.empty()) info.name = "CPU";
   info.vendor = cpuinfo_field("vendor_id");
-  info.platform = str_cat("specdec native (", cpu::isa_name(isa), ")");
+  // a path with no integer kernels of its own (amx_int8) says whose run (docs/cpu.md)
+  const cpu::Isa runs = cpu::matmul_isa_for(GgmlType::kQ8_0, isa);
+  info.platform = runs == isa ? str_cat("specdec native (", cpu::isa_name(isa), ")")
+                              : str_cat("specdec native (", cpu::isa_name(isa), ", ",
+                                        cpu::isa_name(runs), " kernels)");
   info.type = "cpu";
   info.compute_units = num_threads;
   info.global_mem_bytes = physical_memory_bytes();

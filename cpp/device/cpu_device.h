@@ -90,7 +90,7 @@ class CpuDevice final : public Device {
 CpuDevice& cpu_of(Device& dev);
 
 // A CPU device's description: the CPU's model name and vendor, "specdec native (<isa>)" as its
-// platform, its threads as compute units, the machine's memory.
+// platform ("specdec native (amx_int8, avx512_vnni kernels)" for a path with no kernels of its own), its threads as compute units, the machine's memory.
 Info cpu_info(int num_threads, cpu::Isa isa);
 
 }  // namespace specdec::device

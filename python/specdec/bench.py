@@ -121,10 +121,14 @@ def machine_info(context) -> Dict[str, object]:
     isa = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile")
            if f in flags]
     dev = context.device
+    path = _core.quant_isa(context)
+    # a native path with no kernels of its own names the ones it runs ("specdec native (amx_int8,
+    # avx512_vnni kernels)"): the path the figures were measured with
+    kernels = re.search(r", (\w+) kernels\)$", dev.platform)
     return {"cpu": cpu or platform.processor(), "isa": isa, "cores": os.cpu_count(),
             "platform": platform.platform(), "opencl_device": dev.name,
-            "opencl_platform": getattr(dev, "platform_name", ""),
-            "quant_isa_path": _core.quant_isa(context),
+            "opencl_platform": dev.platform,
+            "quant_isa_path": path, "quant_kernels": kernels.group(1) if kernels else path,
             "versions": {"specdec": specdec.__version__, "python": platform.python_version(),
                          "numpy": np.__version__, "llama_cpp_python_pin": LLAMA_CPP_PYTHON_PIN}}
 
@@ -894,7 +898,8 @@ def run(o: BenchOptions, log: Optional[Callable[[str], None]] = None) -> dict:
                       progress=False, max_num_seqs=1)
     info = machine_info(llm.context)
     log(f"machine: {info['cpu']} ({', '.join(info['isa']) or 'no AVX'}), {info['cores']} cores, "
-        f"OpenCL {info['opencl_device']}, integer path {info['quant_isa_path']}")
+        f"device {info['opencl_device']}, integer path {info['quant_isa_path']}"
+        + (f" ({info['quant_kernels']} kernels)" if info["quant_kernels"] != info["quant_isa_path"] else ""))
     bw = host_read_bandwidth()
     log(f"host read bandwidth: {bw['all_threads_gb_s']:.1f} GB/s ({bw['threads']} threads), "
         f"{bw['one_thread_gb_s']:.1f} GB/s (1 thread)")

@@ -22,9 +22,10 @@ def test_bench_writes_json_and_plots(tmp_path, capsys):
     assert rc == 0
     data = json.loads((out / "bench.json").read_text())
     assert data["schema"] == "specdec.bench/1"
-    for key in ("cpu", "isa", "opencl_device", "quant_isa_path", "versions"):
+    for key in ("cpu", "isa", "opencl_device", "opencl_platform", "quant_isa_path", "quant_kernels", "versions"):
         assert key in data["machine"]
     assert data["machine"]["quant_isa_path"] in ("portable", "avx2", "avx512bw", "avx512vnni")
+    assert data["machine"]["opencl_platform"]  # the device's platform (was always empty)
     assert data["bandwidth"]["all_threads_gb_s"] > 0
     methods = {r["method"] for r in data["specdec"]}
     assert {"plain", "draft_model k=1", "draft_model k=3", "ngram k=1", "ngram k=3", "suffix k=1",

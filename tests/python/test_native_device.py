@@ -31,6 +31,23 @@ def test_the_context_describes_the_cpu_and_its_path():
         ctx.build("x", "kernel void f() {}")
 
 
+def test_a_path_without_kernels_of_its_own_names_those_it_runs():
+    """amx_int8 has no tile kernels: its device says that the AVX-512 VNNI ones run, and a
+    benchmark's machine facts carry the kernels measured."""
+    from specdec.bench import machine_info
+
+    ctx = _core.Context("native")
+    isa, platform = _core.quant_isa(ctx), ctx.device.platform
+    if isa == "amx_int8":
+        assert platform == "specdec native (amx_int8, avx512_vnni kernels)"
+        assert machine_info(ctx)["quant_kernels"] == "avx512_vnni"
+    else:
+        assert platform == f"specdec native ({isa})"
+        assert machine_info(ctx)["quant_kernels"] == isa
+    info = machine_info(ctx)
+    assert info["quant_isa_path"] == isa and info["opencl_platform"] == platform
+
+
 def test_the_profile_splits_the_pools_time_into_work_and_waiting():
     """SPECDEC_PROFILE=1 on the native device: per op times as on OpenCL, plus the pool's thread
     time and the part of it spent waiting (wake-up, barriers between ops, region end), and each
