@@ -373,6 +373,66 @@ def test_autoscaling_on_the_waiting_queue(tmp_path):
         _stop(s)
 
 
+_BUILDER_SCRIPT = r"""
+import json, sys, time, urllib.request
+import ray
+from ray import serve
+from specdec.server.ray_serve import app_builder
+model, port = sys.argv[1], int(sys.argv[2])
+ray.init(address="local", include_dashboard=False, num_cpus=2)
+serve.start(http_options={"host": "127.0.0.1", "port": port})
+serve.run(app_builder({"model": model, "num_replicas": 1, "replica_cpus": 0.5}), name="builder",
+          route_prefix="/")
+
+
+def healthy(timeout):
+    deadline, reps = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:  # the replica's reports reach /replicas through the board
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/replicas", timeout=10) as r:
+            reps = json.load(r)["replicas"]
+        if len(reps) == 1 and reps[0]["healthy"]:
+            break
+        time.sleep(0.5)
+    return reps
+
+
+reps = healthy(120)
+before = sorted(n["name"] for n in ray.util.list_named_actors(all_namespaces=True))
+board = next(n for n in before if "SpecdecBoard" in n)
+ray.kill(ray.get_actor(board, namespace="serve"), no_restart=True)  # Ray starts another
+t0 = time.monotonic()
+again = healthy(90)
+again_s = time.monotonic() - t0
+serve.delete("builder")
+time.sleep(1.0)
+after = sorted(n["name"] for n in ray.util.list_named_actors(all_namespaces=True))
+print("RESULT " + json.dumps({"replicas": reps, "before": before, "after": after, "again": again,
+                              "again_s": again_s}), flush=True)
+serve.shutdown()
+ray.shutdown()
+"""
+
+
+def test_an_application_from_the_builder_reports_and_leaves_nothing_when_deleted(tmp_path):
+    """Ray's own entry (``app_builder`` under another application name): its replica's reports
+    reach /replicas, again after the board's replica is killed (Ray starts another), and deleting
+    the application takes every actor of it along, the board too (it was a detached actor that
+    outlived the application)."""
+    from serve_helpers import free_port
+    script = tmp_path / "builder.py"
+    script.write_text(_BUILDER_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), STORIES, str(free_port())], capture_output=True,
+                       text=True, timeout=400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert len(out["replicas"]) == 1 and out["replicas"][0]["healthy"], out
+    assert len(out["again"]) == 1 and out["again"][0]["healthy"], out
+    assert out["again"][0]["report_age_s"] >= 0, out  # the age is taken after the board's answer
+    mine = [n for n in out["before"] if "builder" in n]
+    assert any("SpecdecBoard" in n for n in mine) and any("SpecdecEngine" in n for n in mine), out
+    assert [n for n in out["after"] if "builder" in n or "board" in n.lower()] == [], out
+
+
 # ---- without a Ray cluster: flags, the router's rule, the policy, the merged metrics ----
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "specdec", "serve", "--model", STORIES] + list(args),

@@ -1,6 +1,6 @@
 """``specdec serve --ray``: the same server as replicas on Ray Serve.
 
-Two deployments make the application:
+Three deployments make the application:
 
 - ``SpecdecEngine``: each replica is one ``specdec serve`` — the model, one engine loop and the
   FastAPI app of ``specdec.server.app`` (the same routes, validation, streaming and metrics). It
@@ -14,6 +14,9 @@ Two deployments make the application:
   before its response is complete (a whole response, or a stream that has sent nothing yet), ends
   a stream cut by a dying replica with an error chunk and ``[DONE]``, and answers ``/health``,
   ``/metrics`` and ``/replicas`` for every replica together.
+- ``SpecdecBoard``: one small replica (no CPU reserved) that keeps each engine replica's last
+  report (its state and its metrics), pushed every second; part of the application, so that it
+  outlives any engine or ingress replica and goes when the application is deleted.
 
 ``run_cli`` is ``specdec serve --ray``; ``build_application`` builds the application from the
 serve flags for ``serve.run``; ``app_builder`` is the same for Ray's ``serve run`` / ``serve
@@ -57,10 +60,14 @@ log = logging.getLogger("specdec.server.ray")
 APP_NAME = "specdec"
 ENGINE = "SpecdecEngine"
 INGRESS = "SpecdecIngress"
+BOARD = "SpecdecBoard"
 RAY_VERSION = "2.60.0"  # the version specdec[ray] pins and is tested with (docs/serving.md)
 ROUTER_CLASS = "specdec.server.ray_router:PrefixAffinityRouter"
 POLICY_CLASS = "specdec.server.ray_router:QueuePolicy"
-CALL_TIMEOUT_S = 10.0  # /health, /metrics, /replicas: the board's answer
+CALL_TIMEOUT_S = 10.0  # a replica's report reaching the board
+# /health, /metrics, /replicas: the board's answer (it takes milliseconds; longer, its replica is
+# restarting: those answer without reports, every replica unhealthy, rather than keep a probe waiting)
+READ_TIMEOUT_S = 3.0
 MAX_ROUTING_CHARS = 1 << 15  # the prompt's leading part the router matches
 # request headers the ingress does not pass on (the key is checked here; the body is re-sent whole)
 _DROP_REQUEST = {b"authorization", b"content-length", b"transfer-encoding", b"connection", b"expect"}
@@ -72,11 +79,12 @@ REPORT_S = 1.0      # a replica reports its state and metrics this often
 STALE_S = 5.0       # a replica silent this long is reported unhealthy
 
 
-@ray.remote(num_cpus=0)
 class FleetBoard:
     """Each engine replica's last report (its state and its /metrics text), for the ingress's
     /health, /metrics and /replicas: reports are pushed, so that no request has to be routed to
-    one replica in particular, and a replica that stops reporting shows as such."""
+    one replica in particular, and a replica that stops reporting shows as such. A deployment of
+    the application (``BOARD``): Ray restarts it if it dies (the replicas report again within a
+    second) and deletes it with the application."""
 
     def __init__(self) -> None:
         self.reports: Dict[str, Tuple[float, Dict[str, Any], str]] = {}
@@ -94,22 +102,11 @@ class FleetBoard:
         return self.reports
 
 
-def board_name(app_name: str) -> str:
-    return f"specdec-board-{app_name}"
-
-
-def _board(app_name: str) -> Any:
-    """The application's board (made by whichever replica needs it first; detached, so that the
-    death of that replica does not take it along; ``run_cli`` removes it at shutdown)."""
-    return FleetBoard.options(name=board_name(app_name), namespace="serve", get_if_exists=True,
-                              lifetime="detached", max_restarts=-1, max_task_retries=-1).remote()
-
-
 # ---------------------------------------------------------------- the engine replica
 class SpecdecEngine:
     """One engine replica: a ``specdec serve`` without its own socket."""
 
-    def __init__(self, options: Dict[str, Any]) -> None:
+    def __init__(self, options: Dict[str, Any], board: Any = None) -> None:
         from specdec.cli import serve_setup
         from specdec.server.app import build_app
 
@@ -122,24 +119,25 @@ class SpecdecEngine:
         self.server.loop.start()
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
-        self.app_name = context.app_name
+        self.board = board  # the board deployment's handle (None: no reports)
         self.started = time.time()
         self._stop_reports = threading.Event()
         threading.Thread(target=self._report, name="specdec-report", daemon=True).start()
 
     def _report(self) -> None:
-        """Pushes this replica's state and metrics to the board every REPORT_S seconds."""
-        board, sent = None, None
-        while not self._stop_reports.wait(REPORT_S if board is not None else 0.0):
+        """Pushes this replica's state and metrics to the board every REPORT_S seconds (the first
+        at once), one report at a time."""
+        if self.board is None:
+            return
+        sent = None
+        while not self._stop_reports.wait(REPORT_S if sent is not None else 0.0):
             try:
-                if sent is not None:  # the last report arrived (an error here: the board is gone)
-                    ray.get(sent, timeout=CALL_TIMEOUT_S)
-                if board is None:
-                    board = _board(self.app_name)
-                sent = board.put.remote(self.replica, self.info(), self.metrics_text())
-            except Exception as e:  # noqa: BLE001 - the board is gone: looked up again next time
+                if sent is not None:  # the last report arrived (an error: the board is restarting)
+                    sent.result(timeout_s=CALL_TIMEOUT_S)
+                sent = self.board.put.remote(self.replica, self.info(), self.metrics_text())
+            except Exception as e:  # noqa: BLE001 - the next report goes to its new replica
                 log.warning("replica %s: could not report to the board: %s", self.replica, e)
-                board, sent = None, None
+                sent = None
                 self._stop_reports.wait(REPORT_S)
 
     async def http(self, request: Dict[str, Any], routing: Optional[RoutingHint] = None):
@@ -234,7 +232,8 @@ class SpecdecEngine:
         if stop is not None:
             stop.set()
             try:
-                _board(self.app_name).drop.remote(self.replica)
+                if self.board is not None:
+                    self.board.drop.remote(self.replica)
             except Exception:  # noqa: BLE001 - shutting down: the board may be gone already
                 pass
         server = getattr(self, "server", None)
@@ -247,7 +246,7 @@ class SpecdecEngine:
 class SpecdecIngress:
     """The HTTP face: key, body limits, routing hints, retries, fleet-wide endpoints."""
 
-    def __init__(self, engine: Any, options: Dict[str, Any]) -> None:
+    def __init__(self, engine: Any, options: Dict[str, Any], board: Any = None) -> None:
         from specdec.cli import _serve_limits
         from specdec.server.limits import BodyReader
 
@@ -257,8 +256,7 @@ class SpecdecIngress:
         self.api_key = args.api_key or os.environ.get("SPECDEC_API_KEY") or None
         self.bodies = BodyReader(_serve_limits(args))
         self.counters = {"retries": 0, "busy_retries": 0, "streams_cut": 0, "failed": 0}
-        self.app_name = serve.get_replica_context().app_name
-        self.board: Any = None
+        self.board = board
 
     # ---- forwarding ----
     def _payload(self, request: HttpRequest, body: bytes) -> Dict[str, Any]:
@@ -355,13 +353,14 @@ class SpecdecIngress:
         """{replica id: (time, state, metrics text)} of the replicas Ray routes to (those its
         router knows, with Ray's default router those that reported lately); a replica with no
         report yet has none."""
-        if self.board is None:
-            self.board = _board(self.app_name)
-        try:
-            reports = await asyncio.wait_for(self.board.get.remote(), CALL_TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - the board is gone: made again next time
-            log.warning("the replicas' board did not answer: %s", e)
-            self.board, reports = None, {}
+        reports: Dict[str, Tuple[float, Dict[str, Any], str]] = {}
+        if self.board is not None:
+            response = self.board.get.remote()
+            try:
+                reports = await asyncio.wait_for(_awaited(response), READ_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - the board is restarting: no reports this time
+                response.cancel()
+                log.warning("the replicas' board did not answer: %s", e)
         router = ray_common.get(ENGINE)
         now = time.time()
         if router is not None:
@@ -372,8 +371,9 @@ class SpecdecIngress:
 
     async def replicas(self) -> Dict[str, Any]:
         out = {}
-        now = time.time()
-        for uid, report in (await self._reports()).items():
+        reports = await self._reports()
+        now = time.time()  # after the board's answer (which may take a while: its replica restarting)
+        for uid, report in reports.items():
             if report is None:
                 out[uid] = {"replica": uid, "healthy": False, "error": "no report yet (starting)"}
                 continue
@@ -423,6 +423,10 @@ class SpecdecIngress:
 
     def __serve_build_asgi_app__(self) -> Any:
         return build_ingress_app(self)
+
+
+async def _awaited(response: Any) -> Any:
+    return await response
 
 
 class _AppFailed(Exception):
@@ -659,12 +663,16 @@ def build_application(args: argparse.Namespace) -> Any:
                                       "max_num_seqs": args.max_num_seqs}})
     else:
         engine_opts["num_replicas"] = args.num_replicas or 1
-    engine = serve.deployment(SpecdecEngine, **engine_opts).bind(options)
+    # the replicas' reports: a deployment of its own, so that /health and /metrics never queue
+    # behind requests, and part of the application, so that it goes when the application does
+    board = serve.deployment(FleetBoard, name=BOARD, num_replicas=1, max_ongoing_requests=1 << 16,
+                             ray_actor_options={"num_cpus": 0}).bind()
+    engine = serve.deployment(SpecdecEngine, **engine_opts).bind(options, board)
     ingress_cls = serve.ingress()(SpecdecIngress)
     ingress = serve.deployment(ingress_cls, name=INGRESS, num_replicas=1,
                                max_ongoing_requests=max(1, args.limit_concurrency or 1 << 20),
                                ray_actor_options={"num_cpus": 0})
-    return ingress.bind(engine, options)
+    return ingress.bind(engine, options, board)
 
 
 def app_builder(config: Dict[str, Any]) -> Any:
@@ -785,14 +793,10 @@ def run_cli(args: argparse.Namespace) -> int:
                          "300 s); Ctrl-C again stops at once\n")
         sys.stderr.flush()
         try:
-            if address:  # a cluster it joined: only this application goes
+            if address:  # a cluster it joined: only this application goes (its board with it)
                 serve.delete(APP_NAME)
             else:
                 serve.shutdown()
-            try:
-                ray.kill(ray.get_actor(board_name(APP_NAME), namespace="serve"))
-            except ValueError:  # never made
-                pass
         finally:
             ray.shutdown()
     sig = got.get("sig", signal.SIGTERM)
@@ -805,7 +809,7 @@ def _deploy_error(e: BaseException) -> str:
     message holds the replica's traceback), else the exception's."""
     try:
         app = serve.status().applications.get(APP_NAME)
-        for name in (ENGINE, INGRESS):
+        for name in (ENGINE, INGRESS, BOARD):
             dep = app.deployments.get(name) if app is not None else None
             if dep is not None and dep.message and "Traceback" in dep.message:
                 return _last_line(RuntimeError(dep.message))
