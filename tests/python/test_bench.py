@@ -24,7 +24,8 @@ def test_bench_writes_json_and_plots(tmp_path, capsys):
     assert data["schema"] == "specdec.bench/1"
     for key in ("cpu", "isa", "opencl_device", "opencl_platform", "quant_isa_path", "quant_kernels", "versions"):
         assert key in data["machine"]
-    assert data["machine"]["quant_isa_path"] in ("portable", "avx2", "avx512bw", "avx512vnni")
+    assert data["machine"]["quant_isa_path"] in ("portable", "avx2", "avx512bw", "avx512vnni",  # OpenCL
+                                                  "avx_vnni", "avx512_vnni", "amx_int8")  # native
     assert data["machine"]["opencl_platform"]  # the device's platform (was always empty)
     assert data["bandwidth"]["all_threads_gb_s"] > 0
     methods = {r["method"] for r in data["specdec"]}

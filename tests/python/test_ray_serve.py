@@ -399,15 +399,19 @@ def healthy(timeout):
 reps = healthy(120)
 before = sorted(n["name"] for n in ray.util.list_named_actors(all_namespaces=True))
 board = next(n for n in before if "SpecdecBoard" in n)
-ray.kill(ray.get_actor(board, namespace="serve"), no_restart=True)  # Ray starts another
-t0 = time.monotonic()
+ray.kill(ray.get_actor(board, namespace="serve"), no_restart=True)  # Serve starts another
+t0, new_board = time.monotonic(), None
+while new_board is None and time.monotonic() - t0 < 90:  # the old one gone, a new one there
+    names = [n["name"] for n in ray.util.list_named_actors(all_namespaces=True)]
+    new_board = next((n for n in names if "SpecdecBoard" in n and n != board), None)
+    time.sleep(0.2)
 again = healthy(90)
 again_s = time.monotonic() - t0
 serve.delete("builder")
 time.sleep(1.0)
 after = sorted(n["name"] for n in ray.util.list_named_actors(all_namespaces=True))
 print("RESULT " + json.dumps({"replicas": reps, "before": before, "after": after, "again": again,
-                              "again_s": again_s}), flush=True)
+                              "again_s": again_s, "new_board": new_board}), flush=True)
 serve.shutdown()
 ray.shutdown()
 """
@@ -426,6 +430,7 @@ def test_an_application_from_the_builder_reports_and_leaves_nothing_when_deleted
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:])
     assert len(out["replicas"]) == 1 and out["replicas"][0]["healthy"], out
+    assert out["new_board"] is not None, out  # Serve replaced the killed board
     assert len(out["again"]) == 1 and out["again"][0]["healthy"], out
     assert out["again"][0]["report_age_s"] >= 0, out  # the age is taken after the board's answer
     mine = [n for n in out["before"] if "builder" in n]

@@ -122,23 +122,32 @@ class SpecdecEngine:
         self.board = board  # the board deployment's handle (None: no reports)
         self.started = time.time()
         self._stop_reports = threading.Event()
-        threading.Thread(target=self._report, name="specdec-report", daemon=True).start()
+        self._report_task: Optional[asyncio.Task] = None
+        if board is not None:
+            try:  # Serve runs the constructor on the replica's event loop: the reports run there
+                self._report_task = asyncio.get_running_loop().create_task(self._report())
+            except RuntimeError:  # no loop here (not under Serve): a loop of their own
+                threading.Thread(target=asyncio.run, args=(self._report(),), name="specdec-report",
+                                 daemon=True).start()
 
-    def _report(self) -> None:
+    async def _report(self) -> None:
         """Pushes this replica's state and metrics to the board every REPORT_S seconds (the first
-        at once), one report at a time."""
-        if self.board is None:
-            return
-        sent = None
-        while not self._stop_reports.wait(REPORT_S if sent is not None else 0.0):
+        at once), one report at a time; one that does not arrive in CALL_TIMEOUT_S (the board's
+        replica restarting) is cancelled, and the next goes to the new one. On the replica's
+        event loop, where a handle works in every Serve mode (a plain thread's calls fail when
+        Serve runs its routers on the caller's loop, RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)."""
+        while not self._stop_reports.is_set():
+            response = None
             try:
-                if sent is not None:  # the last report arrived (an error: the board is restarting)
-                    sent.result(timeout_s=CALL_TIMEOUT_S)
-                sent = self.board.put.remote(self.replica, self.info(), self.metrics_text())
+                response = self.board.put.remote(self.replica, self.info(), self.metrics_text())
+                await asyncio.wait_for(_awaited(response), CALL_TIMEOUT_S)
+            except asyncio.CancelledError:  # the replica is stopping
+                _cancel(response)
+                raise
             except Exception as e:  # noqa: BLE001 - the next report goes to its new replica
+                _cancel(response)
                 log.warning("replica %s: could not report to the board: %s", self.replica, e)
-                sent = None
-                self._stop_reports.wait(REPORT_S)
+            await asyncio.sleep(REPORT_S)
 
     async def http(self, request: Dict[str, Any], routing: Optional[RoutingHint] = None):
         """One HTTP request through this replica's app: yields ``{"status", "headers",
@@ -231,6 +240,12 @@ class SpecdecEngine:
         stop = getattr(self, "_stop_reports", None)
         if stop is not None:
             stop.set()
+            task = getattr(self, "_report_task", None)
+            try:
+                if task is not None:
+                    task.get_loop().call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is closed: the task went with it
+                pass
             try:
                 if self.board is not None:
                     self.board.drop.remote(self.replica)
@@ -359,7 +374,7 @@ class SpecdecIngress:
             try:
                 reports = await asyncio.wait_for(_awaited(response), READ_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001 - the board is restarting: no reports this time
-                response.cancel()
+                _cancel(response)
                 log.warning("the replicas' board did not answer: %s", e)
         router = ray_common.get(ENGINE)
         now = time.time()
@@ -427,6 +442,15 @@ class SpecdecIngress:
 
 async def _awaited(response: Any) -> Any:
     return await response
+
+
+def _cancel(response: Any) -> None:
+    """Cancels a handle's call that timed out or failed (its cancel re-raises a routing error)."""
+    if response is not None:
+        try:
+            response.cancel()
+        except Exception:  # noqa: BLE001 - failed already: nothing left to cancel
+            pass
 
 
 class _AppFailed(Exception):
@@ -665,7 +689,9 @@ def build_application(args: argparse.Namespace) -> Any:
         engine_opts["num_replicas"] = args.num_replicas or 1
     # the replicas' reports: a deployment of its own, so that /health and /metrics never queue
     # behind requests, and part of the application, so that it goes when the application does
+    # (checked every second: a dead board is replaced in seconds, not in Serve's default 10 s)
     board = serve.deployment(FleetBoard, name=BOARD, num_replicas=1, max_ongoing_requests=1 << 16,
+                             health_check_period_s=1.0, health_check_timeout_s=10.0,
                              ray_actor_options={"num_cpus": 0}).bind()
     engine = serve.deployment(SpecdecEngine, **engine_opts).bind(options, board)
     ingress_cls = serve.ingress()(SpecdecIngress)
