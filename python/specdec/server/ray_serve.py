@@ -779,8 +779,13 @@ def run_cli(args: argparse.Namespace) -> int:
     sys.stderr.write(f"specdec serve: Ray {ray.__version__} "
                      f"({'joining ' + address if address else 'starting a local instance'})\n")
     # "local": a new instance of our own, never a cluster that happens to run on this machine
-    ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=args.log_level in ("info", "debug"))
+    try:
+        ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=args.log_level in ("info", "debug"))
+    except Exception as e:  # noqa: BLE001 - a cluster that could not be joined: why, in one line
+        if not address:
+            raise
+        raise ValueError(f"--ray-address {address}: {_join_error(e)}") from None
     for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which sets handlers of its own
         signal.signal(sig, on_signal)
     try:
@@ -828,6 +833,28 @@ def run_cli(args: argparse.Namespace) -> int:
     sig = got.get("sig", signal.SIGTERM)
     sys.stderr.write(f"specdec serve: shut down ({signal.Signals(sig).name})\n")
     return 0 if sig == signal.SIGTERM else 130
+
+
+def _join_error(e: BaseException) -> str:
+    """Why joining a cluster failed: Ray's token authentication named with its fix (Ray turns it on
+    for a cluster whose head has a token, and sends one to an explicit address only with
+    RAY_AUTH_MODE=token), else Ray's own first line."""
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
+    if "AuthenticationError" in text or "InvalidAuthToken" in text:
+        mode = os.environ.get("RAY_AUTH_MODE")
+        return ("the cluster uses Ray's token authentication and " +
+                ("this process's token is not the cluster's" if mode == "token" else
+                 "this process sends no token (RAY_AUTH_MODE " +
+                 (f"= {mode}" if mode else "unset") + ")") +
+                ": set RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
+                "or ~/.ray/auth_token; `ray get-auth-token` on the head prints it); docs/serving.md, "
+                "'Several machines'")
+    return _last_line(chain[0]) if chain else "could not connect"
 
 
 def _deploy_error(e: BaseException) -> str:
