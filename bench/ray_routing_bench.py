@@ -37,6 +37,10 @@ about the most any router can reach against Ray's.
         [--replicas 2] [--sessions 8] [--turns 6] [--max-tokens 128] [--repeats 3] \\
         [--think-min-s 0] [--think-s 2] [--kv-tokens-per-replica 3072] [--threads-per-replica 1]
 
+A workload where each conversation's own history is most of its prompts (chat-length replies,
+few turns, users who read them): ``--turns 3 --max-tokens 512 --think-min-s 5 --think-s 15
+--kv-tokens-per-replica 8192`` (bench/README.md, "Replicas on Ray Serve").
+
 Writes bench/results/issue37/ray_routing.json (``--out``). Not a test: nothing asserts on timings.
 """
 
