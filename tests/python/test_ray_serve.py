@@ -588,6 +588,39 @@ def test_router_spreads_sessions_that_start_alike_from_the_fourth_on():
     assert router.stats["shared"] == 5
 
 
+def test_a_cluster_that_could_not_be_joined_is_named_with_why(monkeypatch):
+    """Ray's token authentication failures (the cause three exceptions down, as ray.init raises
+    them) come out as what to set; any other failure as Ray's own first line."""
+    from ray.exceptions import AuthenticationError
+    from specdec.server import ray_serve
+
+    def raised(inner: BaseException) -> BaseException:
+        try:
+            try:
+                try:
+                    raise inner
+                except BaseException as e:
+                    raise RuntimeError("Failed to connect to GCS. Last connection error: ...") from e
+            except BaseException as e:
+                raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379") from e
+        except BaseException as e:
+            return e
+
+    auth = raised(AuthenticationError("RPC error: InvalidAuthToken: Authentication token is missing"))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert "and this process sends no token (RAY_AUTH_MODE unset): set RAY_AUTH_MODE=token" in \
+        ray_serve._join_error(auth)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert "sends no token (RAY_AUTH_MODE = disabled)" in ray_serve._join_error(auth)
+    monkeypatch.setenv("RAY_AUTH_MODE", "Token")  # Ray reads it in any case
+    monkeypatch.setattr(ray_serve, "_has_ray_token", lambda: True)
+    assert "this process's token is not the cluster's" in ray_serve._join_error(auth)
+    monkeypatch.setattr(ray_serve, "_has_ray_token", lambda: False)
+    assert "RAY_AUTH_MODE is token but this process has no token" in ray_serve._join_error(auth)
+    other = raised(OSError("connection refused"))
+    assert ray_serve._join_error(other) == "Failed to connect to Ray cluster at 10.0.0.1:6379"
+
+
 def test_the_header_timeout_default_is_the_servers():
     """run_cli warns about --header-timeout under --ray when it differs from ServeLimits' default:
     the flag's default must be that one, or every start would warn."""

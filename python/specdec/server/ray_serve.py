@@ -89,17 +89,19 @@ class FleetBoard:
     def __init__(self) -> None:
         self.reports: Dict[str, Tuple[float, Dict[str, Any], str]] = {}
 
-    def put(self, replica: str, info: Dict[str, Any], metrics: str) -> None:
+    # async: run one at a time on the board's event loop (Serve runs sync methods in a thread pool,
+    # where a get could iterate while a put adds a replica)
+    async def put(self, replica: str, info: Dict[str, Any], metrics: str) -> None:
         self.reports[replica] = (time.time(), info, metrics)
 
-    def drop(self, replica: str) -> None:
+    async def drop(self, replica: str) -> None:
         self.reports.pop(replica, None)
 
-    def get(self) -> Dict[str, Tuple[float, Dict[str, Any], str]]:
+    async def get(self) -> Dict[str, Tuple[float, Dict[str, Any], str]]:
         now = time.time()
         for uid in [u for u, (t, _, _) in self.reports.items() if now - t > 600]:  # long gone
             del self.reports[uid]
-        return self.reports
+        return dict(self.reports)
 
 
 # ---------------------------------------------------------------- the engine replica
@@ -123,12 +125,8 @@ class SpecdecEngine:
         self.started = time.time()
         self._stop_reports = threading.Event()
         self._report_task: Optional[asyncio.Task] = None
-        if board is not None:
-            try:  # Serve runs the constructor on the replica's event loop: the reports run there
-                self._report_task = asyncio.get_running_loop().create_task(self._report())
-            except RuntimeError:  # no loop here (not under Serve): a loop of their own
-                threading.Thread(target=asyncio.run, args=(self._report(),), name="specdec-report",
-                                 daemon=True).start()
+        if board is not None:  # Serve runs the constructor on the replica's event loop: so do they
+            self._report_task = asyncio.get_running_loop().create_task(self._report())
 
     async def _report(self) -> None:
         """Pushes this replica's state and metrics to the board every REPORT_S seconds (the first
@@ -141,9 +139,12 @@ class SpecdecEngine:
             try:
                 response = self.board.put.remote(self.replica, self.info(), self.metrics_text())
                 await asyncio.wait_for(_awaited(response), CALL_TIMEOUT_S)
-            except asyncio.CancelledError:  # the replica is stopping
+            except asyncio.CancelledError:
                 _cancel(response)
-                raise
+                if self._stop_reports.is_set():  # the replica is stopping
+                    raise
+                # else Ray cancelled the call's routing (the board going away): report again
+                log.warning("replica %s: a report to the board was cancelled", self.replica)
             except Exception as e:  # noqa: BLE001 - the next report goes to its new replica
                 _cancel(response)
                 log.warning("replica %s: could not report to the board: %s", self.replica, e)
@@ -846,15 +847,29 @@ def _join_error(e: BaseException) -> str:
         e = e.__cause__ or e.__context__
     text = " ".join(f"{type(x).__name__}: {x}" for x in chain)
     if "AuthenticationError" in text or "InvalidAuthToken" in text:
-        mode = os.environ.get("RAY_AUTH_MODE")
-        return ("the cluster uses Ray's token authentication and " +
-                ("this process's token is not the cluster's" if mode == "token" else
-                 "this process sends no token (RAY_AUTH_MODE " +
-                 (f"= {mode}" if mode else "unset") + ")") +
+        mode = os.environ.get("RAY_AUTH_MODE") or ""
+        if mode.lower() != "token":
+            why = "this process sends no token (RAY_AUTH_MODE " + (f"= {mode})" if mode else "unset)")
+        elif _has_ray_token():
+            why = "this process's token is not the cluster's"
+        else:
+            why = "RAY_AUTH_MODE is token but this process has no token"
+        return ("the cluster uses Ray's token authentication and " + why +
                 ": set RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
                 "or ~/.ray/auth_token; `ray get-auth-token` on the head prints it); docs/serving.md, "
                 "'Several machines'")
     return _last_line(chain[0]) if chain else "could not connect"
+
+
+def _has_ray_token() -> bool:
+    """Whether Ray finds a token for this process (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
+    except Exception:  # noqa: BLE001 - Ray's internals moved: say what the variables say
+        return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                    or os.path.exists(os.path.expanduser("~/.ray/auth_token")))
 
 
 def _deploy_error(e: BaseException) -> str:
