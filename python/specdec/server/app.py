@@ -60,6 +60,17 @@ class _AsyncSink:
             pass
 
 
+_GONE = object()  # put in a request's output queue when its client disconnects
+
+
+async def _tell_disconnect(http: HttpRequest, queue: "asyncio.Queue[Any]") -> None:
+    """Puts _GONE in `queue` when the client disconnects. Once the body has been read, the
+    request's receive channel has nothing more to say until then."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+    queue.put_nowait(_GONE)
+
+
 class EngineLoop:
     """Steps the engine in a thread of its own while requests are in it."""
 
@@ -228,23 +239,17 @@ class Server:
                        constraint_field: Optional[str] = None) -> AsyncIterator[Tuple[int, Any, Any]]:
         """(choice index, Request, StreamOutput) as they come; aborts what is left when the consumer
         stops early (a streaming response is closed when its client goes away) or, with `watch`
-        (a whole response, which nothing else cancels), when the client has disconnected: checked
-        every half second, whether outputs come or not."""
+        (a whole response, which nothing else cancels), as soon as the client disconnects."""
         index = {r.request_id: (i, r) for i, r in reqs}
         done = flight.done
         last_time: Dict[str, float] = {}
-        checked = time.monotonic()
+        watcher = asyncio.ensure_future(_tell_disconnect(http, sink.queue)) if watch else None
         try:
             while len(done) < len(reqs):
-                if watch and time.monotonic() - checked >= 0.5:
-                    checked = time.monotonic()
-                    if await http.is_disconnected():
-                        log.info("client disconnected: aborting %d requests", len(reqs) - len(done))
-                        return
-                try:
-                    item = await asyncio.wait_for(sink.queue.get(), timeout=0.5)
-                except asyncio.TimeoutError:
-                    continue
+                item = await sink.queue.get()
+                if item is _GONE:
+                    log.info("client disconnected: aborting %d requests", len(reqs) - len(done))
+                    return
                 error = getattr(item, "error", None)
                 if error is not None:
                     msg = str(error)
@@ -272,6 +277,8 @@ class Server:
                                               now - r.arrival_time)
                 yield i, r, item
         finally:
+            if watcher is not None:
+                watcher.cancel()
             flight.close()
 
     # ---- endpoints ----
