@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up everything, then runs every test: the C++ suite through CTest (a normal build, an
-# ASan+UBSan build and a ThreadSanitizer build of the CPU thread pool's test), the libFuzzer
+# Sets up everything, then runs every test: the C++ suite through CTest (an ASan+UBSan build, and
+# a ThreadSanitizer build of the CPU thread pool's tests), the libFuzzer
 # targets for a bounded time (SPECDEC_FUZZ_SECONDS per target, default 45; SPECDEC_SKIP_FUZZ=1
 # skips them) and the Python suite through pytest.
 set -euo pipefail
@@ -28,24 +28,21 @@ echo "== installing Ray Serve for the tests (specdec[ray])"
 echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"
 .venv/bin/python tests/python/llamacpp_sdist.py
 
-echo "== C++ tests (CTest)"
-cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build build/ctest -j "$JOBS"
-# A failed test runs once more (its first output stays in the log): an OpenCL test has crashed
-# at process exit under load after all its assertions passed (PoCL 3.1, once in a full run on a
-# 2-vCPU Xeon; 0 of ~180 reruns alone or beside a CPU hog), an exit-time crash in the runtime's
-# teardown, not a wrong result; a test that fails twice fails the run.
-ctest --test-dir build/ctest --output-on-failure -j "$JOBS" --repeat until-pass:2
-
+# The C++ suite runs once, in the build that catches the most: AddressSanitizer +
+# UndefinedBehaviorSanitizer, assertions on (-O0: at -O1 the build took 2.5x as long as the run
+# saved). The Python suite runs the optimised build (pip install .). SPECDEC_SKIP_SANITIZE=1 runs
+# CTest in an optimised build instead (build/ctest) and skips ThreadSanitizer.
+# A failed test runs once more (its first output stays in the log): an OpenCL test has crashed at
+# process exit under load after all its assertions passed (PoCL 3.1, once in a full run on a
+# 2-vCPU Xeon; 0 of ~180 reruns alone or beside a CPU hog), and LeakSanitizer's exit-time tracer
+# has crashed under load on a test that had passed ("Tracer caught signal 11"; 0 of 30 reruns
+# alone): the runtime's and the sanitizer's own failures, not wrong results; a test that fails
+# twice fails the run.
 if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
-  echo "== C++ tests under ASan+UBSan (CTest)"
-  cmake -S . -B build/asan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_SANITIZE=ON \
-        -DCMAKE_BUILD_TYPE=Debug > /dev/null
+  echo "== C++ tests and benchmarks' smoke runs under ASan+UBSan (CTest)"
+  cmake -S . -B build/asan -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
+        -DSPECDEC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug > /dev/null
   cmake --build build/asan -j "$JOBS"
-  # A failed test runs once more (and its first output stays in the log): LeakSanitizer's exit-time
-  # tracer has crashed under load on a test that had passed ("Tracer caught signal 11"; 0 of 30
-  # reruns alone), which is the sanitizer's own failure, not the test's.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$JOBS" --repeat until-pass:2
 
@@ -56,6 +53,12 @@ if [ "${SPECDEC_SKIP_SANITIZE:-0}" != "1" ]; then
         -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
   cmake --build build/tsan -j "$JOBS" --target cpu_thread_pool_test cpu_program_test
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure -j "$JOBS"
+else
+  echo "== C++ tests (CTest, optimised build)"
+  cmake -S . -B build/ctest -G Ninja -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCH=ON \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  cmake --build build/ctest -j "$JOBS"
+  ctest --test-dir build/ctest --output-on-failure -j "$JOBS" --repeat until-pass:2
 fi
 
 if [ "${SPECDEC_SKIP_FUZZ:-0}" != "1" ]; then

@@ -10,7 +10,18 @@ import pytest
 # (the native CPU device where there is no OpenCL GPU: _core.auto_is_native); the native device
 # has its own tests (test_native_device.py, *_native_device* cases). SPECDEC_DEVICE=native runs
 # the suite there instead.
+_USERS_DEVICE = os.environ.get("SPECDEC_DEVICE")
 os.environ.setdefault("SPECDEC_DEVICE", "ocl:auto")
+
+
+def user_env():
+    """The environment a user's own command runs in: without the suite's device default, so that
+    what the README shows runs on the device a user gets (unless SPECDEC_DEVICE was set for the
+    run)."""
+    env = dict(os.environ)
+    if _USERS_DEVICE is None:
+        env.pop("SPECDEC_DEVICE", None)
+    return env
 
 import specdec  # noqa: E402
 import llamacpp_sdist

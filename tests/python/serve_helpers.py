@@ -28,7 +28,8 @@ class ServerProcess:
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "specdec", "serve", "--port", str(self.port), "--log-level", "warning"] + args,
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+            stdout=self._log, stderr=subprocess.STDOUT,
+            env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None})  # None: unset
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

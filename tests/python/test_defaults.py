@@ -17,6 +17,7 @@ import specdec
 from specdec.memory import size_kv_cache
 
 ROOT = Path(__file__).resolve().parents[2]
+from conftest import user_env  # noqa: E402
 from paths import STORIES  # noqa: E402
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 GiB = 1 << 30
@@ -124,7 +125,7 @@ def test_the_readme_python_example_runs_as_written(real_model, tmp_path):
             script = tmp_path / "example.py"
             script.write_text(block, encoding="utf-8")
             out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                                 cwd=tmp_path, timeout=900)
+                                 cwd=tmp_path, timeout=900, env=user_env())
             assert out.returncode == 0, out.stderr[-3000:]
             assert out.stdout.strip(), "the example printed nothing"
         finally:
@@ -139,7 +140,8 @@ def _readme_server(block, tmp_path):
     m = re.search(r"\.venv/bin/specdec serve (.*?)\n\n", README, re.S)
     assert m, "the README shows no `specdec serve` command"
     args = shlex.split(m.group(1).replace("\\\n", " "))
-    server = ServerProcess(args + ["--max-model-len", "2048"], str(tmp_path / "serve.log"), timeout=900)
+    server = ServerProcess(args + ["--max-model-len", "2048"], str(tmp_path / "serve.log"), timeout=900,
+                           env={"SPECDEC_DEVICE": user_env().get("SPECDEC_DEVICE")})
     return server, block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
 
 
@@ -182,7 +184,7 @@ def test_the_readme_commands_run_as_written(real_model):
         argv = [str(launcher) if launcher.exists() else "specdec", *argv[1:]]
         if argv[1] == "generate":
             argv += ["--max-tokens", "16"]  # as written, shorter: the test checks it runs
-        out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=900)
+        out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=900, env=user_env())
         assert out.returncode == 0, (argv, out.stderr[-3000:])
 
 

@@ -59,7 +59,7 @@ def head(tmp_path_factory):
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.wait(timeout=10)  # its graceful stop took 30 s: what is left is killed below
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
         try:
