@@ -30,8 +30,10 @@ echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"
 
 # The C++ suite runs once, in the build that catches the most: AddressSanitizer +
 # UndefinedBehaviorSanitizer, assertions on (-O0: at -O1 the build took 2.5x as long as the run
-# saved). The Python suite runs the optimised build (pip install .). SPECDEC_SKIP_SANITIZE=1 runs
-# CTest in an optimised build instead (build/ctest) and skips ThreadSanitizer.
+# saved). The optimised build (pip install ., -O3) is what the Python suite runs, the native
+# kernels included (test_native_device.py, test_native_emulated_cpus.py, the real models' lossless
+# tests). SPECDEC_SKIP_SANITIZE=1 runs CTest in an optimised build instead (build/ctest) and skips
+# ThreadSanitizer.
 # A failed test runs once more (its first output stays in the log): an OpenCL test has crashed at
 # process exit under load after all its assertions passed (PoCL 3.1, once in a full run on a
 # 2-vCPU Xeon; 0 of ~180 reruns alone or beside a CPU hog), and LeakSanitizer's exit-time tracer

@@ -1,5 +1,5 @@
-// Replays the libFuzzer corpus (fuzz/corpus/) through both readers in the ordinary and the
-// ASan+UBSan CTest builds, so past crashes stay fixed even where clang/libFuzzer is missing.
+// Replays the libFuzzer corpus (fuzz/corpus/) through both readers in every CTest build (the test
+// command's has ASan+UBSan), so past crashes stay fixed even where clang/libFuzzer is missing.
 // Seeds written by fuzz/make_corpus.py (named *.gguf / *.safetensors) are valid files and must
 // parse; inputs the fuzzer kept (named by their SHA-1) and inputs that once broke a reader
 // (crash-*) must parse or throw FormatError.

@@ -66,8 +66,12 @@ _GONE = object()  # put in a request's output queue when its client disconnects
 async def _tell_disconnect(http: HttpRequest, queue: "asyncio.Queue[Any]") -> None:
     """Puts _GONE in `queue` when the client disconnects. Once the body has been read, the
     request's receive channel has nothing more to say until then."""
-    while (await http.receive())["type"] != "http.disconnect":
-        pass
+    try:
+        while (await http.receive())["type"] != "http.disconnect":
+            pass
+    except Exception as e:  # noqa: BLE001 - a channel that cannot be watched: the request runs on
+        log.debug("cannot watch the client's connection: %r", e)
+        return
     queue.put_nowait(_GONE)
 
 
