@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
       for (size_t il = 0; il < layers.size(); ++il) {
         Layer& l = layers[il];
         if (il == 0) {
-          prog.add("rms_norm", n, 1, [&, n](int64_t lo, int64_t hi) {
+          prog.add("rms_norm", n, 1, [&, n, eps](int64_t lo, int64_t hi) {  // eps ends with record()
             rms_norm(x.data(), l.attn_norm.data(), y.data(), lo, hi, s.hidden, eps, 0.0f, &yq_qkv.out);
           });
         } else {  // the residual of the layer before, fused with this layer's norm
