@@ -133,6 +133,7 @@ using PathParam = std::tuple<GgmlType, QuantIsa>;
 class QuantMatmulIntegerPaths : public ::testing::TestWithParam<PathParam> {
  protected:
   void SetUp() override {
+    if (native()) GTEST_SKIP() << "OpenCL's integer paths (the native device's: cpu_matmul_test)";
     const auto& isas = device_quant_isas(*context());
     if (std::find(isas.begin(), isas.end(), isa()) == isas.end()) {
       GTEST_SKIP() << "device cannot run the " << quant_isa_name(isa()) << " path";
@@ -349,6 +350,8 @@ TEST(QuantMatmulChecks, OutputColumnsOutsideTheRowOrBuffer) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("offset 17, stride 48"), std::string::npos) << e.what();
   }
+  std::vector<float> out(2 * 48);
+  dev().read(y, out.data(), out.size() * sizeof(float));  // the recorded ops ran while w lives
 }
 
 TEST(QuantMatmulChecks, StackedWeightsGiveEachPartBitwise) {
@@ -464,6 +467,7 @@ TEST(QuantActivations, BothScaleBlocksBitwiseTheReference) {
       std::memcpy(&s0, &rec[4 * b + 2], 4);
       std::memcpy(&s1, &rec[4 * b + 3], 4);
       bad += std::memcmp(&rec[4 * b], &want.d[b], 4) != 0 || s0 != want.s0[b] || s1 != want.s1[b];
+      if (native()) continue;  // its q16 is OpenCL's (the native device neither writes nor reads it)
       for (int j = 0; j < 32; ++j) bad += q16[b * 32 + j] != q[b * 32 + j];
     }
     EXPECT_EQ(bad, 0) << sb;

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "device/ocl_device.h"
 #include "ocl/context.h"
 #include "quant/dequantize.h"
@@ -26,11 +28,17 @@ inline std::shared_ptr<ocl::Context> context() {
   return ctx;
 }
 
-// The same device through the seam (the quant ops take a device::Device&).
+// The device under test through the seam (the quant ops take a device::Device&): the OpenCL
+// context, or the native CPU device when SPECDEC_DEVICE=native (the *_native CTests); the
+// OpenCL-only tests keep context().
 inline device::Device& dev() {
-  static const auto d = device::wrap(context());
+  static const std::shared_ptr<device::Device> d = [] {
+    const char* env = std::getenv("SPECDEC_DEVICE");
+    return env != nullptr && std::string(env) == "native" ? device::open("native") : device::wrap(context());
+  }();
   return *d;
 }
+inline bool native() { return dev().kind() == device::Kind::kCpu; }
 
 inline std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
