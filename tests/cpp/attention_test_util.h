@@ -17,6 +17,7 @@
 #include "attention/metadata.h"
 #include "attention/reference.h"
 #include "device/ocl_device.h"
+#include "device_test_util.h"
 #include "kv/allocator.h"
 #include "kv/cache_ops.h"
 #include "kv/planner.h"
@@ -32,10 +33,7 @@ inline std::shared_ptr<ocl::Context> context() {
 // when SPECDEC_DEVICE=native (the paged tests then run CPU_PAGED; the OpenCL-only tests keep
 // context()).
 inline const std::shared_ptr<device::Device>& shared_dev() {
-  static const std::shared_ptr<device::Device> d = [] {
-    const char* env = std::getenv("SPECDEC_DEVICE");
-    return env != nullptr && std::string(env) == "native" ? device::open("native") : device::wrap(context());
-  }();
+  static const std::shared_ptr<device::Device> d = specdec::testing::device_under_test(context());
   return d;
 }
 inline device::Device& dev() { return *shared_dev(); }

@@ -6,15 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "device/device.h"
-#include "device/ocl_device.h"
+#include "device_test_util.h"
 #include "ocl/context.h"
 #include "quant/dequantize.h"
 #include "quant/device_weight.h"
@@ -32,10 +30,7 @@ inline std::shared_ptr<ocl::Context> context() {
 // context, or the native CPU device when SPECDEC_DEVICE=native (the *_native CTests); the
 // OpenCL-only tests keep context().
 inline device::Device& dev() {
-  static const std::shared_ptr<device::Device> d = [] {
-    const char* env = std::getenv("SPECDEC_DEVICE");
-    return env != nullptr && std::string(env) == "native" ? device::open("native") : device::wrap(context());
-  }();
+  static const std::shared_ptr<device::Device> d = specdec::testing::device_under_test(context());
   return *d;
 }
 inline bool native() { return dev().kind() == device::Kind::kCpu; }
