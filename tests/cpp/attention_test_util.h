@@ -33,7 +33,8 @@ inline std::shared_ptr<ocl::Context> context() {
 // when SPECDEC_DEVICE=native (the paged tests then run CPU_PAGED; the OpenCL-only tests keep
 // context()).
 inline const std::shared_ptr<device::Device>& shared_dev() {
-  static const std::shared_ptr<device::Device> d = specdec::testing::device_under_test(context());
+  static const std::shared_ptr<device::Device> d =
+      specdec::testing::device_under_test([] { return device::wrap(context()); });
   return d;
 }
 inline device::Device& dev() { return *shared_dev(); }

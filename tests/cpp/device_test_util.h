@@ -6,17 +6,16 @@
 #include <string>
 
 #include "device/device.h"
-#include "device/ocl_device.h"
-#include "ocl/context.h"
 
 namespace specdec::testing {
 
-// The device under test through the seam: the OpenCL context `ctx` (the one a suite's OpenCL-only
-// tests use), or the native CPU device when SPECDEC_DEVICE=native.
-inline std::shared_ptr<device::Device> device_under_test(const std::shared_ptr<ocl::Context>& ctx) {
+// The device under test through the seam: the native CPU device when SPECDEC_DEVICE=native, else
+// the one `opencl()` gives (the suite's OpenCL context, the one its OpenCL-only tests use).
+template <typename MakeOpenCl>
+std::shared_ptr<device::Device> device_under_test(MakeOpenCl opencl) {
   const char* env = std::getenv("SPECDEC_DEVICE");
   if (env != nullptr && std::string(env) == "native") return device::open("native");
-  return device::wrap(ctx);
+  return opencl();
 }
 
 }  // namespace specdec::testing

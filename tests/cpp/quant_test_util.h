@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "device/ocl_device.h"
 #include "device_test_util.h"
 #include "ocl/context.h"
 #include "quant/dequantize.h"
@@ -30,7 +31,8 @@ inline std::shared_ptr<ocl::Context> context() {
 // context, or the native CPU device when SPECDEC_DEVICE=native (the *_native CTests); the
 // OpenCL-only tests keep context().
 inline device::Device& dev() {
-  static const std::shared_ptr<device::Device> d = specdec::testing::device_under_test(context());
+  static const std::shared_ptr<device::Device> d =
+      specdec::testing::device_under_test([] { return device::wrap(context()); });
   return *d;
 }
 inline bool native() { return dev().kind() == device::Kind::kCpu; }
