@@ -118,3 +118,26 @@ def local_index(tmp_path, monkeypatch, isolated_pip):
     return {"catalog": hub._parse_catalog(catalog, "test"), "raw": catalog, "whole": whole,
             "pip_args": ["--no-index", "--find-links", str(wheels)], "cache": cache,
             "wheels": wheels}
+
+
+# A crashed run names its test and goes on from it (scripts/test.sh): the test about to run is
+# written to SPECDEC_TEST_PROGRESS, and SPECDEC_TEST_RESUME_FROM starts a run at that test.
+_PROGRESS = os.environ.get("SPECDEC_TEST_PROGRESS")
+_RESUME_FROM = os.environ.get("SPECDEC_TEST_RESUME_FROM")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _PROGRESS:
+        with open(_PROGRESS, "w", encoding="utf-8") as f:
+            f.write(nodeid)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _RESUME_FROM:
+        return
+    ids = [item.nodeid for item in items]
+    if _RESUME_FROM not in ids:
+        raise pytest.UsageError(f"SPECDEC_TEST_RESUME_FROM: {_RESUME_FROM!r} is not a collected test")
+    start = ids.index(_RESUME_FROM)
+    config.hook.pytest_deselected(items=items[:start])
+    del items[:start]
