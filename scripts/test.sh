@@ -34,8 +34,10 @@ echo "== llama.cpp's test vectors (llama-cpp-python sdist, cached)"
 .venv/bin/python tests/python/llamacpp_sdist.py
 
 # The C++ suite runs once, in the build that catches the most: AddressSanitizer +
-# UndefinedBehaviorSanitizer, assertions on (-O0: at -O1 the build took 2.4x as long, more than
-# the faster run saved). The optimised build (pip install ., -O3) is what the Python suite runs, the native
+# UndefinedBehaviorSanitizer (on the library), assertions on, -O0 but for the few files where the
+# tests spend their time (CMakeLists.txt; at -O1 throughout, the build took 2.4x as long, more
+# than the faster run saved); each test binary runs whole or in shards (tests/cpp/CMakeLists.txt).
+# The optimised build (pip install ., -O3) is what the Python suite runs, the native
 # kernels included (test_native_device.py, test_native_emulated_cpus.py, the real models' lossless
 # tests). SPECDEC_SKIP_SANITIZE=1 runs CTest in an optimised build instead (build/ctest) and skips
 # ThreadSanitizer.
