@@ -39,11 +39,19 @@ TEXTS = [
 
 
 def _runner_logits(context, path, tokens, max_model_len, kv_cache_dtype="f16"):
+    return _runner_logits_each(context, path, [tokens], max_model_len, kv_cache_dtype)[0]
+
+
+def _runner_logits_each(context, path, seqs, max_model_len, kv_cache_dtype="f16"):
+    """Logits of every position of each sequence, prefilled alone, one after the other, by one
+    runner (a real model loads once, not once per sequence)."""
     r = _core.ModelRunner(context, path, "", max_model_len, 64 << 20, kv_cache_dtype=kv_cache_dtype,
                           max_num_batched_tokens=256, max_num_logits=256)
-    out = r.step([StepRequest("t", list(tokens), num_logits=len(tokens))]).logits
-    r.free("t")
-    return out
+    outs = []
+    for tokens in seqs:
+        outs.append(r.step([StepRequest("t", list(tokens), num_logits=len(tokens))]).logits)
+        r.free("t")
+    return outs
 
 
 def _compare(ours, ref):
@@ -105,8 +113,7 @@ def test_real_models_match_reference(context, real_model, name):
     refs = [o.logits for o in ref_model.forward_batch(seqs)]
     total = agree = clear = clear_agree = 0
     rels, flip_margins = [], []
-    for ids, ref in zip(seqs, refs):
-        ours = _runner_logits(context, path, ids, 512)
+    for ids, ref, ours in zip(seqs, refs, _runner_logits_each(context, path, seqs, 512)):
         rel, margin, flips = _compare(ours, ref)
         srt = np.sort(ref, axis=1)
         not_tie = (srt[:, -1] - srt[:, -2]) > 0.1  # absolute logits, as bench/reference_vs_llamacpp
@@ -144,8 +151,7 @@ def test_real_models_dequantized_twins_match_reference(context, real_model, tmp_
     seqs = [tok.encode(t) for t in TEXTS]
     refs = [o.logits for o in NumpyModel(twin).forward_batch(seqs)]
     total = agree = 0
-    for ids, ref in zip(seqs, refs):
-        ours = _runner_logits(context, twin, ids, 512, "f32")
+    for ids, ref, ours in zip(seqs, refs, _runner_logits_each(context, twin, seqs, 512, "f32")):
         rel, margin, flips = _compare(ours, ref)
         assert rel.max() < 1e-4, (rel.max(), np.median(rel))
         assert all(margin[i] < 1e-4 for i in flips), [(i, margin[i]) for i in flips]
