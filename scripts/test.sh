@@ -76,36 +76,49 @@ if [ "${SPECDEC_SKIP_FUZZ:-0}" != "1" ]; then
 fi
 
 echo "== Python tests (pytest)"
-# A run that dies of a signal (not a failed test: the process gone) says which test was running,
-# prints every thread's native stack from its core where gdb and a core file are there (Python's
-# faulthandler prints nothing when the fault is on a thread whose stack overflowed), and goes on
-# once from that test: the suite died once of SIGSEGV, silently, in a CI run whose every test
-# had passed (stop 54; the same tests passed in full runs and 3 x 3 runs alone since). A test
-# that kills the run twice fails it.
+# A run that dies of a signal (the process gone, not a failed test) says where (the test running,
+# or the one that had just ended), prints the native stacks from its core where gdb and the core
+# are there (Python's faulthandler prints nothing when the fault is on a thread whose stack
+# overflowed), and goes on once from that test: the suite died once of SIGSEGV, silently, in a CI
+# run whose every test until then had passed (stop 54; the same tests passed in full runs and
+# 3 x 3 runs alone since). A second crash, a crash after the last test, or a test that failed
+# before the crash fails the run.
 progress="$(mktemp)"
-run_pytest() {
-  local rc=0
-  ( ulimit -c unlimited 2>/dev/null || true
-    SPECDEC_TEST_PROGRESS="$progress" .venv/bin/python -m pytest -q tests/python ) || rc=$?
-  return "$rc"
-}
-rc=0
-run_pytest || rc=$?
-if [ "$rc" -gt 128 ] && [ -s "$progress" ]; then
-  crashed="$(cat "$progress")"
-  echo "== pytest died of signal $((rc - 128)) while running: $crashed"
-  core="$(ls -t core core.* 2>/dev/null | head -n 1 || true)"
+failures="$progress.failures"
+: > "$failures"
+print_core_stacks() {
+  local core
+  core="$(find . -maxdepth 1 -type f -name 'core*' -newer "$progress" 2>/dev/null | head -n 1)"
   if [ -n "$core" ] && command -v gdb > /dev/null; then
-    echo "-- the faulting thread, then every thread"
+    echo "-- the faulting thread, then every thread ($core)"
     gdb -batch -nx -iex "set auto-load python-scripts off" -ex "bt 40" -ex "thread apply all bt 12" \
         .venv/bin/python "$core" 2>&1 | grep -v "^warning: Unexpected size of section" | head -n 600 || true
+    rm -f "$core"
   else
     echo "(no core file here or no gdb: core_pattern is $(cat /proc/sys/kernel/core_pattern 2>/dev/null))"
   fi
-  rm -f core core.*
-  echo "== pytest again, from that test on"
+}
+resume=""
+rc=0
+for attempt in 1 2; do
   rc=0
-  SPECDEC_TEST_RESUME_FROM="$crashed" run_pytest || rc=$?
+  ( ulimit -c unlimited 2>/dev/null || true
+    SPECDEC_TEST_PROGRESS="$progress" SPECDEC_TEST_FAILURES="$failures" \
+      SPECDEC_TEST_RESUME_FROM="$resume" .venv/bin/python -m pytest -q tests/python ) || rc=$?
+  [ "$rc" -gt 128 ] || break
+  where="$(cat "$progress")"  # "running <test>", "after <test>", "session end" or nothing
+  echo "== pytest died of signal $((rc - 128)): ${where:-before its first test}"
+  print_core_stacks
+  case "$where" in
+    "running "* | "after "*) resume="${where#* }" ;;
+    *) break ;;
+  esac
+  [ "$attempt" -eq 1 ] && echo "== pytest again, from $resume on"
+done
+if [ "$rc" -eq 0 ] && [ -s "$failures" ]; then
+  echo "== failed before the crash:"
+  cat "$failures"
+  rc=1
 fi
-rm -f "$progress"
+rm -f "$progress" "$failures"
 exit "$rc"

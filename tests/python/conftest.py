@@ -120,16 +120,37 @@ def local_index(tmp_path, monkeypatch, isolated_pip):
             "wheels": wheels}
 
 
-# A crashed run names its test and goes on from it (scripts/test.sh): the test about to run is
-# written to SPECDEC_TEST_PROGRESS, and SPECDEC_TEST_RESUME_FROM starts a run at that test.
+# A crashed run says where and goes on from there (scripts/test.sh): SPECDEC_TEST_PROGRESS holds
+# "running <test>", "after <test>" or "session end"; SPECDEC_TEST_FAILURES collects the failed
+# tests (pytest's own record of them is lost with the process); SPECDEC_TEST_RESUME_FROM starts a
+# run at that test.
 _PROGRESS = os.environ.get("SPECDEC_TEST_PROGRESS")
+_FAILURES = os.environ.get("SPECDEC_TEST_FAILURES")
 _RESUME_FROM = os.environ.get("SPECDEC_TEST_RESUME_FROM")
 
 
-def pytest_runtest_logstart(nodeid, location):
+def _progress(text):
     if _PROGRESS:
         with open(_PROGRESS, "w", encoding="utf-8") as f:
-            f.write(nodeid)
+            f.write(text)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _progress(f"running {nodeid}")
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _progress(f"after {nodeid}")
+
+
+def pytest_runtest_logreport(report):
+    if _FAILURES and report.failed:
+        with open(_FAILURES, "a", encoding="utf-8") as f:
+            f.write(f"{report.nodeid} ({report.when})\n")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _progress("session end")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -654,8 +654,8 @@ def test_gemma_drafting_for_itself_two_kv_groups(real_model):
     assert len(plain.runner.kv_config.groups) == 2
     want = plain.generate(prompt, params)[0].outputs[0].token_ids
     del plain
-    # (not the REFERENCE backend too: 36 of the test's 51 s; the attention suites and
-    # test_runner.py check it)
+    # (not the REFERENCE backend too: 36 of the test's 51 s; a two-group drafter on it:
+    # test_lossless_greedy_random_models[llama-gemma3-REFERENCE])
     for backend in (None, "OCL_PAGED"):
         llm = specdec.LLM(path, speculative_config={"model": path, "num_speculative_tokens": 4,
                                                     "attention_backend": backend}, **kw)
