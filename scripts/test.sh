@@ -113,7 +113,7 @@ for attempt in 1 2; do
     "running "* | "after "*) resume="${where#* }" ;;
     *) break ;;
   esac
-  [ "$attempt" -eq 1 ] && echo "== pytest again, from $resume on"
+  if [ "$attempt" -eq 1 ]; then echo "== pytest again, from $resume on"; fi
 done
 if [ "$rc" -eq 0 ] && [ -s "$failures" ]; then
   echo "== failed before the crash:"
